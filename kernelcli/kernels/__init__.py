@@ -1,0 +1,5 @@
+"""Kernel maths: layer maps composed into NNGP/NTK pair-batch functions (JAX only)."""
+
+from ._engine import KernelFn, Stats, build_kernel_fn
+
+__all__ = ["KernelFn", "Stats", "build_kernel_fn"]

@@ -1,0 +1,91 @@
+"""Serial composition of layer maps, and which covariance each layer needs.
+
+``forward`` walks the layers in order, exactly like neural-tangents' ``serial``;
+``residual`` is FanOut(2) -> parallel(identity, serial(branch)) -> FanInSum,
+whose kernel is the sum of the two branches' kernels.
+
+Memory rule: the full spatial covariance (``(H*W)^2`` numbers per pair) is only
+needed while a pooling layer lies ahead; a convolution or a nonlinearity maps
+the spatial diagonal to itself, so after the last pooling layer the state is
+cut down to its diagonal (``H*W`` numbers per pair), and networks without
+pooling never hold more than the diagonal.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..spec import _layers as L
+from . import _linear, _nonlinear
+from ._state import State, to_diagonal
+
+
+def contains_pool(layers: Sequence) -> bool:
+    for layer in layers:
+        if isinstance(layer, L.POOLS):
+            return True
+        if isinstance(layer, L.Residual) and contains_pool(layer.layers):
+            return True
+    return False
+
+
+def last_pool_index(layers: Sequence) -> int:
+    """Index of the last top-level layer that pools (or holds a pool); -1 if none."""
+    idx = -1
+    for k, layer in enumerate(layers):
+        if contains_pool([layer]):
+            idx = k
+    return idx
+
+
+def count_variance_layers(layers: Sequence) -> int:
+    """How many layers read per-input variances (nonlinearities and layer_norm)."""
+    n = 0
+    for layer in layers:
+        if isinstance(layer, L.NONLINEARITIES + (L.LayerNorm,)):
+            n += 1
+        elif isinstance(layer, L.Residual):
+            n += count_variance_layers(layer.layers)
+    return n
+
+
+def _apply(layer, state: State, variances, standard: bool, exact: bool) -> State:
+    if isinstance(layer, L.Dense):
+        return _linear.dense(state, layer, standard)
+    if isinstance(layer, L.Conv):
+        return _linear.conv(state, layer, standard)
+    if isinstance(layer, L.AvgPool):
+        return _linear.avg_pool(state, layer)
+    if isinstance(layer, L.GlobalAvgPool):
+        return _linear.global_avg_pool(state)
+    if isinstance(layer, L.Flatten):
+        return _linear.flatten(state)
+    if isinstance(layer, L.Identity):
+        return state
+    if isinstance(layer, L.Residual):
+        branch = forward(layer.layers, state, variances, standard, exact, top=False)
+        ntk = None if state.ntk is None else state.ntk + branch.ntk
+        return branch.replace(nngp=state.nngp + branch.nngp, ntk=ntk)
+    v1, v2 = variances(state)
+    if isinstance(layer, L.Relu):
+        return _nonlinear.abrelu(state, v1, v2, 0.0, 1.0, exact)
+    if isinstance(layer, L.ABRelu):
+        return _nonlinear.abrelu(state, v1, v2, layer.a, layer.b, exact)
+    if isinstance(layer, L.Erf):
+        return _nonlinear.erf(state, v1, v2, exact)
+    if isinstance(layer, L.Gelu):
+        return _nonlinear.gelu(state, v1, v2, exact)
+    if isinstance(layer, L.LayerNorm):
+        return _nonlinear.layer_norm(state, v1, v2)
+    raise TypeError(f"no kernel map for layer {layer!r}")  # unreachable after spec checks
+
+
+def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
+            top: bool = True) -> State:
+    """Apply ``layers`` in order; at top level, drop to the diagonal after the last pool."""
+    last = last_pool_index(layers) if top else None
+    for k, layer in enumerate(layers):
+        state = _apply(layer, state, variances, standard, exact)
+        if top and k == last:
+            state = to_diagonal(state)
+    return state

@@ -1,0 +1,189 @@
+"""``build_kernel_fn``: an architecture turned into compiled pair-batch kernels.
+
+The work splits in two passes:
+
+* ``stats(x)`` runs once per input: the self-pair ``(x, x)`` through the
+  network, recording at every nonlinearity (and ``layer_norm``) the spatial
+  diagonal of the input's own covariance, and the final ``K(x, x)``. Those
+  per-input variances are all a pair evaluation needs from the single inputs,
+  so they are never recomputed per pair or per tile.
+* ``pairs(x1, s1, x2, s2, i, j)`` evaluates the kernels of an arbitrary batch of
+  index pairs ``(x1[i[p]], x2[j[p]])``; a diagonal block of a symmetric matrix
+  therefore costs ``n(n-1)/2`` pair evaluations, and a batch can be sized to a
+  memory budget exactly. Diagonal entries come from ``stats``, so ``K(x, x)`` is
+  by construction the value the variances were derived from.
+
+Each is one ``jax.jit`` program, compiled once per array shape; callers keep
+shapes fixed (pad the last batch) so a long run compiles once.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import ConfigError
+from ..spec._config import Architecture
+from ._compose import contains_pool, count_variance_layers, forward
+from ._linear import input_state
+from ._state import PairVariances, SelfVariances
+
+
+class Stats(NamedTuple):
+    """Per-input quantities. ``variances[k]``: ``(n, H_k, W_k)`` or ``(n,)``;
+    ``diag[kind]``: ``(n,)``, the kernel of each input with itself."""
+
+    variances: Tuple[np.ndarray, ...]
+    diag: Dict[str, np.ndarray]
+
+    def take(self, rows) -> "Stats":
+        return Stats(tuple(v[rows] for v in self.variances),
+                     {k: v[rows] for k, v in self.diag.items()})
+
+
+class KernelFn:
+    """NNGP/NTK of one architecture on inputs of one example shape.
+
+    Args:
+      arch: the validated architecture.
+      input_shape: one example's shape, ``(H, W, C)`` or ``(D,)``.
+      kinds: subset of ``("nngp", "ntk")``.
+      dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (exact).
+    """
+
+    def __init__(self, arch: Architecture, input_shape: Sequence[int],
+                 kinds: Sequence[str] = ("nngp", "ntk"), dtype: str = "float32"):
+        self.arch = arch
+        self.input_shape = tuple(int(s) for s in input_shape)
+        self.kinds = tuple(k for k in ("nngp", "ntk") if k in kinds)
+        self.dtype = np.dtype(dtype)
+        if self.dtype == np.float64:
+            jax.config.update("jax_enable_x64", True)
+        self.full_cov = len(self.input_shape) == 3 and contains_pool(arch.layers)
+        self.n_variances = count_variance_layers(arch.layers)
+        self._standard = arch.parameterization == "standard"
+        self._exact = self.dtype == np.float64
+        self._want_ntk = "ntk" in self.kinds
+        self._check_output_is_flat()
+        self._stats_jit = jax.jit(self._stats_fn)
+        self._pairs_jit = jax.jit(self._pairs_fn)
+
+    # -- traced functions -------------------------------------------------
+    def _run(self, xa, xb, variances):
+        state = input_state(xa, xb, self.full_cov, self._want_ntk)
+        state = forward(self.arch.layers, state, variances, self._standard, self._exact)
+        out = {"nngp": state.nngp}
+        if self._want_ntk:
+            out["ntk"] = state.ntk
+        return {k: out[k] for k in self.kinds}
+
+    def _stats_fn(self, x):
+        rec = SelfVariances()
+        out = self._run(x, x, rec)
+        return tuple(rec.recorded), out
+
+    def _pairs_fn(self, x1, v1, x2, v2, i, j):
+        va = tuple(v[i] for v in v1)
+        vb = tuple(v[j] for v in v2)
+        return self._run(x1[i], x2[j], PairVariances(va, vb))
+
+    def _check_output_is_flat(self):
+        shape = jax.eval_shape(self._stats_fn, jax.ShapeDtypeStruct((1,) + self.input_shape,
+                                                                     self.dtype))[1]
+        for kind, s in shape.items():
+            if s.shape != (1,):
+                raise ConfigError(
+                    "architecture.layers: the network's output still has spatial axes "
+                    f"(per-example kernel shape {s.shape[1:]}); end it with flatten or "
+                    "global_avg_pool (and usually a dense readout)")
+
+    # -- public API -------------------------------------------------------
+    def _cast(self, x):
+        return jnp.asarray(np.asarray(x, dtype=self.dtype))
+
+    def stats(self, x, batch: int = 64) -> Stats:
+        """Per-input variances and self-kernels of ``x`` (``(n, *input_shape)``), in
+        batches of ``batch`` rows (the last one padded, so one compiled program)."""
+        x = np.asarray(x, dtype=self.dtype)
+        n = x.shape[0]
+        batch = max(1, min(batch, n))
+        var_parts, diag_parts = [], {k: [] for k in self.kinds}
+        for s in range(0, n, batch):
+            chunk = x[s:s + batch]
+            m = chunk.shape[0]
+            if m < batch:
+                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - m, 0)])
+            v, d = self._stats_jit(self._cast(chunk))
+            var_parts.append([np.asarray(a)[:m] for a in v])
+            for k in self.kinds:
+                diag_parts[k].append(np.asarray(d[k])[:m])
+        variances = tuple(np.concatenate([p[k] for p in var_parts])
+                          for k in range(self.n_variances))
+        return Stats(variances, {k: np.concatenate(v) for k, v in diag_parts.items()})
+
+    def pairs(self, x1, s1: Stats, x2, s2: Stats, i, j) -> Dict[str, jax.Array]:
+        """Kernels of the pairs ``(x1[i[p]], x2[j[p]])``, each of shape ``(P,)``.
+
+        ``x1``: ``(n1, *input_shape)``, ``s1`` its ``Stats``; likewise ``x2``, ``s2``;
+        ``i``, ``j``: ``(P,)`` int32 row indices. Compiled once per shape tuple.
+        """
+        return self._pairs_jit(self._cast(x1), tuple(map(self._cast, s1.variances)),
+                               self._cast(x2), tuple(map(self._cast, s2.variances)),
+                               jnp.asarray(i, jnp.int32), jnp.asarray(j, jnp.int32))
+
+    def matrix(self, x1, x2=None, pair_batch: int = 256) -> Dict[str, np.ndarray]:
+        """Whole kernel matrices in one go (no tiling, no store): ``(n1, n2)`` per kind.
+
+        With ``x2=None`` the matrix is symmetric: only the strict lower triangle
+        is evaluated, mirrored, and the diagonal comes from ``stats``.
+        """
+        x1 = np.asarray(x1, dtype=self.dtype)
+        s1 = self.stats(x1)
+        if x2 is None:
+            i, j = np.tril_indices(x1.shape[0], -1)
+            x2, s2 = x1, s1
+        else:
+            x2 = np.asarray(x2, dtype=self.dtype)
+            s2 = self.stats(x2)
+            i, j = (a.ravel() for a in np.meshgrid(np.arange(x1.shape[0]),
+                                                   np.arange(x2.shape[0]), indexing="ij"))
+        out = {k: np.zeros((x1.shape[0], x2.shape[0]), self.dtype) for k in self.kinds}
+        vals = self.pair_values(x1, s1, x2, s2, i, j, pair_batch)
+        for k in self.kinds:
+            out[k][i, j] = vals[k]
+            if x2 is x1:
+                out[k][j, i] = vals[k]
+                out[k][np.diag_indices(x1.shape[0])] = s1.diag[k]
+        return out
+
+    def pair_values(self, x1, s1, x2, s2, i, j, pair_batch: int) -> Dict[str, np.ndarray]:
+        """``pairs`` over any number of pairs in fixed batches of ``pair_batch``."""
+        total = len(i)
+        res = {k: np.empty(total, self.dtype) for k in self.kinds}
+        if total == 0:
+            return res
+        pair_batch = max(1, min(pair_batch, total))
+        x1c, x2c = self._cast(x1), self._cast(x2)
+        v1 = tuple(map(self._cast, s1.variances))
+        v2 = tuple(map(self._cast, s2.variances))
+        for s in range(0, total, pair_batch):
+            ii, jj = i[s:s + pair_batch], j[s:s + pair_batch]
+            m = len(ii)
+            if m < pair_batch:  # pad with a repeat of the last pair: one compiled shape
+                ii = np.concatenate([ii, np.repeat(ii[-1:], pair_batch - m)])
+                jj = np.concatenate([jj, np.repeat(jj[-1:], pair_batch - m)])
+            got = self._pairs_jit(x1c, v1, x2c, v2, jnp.asarray(ii, jnp.int32),
+                                  jnp.asarray(jj, jnp.int32))
+            for k in self.kinds:
+                res[k][s:s + m] = np.asarray(got[k])[:m]
+        return res
+
+
+def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
+                    kinds: Sequence[str] = ("nngp", "ntk"),
+                    dtype: str = "float32") -> KernelFn:
+    """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``."""
+    return KernelFn(arch, input_shape, kinds, dtype)

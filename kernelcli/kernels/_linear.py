@@ -1,0 +1,97 @@
+"""Linear layers as state maps: the input kernel, dense, conv, pooling, flatten.
+
+Affine layers under the ``ntk`` parameterization (``z = W_std/sqrt(fan_in) W x
++ b_std b``) map ``nngp -> W_std^2 * A(nngp) + b_std^2`` and ``ntk -> W_std^2 *
+A(ntk) + nngp'``, where ``A`` is the identity for ``dense`` (per pixel) and the
+joint-shift mean for ``conv``. Under ``standard`` the NNGP is the same and the
+NTK gets the weights' own gradient, ``fan_in * A(nngp)`` (fan_in = input
+channels x filter size), plus 1 for a bias (``b_std`` not null).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ..spec._layers import AvgPool, Conv, Dense
+from ._spatial import avg_pool_cov, conv_cov
+from ._state import State, diagonal
+
+
+def input_state(x1, x2, full: bool, want_ntk: bool) -> State:
+    """Kernel of the raw inputs: channel-mean of products (neural-tangents' convention).
+
+    ``x1``, ``x2``: ``(P, H, W, C)`` images or ``(P, D)`` vectors, row p of each
+    forming pair p. Returns ``nngp`` of shape ``(P, H, H', W, W')`` if ``full``,
+    ``(P, H, W)`` for images otherwise, ``(P,)`` for vectors; ``ntk`` is zero.
+    """
+    c = x1.shape[-1]
+    if x1.ndim == 2:
+        nngp = jnp.einsum("pc,pc->p", x1, x2) / c
+        spatial = False
+    elif full:
+        nngp = jnp.einsum("phwc,pHWc->phHwW", x1, x2) / c
+        spatial = True
+    else:
+        nngp = jnp.einsum("phwc,phwc->phw", x1, x2) / c
+        spatial = True
+    ntk = jnp.zeros_like(nngp) if want_ntk else None
+    return State(nngp=nngp, ntk=ntk, full=full and spatial, spatial=spatial, channels=c)
+
+
+def _affine(state: State, mean_nngp, mean_ntk, W_std, b_std, fan_in, standard, width):
+    nngp = W_std ** 2 * mean_nngp
+    if b_std is not None:
+        nngp = nngp + b_std ** 2
+    ntk = None
+    if state.ntk is not None:
+        if standard:
+            ntk = fan_in * mean_nngp + W_std ** 2 * mean_ntk
+            if b_std is not None:
+                ntk = ntk + 1.0
+        else:
+            ntk = W_std ** 2 * mean_ntk + nngp
+    return state.replace(nngp=nngp, ntk=ntk, channels=width)
+
+
+def dense(state: State, layer: Dense, standard: bool) -> State:
+    return _affine(state, state.nngp, state.ntk, layer.W_std, layer.b_std,
+                   state.channels, standard, layer.width)
+
+
+def conv(state: State, layer: Conv, standard: bool) -> State:
+    def a(x):
+        return conv_cov(x, layer.filter, layer.strides, layer.padding, state.full)
+
+    ntk = None if state.ntk is None else a(state.ntk)
+    fan_in = state.channels * layer.filter[0] * layer.filter[1]
+    return _affine(state, a(state.nngp), ntk, layer.W_std, layer.b_std,
+                   fan_in, standard, layer.width)
+
+
+def avg_pool(state: State, layer: AvgPool) -> State:
+    def a(x):
+        return avg_pool_cov(x, layer.window, layer.strides, layer.padding)
+
+    return state.replace(nngp=a(state.nngp), ntk=None if state.ntk is None else a(state.ntk))
+
+
+def global_avg_pool(state: State) -> State:
+    """Mean over all position pairs (full covariance) -> ``(P,)``."""
+    def a(x):
+        return jnp.mean(x, axis=(1, 2, 3, 4))
+
+    return state.replace(nngp=a(state.nngp), ntk=None if state.ntk is None else a(state.ntk),
+                         spatial=False, full=False)
+
+
+def flatten(state: State) -> State:
+    """Mean over the spatial diagonal -> ``(P,)``; channels become ``C*H*W``."""
+    if not state.spatial:
+        return state
+
+    def a(x):
+        return jnp.mean(diagonal(x, state.full), axis=(1, 2))
+
+    h, w = state.hw
+    return state.replace(nngp=a(state.nngp), ntk=None if state.ntk is None else a(state.ntk),
+                         spatial=False, full=False, channels=state.channels * h * w)

@@ -1,0 +1,75 @@
+"""Elementwise nonlinearities and layer normalisation: closed-form state maps.
+
+Each map reads the state's covariance ``c = nngp`` and the two inputs'
+variances ``v1``, ``v2`` at the same positions (from ``variances(state)``),
+and returns the post-activation NNGP and the NTK ``ntk * Kdot``, with ``Kdot``
+the covariance of the activation's derivative (neural-tangents 0.6.5 formulas;
+the weight layer that follows applies ``W_std``, ``b_std`` and adds its own
+gradient's term to the NTK).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+from ._angle import atan2_nonneg
+from ._state import State, outer
+
+
+def _safe_sqrt(x):
+    return jnp.sqrt(jnp.maximum(x, 0))
+
+
+def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
+    """``a*min(x,0) + b*max(x,0)``; ReLU is ``a=0, b=1`` (arc-cosine kernel of order 1)."""
+    c = state.nngp
+    p1, p2 = outer(v1, v2, state)
+    sq = _safe_sqrt(p1 * p2 - c * c)                   # sqrt(v1 v2) sin(theta)
+    theta = atan2_nonneg(sq, c, exact)
+    factor = (a - b) ** 2 / (2 * math.pi)
+    kdot = (a * a + b * b) / 2 - factor * theta
+    nngp = factor * sq + kdot * c
+    ntk = None if state.ntk is None else state.ntk * kdot
+    return state.replace(nngp=nngp, ntk=ntk)
+
+
+def erf(state: State, v1, v2, exact: bool) -> State:
+    """``erf(x)``: ``nngp' = (2/pi) asin(2c / sqrt((1+2v1)(1+2v2)))``."""
+    c = state.nngp
+    p1, p2 = outer(1 + 2 * v1, 1 + 2 * v2, state)
+    sq = _safe_sqrt(p1 * p2 - 4 * c * c)
+    # asin(2c/sqrt(p)) == atan2(2c, sqrt(p - 4c^2)); atan2 with y >= 0 via symmetry.
+    theta = atan2_nonneg(jnp.abs(2 * c), sq, exact)
+    nngp = (2 / math.pi) * jnp.sign(c) * theta
+    ntk = None
+    if state.ntk is not None:
+        ntk = state.ntk * ((4 / math.pi) / sq)
+    return state.replace(nngp=nngp, ntk=ntk)
+
+
+def gelu(state: State, v1, v2, exact: bool) -> State:
+    """``x * Phi(x)`` (exact GELU), closed form of arXiv:2002.08517 as in neural-tangents."""
+    c = state.nngp
+    p1, p2 = outer(v1, v2, state)
+    q1, q2 = outer(v1 + 1, v2 + 1, state)
+    prod, prod1 = p1 * p2, q1 * q2
+    delta2 = prod1 - c * c
+    delta = _safe_sqrt(delta2)
+    ang = jnp.sign(c) * atan2_nonneg(jnp.abs(c), delta, exact)   # atan2(c, delta), delta >= 0
+    nngp = ((c * c + prod * delta2) / (prod1 * delta) + c * ang) / (2 * math.pi) + 0.25 * c
+    ntk = None
+    if state.ntk is not None:
+        first = (1 / delta2 + (1 - prod) / prod1 + 1) * c / delta / (2 * math.pi)
+        kdot = first + 0.25 + ang / (2 * math.pi)
+        ntk = state.ntk * kdot
+    return state.replace(nngp=nngp, ntk=ntk)
+
+
+def layer_norm(state: State, v1, v2) -> State:
+    """Normalisation over channels: divide by ``sqrt(v1 * v2)`` at each position pair."""
+    p1, p2 = outer(v1 + 1e-12, v2 + 1e-12, state)
+    inv = 1 / jnp.sqrt(p1 * p2)
+    ntk = None if state.ntk is None else state.ntk * inv
+    return state.replace(nngp=state.nngp * inv, ntk=ntk)

@@ -1,0 +1,89 @@
+"""Spatial maps of covariances: convolution (joint shifts), pooling, padding.
+
+A k x k convolution with i.i.d. weights maps a covariance ``K(p, q)`` to the
+mean of ``K(p + d, q + d)`` over the k^2 filter offsets ``d`` (the same weight
+multiplies both positions). The offsets factor per axis, so the map is one
+k-tap pass over the (h, h') axis pair and one over (w, w'): 2k summands per
+output instead of k^2. Average pooling shifts the two positions independently,
+so it is one k-tap pass per single axis.
+
+Every pass is a sum of strided slices of a padded array; XLA fuses the pad,
+the slices and the sum (and the elementwise consumer) into one loop.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple
+
+import jax.numpy as jnp
+from jax import lax
+
+
+def out_size(size: int, k: int, s: int, padding: str) -> int:
+    """Output length of a window of ``k`` taps at stride ``s`` (lax rules)."""
+    if padding == "VALID":
+        return (size - k) // s + 1
+    return -(-size // s)
+
+
+def pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:
+    """``(low, high)`` padding that lax's SAME rule uses (CIRCULAR pads the same amounts)."""
+    if padding == "VALID":
+        return (0, 0)
+    total = max((out_size(size, k, s, padding) - 1) * s + k - size, 0)
+    return (total // 2, total - total // 2)
+
+
+def _pad(x, axes: Sequence[int], lo_hi: Tuple[int, int], padding: str):
+    if lo_hi == (0, 0):
+        return x
+    width = [(0, 0)] * x.ndim
+    for a in axes:
+        width[a] = lo_hi
+    if padding == "CIRCULAR":
+        return jnp.pad(x, width, mode="wrap")
+    return jnp.pad(x, width)
+
+
+def _taps(x, axes: Sequence[int], k: int, s: int, n_out: int):
+    """Mean over t < k of ``x`` shifted by ``t`` jointly along ``axes``, strided by ``s``."""
+    total = None
+    for t in range(k):
+        start = [0] * x.ndim
+        limit = list(x.shape)
+        strides = [1] * x.ndim
+        for a in axes:
+            start[a] = t
+            limit[a] = t + (n_out - 1) * s + 1
+            strides[a] = s
+        piece = lax.slice(x, start, limit, strides)
+        total = piece if total is None else total + piece
+    return total * (1.0 / k)
+
+
+def joint_window(x, axes: Sequence[int], k: int, s: int, padding: str):
+    """One axis of a convolution: all of ``axes`` (an image's axis in both
+    inputs, or one axis of a diagonal covariance) shift together."""
+    size = x.shape[axes[0]]
+    n_out = out_size(size, k, s, padding)
+    x = _pad(x, axes, pads(size, k, s, padding), padding)
+    return _taps(x, axes, k, s, n_out)
+
+
+def conv_cov(x, filt: Tuple[int, int], strides: Tuple[int, int], padding: str, full: bool):
+    """Convolution of a covariance. ``x``: ``(P, H, H', W, W')`` if ``full``
+    else ``(P, H, W)``; returns the same layout at the output resolution."""
+    if full:
+        x = joint_window(x, (1, 2), filt[0], strides[0], padding)
+        return joint_window(x, (3, 4), filt[1], strides[1], padding)
+    x = joint_window(x, (1,), filt[0], strides[0], padding)
+    return joint_window(x, (2,), filt[1], strides[1], padding)
+
+
+def avg_pool_cov(x, window: Tuple[int, int], strides: Tuple[int, int], padding: str):
+    """Average pooling of a full covariance ``(P, H, H', W, W')``; zero padding
+    counts in the mean (neural-tangents' default ``normalize_edges=False``)."""
+    for axis, k, s in ((1, window[0], strides[0]), (2, window[0], strides[0]),
+                       (3, window[1], strides[1]), (4, window[1], strides[1])):
+        x = joint_window(x, (axis,), k, s, padding)
+    return x

@@ -1,0 +1,102 @@
+"""The kernel state that every layer maps to a new one.
+
+For a batch of P input pairs ``(x1[i], x2[j])`` the state holds
+
+* ``nngp`` and ``ntk`` (``ntk`` is ``None`` when only the NNGP is wanted), of
+  shape ``(P, H, H', W, W')`` when the full spatial covariance is tracked
+  (``full=True``: needed up to the last pooling layer), ``(P, H, W)`` when only
+  its spatial diagonal is (``full=False``), or ``(P,)`` once the spatial axes
+  are gone (``spatial=False``: after ``flatten`` / ``global_avg_pool``, or for
+  vector inputs);
+* ``channels``: the width feeding the next affine layer, which only the
+  ``standard`` parameterization's NTK reads.
+
+The full covariance interleaves the two images' axes, ``(h, h', w, w')``, so a
+convolution or a pooling window acts on one adjacent pair of axes at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, List, Optional, Tuple
+
+import jax.numpy as jnp
+
+
+@dataclass(frozen=True)
+class State:
+    nngp: Any
+    ntk: Optional[Any]
+    full: bool
+    spatial: bool
+    channels: int
+
+    def replace(self, **kw) -> "State":
+        return replace(self, **kw)
+
+    @property
+    def hw(self) -> Tuple[int, int]:
+        """Spatial size ``(H, W)`` of the current feature map."""
+        if not self.spatial:
+            return (1, 1)
+        if self.full:
+            return (self.nngp.shape[1], self.nngp.shape[3])
+        return (self.nngp.shape[1], self.nngp.shape[2])
+
+
+def diagonal(cov, full: bool):
+    """Spatial diagonal: ``(P, H, H, W, W) -> (P, H, W)`` when ``full``, else as is."""
+    if not full:
+        return cov
+    d = jnp.diagonal(cov, axis1=1, axis2=2)          # (P, W, W, H)
+    d = jnp.diagonal(d, axis1=1, axis2=2)            # (P, H, W)
+    return d
+
+
+def to_diagonal(state: State) -> State:
+    """Drop the off-diagonal spatial covariance once no pooling layer needs it."""
+    if not (state.spatial and state.full):
+        return state
+    ntk = None if state.ntk is None else diagonal(state.ntk, True)
+    return state.replace(nngp=diagonal(state.nngp, True), ntk=ntk, full=False)
+
+
+class PairVariances:
+    """Per-input variances for pair evaluations, read by layer order.
+
+    ``v1[k]`` and ``v2[k]`` are the spatial diagonals (shape ``(P, H_k, W_k)`` or
+    ``(P,)``) of the k-th layer that needs variances (a nonlinearity or
+    ``layer_norm``), gathered for the first and second image of each pair.
+    """
+
+    def __init__(self, v1, v2):
+        self.v1, self.v2, self.k = v1, v2, 0
+
+    def __call__(self, state: State):
+        k = self.k
+        self.k += 1
+        return self.v1[k], self.v2[k]
+
+
+class SelfVariances:
+    """Variances of a per-input (self-pair) pass: read off the state and recorded."""
+
+    def __init__(self):
+        self.recorded: List[Any] = []
+
+    def __call__(self, state: State):
+        d = diagonal(state.nngp, state.full) if state.spatial else state.nngp
+        self.recorded.append(d)
+        return d, d
+
+
+def outer(v1, v2, state: State):
+    """Combine per-position terms of the two images to the state's layout.
+
+    ``v1``, ``v2``: ``(P, H, W)`` (or ``(P,)``). Returns a broadcastable pair so
+    that ``v1 * v2`` has the shape of ``state.nngp`` without being materialised
+    by itself (XLA fuses the broadcast into the consumer).
+    """
+    if state.spatial and state.full:
+        return v1[:, :, None, :, None], v2[:, None, :, None, :]
+    return v1, v2

@@ -1,0 +1,64 @@
+"""Run configuration value objects: the validated form of a YAML run config.
+
+See ``README.md`` (Configuration) for the contract. Paths are already resolved
+against the folder that holds the config file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Tuple
+
+from ._layers import Layer
+
+KINDS = ("nngp", "ntk")
+DTYPES = ("float32", "float64")
+LAYOUTS = ("NHWC", "NCHW")
+PARAMETERIZATIONS = ("ntk", "standard")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    x1: Path
+    key: Optional[str] = None
+    x2: Optional[Path] = None
+    x2_key: Optional[str] = None
+    layout: str = "NHWC"
+    limit: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Architecture:
+    parameterization: str = "ntk"
+    layers: Tuple[Layer, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    kinds: Tuple[str, ...] = KINDS
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    memory: Optional[int] = None      # bytes per device; None = auto
+    devices: Optional[int] = None     # None = all local devices
+    block: Optional[int] = None       # storage tile edge; None = auto
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    run_dir: Path
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str
+    data: DataSpec
+    architecture: Architecture
+    kernel: KernelSpec
+    compute: ComputeSpec
+    output: OutputSpec
+    source: Optional[Path] = None     # the YAML file it was read from
+    text: str = ""                    # the YAML text, stored with results
