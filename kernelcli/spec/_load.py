@@ -1,0 +1,198 @@
+"""Read a YAML run configuration into a validated, frozen :class:`RunConfig`.
+
+The contract is ``docs/config.md``. Every mistake raises
+:class:`~kernelcli.errors.ConfigError` with a one-line message that starts with
+the config file's name (when there is a file), names the YAML path, echoes the
+bad value and says what is accepted. Relative paths (``data.x1``, ``data.x2``,
+``output.run_dir``) resolve against the folder that holds the config, so a run
+does not depend on the directory it was started from.
+
+Whether the layers fit the data (shapes) and obey the order rules is checked
+separately by :func:`kernelcli.spec.check_architecture`, once the input shape
+is known.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+from ..errors import ConfigError
+from . import _fields as f
+from ._config import (DTYPES, KINDS, LAYOUTS, PARAMETERIZATIONS, Architecture, ComputeSpec,
+                      DataSpec, KernelSpec, OutputSpec, RunConfig)
+from ._parse_layers import parse_layers
+from ._sizes import parse_size
+
+SECTIONS = ("name", "data", "architecture", "kernel", "compute", "output")
+_KEYS = {
+    "data": ("x1", "key", "x2", "x2_key", "layout", "limit"),
+    "architecture": ("parameterization", "layers"),
+    "kernel": ("kinds", "dtype"),
+    "compute": ("memory", "devices", "block"),
+    "output": ("run_dir",),
+}
+_DEFAULT_NAME = "run"  # only when the text has no file to take a name from
+
+
+def load_config(path: Union[str, Path]) -> RunConfig:
+    """Read and validate the YAML run configuration at ``path``.
+
+    Raises ConfigError naming the file when it is missing, unreadable or not
+    valid YAML, and for every mistake in its content.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory; expected a YAML configuration file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: cannot read the configuration file: not UTF-8 text "
+                          f"(byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the configuration file: "
+                          f"{e.strerror or e}") from None
+    absolute = path.absolute()
+    return parse_config(text, base_dir=absolute.parent, source=absolute)
+
+
+def parse_config(text: str, base_dir: Path, source: Optional[Path] = None) -> RunConfig:
+    """Validate the YAML ``text`` of a run configuration.
+
+    ``base_dir`` is the folder relative paths resolve against (the config
+    file's folder). ``source`` is the file the text came from, if any: its name
+    prefixes every error message and its stem is the default ``name``.
+    """
+    source = Path(source) if source is not None else None
+    label = source.name if source is not None else "configuration"
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{label}: not valid YAML{_yaml_where(e)}") from None
+    try:
+        return _build(doc, text, Path(base_dir), source)
+    except ConfigError as e:
+        if source is None:
+            raise
+        raise ConfigError(f"{label}: {e}") from None
+
+
+def _yaml_where(error: yaml.YAMLError) -> str:
+    """`` (line 3, column 7): mapping values are not allowed here``, on one line."""
+    mark = getattr(error, "problem_mark", None)
+    problem = " ".join((getattr(error, "problem", None) or str(error)).split())
+    if mark is None:
+        return f": {problem}"
+    return f" (line {mark.line + 1}, column {mark.column + 1}): {problem}"
+
+
+def _section(doc: dict, name: str) -> dict:
+    value = f.mapping(doc.get(name), name, "a mapping of " + ", ".join(_KEYS[name]))
+    f.check_keys(value, name, _KEYS[name])
+    return value
+
+
+def _build(doc: Any, text: str, base_dir: Path, source: Optional[Path]) -> RunConfig:
+    if doc is None:
+        raise ConfigError(f"the configuration is empty; expected a mapping with the sections "
+                          f"{', '.join(SECTIONS)}")
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{f.show(doc)} is not a configuration; expected a mapping with "
+                          f"the sections {', '.join(SECTIONS)}")
+    f.check_keys(doc, "", SECTIONS, noun="section")
+
+    default_name = source.stem if source is not None else _DEFAULT_NAME
+    # `name:` left empty (null) means the default, as for a whole absent key.
+    raw_name = doc.get("name")
+    name = default_name if raw_name is None else f.string(raw_name, "name", "a run name")
+    return RunConfig(
+        name=name,
+        data=_data(_section(doc, "data"), base_dir),
+        architecture=_architecture(_section(doc, "architecture")),
+        kernel=_kernel(_section(doc, "kernel")),
+        compute=_compute(_section(doc, "compute")),
+        output=_output(_section(doc, "output"), base_dir, name),
+        source=source,
+        text=text,
+    )
+
+
+def _data(d: dict, base_dir: Path) -> DataSpec:
+    if d.get("x1") is None:
+        raise f.fail("data.x1", "missing; expected the path of the input array file "
+                                "(.npy, .npz or .h5)")
+    x2 = d.get("x2")
+    if x2 is None and d.get("x2_key") is not None:
+        raise f.fail("data.x2_key", f"{f.show(d['x2_key'])} is given but data.x2 is null; "
+                                    "expected data.x2 as well, or no x2_key")
+    limit = d.get("limit")
+    return DataSpec(
+        x1=f.file_path(d["x1"], "data.x1", base_dir),
+        key=f.optional_string(d.get("key"), "data.key", "an array name"),
+        x2=None if x2 is None else f.file_path(x2, "data.x2", base_dir),
+        x2_key=f.optional_string(d.get("x2_key"), "data.x2_key", "an array name"),
+        layout=f.choice(d.get("layout", "NHWC"), "data.layout", LAYOUTS, "a layout"),
+        limit=None if limit is None else f.positive_int(limit, "data.limit", "a row count"),
+    )
+
+
+def _architecture(d: dict) -> Architecture:
+    if d.get("layers") is None:
+        raise f.fail("architecture.layers", "missing; expected a list of at least one layer")
+    return Architecture(
+        parameterization=f.choice(d.get("parameterization", "ntk"),
+                                  "architecture.parameterization", PARAMETERIZATIONS,
+                                  "a parameterization"),
+        layers=tuple(parse_layers(d["layers"], "architecture.layers")),
+    )
+
+
+def _kernel(d: dict) -> KernelSpec:
+    kinds = d.get("kinds", list(KINDS))
+    if not isinstance(kinds, list) or not kinds:
+        raise f.fail("kernel.kinds", f"{f.show(kinds)} is not a list of kernel kinds; "
+                                     f"expected a non-empty list of {', '.join(KINDS)}")
+    seen = []
+    for i, kind in enumerate(kinds):
+        kind = f.choice(kind, f"kernel.kinds[{i}]", KINDS, "a kernel kind")
+        if kind in seen:
+            raise f.fail(f"kernel.kinds[{i}]", f"{f.show(kinds[i])} is listed twice; "
+                                               "expected each kind at most once")
+        seen.append(kind)
+    return KernelSpec(
+        kinds=tuple(k for k in KINDS if k in seen),  # canonical order, whatever was written
+        dtype=f.choice(d.get("dtype", "float32"), "kernel.dtype", DTYPES, "a dtype"),
+    )
+
+
+def _compute(d: dict) -> ComputeSpec:
+    memory = d.get("memory", "auto")
+    if isinstance(memory, str) and memory.lower() == "auto":
+        budget = None
+    elif isinstance(memory, bool):  # parse_size would echo Python's True, not YAML's true
+        raise f.fail("compute.memory", f"{f.show(memory)} is not a size; expected auto or a "
+                                       "size such as '8GiB'")
+    else:
+        try:
+            budget = parse_size(memory)
+        except ValueError as e:
+            raise f.fail("compute.memory", f"{e}, or auto") from None
+        if budget == 0:
+            raise f.fail("compute.memory", f"{f.show(memory)} is zero bytes; expected auto "
+                                           "or a positive size such as '8GiB'")
+    return ComputeSpec(
+        memory=budget,
+        devices=f.count_or(d.get("devices", "all"), "compute.devices", "all", "a device count"),
+        block=f.count_or(d.get("block", "auto"), "compute.block", "auto", "a block size"),
+    )
+
+
+def _output(d: dict, base_dir: Path, name: str) -> OutputSpec:
+    run_dir = d.get("run_dir")
+    if run_dir is None:
+        return OutputSpec(run_dir=base_dir / "runs" / name)
+    return OutputSpec(run_dir=f.file_path(run_dir, "output.run_dir", base_dir))

@@ -1,0 +1,64 @@
+"""Byte sizes as users write them: ``"8GiB"``, ``"512 MiB"``, ``"1.5GB"``, ``1000000``.
+
+Decimal units (B, KB, MB, GB, TB) are powers of 1000, binary units (KiB, MiB,
+GiB, TiB) powers of 1024. The unit's letters are read case-insensitively
+(``8gib`` is ``8GiB``) since nobody means millibits in a memory budget.
+
+These helpers raise :class:`ValueError`; callers that know which YAML key or
+command-line option the text came from turn it into their own error.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "tb": 1000 ** 4,
+    "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3, "tib": 1024 ** 4,
+}
+_BINARY = (("TiB", 1024 ** 4), ("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024))
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
+_EXPECTED = "expected a number of bytes such as 1000000, '512MiB', '8GiB' or '1.5GB'"
+
+
+def parse_size(text: str | int) -> int:
+    """Return the number of bytes that ``text`` denotes (a non-negative int).
+
+    An int is taken as bytes. Fractions of a byte are dropped ("1.0001KB" is
+    1000 bytes), since a size here is a budget, not an exact count.
+    Raises ValueError naming the text and the accepted forms.
+    """
+    # bool is an int subclass; YAML `true` is never meant as one byte.
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise ValueError(f"{text!r} is not a size; {_EXPECTED}")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"{text!r} is negative; {_EXPECTED}")
+        return text
+    match = _SIZE.fullmatch(text)
+    unit = match and _UNITS.get(match.group(2).lower())
+    if not match or unit is None:
+        raise ValueError(f"{text!r} is not a size; {_EXPECTED} (units B, KB, MB, GB, TB, "
+                         "KiB, MiB, GiB, TiB)")
+    try:
+        # Decimal keeps "1.1GB" exact where float would give 1099999999.9999998.
+        value = Decimal(match.group(1)) * unit
+    except InvalidOperation:  # pragma: no cover - the regex admits only digits
+        raise ValueError(f"{text!r} is not a size; {_EXPECTED}") from None
+    return int(value.to_integral_value(rounding=ROUND_FLOOR))
+
+
+def format_size(n: int) -> str:
+    """Format ``n`` bytes in the largest binary unit that fits: ``1610612736 -> "1.5 GiB"``.
+
+    Up to two decimals are shown, trailing zeros dropped ("8 GiB", "1.25 MiB").
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{n!r} is not a number of bytes; expected an integer >= 0")
+    for unit, factor in _BINARY:
+        if n >= factor:
+            text = f"{n / factor:.2f}".rstrip("0").rstrip(".")
+            return f"{text} {unit}"
+    return f"{n} B"

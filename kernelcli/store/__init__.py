@@ -1,0 +1,12 @@
+"""The run directory: manifest, one durable tile per completed block, the assembled result.
+
+h5py, numpy and the standard library only (no jax, no click). The design is argued
+in :mod:`kernelcli.store._store`.
+"""
+
+from ._store import RESULT as RESULT
+from ._store import TILES as TILES
+from ._store import RunStore as RunStore
+from ._manifest import MANIFEST as MANIFEST
+
+__all__ = ["MANIFEST", "RESULT", "TILES", "RunStore"]

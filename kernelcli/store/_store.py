@@ -1,0 +1,176 @@
+"""The run directory: a store in which a file's existence is the progress record.
+
+Layout::
+
+    <run_dir>/manifest.json        written once, atomically, when the run starts
+    <run_dir>/tiles/<key>.h5       one per completed block (key = 'r00003c00001')
+    <run_dir>/kernels.h5           the assembled result; its existence = finished
+
+Why this design (and not a journal plus one big HDF5 file):
+
+* HDF5 is not crash-safe: a process killed while a large file is open for writing
+  can leave the whole file unreadable, and with it every block already computed. A
+  small file per block confines the damage of a kill to the block in flight.
+* Each tile is written under a temporary name ``.<name>.<pid>.tmp`` in the same
+  folder, fsynced, then ``os.replace``d and the folder fsynced (:mod:`._atomic`).
+  So a tile under its final name is complete and durable, and the set of final
+  names *is* the progress record. A separate journal could disagree with the tiles
+  (written before a tile that never landed, or lost after one that did); there is
+  nothing to disagree with here. ``resume`` recomputes exactly the missing keys.
+* A kill mid-write leaves only a temporary file; it is ignored by every reader and
+  removed the next time the run is opened (unless its writer is still alive).
+* Keys are pure functions of block coordinates (like zarr chunk keys), so the
+  manifest, which records the plan, fixes which files a run consists of.
+* The result is assembled from the tiles into a temporary file and renamed, so
+  ``kernels.h5`` either does not exist or is whole.
+
+All writes stay inside ``run_dir``; ``overwrite`` removes only the three names
+above, never other files a user keeps there. OS errors become kernelcli errors that
+name the path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from ..errors import RunDirError
+from ._assemble import assemble as _assemble
+from ._atomic import fsync_dir, remove_stale_tmp, storage_error
+from ._manifest import MANIFEST, encode_manifest, read_manifest, write_manifest
+from ._tiles import done_keys as _done_keys
+from ._tiles import read_tile as _read_tile
+from ._tiles import tile_path
+from ._tiles import write_tile as _write_tile
+
+RESULT = "kernels.h5"
+TILES = "tiles"
+
+
+class RunStore:
+    """The files of one run, under ``run_dir``.
+
+    ``RunStore(run_dir)`` touches nothing; use :meth:`create` for a new run and
+    :meth:`open` for an existing one.
+    """
+
+    def __init__(self, run_dir):
+        self.run_dir = Path(run_dir)
+        self._manifest = None
+
+    @property
+    def tiles_dir(self) -> Path:
+        return self.run_dir / TILES
+
+    @property
+    def result_path(self) -> Path:
+        return self.run_dir / RESULT
+
+    @property
+    def finished(self) -> bool:
+        """Whether the assembled result exists (it is renamed into place only when whole)."""
+        return self.result_path.is_file()
+
+    @property
+    def manifest(self) -> dict:
+        if self._manifest is None:
+            self._manifest = read_manifest(self.run_dir)
+        return self._manifest
+
+    @classmethod
+    def open(cls, run_dir) -> "RunStore":
+        """An existing run; :class:`RunDirError` if ``run_dir`` holds none.
+
+        Temporary files left by killed writers are removed.
+        """
+        store = cls(run_dir)
+        store._manifest = read_manifest(store.run_dir)
+        for folder in (store.run_dir, store.tiles_dir):
+            try:
+                remove_stale_tmp(folder)
+            except OSError:
+                pass  # a read-only run can still be inspected; leftovers are ignored anyway
+        return store
+
+    def create(self, manifest: dict, overwrite: bool = False) -> "RunStore":
+        """Start a new run: make the folders and write ``manifest`` (a JSON object).
+
+        Refuses a directory that already holds a run (or its result) unless
+        ``overwrite``, which then removes only kernelcli's own files.
+        """
+        data = encode_manifest(manifest)
+        run_dir = self.run_dir
+        if run_dir.exists() and not run_dir.is_dir():
+            raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+        owned = self._owned_entries()
+        if owned and not overwrite:
+            raise RunDirError(
+                f"{run_dir} already holds a kernelcli run ({', '.join(owned)}); resume it, "
+                f"choose another run directory, or overwrite it"
+            )
+        try:
+            if overwrite:
+                self._remove_owned()
+            self.tiles_dir.mkdir(parents=True, exist_ok=True)
+            fsync_dir(run_dir)
+        except OSError as exc:
+            raise storage_error(exc, run_dir) from None
+        write_manifest(run_dir, data)  # last: a manifest means the run exists
+        self._manifest = json.loads(data)  # exactly what open() will read back
+        return self
+
+    def done_keys(self) -> set[str]:
+        """Keys of the blocks whose tile is complete."""
+        return _done_keys(self.tiles_dir)
+
+    def has(self, key) -> bool:
+        """Whether the tile of ``key`` (a key string or a block) is complete."""
+        key = getattr(key, "key", key)
+        return tile_path(self.tiles_dir, key).is_file()
+
+    def write_tile(self, block, arrays: dict) -> Path:
+        """Store ``arrays`` (kind -> values) as ``block``'s tile, atomically and durably.
+
+        Values per kind: shape ``(r1 - r0, c1 - c0)``, or ``(n_pairs,)`` in the order of
+        ``block.local_pairs()``; a diagonal block's upper triangle is mirrored.
+        """
+        try:
+            self.tiles_dir.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise storage_error(exc, self.tiles_dir) from None
+        return _write_tile(self.tiles_dir, block, arrays)
+
+    def read_tile(self, block, kinds=None) -> dict:
+        """``block``'s arrays, kind -> ``(r1 - r0, c1 - c0)``."""
+        return _read_tile(self.tiles_dir, block, kinds)
+
+    def assemble(self, blocks, n1: int, n2: int, kinds, dtype, symmetric: bool,
+                 attrs: dict) -> Path:
+        """Assemble all tiles into ``kernels.h5`` and return its path.
+
+        Each kind becomes a dataset of shape ``(n1, n2)`` and ``dtype``; ``attrs``
+        (``config``, ``kernelcli_version``, ``data_fingerprint``, ...) become file
+        attributes, non-scalar values as JSON text.
+        """
+        return _assemble(self.result_path, self.tiles_dir, blocks, n1, n2, kinds, dtype,
+                         symmetric, attrs)
+
+    def _owned_entries(self) -> list[str]:
+        owned = [name for name in (MANIFEST, RESULT) if os.path.lexists(self.run_dir / name)]
+        if self.tiles_dir.is_symlink() or self.tiles_dir.is_file() or self.done_keys():
+            owned.append(TILES + "/")
+        return owned
+
+    def _remove_owned(self) -> None:
+        for name in (RESULT, MANIFEST):  # the result first: never a result without a run
+            path = self.run_dir / name
+            if os.path.lexists(path):
+                os.unlink(path)
+        tiles = self.tiles_dir
+        if tiles.is_symlink() or tiles.is_file():
+            os.unlink(tiles)  # never follow a link out of the run directory
+        elif tiles.exists():
+            shutil.rmtree(tiles)
+        remove_stale_tmp(self.run_dir)

@@ -1,0 +1,130 @@
+"""Tiles: one small HDF5 file per completed block, ``tiles/<key>.h5``.
+
+A tile holds one dataset per kernel kind, of shape ``(r1 - r0, c1 - c0)``, and the
+block's ranges as attributes so a tile can never be read into the wrong place. A
+diagonal tile is stored as the full square, its upper triangle mirrored from the
+lower one, so it is exactly symmetric.
+
+Blocks are duck-typed (anything with ``key``, ``r0``, ``r1``, ``c0``, ``c1``,
+``diagonal`` and ``local_pairs()``, i.e. :class:`kernelcli.plan.Block`); the store
+does not import the planner.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from ..errors import ComputeError, RunDirError
+from ._atomic import atomic_path
+
+_TILE = re.compile(r"^(r\d{5}c\d{5})\.h5$")
+_RANGE_ATTRS = ("r0", "r1", "c0", "c1")
+
+
+def tile_path(tiles_dir: Path, key: str) -> Path:
+    if not re.fullmatch(r"r\d{5}c\d{5}", key):
+        raise ValueError(f"tile key {key!r} is not of the form 'r00000c00000'")
+    return Path(tiles_dir) / f"{key}.h5"
+
+
+def done_keys(tiles_dir: Path) -> set[str]:
+    """Keys of the tiles present under their final name, i.e. of the completed blocks."""
+    try:
+        names = os.listdir(tiles_dir)
+    except FileNotFoundError:
+        return set()
+    except OSError as exc:
+        raise RunDirError(f"cannot list {tiles_dir}: {exc.strerror or exc}") from None
+    return {m[1] for m in map(_TILE.match, names) if m is not None}
+
+
+def full_tile(block, values: np.ndarray) -> np.ndarray:
+    """The block's tile, shape ``(r1 - r0, c1 - c0)``, from computed ``values``.
+
+    ``values`` is either the tile itself, shape ``(r1 - r0, c1 - c0)``, or one value
+    per pair of ``block.local_pairs()``, shape ``(n_pairs,)``. For a diagonal block
+    only the lower triangle (diagonal included) is read; the upper is its mirror.
+    """
+    shape = (block.r1 - block.r0, block.c1 - block.c0)
+    values = np.asarray(values)
+    if values.ndim == 1:
+        i, j = block.local_pairs()
+        if values.shape != i.shape:
+            raise ValueError(
+                f"block {block.key} has {i.shape[0]} pairs but {values.shape[0]} values were given"
+            )
+        tile = np.zeros(shape, dtype=values.dtype)
+        tile[i, j] = values
+        if block.diagonal:
+            tile[j, i] = values
+        return tile
+    if values.shape != shape:
+        raise ValueError(
+            f"block {block.key} needs values of shape {shape} or ({block.n_pairs},), "
+            f"got {values.shape}"
+        )
+    if block.diagonal:
+        return np.where(np.tri(shape[0], dtype=bool), values, values.T)
+    return np.ascontiguousarray(values)
+
+
+def write_tile(tiles_dir: Path, block, arrays: dict) -> Path:
+    """Write the tile of ``block`` atomically: once its final name exists, it is complete.
+
+    ``arrays`` maps each kind (``'nngp'``, ``'ntk'``) to values as :func:`full_tile`
+    accepts them.
+    """
+    if not arrays:
+        raise ValueError(f"no arrays given for block {block.key}")
+    tiles = {}
+    for kind, values in arrays.items():
+        if not isinstance(kind, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", kind):
+            raise ValueError(f"kind {kind!r} is not a valid dataset name")
+        tiles[kind] = full_tile(block, values)
+    path = tile_path(tiles_dir, block.key)
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for kind, tile in tiles.items():
+                f.create_dataset(kind, data=tile)
+            for name in _RANGE_ATTRS:
+                f.attrs[name] = int(getattr(block, name))
+            f.attrs["diagonal"] = bool(block.diagonal)
+    return path
+
+
+def read_tile(tiles_dir: Path, block, kinds=None) -> dict:
+    """The arrays of ``block``'s tile, each of shape ``(r1 - r0, c1 - c0)``.
+
+    ``kinds`` restricts (and requires) the kinds read; default all in the file.
+    """
+    path = tile_path(tiles_dir, block.key)
+    if not path.exists():
+        raise ComputeError(f"tile {path} is missing: block {block.key} was not computed")
+    shape = (block.r1 - block.r0, block.c1 - block.c0)
+    try:
+        with h5py.File(path, "r") as f:
+            found = tuple(int(f.attrs.get(name, -1)) for name in _RANGE_ATTRS)
+            wanted = tuple(int(getattr(block, name)) for name in _RANGE_ATTRS)
+            if found != wanted:
+                raise RunDirError(
+                    f"tile {path} covers rows/columns {found}, not block {block.key}'s "
+                    f"{wanted}: the run directory holds tiles of another plan"
+                )
+            names = list(f.keys()) if kinds is None else list(kinds)
+            missing = [k for k in names if k not in f]
+            if missing:
+                raise RunDirError(f"tile {path} has no dataset {missing[0]!r}")
+            out = {kind: f[kind][...] for kind in names}
+    except OSError as exc:
+        raise RunDirError(
+            f"tile {path} is unreadable ({exc}); delete it and resume to recompute it"
+        ) from None
+    for kind, tile in out.items():
+        if tile.shape != shape:
+            raise RunDirError(f"tile {path} dataset {kind!r} has shape {tile.shape}, not {shape}")
+    return out

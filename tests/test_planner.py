@@ -1,0 +1,211 @@
+"""The planner: coverage of the kernel matrix, memory arithmetic, block choice."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernelcli.errors import BudgetError, ConfigError
+from kernelcli.plan import Block, assign, auto_budget, available_ram_bytes, format_size, make_plan
+
+MiB, GiB, TiB = 1024**2, 1024**3, 1024**4
+
+
+def plan(n1, n2=None, *, symmetric=None, bpp=1000, fixed=0, budget=10**9, **kw):
+    n2 = n1 if n2 is None else n2
+    symmetric = (n1 == n2) if symmetric is None else symmetric
+    return make_plan(n1, n2, symmetric=symmetric, bytes_per_pair=bpp, fixed_bytes=fixed,
+                     budget_bytes=budget, kinds=("nngp", "ntk"), itemsize=4, **kw)
+
+
+def pair_counts(p):
+    """How often the plan evaluates each (i, j) of the matrix."""
+    counts = np.zeros((p.n1, p.n2), dtype=np.int64)
+    for b in p.blocks:
+        i, j = b.local_pairs()
+        np.add.at(counts, (b.r0 + i, b.c0 + j), 1)
+    return counts
+
+
+def assert_covers_exactly_once(p):
+    counts = pair_counts(p)
+    expected = np.tril(np.ones_like(counts)) if p.symmetric else np.ones_like(counts)
+    np.testing.assert_array_equal(counts, expected)
+    assert p.pairs_total == expected.sum()
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 63, 64, 65, 130, 200])
+@pytest.mark.parametrize("block", [None, 8, 64, 13])
+def test_symmetric_plan_evaluates_each_lower_triangle_pair_exactly_once(n, block):
+    p = plan(n, symmetric=True, block=block)
+    assert_covers_exactly_once(p)
+    assert all(b.row >= b.col for b in p.blocks)
+    assert all(b.diagonal == (b.row == b.col) for b in p.blocks)
+
+
+@pytest.mark.parametrize("n1, n2", [(1, 1), (5, 300), (300, 5), (65, 129), (130, 64)])
+@pytest.mark.parametrize("block", [None, 8, 64, 13])
+def test_rectangular_plan_evaluates_each_pair_exactly_once(n1, n2, block):
+    p = plan(n1, n2, symmetric=False, block=block)
+    assert_covers_exactly_once(p)
+    assert not any(b.diagonal for b in p.blocks)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n1=st.integers(1, 200), n2=st.integers(1, 200), block=st.integers(1, 80),
+       symmetric=st.booleans())
+def test_any_plan_covers_the_matrix_exactly_once_with_ragged_last_blocks(n1, n2, block, symmetric):
+    if symmetric:
+        n2 = n1
+    p = plan(n1, n2, symmetric=symmetric, block=block)
+    assert_covers_exactly_once(p)
+    assert [(b.row, b.col) for b in p.blocks] == sorted((b.row, b.col) for b in p.blocks)
+    assert len({b.key for b in p.blocks}) == p.blocks_total
+    assert p.batches_total == sum(math.ceil(b.n_pairs / p.pair_batch) for b in p.blocks)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 5000), bpp=st.integers(1, 10**6), fixed=st.integers(0, 10**6),
+       budget=st.integers(1, 10**10))
+def test_auto_sizes_respect_the_budget_and_the_block_rules(n, bpp, fixed, budget):
+    if fixed + bpp > budget:
+        with pytest.raises(BudgetError):
+            plan(n, bpp=bpp, fixed=fixed, budget=budget)
+        return
+    p = plan(n, bpp=bpp, fixed=fixed, budget=budget)
+    assert p.peak_bytes_per_device <= budget
+    largest = max(b.n_pairs for b in p.blocks)
+    # the largest batch that fits, unless a block could not fill it
+    assert p.pair_batch == min((budget - fixed) // bpp, largest)
+    assert p.block % 8 == 0 and p.block <= 1024
+    assert p.block >= 64 or p.blocks_total == 1
+    assert p.block**2 >= p.pair_batch or p.block == 1024 or p.blocks_total == 1
+
+
+def test_data_set_smaller_than_a_block_is_one_block():
+    p = plan(10)
+    assert p.blocks_total == 1
+    assert p.blocks[0] == Block(0, 0, 0, 10, 0, 10, diagonal=True)
+    assert p.pair_batch == 55  # no point batching more than the block's pairs
+
+
+def test_explicit_block_is_used_as_given():
+    p = plan(100, block=30)
+    assert p.block == 30
+    assert [b.r1 for b in p.blocks if b.col == 0] == [30, 60, 90, 100]
+
+
+def test_explicit_pair_batch_that_fits_is_kept():
+    assert plan(100, bpp=10, budget=10**6, pair_batch=17).pair_batch == 17
+
+
+def test_explicit_pair_batch_that_does_not_fit_is_an_error_not_shrunk():
+    with pytest.raises(BudgetError, match=r"`pair_batch` \(=200\).*at most 100 pairs fit"):
+        plan(100, bpp=10, budget=1000, pair_batch=200)
+
+
+def test_budget_error_names_the_smallest_budget_that_works():
+    with pytest.raises(BudgetError) as info:
+        plan(100, bpp=25 * MiB, fixed=GiB, budget=GiB)
+    message = str(info.value)
+    assert "1 GiB" in message and "25 MiB" in message
+    assert f"the smallest budget that works is 1.02 GiB ({GiB + 25 * MiB} bytes)" in message
+    # and that budget does work
+    assert plan(100, bpp=25 * MiB, fixed=GiB, budget=GiB + 25 * MiB).pair_batch == 1
+
+
+def test_seed_case_fits_16_gib_although_the_untiled_call_needs_hundreds_of_tib():
+    bpp = 2 * (32 * 32) ** 2 * 4 * 3  # two kinds, 4-byte covariances, ~3 live arrays
+    p = plan(10000, bpp=bpp, budget=16 * GiB)
+    assert p.untiled_peak_bytes >= 100 * TiB
+    assert p.peak_bytes_per_device <= 16 * GiB
+    assert p.pairs_total == 10000 * 10001 // 2
+    assert p.output_bytes == 10000**2 * 4 * 2
+    assert_covers_exactly_once(plan(1000, bpp=bpp, budget=16 * GiB))
+
+
+def test_to_dict_reports_the_contract_keys_as_json():
+    d = json.loads(json.dumps(plan(300, budget=10**6).to_dict()))
+    for key in ("n1", "n2", "pairs_total", "pair_batch", "blocks_total",
+                "peak_bytes_per_device", "memory_budget_bytes", "untiled_peak_bytes",
+                "output_bytes"):
+        assert isinstance(d[key], int)
+    assert d["pairs_total"] == 300 * 301 // 2
+    assert d["untiled_peak_bytes"] == 300 * 300 * 1000
+    assert d["memory_budget_bytes"] == 10**6
+
+
+def test_symmetric_plan_of_a_rectangle_is_refused():
+    with pytest.raises(ValueError, match="n1 == n2"):
+        plan(10, 20, symmetric=True)
+
+
+@pytest.mark.parametrize("kw, match", [({"block": 0}, "compute.block"),
+                                       ({"devices": 0}, "compute.devices"),
+                                       ({"pair_batch": 0}, "pair_batch"),
+                                       ({"block": 1}, "blocks; at most")])
+def test_bad_knobs_are_config_errors_that_echo_the_value(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        plan(2000, **kw)
+
+
+def test_block_key_is_a_pure_function_of_coordinates():
+    assert Block(3, 1, 192, 256, 64, 128).key == "r00003c00001"
+    assert Block(3, 1, 0, 5, 0, 7).key == Block(3, 1, 192, 256, 64, 128).key
+
+
+def test_local_pairs_are_row_major_and_lower_triangle_on_the_diagonal():
+    i, j = Block(0, 0, 0, 3, 0, 3, diagonal=True).local_pairs()
+    assert list(zip(i.tolist(), j.tolist())) == [(0, 0), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2)]
+    assert i.dtype == np.int32 and j.dtype == np.int32
+    i, j = Block(0, 1, 0, 2, 3, 6).local_pairs()
+    assert list(zip(i.tolist(), j.tolist())) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert Block(0, 1, 0, 2, 3, 6).n_pairs == 6
+
+
+@pytest.mark.parametrize("args", [(0, 0, 5, 5, 0, 3), (0, 0, -1, 3, 0, 3), (1, 0, 0, 3, 0, 3, True),
+                                  (0, 0, 0, 3, 0, 4, True)])
+def test_block_refuses_inconsistent_coordinates(args):
+    with pytest.raises(ValueError):
+        Block(*args)
+
+
+def test_assign_balances_pairs_deterministically_and_keeps_every_block_once():
+    blocks = plan(1000, block=64).blocks
+    parts = assign(blocks, 3)
+    assert parts == assign(blocks, 3)
+    assert sorted((b for part in parts for b in part), key=lambda b: (b.row, b.col)) == list(blocks)
+    loads = [sum(b.n_pairs for b in part) for part in parts]
+    assert max(loads) - min(loads) <= max(b.n_pairs for b in blocks)
+    assert all(part == sorted(part, key=lambda b: (b.row, b.col)) for part in parts)
+    assert assign(blocks[:1], 4)[1:] == [[], [], []]
+
+
+def test_available_ram_reads_mem_available_and_falls_back(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  2048 kB\nMemFree:  1000 kB\nMemAvailable:  1500 kB\n")
+    assert available_ram_bytes(str(meminfo)) == 1500 * 1024
+    assert available_ram_bytes(str(tmp_path / "absent")) > 0
+    assert available_ram_bytes() > 0
+
+
+def test_auto_budget_keeps_a_headroom():
+    assert auto_budget(10 * GiB) == 8 * GiB
+    assert auto_budget(GiB) == 512 * MiB
+    assert auto_budget(100 * MiB) == 0
+
+
+def test_format_size_is_human_readable():
+    assert [format_size(n) for n in (0, 1023, 1536, 16 * GiB, 381 * TiB)] == [
+        "0 B", "1023 B", "1.5 KiB", "16 GiB", "381 TiB"]
+
+
+def test_planner_imports_neither_jax_nor_h5py():
+    code = "import sys, kernelcli.plan; print(sorted({'jax', 'h5py'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
