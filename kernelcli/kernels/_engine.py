@@ -19,6 +19,7 @@ shapes fixed (pad the last batch) so a long run compiles once.
 
 from __future__ import annotations
 
+import os
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
@@ -68,6 +69,9 @@ class KernelFn:
         self._exact = self.dtype == np.float64
         self._want_ntk = "ntk" in self.kinds
         self._check_output_is_flat()
+        self.cov_elements = self._max_cov_elements()
+        chunk_bytes = int(os.environ.get("KERNELCLI_CHUNK_BYTES", 4 << 20))
+        self.chunk = max(1, chunk_bytes // (self.cov_elements * self.dtype.itemsize))
         self._stats_jit = jax.jit(self._stats_fn)
         self._pairs_jit = jax.jit(self._pairs_fn)
 
@@ -77,28 +81,78 @@ class KernelFn:
         state = forward(self.arch.layers, state, variances, self._standard, self._exact)
         out = {"nngp": state.nngp}
         if self._want_ntk:
-            out["ntk"] = state.ntk
+            out["ntk"] = jnp.broadcast_to(state.ntk, state.nngp.shape)
         return {k: out[k] for k in self.kinds}
 
-    def _stats_fn(self, x):
+    def _self_fn(self, x):
         rec = SelfVariances()
         out = self._run(x, x, rec)
         return tuple(rec.recorded), out
 
+    def _stats_fn(self, x):
+        def one(xi):  # one input's self pair, chunked like ``_pairs_fn``
+            v, out = self._self_fn(xi[None])
+            return tuple(a[0] for a in v), {k: a[0] for k, a in out.items()}
+
+        return jax.lax.map(one, x, batch_size=min(self.chunk, x.shape[0]))
+
     def _pairs_fn(self, x1, v1, x2, v2, i, j):
-        va = tuple(v[i] for v in v1)
-        vb = tuple(v[j] for v in v2)
-        return self._run(x1[i], x2[j], PairVariances(va, vb))
+        def one(ij):  # one pair; lax.map vmaps it over chunks of ``self.chunk`` pairs
+            a, b = ij[0][None], ij[1][None]
+            va = tuple(v[a] for v in v1)
+            vb = tuple(v[b] for v in v2)
+            out = self._run(x1[a], x2[b], PairVariances(va, vb))
+            return {k: v[0] for k, v in out.items()}
+
+        # Chunks keep the working set (a few covariances per pair) cache-sized and
+        # the temporaries allocated once per call, whatever the pair batch.
+        return jax.lax.map(one, (i, j), batch_size=min(self.chunk, i.shape[0]))
 
     def _check_output_is_flat(self):
-        shape = jax.eval_shape(self._stats_fn, jax.ShapeDtypeStruct((1,) + self.input_shape,
-                                                                     self.dtype))[1]
+        shape = jax.eval_shape(self._self_fn, jax.ShapeDtypeStruct((1,) + self.input_shape,
+                                                                    self.dtype))[1]
         for kind, s in shape.items():
             if s.shape != (1,):
                 raise ConfigError(
                     "architecture.layers: the network's output still has spatial axes "
                     f"(per-example kernel shape {s.shape[1:]}); end it with flatten or "
                     "global_avg_pool (and usually a dense readout)")
+
+    def _max_cov_elements(self) -> int:
+        """Largest number of covariance entries one pair holds in any layer."""
+        if len(self.input_shape) != 3:
+            return 1
+        h, w = self.input_shape[:2]
+        return (h * w) ** 2 if self.full_cov else h * w
+
+    @property
+    def variance_shapes(self) -> Tuple[Tuple[int, ...], ...]:
+        """Per-example shape of each recorded variance, e.g. ``((32, 32), (16, 16))``."""
+        spec = jax.ShapeDtypeStruct((1,) + self.input_shape, self.dtype)
+        return tuple(s.shape[1:] for s in jax.eval_shape(self._self_fn, spec)[0])
+
+    @property
+    def live_bytes_per_pair(self) -> int:
+        """Bytes that must be alive per pair: each kind's covariance in and out of a layer."""
+        arrays = 2 * (2 if self._want_ntk else 1)
+        return arrays * self.cov_elements * self.dtype.itemsize
+
+    def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int) -> int:
+        """XLA's own peak estimate (bytes) for one ``pairs`` call with blocks of
+        ``n_rows`` / ``n_cols`` examples and ``pair_batch`` pairs: arguments,
+        outputs and temporaries of the compiled program."""
+        def spec(shape):
+            return jax.ShapeDtypeStruct(shape, self.dtype)
+
+        v = self.variance_shapes
+        args = (spec((n_rows,) + self.input_shape), tuple(spec((n_rows,) + t) for t in v),
+                spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v),
+                jax.ShapeDtypeStruct((pair_batch,), jnp.int32),
+                jax.ShapeDtypeStruct((pair_batch,), jnp.int32))
+        m = self._pairs_jit.lower(*args).compile().memory_analysis()
+        if m is None:  # backend without memory analysis: fall back to the live-tensor count
+            return 3 * pair_batch * self.live_bytes_per_pair
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
 
     # -- public API -------------------------------------------------------
     def _cast(self, x):

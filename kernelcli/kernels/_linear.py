@@ -22,7 +22,8 @@ def input_state(x1, x2, full: bool, want_ntk: bool) -> State:
 
     ``x1``, ``x2``: ``(P, H, W, C)`` images or ``(P, D)`` vectors, row p of each
     forming pair p. Returns ``nngp`` of shape ``(P, H, H', W, W')`` if ``full``,
-    ``(P, H, W)`` for images otherwise, ``(P,)`` for vectors; ``ntk`` is zero.
+    ``(P, H, W)`` for images otherwise, ``(P,)`` for vectors; ``ntk`` is the
+    scalar ``0.0`` (or ``None`` when the NTK is not wanted).
     """
     c = x1.shape[-1]
     if x1.ndim == 2:
@@ -34,8 +35,17 @@ def input_state(x1, x2, full: bool, want_ntk: bool) -> State:
     else:
         nngp = jnp.einsum("phwc,phwc->phw", x1, x2) / c
         spatial = True
-    ntk = jnp.zeros_like(nngp) if want_ntk else None
+    # The raw input has no parameters: its NTK is exactly zero. A scalar zero
+    # keeps the first layer from convolving an all-zero covariance.
+    ntk = 0.0 if want_ntk else None
     return State(nngp=nngp, ntk=ntk, full=full and spatial, spatial=spatial, channels=c)
+
+
+def map_ntk(state: State, f):
+    """``f(state.ntk)``, unless the NTK is absent (None) or still the input's scalar zero."""
+    if state.ntk is None or isinstance(state.ntk, float):
+        return state.ntk
+    return f(state.ntk)
 
 
 def _affine(state: State, mean_nngp, mean_ntk, W_std, b_std, fan_in, standard, width):
@@ -62,7 +72,7 @@ def conv(state: State, layer: Conv, standard: bool) -> State:
     def a(x):
         return conv_cov(x, layer.filter, layer.strides, layer.padding, state.full)
 
-    ntk = None if state.ntk is None else a(state.ntk)
+    ntk = map_ntk(state, a)
     fan_in = state.channels * layer.filter[0] * layer.filter[1]
     return _affine(state, a(state.nngp), ntk, layer.W_std, layer.b_std,
                    fan_in, standard, layer.width)
@@ -72,7 +82,7 @@ def avg_pool(state: State, layer: AvgPool) -> State:
     def a(x):
         return avg_pool_cov(x, layer.window, layer.strides, layer.padding)
 
-    return state.replace(nngp=a(state.nngp), ntk=None if state.ntk is None else a(state.ntk))
+    return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a))
 
 
 def global_avg_pool(state: State) -> State:
@@ -80,7 +90,7 @@ def global_avg_pool(state: State) -> State:
     def a(x):
         return jnp.mean(x, axis=(1, 2, 3, 4))
 
-    return state.replace(nngp=a(state.nngp), ntk=None if state.ntk is None else a(state.ntk),
+    return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a),
                          spatial=False, full=False)
 
 
@@ -93,5 +103,5 @@ def flatten(state: State) -> State:
         return jnp.mean(diagonal(x, state.full), axis=(1, 2))
 
     h, w = state.hw
-    return state.replace(nngp=a(state.nngp), ntk=None if state.ntk is None else a(state.ntk),
+    return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a),
                          spatial=False, full=False, channels=state.channels * h * w)

@@ -57,7 +57,9 @@ def to_diagonal(state: State) -> State:
     """Drop the off-diagonal spatial covariance once no pooling layer needs it."""
     if not (state.spatial and state.full):
         return state
-    ntk = None if state.ntk is None else diagonal(state.ntk, True)
+    ntk = state.ntk
+    if ntk is not None and not isinstance(ntk, float):
+        ntk = diagonal(ntk, True)
     return state.replace(nngp=diagonal(state.nngp, True), ntk=ntk, full=False)
 
 

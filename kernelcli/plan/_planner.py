@@ -56,6 +56,7 @@ class Plan:
     budget_bytes: int
     devices: int
     blocks: tuple
+    untiled_bytes_per_pair: int = 0
 
     @property
     def pairs_total(self) -> int:
@@ -77,8 +78,11 @@ class Plan:
 
     @property
     def untiled_peak_bytes(self) -> int:
-        """What one call over the whole ``n1 x n2`` square at once would need."""
-        return self.fixed_bytes + self.n1 * self.n2 * self.bytes_per_pair
+        """What one call over the whole ``n1 x n2`` square at once would need: every
+        pair's covariance materialised together (``untiled_bytes_per_pair`` each,
+        when the caller knows it, else ``bytes_per_pair``)."""
+        per_pair = self.untiled_bytes_per_pair or self.bytes_per_pair
+        return self.fixed_bytes + self.n1 * self.n2 * per_pair
 
     @property
     def output_bytes(self) -> int:
@@ -119,6 +123,7 @@ def make_plan(
     block: int | None = None,
     pair_batch: int | None = None,
     devices: int = 1,
+    untiled_bytes_per_pair: int = 0,
 ) -> Plan:
     """Plan the computation of an ``(n1, n2)`` kernel matrix within ``budget_bytes`` per device.
 
@@ -181,6 +186,7 @@ def make_plan(
         n1=n1, n2=n2, symmetric=bool(symmetric), block=edge, pair_batch=pair_batch,
         kinds=kinds, itemsize=itemsize, bytes_per_pair=bytes_per_pair,
         fixed_bytes=fixed_bytes, budget_bytes=budget_bytes, devices=devices, blocks=blocks,
+        untiled_bytes_per_pair=int(untiled_bytes_per_pair),
     )
 
 

@@ -1,0 +1,55 @@
+"""Progress on stderr: a live bar on a terminal, a line per few percent otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class ProgressPrinter:
+    """Callable taking :class:`kernelcli.run.Progress`; ``stream`` defaults to stderr.
+
+    On a terminal it redraws one line (at most 5 times a second); otherwise it
+    prints a line each time another ``step`` percent is done, so logs stay short.
+    """
+
+    def __init__(self, name: str, stream=None, step: float = 5.0):
+        self.name = name
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.step = step
+        self._last_draw = 0.0
+        self._last_pct = -1.0
+
+    def line(self, p) -> str:
+        pct = 100.0 * p.pairs_done / max(p.pairs_total, 1)
+        rate = p.pairs_this_run / p.elapsed if p.elapsed > 0 else 0.0
+        left = p.pairs_total - p.pairs_done
+        eta = _duration(left / rate) if rate > 0 else "--:--"
+        width = 24
+        filled = int(width * pct / 100)
+        bar = "#" * filled + "-" * (width - filled)
+        return (f"{self.name} [{bar}] {pct:5.1f}%  pairs {p.pairs_done:,}/{p.pairs_total:,}  "
+                f"blocks {p.blocks_done}/{p.blocks_total}  {rate:,.1f} pairs/s  "
+                f"elapsed {_duration(p.elapsed)}  ETA {eta}")
+
+    def __call__(self, p) -> None:
+        pct = 100.0 * p.pairs_done / max(p.pairs_total, 1)
+        finished = p.pairs_done >= p.pairs_total
+        if self.tty:
+            now = time.monotonic()
+            if finished or now - self._last_draw >= 0.2:
+                self._last_draw = now
+                self.stream.write("\r" + self.line(p) + ("\n" if finished else ""))
+                self.stream.flush()
+        elif finished or pct >= self._last_pct + self.step or self._last_pct < 0:
+            self._last_pct = pct - pct % self.step
+            self.stream.write(self.line(p) + "\n")
+            self.stream.flush()
