@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Tuple
 
@@ -76,7 +77,8 @@ def optional_string(value: Any, path: str, expected: str) -> Optional[str]:
 def file_path(value: Any, path: str, base_dir: Path) -> Path:
     """A path, resolved against ``base_dir`` (the config file's folder) when relative."""
     p = Path(string(value, path, "a file path")).expanduser()
-    return p if p.is_absolute() else base_dir / p
+    # normpath: "configs/../runs/x" reads as "runs/x" in messages and output
+    return Path(os.path.normpath(p if p.is_absolute() else base_dir / p))
 
 
 def choice(value: Any, path: str, choices: Sequence[str], noun: str) -> str:

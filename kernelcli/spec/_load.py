@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import os
 import yaml
 
 from ..errors import ConfigError
@@ -194,5 +195,5 @@ def _compute(d: dict) -> ComputeSpec:
 def _output(d: dict, base_dir: Path, name: str) -> OutputSpec:
     run_dir = d.get("run_dir")
     if run_dir is None:
-        return OutputSpec(run_dir=base_dir / "runs" / name)
+        return OutputSpec(run_dir=Path(os.path.normpath(base_dir / "runs" / name)))
     return OutputSpec(run_dir=f.file_path(run_dir, "output.run_dir", base_dir))
