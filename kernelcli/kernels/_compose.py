@@ -15,9 +15,42 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from jax import lax
+
 from ..spec import _layers as L
 from . import _linear, _nonlinear
 from ._state import State, to_diagonal
+
+
+def _by_rows(f, state: State, v1, v2) -> State:
+    """Apply the pointwise map ``f(state, v1, v2)`` one row ``h`` of a full
+    covariance at a time, in place.
+
+    A nonlinearity is a chain of elementwise operations with expensive links
+    (sqrt, divide) that XLA's CPU backend will not duplicate, so it splits the
+    chain into several loops, each writing a full intermediate. On a row slab
+    (``(P, 1, H', W, W')``, 128 KiB at 32x32) those intermediates stay in the
+    core's L2 cache instead of streaming through memory.
+    """
+    if not (state.spatial and state.full) or state.nngp.shape[1] == 1:
+        return f(state, v1, v2)
+    has_ntk = state.ntk is not None
+
+    def body(r, carry):
+        def rows(a):
+            return lax.dynamic_slice_in_dim(a, r, 1, axis=1)
+
+        nngp, ntk = carry
+        out = f(state.replace(nngp=rows(nngp), ntk=rows(ntk) if has_ntk else None),
+                rows(v1), v2)
+        nngp = lax.dynamic_update_slice_in_dim(nngp, out.nngp, r, axis=1)
+        if has_ntk:
+            ntk = lax.dynamic_update_slice_in_dim(ntk, out.ntk, r, axis=1)
+        return nngp, ntk
+
+    nngp, ntk = lax.fori_loop(0, state.nngp.shape[1], body,
+                              (state.nngp, state.ntk if has_ntk else state.nngp))
+    return state.replace(nngp=nngp, ntk=ntk if has_ntk else None)
 
 
 def contains_pool(layers: Sequence) -> bool:
@@ -67,16 +100,21 @@ def _apply(layer, state: State, variances, standard: bool, exact: bool) -> State
         ntk = None if state.ntk is None else state.ntk + branch.ntk
         return branch.replace(nngp=state.nngp + branch.nngp, ntk=ntk)
     v1, v2 = variances(state)
+    return _by_rows(_pointwise(layer, exact), state, v1, v2)
+
+
+def _pointwise(layer, exact: bool):
+    """The map ``(state, v1, v2) -> state`` of a nonlinearity or ``layer_norm``."""
     if isinstance(layer, L.Relu):
-        return _nonlinear.abrelu(state, v1, v2, 0.0, 1.0, exact)
+        return lambda s, v1, v2: _nonlinear.abrelu(s, v1, v2, 0.0, 1.0, exact)
     if isinstance(layer, L.ABRelu):
-        return _nonlinear.abrelu(state, v1, v2, layer.a, layer.b, exact)
+        return lambda s, v1, v2: _nonlinear.abrelu(s, v1, v2, layer.a, layer.b, exact)
     if isinstance(layer, L.Erf):
-        return _nonlinear.erf(state, v1, v2, exact)
+        return lambda s, v1, v2: _nonlinear.erf(s, v1, v2, exact)
     if isinstance(layer, L.Gelu):
-        return _nonlinear.gelu(state, v1, v2, exact)
+        return lambda s, v1, v2: _nonlinear.gelu(s, v1, v2, exact)
     if isinstance(layer, L.LayerNorm):
-        return _nonlinear.layer_norm(state, v1, v2)
+        return _nonlinear.layer_norm
     raise TypeError(f"no kernel map for layer {layer!r}")  # unreachable after spec checks
 
 

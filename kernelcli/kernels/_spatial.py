@@ -61,10 +61,34 @@ def _taps(x, axes: Sequence[int], k: int, s: int, n_out: int):
     return total * (1.0 / k)
 
 
+def _shifted(x, axes: Sequence[int], d: int):
+    """``x`` shifted by ``d`` along every axis in ``axes`` (out-of-range reads are 0):
+    ``y[..., p, ...] = x[..., p + d, ...]``. A pad of a slice, which XLA fuses
+    into its consumer without materialising a padded copy of ``x``."""
+    if d == 0:
+        return x
+    start, limit = [0] * x.ndim, list(x.shape)
+    config = [(0, 0, 0)] * x.ndim
+    for a in axes:
+        n = x.shape[a]
+        if d > 0:
+            start[a], config[a] = d, (0, d, 0)
+        else:
+            limit[a], config[a] = n + d, (-d, 0, 0)
+    return lax.pad(lax.slice(x, start, limit), jnp.zeros((), x.dtype), config)
+
+
 def joint_window(x, axes: Sequence[int], k: int, s: int, padding: str):
     """One axis of a convolution: all of ``axes`` (an image's axis in both
     inputs, or one axis of a diagonal covariance) shift together."""
     size = x.shape[axes[0]]
+    if s == 1 and padding == "SAME":  # the common case, without a padded copy
+        lo, _ = pads(size, k, s, padding)
+        total = None
+        for t in range(k):
+            piece = _shifted(x, axes, t - lo)
+            total = piece if total is None else total + piece
+        return total * (1.0 / k)
     n_out = out_size(size, k, s, padding)
     x = _pad(x, axes, pads(size, k, s, padding), padding)
     return _taps(x, axes, k, s, n_out)
