@@ -19,7 +19,8 @@ from jax import lax
 
 from ..spec import _layers as L
 from . import _linear, _nonlinear
-from ._state import State, to_diagonal
+from ._fused import conv_pointwise
+from ._state import PairVariances, State, to_diagonal
 
 
 def _by_rows(f, state: State, v1, v2) -> State:
@@ -122,8 +123,17 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
             top: bool = True) -> State:
     """Apply ``layers`` in order; at top level, drop to the diagonal after the last pool."""
     last = last_pool_index(layers) if top else None
-    for k, layer in enumerate(layers):
-        state = _apply(layer, state, variances, standard, exact)
+    k = 0
+    while k < len(layers):
+        layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
+        if (isinstance(layer, L.Conv) and isinstance(after, L.NONLINEARITIES + (L.LayerNorm,))
+                and state.full and isinstance(variances, PairVariances)):
+            v1, v2 = variances(state)
+            state = conv_pointwise(state, layer, _pointwise(after, exact), v1, v2, standard)
+            k += 1  # the nonlinearity is done too
+        else:
+            state = _apply(layer, state, variances, standard, exact)
         if top and k == last:
             state = to_diagonal(state)
+        k += 1
     return state

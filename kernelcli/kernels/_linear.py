@@ -48,7 +48,7 @@ def map_ntk(state: State, f):
     return f(state.ntk)
 
 
-def _affine(state: State, mean_nngp, mean_ntk, W_std, b_std, fan_in, standard, width):
+def affine(state: State, mean_nngp, mean_ntk, W_std, b_std, fan_in, standard, width):
     nngp = W_std ** 2 * mean_nngp
     if b_std is not None:
         nngp = nngp + b_std ** 2
@@ -64,7 +64,7 @@ def _affine(state: State, mean_nngp, mean_ntk, W_std, b_std, fan_in, standard, w
 
 
 def dense(state: State, layer: Dense, standard: bool) -> State:
-    return _affine(state, state.nngp, state.ntk, layer.W_std, layer.b_std,
+    return affine(state, state.nngp, state.ntk, layer.W_std, layer.b_std,
                    state.channels, standard, layer.width)
 
 
@@ -74,7 +74,7 @@ def conv(state: State, layer: Conv, standard: bool) -> State:
 
     ntk = map_ntk(state, a)
     fan_in = state.channels * layer.filter[0] * layer.filter[1]
-    return _affine(state, a(state.nngp), ntk, layer.W_std, layer.b_std,
+    return affine(state, a(state.nngp), ntk, layer.W_std, layer.b_std,
                    fan_in, standard, layer.width)
 
 

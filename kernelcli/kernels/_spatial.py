@@ -45,22 +45,6 @@ def _pad(x, axes: Sequence[int], lo_hi: Tuple[int, int], padding: str):
     return jnp.pad(x, width)
 
 
-def _taps(x, axes: Sequence[int], k: int, s: int, n_out: int):
-    """Mean over t < k of ``x`` shifted by ``t`` jointly along ``axes``, strided by ``s``."""
-    total = None
-    for t in range(k):
-        start = [0] * x.ndim
-        limit = list(x.shape)
-        strides = [1] * x.ndim
-        for a in axes:
-            start[a] = t
-            limit[a] = t + (n_out - 1) * s + 1
-            strides[a] = s
-        piece = lax.slice(x, start, limit, strides)
-        total = piece if total is None else total + piece
-    return total * (1.0 / k)
-
-
 def _shifted(x, axes: Sequence[int], d: int):
     """``x`` shifted by ``d`` along every axis in ``axes`` (out-of-range reads are 0):
     ``y[..., p, ...] = x[..., p + d, ...]``. A pad of a slice, which XLA fuses
@@ -78,20 +62,36 @@ def _shifted(x, axes: Sequence[int], d: int):
     return lax.pad(lax.slice(x, start, limit), jnp.zeros((), x.dtype), config)
 
 
+def tap(x, axes: Sequence[int], t: int, k: int, s: int, padding: str):
+    """Tap ``t`` of a ``k``-tap window at stride ``s``, jointly along ``axes``:
+    ``y[o] = x[o*s - low + t]`` with zero (SAME, VALID) or wrapped (CIRCULAR)
+    reads outside the array; ``o`` runs over the output positions."""
+    size = x.shape[axes[0]]
+    n_out = out_size(size, k, s, padding)
+    lo, hi = pads(size, k, s, padding)
+    if s == 1 and padding != "CIRCULAR":
+        y = _shifted(x, axes, t - lo)
+        if n_out == size:
+            return y
+        start, limit = [0] * x.ndim, list(x.shape)
+        for a in axes:
+            limit[a] = n_out
+        return lax.slice(y, start, limit)
+    xp = _pad(x, axes, (lo, hi), padding)
+    start, limit, strides = [0] * x.ndim, list(xp.shape), [1] * x.ndim
+    for a in axes:
+        start[a], limit[a], strides[a] = t, t + (n_out - 1) * s + 1, s
+    return lax.slice(xp, start, limit, strides)
+
+
 def joint_window(x, axes: Sequence[int], k: int, s: int, padding: str):
     """One axis of a convolution: all of ``axes`` (an image's axis in both
     inputs, or one axis of a diagonal covariance) shift together."""
-    size = x.shape[axes[0]]
-    if s == 1 and padding == "SAME":  # the common case, without a padded copy
-        lo, _ = pads(size, k, s, padding)
-        total = None
-        for t in range(k):
-            piece = _shifted(x, axes, t - lo)
-            total = piece if total is None else total + piece
-        return total * (1.0 / k)
-    n_out = out_size(size, k, s, padding)
-    x = _pad(x, axes, pads(size, k, s, padding), padding)
-    return _taps(x, axes, k, s, n_out)
+    total = None
+    for t in range(k):
+        piece = tap(x, axes, t, k, s, padding)
+        total = piece if total is None else total + piece
+    return total * (1.0 / k)
 
 
 def conv_cov(x, filt: Tuple[int, int], strides: Tuple[int, int], padding: str, full: bool):

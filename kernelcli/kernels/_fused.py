@@ -1,0 +1,70 @@
+"""A convolution and the nonlinearity after it, one output row at a time.
+
+On a full covariance ``(P, H, H', W, W')`` a convolution is a few streaming
+passes over arrays of ``(H*W)^2`` entries per pair (4 MiB at 32x32 in float32),
+and the nonlinearity after it another few: memory traffic, not arithmetic,
+would set the pace. Output row ``h`` of the convolution needs only input rows
+``h*s - low + t`` (``t < k``), so both layers can run row by row: the input
+rows and every intermediate (128 KiB at 32x32) stay in the core's cache, and
+each layer reads its input and writes its output once.
+
+Used for pair evaluations only: the per-input pass reads each nonlinearity's
+variances off the convolution's whole output, so it runs layer by layer.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from ..spec._layers import Conv
+from ._linear import affine, map_ntk
+from ._spatial import joint_window, out_size, pads, tap
+from ._state import State
+
+
+def _conv_row(x, r, layer: Conv):
+    """Row ``r`` of the joint-shift mean of ``x`` (``(P, H, H', W, W')``):
+    ``(P, 1, Ho', Wo, Wo')``."""
+    size = x.shape[1]
+    k, s = layer.filter[0], layer.strides[0]
+    lo, _ = pads(size, k, s, layer.padding)
+    total = None
+    for t in range(k):
+        q = r * s - lo + t
+        if layer.padding == "CIRCULAR":
+            row = lax.dynamic_slice_in_dim(x, q % size, 1, axis=1)
+        else:
+            inside = (q >= 0) & (q < size)
+            row = lax.dynamic_slice_in_dim(x, jnp.clip(q, 0, size - 1), 1, axis=1)
+            row = jnp.where(inside, row, jnp.zeros((), x.dtype))
+        row = tap(row, (2,), t, k, s, layer.padding)
+        total = row if total is None else total + row
+    total = total * (1.0 / k)
+    return joint_window(total, (3, 4), layer.filter[1], layer.strides[1], layer.padding)
+
+
+def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool) -> State:
+    """``pointwise(conv(state))`` computed row by row; ``v1``: ``(P, Ho, Wo)``,
+    ``v2``: ``(P, Ho', Wo')`` are the nonlinearity's per-input variances."""
+    h = state.nngp.shape[1]
+    ho = out_size(h, layer.filter[0], layer.strides[0], layer.padding)
+    wo = out_size(state.nngp.shape[3], layer.filter[1], layer.strides[1], layer.padding)
+    shape = state.nngp.shape[:1] + (ho, ho, wo, wo)
+    fan_in = state.channels * layer.filter[0] * layer.filter[1]
+    has_ntk = state.ntk is not None
+
+    def body(r, carry):
+        nngp, ntk = carry
+        mean_ntk = map_ntk(state, lambda a: _conv_row(a, r, layer))
+        row = affine(state, _conv_row(state.nngp, r, layer), mean_ntk, layer.W_std,
+                     layer.b_std, fan_in, standard, layer.width)
+        row = pointwise(row, lax.dynamic_slice_in_dim(v1, r, 1, axis=1), v2)
+        nngp = lax.dynamic_update_slice_in_dim(nngp, row.nngp, r, axis=1)
+        if has_ntk:
+            ntk = lax.dynamic_update_slice_in_dim(ntk, row.ntk, r, axis=1)
+        return nngp, ntk
+
+    zeros = jnp.zeros(shape, state.nngp.dtype)
+    nngp, ntk = lax.fori_loop(0, ho, body, (zeros, zeros if has_ntk else zeros[:, :0]))
+    return state.replace(nngp=nngp, ntk=ntk if has_ntk else None, channels=layer.width)
