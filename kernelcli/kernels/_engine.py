@@ -30,7 +30,8 @@ from ..errors import ConfigError
 from ..spec._config import Architecture
 from ._compose import contains_pool, count_variance_layers, forward
 from ._linear import input_state
-from ._state import PairVariances, SelfVariances
+from ._state import PairVariances, SelfVariances, State
+from ..spec._layers import Flatten
 
 
 class Stats(NamedTuple):
@@ -69,6 +70,9 @@ class KernelFn:
         self._exact = self.dtype == np.float64
         self._want_ntk = "ntk" in self.kinds
         self._check_output_is_flat()
+        # Networks that flatten the raw input first (or take vectors) depend on a pair
+        # only through the inputs' dot product: a block's Gram matrix is one GEMM.
+        self.flat_input = len(self.input_shape) == 1 or isinstance(arch.layers[0], Flatten)
         self.cov_elements = self._max_cov_elements()
         chunk_bytes = int(os.environ.get("KERNELCLI_CHUNK_BYTES", 4 << 20))
         self.chunk = max(1, chunk_bytes // (self.cov_elements * self.dtype.itemsize))
@@ -79,10 +83,7 @@ class KernelFn:
     def _run(self, xa, xb, variances):
         state = input_state(xa, xb, self.full_cov, self._want_ntk)
         state = forward(self.arch.layers, state, variances, self._standard, self._exact)
-        out = {"nngp": state.nngp}
-        if self._want_ntk:
-            out["ntk"] = jnp.broadcast_to(state.ntk, state.nngp.shape)
-        return {k: out[k] for k in self.kinds}
+        return self._outputs(state)
 
     def _self_fn(self, x):
         rec = SelfVariances()
@@ -97,6 +98,9 @@ class KernelFn:
         return jax.lax.map(one, x, batch_size=min(self.chunk, x.shape[0]))
 
     def _pairs_fn(self, x1, v1, x2, v2, i, j):
+        if self.flat_input:
+            return self._flat_pairs_fn(x1, v1, x2, v2, i, j)
+
         def one(ij):  # one pair; lax.map vmaps it over chunks of ``self.chunk`` pairs
             a, b = ij[0][None], ij[1][None]
             va = tuple(v[a] for v in v1)
@@ -107,6 +111,28 @@ class KernelFn:
         # Chunks keep the working set (a few covariances per pair) cache-sized and
         # the temporaries allocated once per call, whatever the pair batch.
         return jax.lax.map(one, (i, j), batch_size=min(self.chunk, i.shape[0]))
+
+    def _flat_pairs_fn(self, x1, v1, x2, v2, i, j):
+        """Pairs of a network whose first layer flattens the input: ``x1 @ x2.T / d``
+        for the block (one matrix multiply), then the layers on the gathered entries."""
+        d = int(np.prod(self.input_shape))
+        gram = jnp.matmul(x1.reshape(x1.shape[0], d), x2.reshape(x2.shape[0], d).T,
+                          precision="highest") / d
+        state = State(nngp=gram[i, j], ntk=0.0 if self._want_ntk else None,
+                      full=False, spatial=False, channels=d)
+        layers = self.arch.layers
+        if isinstance(layers[0], Flatten):
+            layers = layers[1:]
+        va = tuple(v[i] for v in v1)
+        vb = tuple(v[j] for v in v2)
+        state = forward(layers, state, PairVariances(va, vb), self._standard, self._exact)
+        return self._outputs(state)
+
+    def _outputs(self, state):
+        out = {"nngp": state.nngp}
+        if self._want_ntk:
+            out["ntk"] = jnp.broadcast_to(state.ntk, state.nngp.shape)
+        return {k: out[k] for k in self.kinds}
 
     def _check_output_is_flat(self):
         shape = jax.eval_shape(self._self_fn, jax.ShapeDtypeStruct((1,) + self.input_shape,
@@ -219,6 +245,8 @@ class KernelFn:
         res = {k: np.empty(total, self.dtype) for k in self.kinds}
         if total == 0:
             return res
+        if self.flat_input:  # the Gram matrix is per call: make calls few
+            pair_batch = max(pair_batch, 1 << 22)
         pair_batch = max(1, min(pair_batch, total))
         x1c, x2c = self._cast(x1), self._cast(x2)
         v1 = tuple(map(self._cast, s1.variances))

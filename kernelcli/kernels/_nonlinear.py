@@ -26,7 +26,14 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     """``a*min(x,0) + b*max(x,0)``; ReLU is ``a=0, b=1`` (arc-cosine kernel of order 1)."""
     c = state.nngp
     p1, p2 = outer(v1, v2, state)
-    sq = _safe_sqrt(p1 * p2 - c * c)                   # sqrt(v1 v2) sin(theta)
+    # sqrt(v1 v2) sin(theta) = sqrt((s - |c|)(s + |c|)), s = sqrt(v1 v2). Not the
+    # textbook sqrt(v1 v2 - c^2): a fused multiply-add may evaluate that as
+    # v1 v2 - round(c^2), which is not 0 where it must be (an input with itself,
+    # c = v1 = v2), giving an angle of ~sqrt(eps) instead of 0. sqrt(round(v*v)) is v
+    # exactly, so here the difference is exactly 0 there.
+    s = jnp.sqrt(p1 * p2)
+    ac = jnp.abs(c)
+    sq = _safe_sqrt((s - ac) * (s + ac))
     theta = atan2_nonneg(sq, c, exact)
     factor = (a - b) ** 2 / (2 * math.pi)
     kdot = (a * a + b * b) / 2 - factor * theta
