@@ -1,0 +1,170 @@
+"""Conjugate gradients for ``(K + reg I) X = B`` with only products ``K @ V`` (numpy only).
+
+Each column of ``B`` is its own CG run (its own step sizes), but all
+unconverged columns share one product with ``K`` per iteration, so with an
+``H5KernelOperator`` one pass over the stored kernel serves every class and,
+in ``solve_cg_ridges``, every ridge at once. Converged columns stop moving.
+
+Convergence: the relative residual ``||b - (K + reg I) x|| / ||b||`` of every
+column is at most ``tol``. When the recurrence claims it, the true residual is
+computed with one more product and a column that is not really there restarts
+from it; that product counts towards ``maxiter`` (products with ``K``).
+Failures raise (``NotPositiveDefiniteError``, ``NotConvergedError``), never
+return a half-solved ``x``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, Optional
+
+import numpy as np
+
+from ..errors import DataError, UsageError
+from ._cholesky import _check_targets, check_ridges, regularizer
+from ._errors import NotConvergedError, NotPositiveDefiniteError, not_pd_message
+from ._operator import ArrayOperator
+
+
+@dataclass(frozen=True, eq=False)
+class CGResult:
+    """``x`` (n, k) the solution; ``iterations`` products with K used; ``residual`` (k,)
+    the final true relative residuals."""
+
+    x: np.ndarray
+    iterations: int
+    residual: np.ndarray
+
+
+def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
+    return k.matmul if hasattr(k, "matmul") else k
+
+
+def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged) -> CGResult:
+    n = b.shape[0]
+
+    def apply(v, cols):
+        return matvec(v) + v * ridge[cols]
+
+    bnorm = np.linalg.norm(b, axis=0)
+    target = tol * bnorm
+    scale = np.where(bnorm > 0, bnorm, 1.0)  # a zero column is solved by x = 0 at once
+    x = np.zeros_like(b)
+    r = b.copy()
+    p = r.copy()
+    rs = np.einsum("ij,ij->j", r, r)
+    products = 0
+    while True:
+        active = np.flatnonzero(np.sqrt(rs) > target)
+        if active.size == 0:
+            every = np.arange(b.shape[1])
+            true_r = b - apply(x, every)
+            products += 1
+            true_res = np.linalg.norm(true_r, axis=0)
+            restart = np.flatnonzero(true_res > target)
+            if restart.size == 0:
+                return CGResult(x, products, true_res / scale)
+            r[:, restart] = true_r[:, restart]
+            p[:, restart] = true_r[:, restart]
+            rs[restart] = true_res[restart] ** 2
+            continue
+        if products >= maxiter:
+            rel = np.sqrt(rs) / scale
+            worst = int(active[np.argmax(rel[active])])
+            raise NotConvergedError(not_converged(worst, products, float(rel[worst])))
+        pa = p[:, active]
+        ap = apply(pa, active)
+        products += 1
+        pap = np.einsum("ij,ij->j", pa, ap)
+        if (pap <= 0).any() or not np.isfinite(pap).all():
+            raise NotPositiveDefiniteError(not_pd(int(active[np.argmin(pap)]), n))
+        step = rs[active] / pap
+        x[:, active] += step * pa
+        r[:, active] -= step * ap
+        rs_new = np.einsum("ij,ij->j", r[:, active], r[:, active])
+        p[:, active] = r[:, active] + (rs_new / rs[active]) * pa
+        rs[active] = rs_new
+        if on_iteration is not None:
+            on_iteration(products, float(np.max(np.sqrt(rs) / scale)))
+
+
+def _check_tol(tol: float, maxiter: Optional[int], n: int) -> int:
+    if not (np.isfinite(tol) and tol > 0):
+        raise UsageError(f"--cg-tol: {tol!r} is not accepted; give a number > 0 (e.g. 1e-10)")
+    if maxiter is None:
+        return 2 * n + 10
+    if int(maxiter) != maxiter or maxiter < 1:
+        raise UsageError(f"--cg-maxiter: {maxiter!r} is not accepted; give an integer >= 1")
+    return int(maxiter)
+
+
+def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional[int] = None,
+             kind: str = "kernel",
+             on_iteration: Optional[Callable[[int, float], None]] = None) -> CGResult:
+    """Solve ``(K + diag(ridge_term)) X = b`` by conjugate gradients.
+
+    ``matvec``: ``V (n, k) -> K @ V (n, k)``, or any object with ``matmul``
+    (``H5KernelOperator``, ``ArrayOperator``). ``b`` (n, k) or (n,).
+    ``ridge_term``: the absolute value added to the diagonal, a float or one per
+    column (k,). ``maxiter``: products with K (default ``2 n + 10``).
+    ``on_iteration(products, worst_relative_residual)`` is called after each step.
+    """
+    b = np.asarray(b, dtype=np.float64)
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    if b2.ndim != 2 or b2.shape[0] == 0:
+        raise DataError(f"solve_cg: b must be (n,) or (n, k), got shape {b.shape}")
+    ridge = np.broadcast_to(np.asarray(ridge_term, dtype=np.float64), (b2.shape[1],))
+    maxiter = _check_tol(tol, maxiter, b2.shape[0])
+
+    def not_pd(col, n):
+        return not_pd_message(kind, float(ridge[col]), False, float(ridge[col]), n,
+                              "conjugate gradients met p^T (K + reg I) p <= 0")
+
+    def not_converged(col, products, res):
+        return (f"conjugate gradients on the {kind} kernel (diagonal + {ridge[col]:.3g}) "
+                f"stopped after {products:,} products with K at relative residual {res:.2e} "
+                f"> --cg-tol {tol:g}; use a larger --ridge, --cg-maxiter or --cg-tol")
+
+    out = _cg(_as_matvec(matvec), b2.copy(), ridge, tol, maxiter, on_iteration, not_pd,
+              not_converged)
+    return CGResult(out.x[:, 0], out.iterations, out.residual) if vector else out
+
+
+def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: bool = True,
+                    tol: float = 1e-10, maxiter: Optional[int] = None, kind: str = "kernel",
+                    on_iteration: Optional[Callable[[int, float], None]] = None,
+                    ) -> Dict[float, np.ndarray]:
+    """``{ridge: alpha (n, C)}`` like ``solve_cholesky``, by conjugate gradients.
+
+    ``k_train``: an (n, n) array or a square ``H5KernelOperator``; ``targets`` (n, C).
+    The ridges are solved together (``C x len(ridges)`` columns, one product with
+    K per iteration); the regulariser follows ``solve_cholesky``'s convention.
+    """
+    ridges = check_ridges(ridges)
+    op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
+    n = op.shape[0]
+    if op.shape != (n, n):
+        raise DataError(f"the {kind} training kernel must be square (n, n), got shape {op.shape}")
+    y = _check_targets(targets, n)
+    c = y.shape[1]
+    trace = op.trace()
+    regs = [regularizer(r, trace, n, trace_scaled) for r in ridges]
+    b = np.tile(y, (1, len(ridges)))
+    ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), c)
+    maxiter = _check_tol(tol, maxiter, n)
+
+    def not_pd(col, n):
+        i = col // c
+        return not_pd_message(kind, ridges[i], trace_scaled, regs[i], n,
+                              "conjugate gradients met p^T (K + reg I) p <= 0")
+
+    def not_converged(col, products, res):
+        i = col // c
+        scale = " x trace/n" if trace_scaled else ""
+        return (f"conjugate gradients on the {kind} kernel with ridge {ridges[i]:g}{scale} "
+                f"stopped after {products:,} products with K at relative residual {res:.2e} "
+                f"> --cg-tol {tol:g}; use a larger --ridge, --cg-maxiter or --cg-tol")
+
+    out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged)
+    return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}

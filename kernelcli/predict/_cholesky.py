@@ -1,0 +1,192 @@
+"""Kernel ridge regression by one Cholesky factorisation per ridge (numpy only).
+
+Conventions (those of the Myrtle / CNTK reference codes and of neural-tangents'
+``predict`` with ``diag_reg_absolute_scale=False``):
+
+* the regulariser added to the diagonal is ``ridge * trace(K) / n`` when
+  ``trace_scaled`` (the default), so a ridge means the same for kernels of any
+  scale; ``ridge`` itself when not;
+* everything is float64, whatever the stored kernel's dtype;
+* numpy has no triangular solver, so the two triangular systems are solved by
+  blocked substitution: each diagonal block (``_BLOCK`` rows) with
+  ``np.linalg.solve`` and the rest by matrix products. That is exact up to
+  rounding, costs ``2 n^2 C`` flops beyond the ``n^3 / 3`` of the factorisation,
+  and needs no second ``n x n`` matrix.
+
+Memory: a writable C-ordered float64 ``k_train`` is used in place (its diagonal
+is shifted for the factorisation and restored bit for bit afterwards, also on
+error); anything else is copied to float64 first. The peak is therefore the
+float64 kernel plus one factor, ``16 n^2`` bytes (see ``solve_memory_bytes``).
+Only the lower triangle of ``k_train`` is read: it must be symmetric.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable
+
+import numpy as np
+
+from ..errors import DataError, UsageError
+from ._errors import NotPositiveDefiniteError, not_pd_message
+
+_BLOCK = 256  # rows per diagonal block of the triangular solves
+_CHECK_ROWS = 1024  # rows per chunk of the finiteness check (bounds its temporary)
+
+
+def check_ridges(ridges: Iterable[float]) -> tuple:
+    """The ridges as floats, each finite and >= 0; ``UsageError`` naming ``--ridge`` otherwise."""
+    out = []
+    for r in ridges:
+        try:
+            value = float(r)
+        except (TypeError, ValueError):
+            raise UsageError(f"--ridge: {r!r} is not a number; "
+                             "accepted: finite numbers >= 0") from None
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"--ridge: {r!r} is not accepted; give finite numbers >= 0 "
+                             "(e.g. 1e-4)")
+        out.append(value)
+    if not out:
+        raise UsageError("--ridge: no ridge given; give at least one finite number >= 0")
+    return tuple(out)
+
+
+def regularizer(ridge: float, trace: float, n: int, trace_scaled: bool = True) -> float:
+    """The diagonal shift: ``ridge * trace / n`` when ``trace_scaled``, else ``ridge``."""
+    return ridge * trace / n if trace_scaled else ridge
+
+
+def _check_finite(a: np.ndarray, what: str) -> None:
+    for start in range(0, a.shape[0], _CHECK_ROWS):
+        rows = a[start:start + _CHECK_ROWS]
+        bad = ~np.isfinite(rows)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise DataError(f"{what} holds a non-finite value ({rows[i, j]}) at row "
+                            f"{start + i}, column {j}; the kernel must be finite")
+
+
+def _as_work_kernel(k_train, what: str) -> np.ndarray:
+    k = np.asarray(k_train)
+    if k.ndim != 2 or k.shape[0] != k.shape[1] or k.shape[0] == 0:
+        raise DataError(f"{what} must be a non-empty square (n, n) matrix, got shape {k.shape}")
+    usable = k.dtype == np.float64 and k.flags.c_contiguous and k.flags.writeable
+    work = k if usable else np.array(k, dtype=np.float64, order="C")
+    _check_finite(work, what)
+    return work
+
+
+def _check_targets(targets, n: int, what: str = "targets") -> np.ndarray:
+    y = np.asarray(targets, dtype=np.float64)
+    if y.ndim != 2 or y.shape[0] != n:
+        raise DataError(f"{what} must be (n, C) with n = {n:,} rows (one per training "
+                        f"example), got shape {y.shape}")
+    if not np.isfinite(y).all():
+        raise DataError(f"{what} holds non-finite values")
+    return y
+
+
+def _factor(work: np.ndarray, reg: float, fail_message) -> np.ndarray:
+    diag = np.einsum("ii->i", work)  # a writable view of the diagonal
+    saved = diag.copy()
+    try:
+        diag += reg
+        chol = np.linalg.cholesky(work)
+    except np.linalg.LinAlgError:
+        raise NotPositiveDefiniteError(fail_message()) from None
+    finally:
+        diag[...] = saved  # bit-exact restore: the caller's kernel is unchanged
+    if not np.isfinite(np.einsum("ii->i", chol)).all():
+        raise NotPositiveDefiniteError(fail_message())
+    return chol
+
+
+def forward_substitution(chol: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``L^{-1} b`` for lower-triangular ``chol`` (n, n) and ``b`` (n, k); returns (n, k)."""
+    x = np.empty_like(b, dtype=np.float64)
+    for i0 in range(0, chol.shape[0], _BLOCK):
+        i1 = min(i0 + _BLOCK, chol.shape[0])
+        rhs = b[i0:i1] - chol[i0:i1, :i0] @ x[:i0]
+        x[i0:i1] = np.linalg.solve(chol[i0:i1, i0:i1], rhs)
+    return x
+
+
+def back_substitution(chol: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``L^{-T} b`` for lower-triangular ``chol`` (n, n) and ``b`` (n, k); returns (n, k)."""
+    n = chol.shape[0]
+    x = np.empty_like(b, dtype=np.float64)
+    for i1 in range(n, 0, -_BLOCK):
+        i0 = max(0, i1 - _BLOCK)
+        rhs = b[i0:i1] - chol[i1:, i0:i1].T @ x[i1:]
+        x[i0:i1] = np.linalg.solve(chol[i0:i1, i0:i1].T, rhs)
+    return x
+
+
+def cholesky_factor(k_train, ridge: float, *, trace_scaled: bool = True,
+                    kind: str = "kernel") -> np.ndarray:
+    """Lower Cholesky factor ``L`` (n, n) float64 of ``k_train + reg I`` (``k_train`` (n, n)).
+
+    ``reg`` follows the module's convention; ``kind`` (``nngp``/``ntk``) only
+    names the kernel in errors. Raises ``NotPositiveDefiniteError``, never NaNs.
+    """
+    (ridge,) = check_ridges([ridge])
+    work = _as_work_kernel(k_train, f"the {kind} training kernel")
+    n = work.shape[0]
+    reg = regularizer(ridge, float(np.trace(work)), n, trace_scaled)
+    return _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled, reg, n,
+                                                     "Cholesky failed"))
+
+
+def solve_cholesky(k_train, targets, ridges: Iterable[float], *, trace_scaled: bool = True,
+                   kind: str = "kernel") -> Dict[float, np.ndarray]:
+    """Dual coefficients ``alpha = (K + reg I)^{-1} Y`` for every ridge.
+
+    ``k_train`` (n, n) symmetric, ``targets`` (n, C). Returns ``{ridge: alpha (n, C)}``
+    in float64, one Cholesky factorisation per ridge. A ridge at which the
+    kernel is not positive definite raises ``NotPositiveDefiniteError``.
+    """
+    ridges = check_ridges(ridges)
+    work = _as_work_kernel(k_train, f"the {kind} training kernel")
+    n = work.shape[0]
+    y = _check_targets(targets, n)
+    trace = float(np.trace(work))
+    alphas = {}
+    for ridge in ridges:
+        reg = regularizer(ridge, trace, n, trace_scaled)
+        chol = _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled, reg, n,
+                                                         "Cholesky failed"))
+        alphas[ridge] = back_substitution(chol, forward_substitution(chol, y))
+        del chol
+    return alphas
+
+
+def predict(k_test_train, alpha) -> np.ndarray:
+    """Mean predictions ``K(test, train) @ alpha``: (m, n) x (n, C) -> (m, C) float64.
+
+    ``k_test_train`` may be an array or an ``H5KernelOperator`` (streamed by row blocks).
+    """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    if hasattr(k_test_train, "matmul"):
+        return k_test_train.matmul(alpha)
+    k = np.asarray(k_test_train)
+    if k.ndim != 2 or k.shape[1] != alpha.shape[0]:
+        raise DataError(f"the test-train kernel must be (m, n) with n = {alpha.shape[0]:,} "
+                        f"training columns, got shape {k.shape}")
+    return k.astype(np.float64, copy=False) @ alpha
+
+
+def predictive_variance(k_test_diag, k_test_train, chol) -> np.ndarray:
+    """NNGP posterior variance ``k(x, x) - k_x^T (K + reg I)^{-1} k_x`` per test point.
+
+    ``k_test_diag`` (m,), ``k_test_train`` (m, n), ``chol`` (n, n) from
+    ``cholesky_factor`` (same kernel and ridge). Returns (m,) float64; values
+    within rounding of zero may come out slightly negative and are not clipped.
+    """
+    kd = np.asarray(k_test_diag, dtype=np.float64)
+    kt = np.asarray(k_test_train, dtype=np.float64)
+    if kt.ndim != 2 or kt.shape[1] != chol.shape[0] or kd.shape != (kt.shape[0],):
+        raise DataError(f"predictive_variance: k_test_diag (m,) = {kd.shape}, k_test_train "
+                        f"(m, n) = {kt.shape} and chol (n, n) = {chol.shape} do not agree")
+    v = forward_substitution(chol, kt.T)
+    return kd - np.einsum("ij,ij->j", v, v)

@@ -1,0 +1,48 @@
+"""How much memory a solve needs, and which solver a machine can afford (no numpy needed).
+
+A Cholesky solve holds the training kernel in float64 and its factor, two
+``n x n`` float64 matrices: ``16 n^2`` bytes at the peak (the kernel read with
+``load_kernel`` straight into float64; a float32 copy held by the caller comes
+on top). Conjugate gradients on an ``H5KernelOperator`` hold one row block
+(``block_rows x n x 8`` bytes) and a few ``n x C`` vectors per ridge.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..errors import BudgetError, UsageError
+from ..plan import auto_budget, available_ram_bytes, format_size
+
+SOLVERS = ("auto", "cholesky", "cg")
+
+
+def solve_memory_bytes(n: int) -> int:
+    """Peak bytes of a Cholesky solve of an (n, n) kernel: float64 kernel + factor."""
+    return 2 * 8 * n * n
+
+
+def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] = None) -> str:
+    """``'cholesky'`` or ``'cg'`` for an (n, n) training kernel.
+
+    ``solver``: ``auto`` (Cholesky when it fits, else CG), ``cholesky`` or ``cg``.
+    ``available_bytes`` defaults to the available RAM less kernelcli's usual
+    headroom (as ``memory: auto``). Asking for Cholesky when it does not fit
+    raises ``BudgetError`` naming ``--solver cg``.
+    """
+    if solver not in SOLVERS:
+        raise UsageError(f"--solver: {solver!r} is not a solver; accepted: {', '.join(SOLVERS)}")
+    if solver == "cg":
+        return "cg"
+    if available_bytes is None:
+        available_bytes = auto_budget(available_ram_bytes())
+    need = solve_memory_bytes(n)
+    if need <= available_bytes:
+        return "cholesky"
+    if solver == "auto":
+        return "cg"
+    raise BudgetError(
+        f"--solver cholesky: a {n:,} x {n:,} Cholesky solve needs {format_size(need)} "
+        f"(the float64 kernel and its factor, {format_size(need // 2)} each), but "
+        f"{format_size(available_bytes)} is available; use --solver cg, which streams the "
+        "kernel from kernels.h5 by row blocks (memory: one block)")

@@ -1,0 +1,140 @@
+"""A stored kernel as a linear operator, streamed from HDF5 by row blocks (h5py, numpy).
+
+``K @ v`` reads the dataset one block of rows at a time straight into a
+float64 buffer (HDF5 converts float32 on read, so no float32 copy is made):
+memory is one block, ``block_rows * n_cols * 8`` bytes, whatever the kernel's
+size, so kernels larger than memory can be solved by conjugate gradients.
+The file is opened per call and closed after, so an operator can be kept
+around, pickled or shared by processes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Tuple
+
+import h5py
+import numpy as np
+
+from ..errors import DataError, UsageError
+
+DEFAULT_BLOCK_BYTES = 256 * 2**20  # one float64 row block
+
+
+def _open_dataset(path: Path, dataset: str):
+    if not path.is_file():
+        raise DataError(f"{path} does not exist; give the kernels.h5 of a finished run")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise DataError(f"{path} is not a readable HDF5 file ({exc})") from None
+    if dataset not in f or not isinstance(f[dataset], h5py.Dataset):
+        names = ", ".join(k for k in f if isinstance(f[k], h5py.Dataset)) or "(none)"
+        f.close()
+        raise DataError(f"{path} holds no dataset {dataset!r}; it holds: {names}")
+    return f
+
+
+class H5KernelOperator:
+    """The (N1, N2) kernel stored as ``dataset`` in HDF5 file ``path``, read lazily.
+
+    ``block_rows``: rows read per block (default: as many as fit in 256 MiB of
+    float64). ``op @ v`` / ``op.matmul(v)``: (N2, k) or (N2,) -> (N1, k) or (N1,).
+    """
+
+    def __init__(self, path, dataset: str, block_rows: Optional[int] = None):
+        self.path = Path(path)
+        self.dataset = dataset
+        with _open_dataset(self.path, dataset) as f:
+            ds = f[dataset]
+            if ds.ndim != 2 or 0 in ds.shape:
+                raise DataError(f"{dataset!r} in {self.path} must be a non-empty 2-D kernel, "
+                                f"got shape {ds.shape}")
+            self.shape: Tuple[int, int] = (int(ds.shape[0]), int(ds.shape[1]))
+            self.dtype = ds.dtype
+        if block_rows is None:
+            block_rows = max(1, DEFAULT_BLOCK_BYTES // (8 * self.shape[1]))
+        if int(block_rows) != block_rows or block_rows < 1:
+            raise UsageError(f"--block-rows: {block_rows!r} is not accepted; give an integer >= 1")
+        self.block_rows = min(int(block_rows), self.shape[0])
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of the float64 row buffer (the operator's memory)."""
+        return self.block_rows * self.shape[1] * 8
+
+    def _row_blocks(self):
+        """Yield ``(start, stop, block (stop - start, N2) float64)``; the buffer is reused."""
+        n1, n2 = self.shape
+        buf = np.empty((self.block_rows, n2), dtype=np.float64)
+        with _open_dataset(self.path, self.dataset) as f:
+            ds = f[self.dataset]
+            for start in range(0, n1, self.block_rows):
+                stop = min(start + self.block_rows, n1)
+                ds.read_direct(buf, np.s_[start:stop], np.s_[0:stop - start])
+                yield start, stop, buf[:stop - start]
+
+    def matmul(self, v) -> np.ndarray:
+        """``K @ v`` in float64 for ``v`` (N2,) or (N2, k); one pass over the file."""
+        v = np.asarray(v, dtype=np.float64)
+        if v.shape[:1] != (self.shape[1],) or v.ndim > 2:
+            raise DataError(f"{self.dataset!r} in {self.path} has {self.shape[1]:,} columns; "
+                            f"it cannot multiply an array of shape {v.shape}")
+        out = np.empty((self.shape[0],) + v.shape[1:], dtype=np.float64)
+        for start, stop, block in self._row_blocks():
+            out[start:stop] = block @ v
+        return out
+
+    __matmul__ = matmul
+
+    def diagonal(self) -> np.ndarray:
+        """The diagonal (n,) float64 of a square kernel, reading only diagonal tiles."""
+        n1, n2 = self.shape
+        if n1 != n2:
+            raise DataError(f"{self.dataset!r} in {self.path} is {n1:,} x {n2:,}, not square; "
+                            "a training kernel K(train, train) is needed here")
+        out = np.empty(n1, dtype=np.float64)
+        with _open_dataset(self.path, self.dataset) as f:
+            ds = f[self.dataset]
+            for start in range(0, n1, self.block_rows):
+                stop = min(start + self.block_rows, n1)
+                out[start:stop] = np.diagonal(ds[start:stop, start:stop]).astype(np.float64)
+        return out
+
+    def trace(self) -> float:
+        return float(self.diagonal().sum())
+
+    def __repr__(self) -> str:
+        return (f"H5KernelOperator({str(self.path)!r}, {self.dataset!r}, shape={self.shape}, "
+                f"block_rows={self.block_rows})")
+
+
+class ArrayOperator:
+    """An in-memory (N1, N2) kernel behind the same interface as ``H5KernelOperator``."""
+
+    def __init__(self, k):
+        self.k = np.asarray(k, dtype=np.float64)  # converted once, not per product
+        if self.k.ndim != 2 or 0 in self.k.shape:
+            raise DataError(f"a kernel must be a non-empty 2-D matrix, got shape {self.k.shape}")
+        self.shape = self.k.shape
+
+    def matmul(self, v) -> np.ndarray:
+        return self.k @ np.asarray(v, dtype=np.float64)
+
+    __matmul__ = matmul
+
+    def diagonal(self) -> np.ndarray:
+        return np.diagonal(self.k).copy()
+
+    def trace(self) -> float:
+        return float(self.diagonal().sum())
+
+
+def load_kernel(path, dataset: str) -> np.ndarray:
+    """Read a whole stored kernel as a C-ordered float64 array (N1, N2), with no float32 copy."""
+    with _open_dataset(Path(path), dataset) as f:
+        ds = f[dataset]
+        out = np.empty(ds.shape, dtype=np.float64)
+        if out.size:
+            ds.read_direct(out)
+    return out
