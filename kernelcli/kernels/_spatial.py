@@ -18,12 +18,7 @@ from typing import Sequence, Tuple
 import jax.numpy as jnp
 from jax import lax
 
-
-def out_size(size: int, k: int, s: int, padding: str) -> int:
-    """Output length of a window of ``k`` taps at stride ``s`` (lax rules)."""
-    if padding == "VALID":
-        return (size - k) // s + 1
-    return -(-size // s)
+from ..spec._check import spatial_out as out_size  # the shape rule the config check uses
 
 
 def pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:

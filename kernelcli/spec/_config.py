@@ -16,6 +16,7 @@ KINDS = ("nngp", "ntk")
 DTYPES = ("float32", "float64")
 LAYOUTS = ("NHWC", "NCHW")
 PARAMETERIZATIONS = ("ntk", "standard")
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,16 @@ class DataSpec:
     x2_key: Optional[str] = None
     layout: str = "NHWC"
     limit: Optional[int] = None
+    # Prediction runs (README, "From kernels to predictions"): training labels beside
+    # x1, a test set whose kernel against x1 is computed in the same run, and the
+    # preprocessing fitted on x1 and applied to both.
+    labels_key: Optional[str] = None
+    test: Optional[Path] = None
+    test_key: Optional[str] = None
+    test_labels_key: Optional[str] = None
+    test_limit: Optional[int] = None
+    preprocess: Optional[str] = None          # None | standardize | zca
+    zca_reg: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,8 @@ class ComputeSpec:
     memory: Optional[int] = None      # bytes per device; None = auto
     devices: Optional[int] = None     # None = all local devices
     block: Optional[int] = None       # storage tile edge; None = auto
+    executor: str = "local"           # local | ray (tile jobs as tasks on a Ray cluster)
+    address: Optional[str] = None     # Ray cluster address; None = RAY_ADDRESS or a local one
 
 
 @dataclass(frozen=True)
