@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..spec._config import Architecture
-from ._compose import contains_pool, count_variance_layers, forward
+from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances, State
 from ..spec._layers import Flatten
@@ -75,7 +75,9 @@ class KernelFn:
         self.flat_input = len(self.input_shape) == 1 or isinstance(arch.layers[0], Flatten)
         self.cov_elements = self._max_cov_elements()
         chunk_bytes = int(os.environ.get("KERNELCLI_CHUNK_BYTES", 4 << 20))
-        self.chunk = max(1, chunk_bytes // (self.cov_elements * self.dtype.itemsize))
+        per_pair = self.cov_elements * self.dtype.itemsize
+        slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
+        self.chunk = slab * max(1, chunk_bytes // (slab * per_pair))
         self._stats_jit = jax.jit(self._stats_fn)
         self._pairs_jit = jax.jit(self._pairs_fn)
 
@@ -90,27 +92,36 @@ class KernelFn:
         out = self._run(x, x, rec)
         return tuple(rec.recorded), out
 
-    def _stats_fn(self, x):
-        def one(xi):  # one input's self pair, chunked like ``_pairs_fn``
-            v, out = self._self_fn(xi[None])
-            return tuple(a[0] for a in v), {k: a[0] for k, a in out.items()}
+    def _chunked(self, fn, *rows):
+        """``fn`` over chunks of ``self.chunk`` rows of the ``rows`` arrays (padded
+        with repeats of the last row), one loop iteration per chunk, concatenated.
 
-        return jax.lax.map(one, x, batch_size=min(self.chunk, x.shape[0]))
+        Chunks keep the working set (a few covariances) cache-sized and the
+        temporaries allocated once per call, whatever the batch; the layers see
+        the chunk as an explicit leading axis, so they can cut it into slabs.
+        """
+        n = rows[0].shape[0]
+        c = min(self.chunk, n)
+        m = -(-n // c) * c
+        padded = [jnp.concatenate([r, jnp.repeat(r[-1:], m - n, axis=0)]) if m > n else r
+                  for r in rows]
+        out = jax.lax.map(lambda args: fn(*args),
+                          tuple(r.reshape((m // c, c) + r.shape[1:]) for r in padded))
+        return jax.tree_util.tree_map(lambda a: a.reshape((m,) + a.shape[2:])[:n], out)
+
+    def _stats_fn(self, x):
+        return self._chunked(self._self_fn, x)
 
     def _pairs_fn(self, x1, v1, x2, v2, i, j):
         if self.flat_input:
             return self._flat_pairs_fn(x1, v1, x2, v2, i, j)
 
-        def one(ij):  # one pair; lax.map vmaps it over chunks of ``self.chunk`` pairs
-            a, b = ij[0][None], ij[1][None]
+        def chunk(a, b):
             va = tuple(v[a] for v in v1)
             vb = tuple(v[b] for v in v2)
-            out = self._run(x1[a], x2[b], PairVariances(va, vb))
-            return {k: v[0] for k, v in out.items()}
+            return self._run(x1[a], x2[b], PairVariances(va, vb))
 
-        # Chunks keep the working set (a few covariances per pair) cache-sized and
-        # the temporaries allocated once per call, whatever the pair batch.
-        return jax.lax.map(one, (i, j), batch_size=min(self.chunk, i.shape[0]))
+        return self._chunked(chunk, i, j)
 
     def _flat_pairs_fn(self, x1, v1, x2, v2, i, j):
         """Pairs of a network whose first layer flattens the input: ``x1 @ x2.T / d``
