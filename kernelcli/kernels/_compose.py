@@ -20,7 +20,7 @@ from jax import lax
 from ..spec import _layers as L
 from . import _linear, _nonlinear
 from ._fused import conv_pointwise
-from ._state import PairVariances, State, to_diagonal
+from ._state import PairVariances, State, diagonal, to_diagonal
 
 
 SLAB_BYTES = 128 << 10  # one slab of a covariance: fits a core's L2 cache
@@ -147,9 +147,16 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     while k < len(layers):
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
         if (isinstance(layer, L.Conv) and isinstance(after, L.NONLINEARITIES + (L.LayerNorm,))
-                and state.full and isinstance(variances, PairVariances)):
-            v1, v2 = variances(state)
-            state = conv_pointwise(state, layer, _pointwise(after, exact), v1, v2, standard)
+                and state.full):
+            if isinstance(variances, PairVariances):
+                v1, v2 = variances(state)
+                state = conv_pointwise(state, layer, _pointwise(after, exact), v1, v2, standard)
+            else:  # an input with itself: its variances are the convolved diagonal
+                diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
+                v = _linear.conv(diag, layer, standard).nngp
+                variances.recorded.append(v)
+                state = conv_pointwise(state, layer, _pointwise(after, exact), v, v, standard,
+                                       self_pair=True)
             k += 1  # the nonlinearity is done too
         else:
             state = _apply(layer, state, variances, standard, exact)

@@ -8,8 +8,11 @@ would set the pace. Output row ``h`` of the convolution needs only input rows
 rows and every intermediate (128 KiB at 32x32) stay in the core's cache, and
 each layer reads its input and writes its output once.
 
-Used for pair evaluations only: the per-input pass reads each nonlinearity's
-variances off the convolution's whole output, so it runs layer by layer.
+In the per-input pass (an input with itself) the nonlinearity's variances are
+the diagonal of the convolution's output, which the row loop has not built yet;
+they equal the convolution of the input's diagonal (a joint shift maps the
+diagonal to itself), computed first, and written over the diagonal entries of
+each row, so the angle there is exactly 0 as it must be.
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ def _conv_row(x, r, layer: Conv):
     return joint_window(total, (3, 4), layer.filter[1], layer.strides[1], layer.padding)
 
 
-def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool) -> State:
+def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
+                   self_pair: bool = False) -> State:
     """``pointwise(conv(state))`` computed row by row; ``v1``: ``(P, Ho, Wo)``,
-    ``v2``: ``(P, Ho', Wo')`` are the nonlinearity's per-input variances."""
+    ``v2``: ``(P, Ho', Wo')`` are the nonlinearity's per-input variances. With
+    ``self_pair`` (then ``v1 is v2``) the convolution's diagonal is set to ``v1``."""
     h = state.nngp.shape[1]
     ho = out_size(h, layer.filter[0], layer.strides[0], layer.padding)
     wo = out_size(state.nngp.shape[3], layer.filter[1], layer.strides[1], layer.padding)
@@ -59,7 +64,14 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool)
         mean_ntk = map_ntk(state, lambda a: _conv_row(a, r, layer))
         row = affine(state, _conv_row(state.nngp, r, layer), mean_ntk, layer.W_std,
                      layer.b_std, fan_in, standard, layer.width)
-        row = pointwise(row, lax.dynamic_slice_in_dim(v1, r, 1, axis=1), v2)
+        v_row = lax.dynamic_slice_in_dim(v1, r, 1, axis=1)              # (P, 1, Wo)
+        if self_pair:
+            h2 = lax.broadcasted_iota(jnp.int32, (1, 1, ho, wo, wo), 2)
+            w1 = lax.broadcasted_iota(jnp.int32, (1, 1, ho, wo, wo), 3)
+            w2 = lax.broadcasted_iota(jnp.int32, (1, 1, ho, wo, wo), 4)
+            on_diag = (h2 == r) & (w1 == w2)
+            row = row.replace(nngp=jnp.where(on_diag, v_row[:, :, None, :, None], row.nngp))
+        row = pointwise(row, v_row, v2)
         nngp = lax.dynamic_update_slice_in_dim(nngp, row.nngp, r, axis=1)
         if has_ntk:
             ntk = lax.dynamic_update_slice_in_dim(ntk, row.ntk, r, axis=1)
