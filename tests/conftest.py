@@ -1,0 +1,83 @@
+"""Shared test setup: strict JAX settings, the reference fixtures, small helpers.
+
+Strict JAX settings, for the kernel tests (``test_kernels_*.py``) only -- other
+modules exercise code that is not written for them -- applied around each test:
+
+* ``jax_numpy_dtype_promotion = "strict"``: mixing float32 and float64 arrays
+  raises instead of silently upcasting, so a float32 kernel cannot quietly
+  compute in float64 (or the reverse). Python scalars stay weakly typed.
+* ``jax_debug_nans``: a NaN produced inside any jitted kernel raises at once.
+
+``jax_numpy_rank_promotion = "raise"`` is deliberately NOT set: the engine
+broadcasts per-input variances against covariances on purpose.
+
+64-bit mode is not switched on here: the engine turns it on itself when a
+float64 kernel is built, and no test builds float64 JAX arrays of its own (the
+references are numpy). Test code that runs JAX in either mode (the Monte-Carlo
+networks) passes float32 explicitly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import jax
+import numpy as np
+import pytest
+
+from kernelcli.spec import RunConfig, load_config
+
+FIXTURES_DIR = Path(__file__).parent / "fixtures"
+FIXTURE_CASES = tuple(sorted(p.stem for p in FIXTURES_DIR.glob("*.yaml")))
+
+
+@pytest.fixture(autouse=True)
+def _strict_jax(request):
+    if not request.node.path.name.startswith("test_kernels_"):
+        yield
+        return
+    with jax.numpy_dtype_promotion("strict"), jax.debug_nans(True):
+        yield
+
+
+@dataclass(frozen=True)
+class FixtureCase:
+    """One reference case: its validated config, inputs and neural-tangents kernels."""
+
+    name: str
+    config: RunConfig
+    x1: np.ndarray
+    x2: Optional[np.ndarray]
+    nngp: np.ndarray
+    ntk: np.ndarray
+
+    @property
+    def symmetric(self) -> bool:
+        return self.x2 is None
+
+    def expected(self, kind: str) -> np.ndarray:
+        return {"nngp": self.nngp, "ntk": self.ntk}[kind]
+
+
+def load_case(name: str, fixtures_dir: Path = FIXTURES_DIR) -> FixtureCase:
+    """Load ``<name>.yaml`` with ``load_config`` and its arrays from the data it names."""
+    config = load_config(fixtures_dir / f"{name}.yaml")
+    data = config.data
+    assert data.layout == "NHWC" and data.limit is None, "fixtures are plain NHWC"
+    with np.load(data.x1) as f:
+        x1 = np.asarray(f[data.key or "x1"], dtype=np.float64)
+    x2 = None
+    if data.x2 is not None:
+        with np.load(data.x2) as f:
+            x2 = np.asarray(f[data.x2_key], dtype=np.float64)
+    with np.load(fixtures_dir / f"{name}.npz") as f:
+        nngp = np.asarray(f["nngp"], dtype=np.float64)
+        ntk = np.asarray(f["ntk"], dtype=np.float64)
+    return FixtureCase(name, config, x1, x2, nngp, ntk)
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES_DIR

@@ -1,0 +1,100 @@
+"""The memory rule, at CIFAR size (32x32x3).
+
+A network with a pooling layer must carry each pair's full spatial covariance,
+``(H*W)**2`` numbers, up to its last pool; a network without one only the
+spatial diagonal, ``H*W`` numbers. ``live_bytes_per_pair`` counts what must be
+alive per pair (each kind's covariance into and out of a layer), and XLA's own
+estimate, ``compiled_memory``, must agree with it for the pairs actually in
+flight: the engine evaluates a pair batch in chunks of ``kfn.chunk`` pairs.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelcli.kernels import build_kernel_fn
+from kernelcli.spec import check_architecture, parse_config
+
+SHAPE = (32, 32, 3)
+HW = 32 * 32
+CONV = "conv: {filter: [3, 3], padding: SAME, W_std: 1.4142135623730951, b_std: 0.0}"
+NETS = {
+    "gap": (CONV, "relu", "global_avg_pool", "dense: {W_std: 1.0, b_std: 0.0}"),
+    "flatten": (CONV, "relu", "flatten", "dense: {W_std: 1.0, b_std: 0.0}"),
+}
+
+
+def arch_of(*items: str):
+    text = "data: {x1: a.npy}\narchitecture:\n  layers:\n" + "".join(
+        f"    - {item}\n" for item in items)
+    return parse_config(text, base_dir=Path("/cfg")).architecture
+
+
+@functools.lru_cache(maxsize=None)
+def kfn(net: str, dtype: str = "float32", kinds=("nngp", "ntk")):
+    arch = arch_of(*NETS[net])
+    check_architecture(arch, SHAPE)
+    return build_kernel_fn(arch, SHAPE, kinds, dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(net: str, pair_batch: int, dtype: str = "float32") -> int:
+    return kfn(net, dtype).compiled_memory(n_rows=4, n_cols=4, pair_batch=pair_batch)
+
+
+def in_flight(k, pair_batch: int) -> int:
+    """Pairs alive at once in one ``pairs`` call."""
+    return min(k.chunk, pair_batch)
+
+
+def test_pooling_network_holds_the_full_spatial_covariance():
+    k = kfn("gap")
+    assert k.full_cov
+    assert k.cov_elements == HW ** 2
+
+
+def test_flatten_network_holds_only_the_spatial_diagonal():
+    k = kfn("flatten")
+    assert not k.full_cov
+    assert k.cov_elements == HW
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("net", sorted(NETS))
+def test_live_bytes_per_pair_count_two_covariances_per_kind(net, dtype):
+    itemsize = np.dtype(dtype).itemsize
+    both = kfn(net, dtype)
+    assert both.live_bytes_per_pair == 2 * 2 * both.cov_elements * itemsize
+    nngp_only = kfn(net, dtype, ("nngp",))
+    assert nngp_only.cov_elements == both.cov_elements
+    assert nngp_only.live_bytes_per_pair == 2 * 1 * both.cov_elements * itemsize
+
+
+@pytest.mark.parametrize("pair_batch", [1, 8])
+def test_pooling_network_compiled_memory_matches_the_live_pairs_in_flight(pair_batch):
+    k = kfn("gap")
+    live = in_flight(k, pair_batch) * k.live_bytes_per_pair
+    got = compiled("gap", pair_batch)
+    ratio = got / live
+    assert 1 / 2.5 <= ratio <= 2.5, (
+        f"compiled_memory(4, 4, {pair_batch}) = {got} B vs live {live} B "
+        f"(chunk {k.chunk} x {k.live_bytes_per_pair} B): ratio {ratio:.3f}")
+
+
+def test_pooling_network_compiled_memory_does_not_grow_with_the_pair_batch():
+    """Chunks bound the working set whatever the batch (that is what the planner sizes)."""
+    small, large = compiled("gap", 8), compiled("gap", 64)
+    assert large <= 1.1 * small, f"pair_batch 8: {small} B, 64: {large} B"
+
+
+def test_flatten_network_needs_far_less_memory_per_pair_in_flight():
+    gap, flat = kfn("gap"), kfn("flatten")
+    per_gap = compiled("gap", 8) / in_flight(gap, 8)
+    per_flat = compiled("flatten", 8) / in_flight(flat, 8)
+    assert per_gap / per_flat >= 100, (
+        f"per pair in flight: pooling {per_gap:.0f} B, flatten {per_flat:.0f} B "
+        f"(ratio {per_gap / per_flat:.1f})")
