@@ -19,7 +19,9 @@ shapes fixed (pad the last batch) so a long run compiles once.
 
 from __future__ import annotations
 
+import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
@@ -80,6 +82,7 @@ class KernelFn:
         self.chunk = slab * max(1, chunk_bytes // (slab * per_pair))
         self._stats_jit = jax.jit(self._stats_fn)
         self._pairs_jit = jax.jit(self._pairs_fn)
+        self._block_jit = jax.jit(self._flat_block_fn)
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
@@ -122,6 +125,21 @@ class KernelFn:
             return self._run(x1[a], x2[b], PairVariances(va, vb))
 
         return self._chunked(chunk, i, j)
+
+    def _flat_block_fn(self, x1, v1, x2, v2):
+        """All ``(n1, n2)`` pairs of a flat-input network at once (see ``_flat_pairs_fn``)."""
+        d = int(np.prod(self.input_shape))
+        gram = jnp.matmul(x1.reshape(x1.shape[0], d), x2.reshape(x2.shape[0], d).T,
+                          precision="highest") / d
+        state = State(nngp=gram, ntk=0.0 if self._want_ntk else None,
+                      full=False, spatial=False, channels=d)
+        layers = self.arch.layers
+        if isinstance(layers[0], Flatten):
+            layers = layers[1:]
+        va = tuple(v[:, None] for v in v1)
+        vb = tuple(v[None, :] for v in v2)
+        state = forward(layers, state, PairVariances(va, vb), self._standard, self._exact)
+        return self._outputs(state)
 
     def _flat_pairs_fn(self, x1, v1, x2, v2, i, j):
         """Pairs of a network whose first layer flattens the input: ``x1 @ x2.T / d``
@@ -233,6 +251,19 @@ class KernelFn:
         """
         x1 = np.asarray(x1, dtype=self.dtype)
         s1 = self.stats(x1)
+        if self.flat_input:  # the whole block from one Gram matrix
+            sym = x2 is None
+            x2 = x1 if sym else np.asarray(x2, dtype=self.dtype)
+            s2 = s1 if sym else self.stats(x2)
+            got = self._block_jit(self._cast(x1), tuple(map(self._cast, s1.variances)),
+                                  self._cast(x2), tuple(map(self._cast, s2.variances)))
+            out = {k: np.array(v) for k, v in got.items()}
+            if sym:  # exactly symmetric, diagonal from the per-input pass
+                for k in self.kinds:
+                    low = np.tril(out[k], -1)
+                    out[k] = low + low.T
+                    out[k][np.diag_indices(x1.shape[0])] = s1.diag[k]
+            return out
         if x2 is None:
             i, j = np.tril_indices(x1.shape[0], -1)
             x2, s2 = x1, s1
@@ -258,20 +289,30 @@ class KernelFn:
             return res
         if self.flat_input:  # the Gram matrix is per call: make calls few
             pair_batch = max(pair_batch, 1 << 22)
+        else:  # at least one batch per device
+            pair_batch = min(pair_batch, -(-total // len(jax.local_devices())))
         pair_batch = max(1, min(pair_batch, total))
-        x1c, x2c = self._cast(x1), self._cast(x2)
-        v1 = tuple(map(self._cast, s1.variances))
-        v2 = tuple(map(self._cast, s2.variances))
-        for s in range(0, total, pair_batch):
-            ii, jj = i[s:s + pair_batch], j[s:s + pair_batch]
-            m = len(ii)
-            if m < pair_batch:  # pad with a repeat of the last pair: one compiled shape
-                ii = np.concatenate([ii, np.repeat(ii[-1:], pair_batch - m)])
-                jj = np.concatenate([jj, np.repeat(jj[-1:], pair_batch - m)])
-            got = self._pairs_jit(x1c, v1, x2c, v2, jnp.asarray(ii, jnp.int32),
-                                  jnp.asarray(jj, jnp.int32))
-            for k in self.kinds:
-                res[k][s:s + m] = np.asarray(got[k])[:m]
+        starts = list(range(0, total, pair_batch))
+        devices = jax.local_devices()[:max(1, len(starts))]
+
+        def work(d: int) -> None:  # batches d, d + D, d + 2D, ... on device d
+            put = functools.partial(jax.device_put, device=devices[d])
+            args = (put(np.asarray(x1, self.dtype)), tuple(put(v) for v in s1.variances),
+                    put(np.asarray(x2, self.dtype)), tuple(put(v) for v in s2.variances))
+            for s in starts[d::len(devices)]:
+                ii, jj = i[s:s + pair_batch], j[s:s + pair_batch]
+                m = len(ii)
+                if m < pair_batch:  # pad with a repeat of the last pair: one compiled shape
+                    ii = np.concatenate([ii, np.repeat(ii[-1:], pair_batch - m)])
+                    jj = np.concatenate([jj, np.repeat(jj[-1:], pair_batch - m)])
+                got = self._pairs_jit(*args, put(ii.astype(np.int32)), put(jj.astype(np.int32)))
+                for k in self.kinds:
+                    res[k][s:s + m] = np.asarray(got[k])[:m]
+
+        # One thread per device: one XLA computation leaves the other cores idle.
+        with ThreadPoolExecutor(len(devices)) as pool:
+            for f in [pool.submit(work, d) for d in range(len(devices))]:
+                f.result()
         return res
 
 

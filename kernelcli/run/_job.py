@@ -70,11 +70,18 @@ def config_fingerprint(cfg: RunConfig) -> str:
     """sha256 of what decides the numbers: data selection, architecture, kinds, dtype.
 
     Comments, ``name``, ``compute`` and ``output`` do not change a result, so a
-    run can be moved or given another memory budget and still be resumed.
+    run can be moved or given another memory budget and still be resumed. Data
+    paths count relative to the config's folder, so a config moved together with
+    its data is the same configuration (the data's content is fingerprinted apart).
     """
     d = cfg.data
+    base = cfg.source.parent if cfg.source is not None else Path.cwd()
+
+    def rel(p):
+        return None if p is None else os.path.relpath(p, base)
+
     what = {
-        "data": {"x1": str(d.x1), "key": d.key, "x2": None if d.x2 is None else str(d.x2),
+        "data": {"x1": rel(d.x1), "key": d.key, "x2": rel(d.x2),
                  "x2_key": d.x2_key, "layout": d.layout, "limit": d.limit},
         "architecture": repr(cfg.architecture),
         "kernel": dataclasses.asdict(cfg.kernel),
@@ -113,9 +120,14 @@ def auto_pair_batch(kfn, block: int, n_devices: int, fit: int) -> Optional[int]:
     ``None`` lets the planner report a budget that cannot hold one pair)."""
     if fit < 1:
         return None
+    if kfn.flat_input:  # one Gram matrix per call: one call per block
+        return int(min(fit, block * block))
+    # Several batches per device in a block's (at least) block^2/2 pairs; a batch
+    # smaller than a chunk is fine (the engine shrinks the chunk), one larger than
+    # the block would only evaluate padding.
     per_device = max(1, block * block // (2 * 4 * n_devices))
-    want = max(kfn.chunk, min(64 * kfn.chunk, per_device))
-    return int(min(fit, want))
+    want = min(64 * kfn.chunk, per_device)
+    return int(max(1, min(fit, want)))
 
 
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
