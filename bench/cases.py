@@ -1,0 +1,73 @@
+"""Benchmark cases shared by nt_case.py (neural-tangents venv) and kc_case.py.
+
+Numpy only: this module is imported under both interpreters. Each case has a
+kernelcli config in ``bench/configs/<name>.yaml``; nt_case.py builds the same
+network with neural-tangents ``stax`` by hand, as an independent reference.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+CONFIGS = BENCH / "configs"
+INPUT_SHAPE = (32, 32, 3)
+KINDS = ("nngp", "ntk")
+
+# name -> (N for the full bench, N for --quick). Chosen so that the whole bench
+# (neural-tangents and kernelcli, warm-up + reps) stays under 20 min and
+# 20 GiB on 2 idle CPU cores; see the measured costs in bench/README.md.
+CASES = {
+    "cnn21_gap": (2, 2),
+    "cnn5_gap": (4, 2),
+    "myrtle5": (8, 2),
+    "cnn21_flatten": (32, 8),
+    "cnn5_flatten": (128, 16),
+    "fc2": (2000, 64),
+}
+
+
+def make_inputs(n: int, seed: int = 0) -> np.ndarray:
+    """The benchmark inputs: ``(n, 32, 32, 3)`` float32 standard normals."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n,) + INPUT_SHAPE).astype(np.float32)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size in bytes.
+
+    ``VmHWM`` (Linux), not ``getrusage``: ``ru_maxrss`` survives ``exec`` and so
+    starts at the spawning parent's RSS; ``VmHWM`` belongs to this program alone.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def device_peak_bytes(jax) -> int | None:
+    """Peak bytes in use on jax's first device (GPU), or None where not tracked (CPU)."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001 - any backend without memory stats
+        return None
+    return (stats or {}).get("peak_bytes_in_use")
+
+
+def save_result(path: str, out: dict) -> None:
+    """Save the kernels as one ``(2, N, M)`` array, nngp first, then ntk."""
+    np.save(path, np.stack([np.asarray(out[k], dtype=np.float32) for k in KINDS]))
+
+
+def report(**fields) -> None:
+    """Print the one JSON line that bench/run.py reads."""
+    fields["peak_rss"] = peak_rss_bytes()
+    print(json.dumps(fields), flush=True)

@@ -1,0 +1,71 @@
+"""Time one benchmark case with kernelcli (run with /work/venv's python).
+
+    python bench/kc_case.py cnn5_gap --n 6 --reps 2 --mode rect --out kc.npy
+
+Loads ``bench/configs/<case>.yaml``, builds the kernel function for float32
+``(32, 32, 3)`` inputs, makes one warm-up call, times ``reps`` calls and prints
+one JSON line (case, n, mode, seconds per call, warm-up seconds, entries
+evaluated, bytes_per_pair, peak RSS in bytes).
+
+``--mode rect`` times ``kfn.matrix(x1, x1_copy)``: all N*N entries, the same
+work as neural-tangents' single ``kernel_fn(x1)`` call. ``--mode tri`` times
+``kfn.matrix(x1)``: the symmetric matrix from its lower triangle. The kernels go
+to ``--out`` as a ``(2, N, N)`` float32 array (nngp, ntk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cases import (CASES, CONFIGS, INPUT_SHAPE, KINDS, device_peak_bytes, make_inputs,  # noqa: E402
+                   report, save_result)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("case", choices=sorted(CASES))
+    p.add_argument("--n", type=int, default=None, help="number of inputs (default: the case's)")
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mode", choices=("rect", "tri"), default="rect")
+    p.add_argument("--out", default=None, help=".npy path for the (2, N, N) kernels")
+    a = p.parse_args(argv)
+    n = a.n or CASES[a.case][0]
+
+    from kernelcli.run import configure_host_devices
+
+    configure_host_devices()  # one XLA host device per core, as `kernelcli compute` does
+    import jax
+    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.spec import check_architecture, load_config
+
+    cfg = load_config(CONFIGS / f"{a.case}.yaml")
+    check_architecture(cfg.architecture, INPUT_SHAPE)
+    kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,
+                          dtype="float32")
+    x1 = make_inputs(n, a.seed)
+    args = (x1, x1.copy()) if a.mode == "rect" else (x1,)
+
+    t0 = time.perf_counter()
+    out = kfn.matrix(*args)
+    warmup = time.perf_counter() - t0
+    times = []
+    for _ in range(a.reps):
+        t0 = time.perf_counter()
+        out = kfn.matrix(*args)  # returns host numpy arrays: already synchronised
+        times.append(time.perf_counter() - t0)
+    if a.out:
+        save_result(a.out, out)
+    entries = n * n if a.mode == "rect" else n * (n + 1) // 2
+    report(tool="kernelcli", case=a.case, n=n, mode=a.mode, entries=entries, seconds=times,
+           warmup_s=warmup, bytes_per_pair=getattr(kfn, "bytes_per_pair", None),
+           dtype=str(out["nngp"].dtype), jax=jax.__version__,
+           device=jax.devices()[0].platform, device_peak=device_peak_bytes(jax))
+
+
+if __name__ == "__main__":
+    main()
