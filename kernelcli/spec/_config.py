@@ -27,16 +27,6 @@ class DataSpec:
     x2_key: Optional[str] = None
     layout: str = "NHWC"
     limit: Optional[int] = None
-    # Prediction runs (README, "From kernels to predictions"): training labels beside
-    # x1, a test set whose kernel against x1 is computed in the same run, and the
-    # preprocessing fitted on x1 and applied to both.
-    labels_key: Optional[str] = None
-    test: Optional[Path] = None
-    test_key: Optional[str] = None
-    test_labels_key: Optional[str] = None
-    test_limit: Optional[int] = None
-    preprocess: Optional[str] = None          # None | standardize | zca
-    zca_reg: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,7 @@ from ._sizes import parse_size
 
 SECTIONS = ("name", "data", "architecture", "kernel", "compute", "output")
 _KEYS = {
-    "data": ("x1", "key", "x2", "x2_key", "layout", "limit", "labels_key", "test", "test_key",
-             "test_labels_key", "test_limit", "preprocess"),
+    "data": ("x1", "key", "x2", "x2_key", "layout", "limit"),
     "architecture": ("parameterization", "layers"),
     "kernel": ("kinds", "dtype"),
     "compute": ("memory", "devices", "block", "executor", "address"),
@@ -132,16 +131,6 @@ def _data(d: dict, base_dir: Path) -> DataSpec:
         raise f.fail("data.x2_key", f"{f.show(d['x2_key'])} is given but data.x2 is null; "
                                     "expected data.x2 as well, or no x2_key")
     limit = d.get("limit")
-    test, test_limit = d.get("test"), d.get("test_limit")
-    if test is not None and x2 is not None:
-        raise f.fail("data.test", f"{f.show(test)} is given together with data.x2; expected "
-                                  "one of them: x2 for a rectangular K(x1, x2), test for a "
-                                  "training kernel plus K(test, x1) in one run")
-    for key in ("test_key", "test_labels_key", "test_limit"):
-        if test is None and d.get(key) is not None:
-            raise f.fail(f"data.{key}", f"{f.show(d[key])} is given but data.test is null; "
-                                        "expected data.test as well")
-    kind, zca_reg = _preprocess(d.get("preprocess"))
     return DataSpec(
         x1=f.file_path(d["x1"], "data.x1", base_dir),
         key=f.optional_string(d.get("key"), "data.key", "an array name"),
@@ -149,38 +138,7 @@ def _data(d: dict, base_dir: Path) -> DataSpec:
         x2_key=f.optional_string(d.get("x2_key"), "data.x2_key", "an array name"),
         layout=f.choice(d.get("layout", "NHWC"), "data.layout", LAYOUTS, "a layout"),
         limit=None if limit is None else f.positive_int(limit, "data.limit", "a row count"),
-        labels_key=f.optional_string(d.get("labels_key"), "data.labels_key", "an array name"),
-        test=None if test is None else f.file_path(test, "data.test", base_dir),
-        test_key=f.optional_string(d.get("test_key"), "data.test_key", "an array name"),
-        test_labels_key=f.optional_string(d.get("test_labels_key"), "data.test_labels_key",
-                                          "an array name"),
-        test_limit=None if test_limit is None else f.positive_int(
-            test_limit, "data.test_limit", "a row count"),
-        preprocess=kind,
-        zca_reg=zca_reg,
     )
-
-
-_PREPROCESS = ("standardize", "zca")
-
-
-def _preprocess(value):
-    """``null``, ``standardize``, or ``{zca: {reg: r}}`` -> (kind, zca_reg)."""
-    if value is None:
-        return None, None
-    if isinstance(value, str):
-        if value == "zca":
-            raise f.fail("data.preprocess", "'zca' needs its regulariser; expected "
-                                            "{zca: {reg: 0.1}} (reg > 0)")
-        return f.choice(value, "data.preprocess", _PREPROCESS, "a preprocessing"), None
-    m = f.mapping(value, "data.preprocess", "standardize or {zca: {reg: 0.1}}")
-    f.check_keys(m, "data.preprocess", ("zca",))
-    z = f.mapping(m.get("zca"), "data.preprocess.zca", "{reg: 0.1}")
-    f.check_keys(z, "data.preprocess.zca", ("reg",))
-    reg = f.number(z.get("reg"), "data.preprocess.zca.reg", minimum=0.0)
-    if reg <= 0:
-        raise f.fail("data.preprocess.zca.reg", f"{f.show(z.get('reg'))} must be > 0")
-    return "zca", reg
 
 
 def _architecture(d: dict) -> Architecture:
