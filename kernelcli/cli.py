@@ -42,12 +42,61 @@ def _sigterm_to_interrupt(signum, frame):  # a scheduler's SIGTERM stops like Ct
     raise KeyboardInterrupt
 
 
-def _progress(name: str, quiet: bool):
+def _progress(name: str, quiet: bool, shard=None):
     if quiet:
         return None
     from ._progress import ProgressPrinter
 
-    return ProgressPrinter(name)
+    return ProgressPrinter(name if shard is None else f"{name} shard {shard[0]}/{shard[1]}")
+
+
+def _shard_option(ctx, param, value):
+    """``--shard I/N`` -> ``(I, N)``; a malformed value is a usage error (exit 2)."""
+    if value is None:
+        return None
+    from .errors import UsageError
+    from .run._shards import parse_shard
+
+    try:
+        return parse_shard(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1], ctx=ctx, param=param) from None
+
+
+_SHARD_HELP = ("Be process I of N (0-based: I = 0 .. N-1) of a job array writing one run "
+               "directory on a shared file system: compute only this process's share of the "
+               "tiles (deterministic, balanced by pair evaluations). The process that finds "
+               "every tile done assembles the result. E.g. --shard "
+               "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.")
+_EXECUTOR_HELP = ("Where tile jobs run (overrides compute.executor): local devices, or tasks "
+                  "on a Ray cluster (needs `pip install 'kernelcli[ray]'`).")
+_ADDRESS_HELP = ("Ray cluster address for --executor ray (overrides compute.address), e.g. "
+                 "127.0.0.1:6379 or ray://head:10001; default RAY_ADDRESS or a new local one.")
+
+
+def _executor_options(fn):
+    fn = click.option("--address", metavar="ADDRESS", help=_ADDRESS_HELP)(fn)
+    fn = click.option("--executor", type=click.Choice(["local", "ray"], case_sensitive=False),
+                      help=_EXECUTOR_HELP)(fn)
+    fn = click.option("--shard", metavar="I/N", callback=_shard_option, help=_SHARD_HELP)(fn)
+    return fn
+
+
+def _report(out: dict, run_dir, quiet: bool, finished_text: str) -> None:
+    """What compute/resume print at the end (on stderr)."""
+    if out.get("already_finished"):
+        click.echo(finished_text.format(result=out["result"]), err=True)
+    elif quiet:
+        return
+    elif out.get("result") is None:
+        i, n = out["shard"]
+        click.echo(f"shard {i}/{n}: its {out['shard_blocks']} tiles are done; "
+                   f"{out['blocks_missing']} of the run's {out['blocks_total']} tiles are "
+                   f"still missing (other shards). The last shard to finish assembles the "
+                   f"result; or run `kernelcli assemble {run_dir}` once all are done",
+                   err=True)
+    else:
+        click.echo(f"wrote {out['result']}", err=True)
 
 
 @click.group(context_settings=CONTEXT)
@@ -62,6 +111,12 @@ def main():
       kernelcli compute configs/demo_digits.yaml                    # writes runs/.../kernels.h5
       kernelcli status runs/demo_digits                             # progress of a run
       kernelcli resume runs/demo_digits                             # after a kill or Ctrl-C
+
+    \b
+    Many machines (README.md, "Beyond one machine"):
+      kernelcli compute CONFIG --shard I/N      # process I (0-based) of a job array of N
+      kernelcli assemble RUN_DIR                # the result, once every tile exists
+      kernelcli compute CONFIG --executor ray --address HEAD:6379   # tiles as Ray tasks
 
     The configuration format is described in README.md (Configuration).
     """
@@ -78,41 +133,62 @@ def main():
 @click.option("--overwrite", is_flag=True,
               help="Replace a run of another configuration (or a finished one) in the run directory.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def compute(config, run_dir, overwrite, quiet):
+@_executor_options
+def compute(config, run_dir, overwrite, quiet, shard, executor, address):
     """Compute the kernels that CONFIG (a YAML file) describes.
 
     Writes RUN_DIR/kernels.h5 with one (N1, N2) dataset per kind ("nngp", "ntk").
     Without x2 only the lower triangle is computed and mirrored. Completed tiles
     are kept, so an interrupted run continues with `kernelcli resume RUN_DIR`
     (or by running the same compute command again).
+
+    With --shard I/N, N processes (a SLURM job array, a Kubernetes indexed Job)
+    share the tiles of one run directory without talking to each other.
     """
     from .run import compute as run_compute
     from .spec import load_config
 
-    name = _run(load_config, config).name
+    cfg = _run(load_config, config)
     out = _run(run_compute, config, run_dir=run_dir, overwrite=overwrite,
-               progress=_progress(name, quiet))
-    if out.get("already_finished"):
-        click.echo(f"{out['result']} is already complete; use --overwrite to recompute it",
-                   err=True)
-    elif not quiet:
-        click.echo(f"wrote {out['result']}", err=True)
+               progress=_progress(cfg.name, quiet, shard), shard=shard,
+               executor=executor and executor.lower(), address=address)
+    _report(out, run_dir or cfg.output.run_dir, quiet,
+            "{result} is already complete; use --overwrite to recompute it")
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def resume(run_dir, quiet):
+@_executor_options
+def resume(run_dir, quiet, shard, executor, address):
     """Continue the interrupted run in RUN_DIR where it stopped.
 
     Only missing tiles are computed; the result is bit-identical to an
     uninterrupted run. Refuses when the data changed since the run started.
+    With --shard I/N only that process's share is continued.
     """
     from .run import load_run_config
     from .run import resume as run_resume
 
     _store, cfg = _run(load_run_config, run_dir)
-    out = _run(run_resume, run_dir, progress=_progress(cfg.name, quiet))
+    out = _run(run_resume, run_dir, progress=_progress(cfg.name, quiet, shard), shard=shard,
+               executor=executor and executor.lower(), address=address)
+    _report(out, run_dir, quiet, "{result} is already complete")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def assemble(run_dir, quiet):
+    """Build RUN_DIR/kernels.h5 from the tiles once every tile exists.
+
+    Needed only when no process did it (the shard of a job array that finds every
+    tile done assembles by itself). Exit status 1, saying how many tiles are
+    missing, when the run is not complete. Needs neither the data nor JAX.
+    """
+    from .run import assemble as run_assemble
+
+    out = _run(run_assemble, run_dir)
     if out.get("already_finished"):
         click.echo(f"{out['result']} is already complete", err=True)
     elif not quiet:
@@ -141,8 +217,11 @@ _ESTIMATE_ROWS = (
               help="Report the plan and its memory (required; the plan is always shown).")
 @click.option("--time", "run_time", is_flag=True,
               help="Also run one real pair batch and extrapolate the wall time.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="W",
+              help="Also show how the work divides over W processes (--shard I/N): the most "
+                   "loaded one's pair evaluations and, with --time, its wall time.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def estimate(config, memory, run_time, as_json):
+def estimate(config, memory, run_time, workers, as_json):
     """Show the plan for CONFIG before anything runs: sizes, blocks, pair batch,
     peak memory per device against the budget, and what one untiled call would need.
 
@@ -150,7 +229,7 @@ def estimate(config, memory, run_time, as_json):
     """
     from .run import estimate as run_estimate
 
-    out = _run(run_estimate, config, run_time=run_time)
+    out = _run(run_estimate, config, run_time=run_time, workers=workers)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
         return
@@ -160,9 +239,17 @@ def estimate(config, memory, run_time, as_json):
         value = out[key]
         text = format_size(value) if fmt == "size" else fmt.format(value)
         click.echo(f"  {label:<30} {text}")
+    if "workers" in out:
+        w = out["workers"]
+        click.echo(f"  {'workers':<30} {w}")
+        click.echo(f"  {'pairs of the busiest worker':<30} {out['worker_pairs_max']:,} "
+                   f"({out['worker_balance']:.2f}x an even share)")
     if "seconds_estimate" in out:
         click.echo(f"  {'time per pair':<30} {out['seconds_per_pair'] * 1e3:.3f} ms")
         click.echo(f"  {'estimated wall time':<30} {_hms(out['seconds_estimate'])}")
+    if "seconds_estimate_workers" in out:
+        label = f"wall time on {out['workers']} workers"
+        click.echo(f"  {label:<30} {_hms(out['seconds_estimate_workers'])}")
 
 
 def _hms(seconds: float) -> str:
@@ -173,12 +260,16 @@ def _hms(seconds: float) -> str:
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--shards", type=click.IntRange(min=1), metavar="N",
+              help="Count per shard of a job array of N processes (default: the N that "
+                   "--shard processes recorded in RUN_DIR/shards/).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def status(run_dir, as_json):
-    """Show how far the run in RUN_DIR has got (from its completed tiles)."""
+def status(run_dir, shards, as_json):
+    """Show how far the run in RUN_DIR has got (from its completed tiles, whichever
+    process or machine wrote them; per shard for a job array)."""
     from .run import status as run_status
 
-    out = _run(run_status, run_dir)
+    out = _run(run_status, run_dir, shards=shards)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
         return
@@ -187,5 +278,12 @@ def status(run_dir, as_json):
     click.echo(f"{out['name']}: {state}, {pct:.1f}% of pairs "
                f"({out['pairs_done']:,}/{out['pairs_total']:,}), "
                f"blocks {out['blocks_done']}/{out['blocks_total']}")
+    for row in out.get("shards", ()):
+        pct = 100.0 * row["pairs_done"] / row["pairs_total"] if row["pairs_total"] else 100.0
+        note = "done" if row["finished"] else ("running or stopped" if row["started"]
+                                               else "not started")
+        click.echo(f"  shard {row['index']}/{row['count']}: {pct:5.1f}% of pairs "
+                   f"({row['pairs_done']:,}/{row['pairs_total']:,}), blocks "
+                   f"{row['blocks_done']}/{row['blocks_total']}, {note}")
     if out["finished"]:
         click.echo(f"result: {out['result']}")

@@ -1,8 +1,8 @@
 """The executor: run configurations through the engine into a resumable store."""
 
-from ._api import compute, estimate, load_run_config, resume, status
+from ._api import assemble, compute, estimate, load_run_config, resume, status
 from ._devices import configure_host_devices
 from ._executor import Progress
 
-__all__ = ["compute", "estimate", "load_run_config", "resume", "status",
+__all__ = ["assemble", "compute", "estimate", "load_run_config", "resume", "status",
            "configure_host_devices", "Progress"]

@@ -42,13 +42,19 @@ class Job:
         n = self.inputs.n1 + (0 if self.inputs.symmetric else self.inputs.n2)
         return n * per_input * self.kfn.dtype.itemsize
 
+    @property
+    def _config_dir(self) -> Path:
+        return self.cfg.source.parent if self.cfg.source else Path.cwd()
+
     def manifest(self) -> dict:
         return {
             "format": 1,
             "kernelcli_version": __version__,
             "name": self.cfg.name,
             "config_text": self.cfg.text,
-            "config_dir": str(self.cfg.source.parent if self.cfg.source else Path.cwd()),
+            "config_dir": str(self._config_dir),
+            # A config, its data and its run moved together are found again from here.
+            "config_dir_from_run": os.path.relpath(self._config_dir, self.cfg.output.run_dir),
             "config_fingerprint": config_fingerprint(self.cfg),
             "data_fingerprints": self.fingerprints,
             "plan": {"n1": self.plan.n1, "n2": self.plan.n2, "symmetric": self.plan.symmetric,

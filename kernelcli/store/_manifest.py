@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from ..errors import RunDirError
-from ._atomic import write_bytes_atomic
+from ._atomic import create_exclusive, write_bytes_atomic
 
 MANIFEST = "manifest.json"
 
@@ -25,6 +25,11 @@ def encode_manifest(manifest: dict) -> bytes:
 
 def write_manifest(run_dir: Path, data: bytes) -> None:
     write_bytes_atomic(Path(run_dir) / MANIFEST, data)
+
+
+def create_manifest(run_dir: Path, data: bytes) -> bool:
+    """Write the manifest unless one exists (race-free); whether this call wrote it."""
+    return create_exclusive(Path(run_dir) / MANIFEST, data)
 
 
 def read_manifest(run_dir: Path) -> dict:

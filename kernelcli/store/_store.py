@@ -5,6 +5,8 @@ Layout::
     <run_dir>/manifest.json        written once, atomically, when the run starts
     <run_dir>/tiles/<key>.h5       one per completed block (key = 'r00003c00001')
     <run_dir>/kernels.h5           the assembled result; its existence = finished
+    <run_dir>/shards/<I>of<N>.json written by process I of a job array of N when it
+                                   starts (who ran; status counts per shard from it)
 
 Why this design (and not a journal plus one big HDF5 file):
 
@@ -23,6 +25,12 @@ Why this design (and not a journal plus one big HDF5 file):
   manifest, which records the plan, fixes which files a run consists of.
 * The result is assembled from the tiles into a temporary file and renamed, so
   ``kernels.h5`` either does not exist or is whole.
+* Several processes may write one run directory at once (a job array on a shared
+  file system, ``--shard I/N``) with no coordination beyond these files: the
+  manifest is created exclusively (:meth:`RunStore.create_or_join`: exactly one
+  process writes it, the others read it back and must agree), tiles and the result
+  are renamed into place whole, so a block computed twice or a result assembled
+  twice is harmless.
 
 All writes stay inside ``run_dir``; ``overwrite`` removes only the three names
 above, never other files a user keeps there. OS errors become kernelcli errors that
@@ -33,13 +41,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
+import time
 from pathlib import Path
 
 from ..errors import RunDirError
 from ._assemble import assemble as _assemble
-from ._atomic import fsync_dir, remove_stale_tmp, storage_error
-from ._manifest import MANIFEST, encode_manifest, read_manifest, write_manifest
+from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
+from ._manifest import (MANIFEST, create_manifest, encode_manifest, read_manifest,
+                        write_manifest)
 from ._tiles import done_keys as _done_keys
 from ._tiles import read_tile as _read_tile
 from ._tiles import tile_path
@@ -47,6 +59,8 @@ from ._tiles import write_tile as _write_tile
 
 RESULT = "kernels.h5"
 TILES = "tiles"
+SHARDS = "shards"
+_SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
 
 
 class RunStore:
@@ -121,6 +135,91 @@ class RunStore:
         self._manifest = json.loads(data)  # exactly what open() will read back
         return self
 
+    def create_or_join(self, manifest: dict) -> tuple["RunStore", bool]:
+        """Start a new run, or join the one another process started at the same moment.
+
+        Exactly one of several processes calling this at once (on one machine or on a
+        shared file system) writes ``manifest``; it gets ``(store, True)``. The others,
+        and any caller that finds a manifest already there, get ``(store, False)`` with
+        ``store.manifest`` the manifest on disk, which the caller must compare with its
+        own. Like :meth:`create`, refuses a directory that holds kernelcli files but no
+        manifest (a result or tiles of an unknown run).
+        """
+        data = encode_manifest(manifest)
+        run_dir = self.run_dir
+        if run_dir.exists() and not run_dir.is_dir():
+            raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+        if not (run_dir / MANIFEST).exists():
+            owned = self._owned_entries()
+            # A manifest is published before any tile, so tiles without one are another
+            # process's run only if its manifest appeared meanwhile.
+            if owned and not (run_dir / MANIFEST).exists():
+                raise RunDirError(
+                    f"{run_dir} already holds kernelcli files ({', '.join(owned)}) but no "
+                    f"manifest.json; choose another run directory, or overwrite it"
+                )
+            try:
+                self.tiles_dir.mkdir(parents=True, exist_ok=True)
+                fsync_dir(run_dir)
+            except OSError as exc:
+                raise storage_error(exc, run_dir) from None
+            if create_manifest(run_dir, data):
+                self._manifest = json.loads(data)
+                return self, True
+        self._manifest = read_manifest(run_dir)
+        try:
+            self.tiles_dir.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise storage_error(exc, self.tiles_dir) from None
+        return self, False
+
+    @property
+    def shards_dir(self) -> Path:
+        return self.run_dir / SHARDS
+
+    def mark_shard(self, index: int, count: int, info: dict) -> Path:
+        """Record that process ``index`` of a job array of ``count`` works on this run.
+
+        ``shards/<index>of<count>.json`` (written atomically, rewritten on each start)
+        holds ``info`` plus the host, pid and time; :meth:`shard_markers` reads them.
+        """
+        record = dict(info, index=int(index), count=int(count), host=socket.gethostname(),
+                      pid=os.getpid(), started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        path = self.shards_dir / f"{int(index)}of{int(count)}.json"
+        try:
+            self.shards_dir.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise storage_error(exc, self.shards_dir) from None
+        write_bytes_atomic(path, (json.dumps(record, sort_keys=True) + "\n").encode())
+        return path
+
+    def shard_markers(self) -> list[dict]:
+        """The shard records of this run (see :meth:`mark_shard`), newest first;
+        each has at least ``index``, ``count`` and ``mtime``. Unreadable ones are
+        skipped (a marker only says who ran; the tiles are the progress record)."""
+        try:
+            entries = list(os.scandir(self.shards_dir))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for entry in entries:
+            match = _SHARD_MARKER.match(entry.name)
+            if match is None:
+                continue
+            record = {}
+            try:
+                mtime = entry.stat().st_mtime
+                with open(entry.path, encoding="utf-8") as f:
+                    record = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if not isinstance(record, dict):
+                record = {}
+            record.update(index=int(match[1]), count=int(match[2]), mtime=mtime)
+            out.append(record)
+        out.sort(key=lambda r: (-r["mtime"], r["count"], r["index"]))
+        return out
+
     def done_keys(self) -> set[str]:
         """Keys of the blocks whose tile is complete."""
         return _done_keys(self.tiles_dir)
@@ -168,9 +267,9 @@ class RunStore:
             path = self.run_dir / name
             if os.path.lexists(path):
                 os.unlink(path)
-        tiles = self.tiles_dir
-        if tiles.is_symlink() or tiles.is_file():
-            os.unlink(tiles)  # never follow a link out of the run directory
-        elif tiles.exists():
-            shutil.rmtree(tiles)
+        for tiles in (self.tiles_dir, self.shards_dir):
+            if tiles.is_symlink() or tiles.is_file():
+                os.unlink(tiles)  # never follow a link out of the run directory
+            elif tiles.exists():
+                shutil.rmtree(tiles)
         remove_stale_tmp(self.run_dir)

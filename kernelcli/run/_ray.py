@@ -1,0 +1,180 @@
+"""Tile jobs as tasks on a Ray cluster (``compute.executor: ray``; optional extra).
+
+The driver (the ``kernelcli`` process) keeps the plan and the store, exactly as a
+local run: it reads the data, submits one task per missing block and writes each
+tile itself, atomically, as its task returns, so ``resume`` and ``status`` work as
+for a local run and a killed driver loses only the tiles in flight. The cluster's
+workers need kernelcli (and Ray) installed, but neither the data nor the run
+directory: a task gets its block's rows and columns as arrays.
+
+Bit-identity with the local executor: the per-input pass runs as tasks on the
+same row slices the local executor reads (:func:`stats_slices`), and each tile
+task runs :func:`compute_tile`, the local executor's own per-block computation,
+on the same padded inputs and pair batches. A task asks for one GPU when the
+cluster has GPUs, else one CPU; a task whose worker dies, or that raises, is
+retried (``max_retries``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+from ..errors import ComputeError, ConfigError
+from ..store import RunStore
+from ._executor import (Progress, Tally, block_input, compute_tile, concat_stats,
+                        pending_blocks, stats_of_slice, stats_slices)
+from ._job import Job
+
+MAX_RETRIES = 3
+
+_INSTALL = "pip install 'kernelcli[ray]'"
+
+
+def require_ray():
+    """The ``ray`` module, or a :class:`ConfigError` saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"compute.executor: ray needs the Ray package, which is not "
+                          f"installed; install it with `{_INSTALL}` (on this machine and "
+                          f"every node of the cluster), or use executor: local") from None
+    return ray
+
+
+# -- what runs on a worker ----------------------------------------------------------
+
+_KERNELS: dict = {}  # per worker process: the compiled kernel of each spec, reused by tasks
+
+
+def _kernel_fn(spec):
+    key = repr(spec)
+    kfn = _KERNELS.get(key)
+    if kfn is None:
+        from ..kernels import build_kernel_fn
+
+        arch, shape, kinds, dtype = spec
+        kfn = _KERNELS[key] = build_kernel_fn(arch, shape, kinds, dtype)
+    return kfn
+
+
+def _stats_task(spec, x):
+    return stats_of_slice(_kernel_fn(spec), x)
+
+
+def _tile_task(spec, pair_batch, bi):
+    import jax
+
+    kfn = _kernel_fn(spec)
+    return compute_tile(kfn, pair_batch, bi, jax.local_devices()[:1])
+
+
+# -- the driver -----------------------------------------------------------------------
+
+def _describe(exc) -> str:
+    cause = getattr(exc, "cause", None)
+    if cause is not None and cause is not exc:
+        return f"{type(cause).__name__}: {cause}".splitlines()[0]
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
+
+
+def _connect(ray, address: Optional[str]) -> bool:
+    """Connect (or start a local instance); whether this call did it."""
+    if ray.is_initialized():
+        return False
+    kwargs = dict(logging_level=logging.ERROR, log_to_driver=False)
+    if address is None:
+        kwargs["include_dashboard"] = False
+    try:
+        ray.init(address=address, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or "RAY_ADDRESS / a new local instance"
+        raise ComputeError(f"cannot connect to the Ray cluster at {where} "
+                           f"(compute.address / --address): {_describe(exc)}") from None
+    return True
+
+
+def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
+                progress: Optional[Callable[[Progress], None]] = None, blocks=None) -> None:
+    """Compute every block of ``blocks`` (default all) that ``store`` lacks, as Ray tasks."""
+    ray = require_ray()
+    plan, kfn, inputs = job.plan, job.kfn, job.inputs
+    blocks = plan.blocks if blocks is None else list(blocks)
+    pending, done = pending_blocks(store, blocks)
+    tally = Tally(blocks, done, progress)
+    tally.report()
+    if not pending:
+        return
+    started = _connect(ray, address)
+    inflight: dict = {}
+    try:
+        resources = ray.cluster_resources()
+        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        ask = {"num_gpus": 1} if gpus >= 1 else {"num_cpus": 1}
+        slots = max(1, gpus if gpus >= 1 else cpus)
+        opts = dict(max_retries=MAX_RETRIES, retry_exceptions=True, **ask)
+        stats_remote = ray.remote(_stats_task).options(name="kernelcli_stats", **opts)
+        tile_remote = ray.remote(_tile_task).options(name="kernelcli_tile", **opts)
+        spec = (job.cfg.architecture, tuple(inputs.x1.example_shape), tuple(kfn.kinds),
+                job.cfg.kernel.dtype)
+        spec_ref = ray.put(spec)
+
+        def stats(src):
+            refs = [stats_remote.remote(spec_ref, src.read(s, e, dtype=kfn.dtype))
+                    for s, e in stats_slices(src.n)]
+            inflight.update({r: None for r in refs})
+            parts = _get_all(ray, refs)
+            for r in refs:
+                inflight.pop(r, None)
+            return concat_stats(kfn, parts)
+
+        s1 = stats(inputs.x1)
+        s2 = s1 if inputs.symmetric else stats(inputs.x2)
+        todo = iter(pending)
+        window = 2 * slots  # tasks queued at once: every slot busy, inputs bounded
+
+        def submit():
+            while len(inflight) < window:
+                block = next(todo, None)
+                if block is None:
+                    return
+                if store.has(block):  # written meanwhile by another process
+                    tally.block_done(block.n_pairs, computed=False)
+                    continue
+                bi = block_input(kfn, inputs.x1, inputs.second, s1, s2, block, plan.block)
+                inflight[tile_remote.remote(spec_ref, plan.pair_batch, bi)] = block
+
+        submit()
+        while inflight:
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+            for ref in ready:
+                block = inflight.pop(ref)
+                tile = _get_all(ray, [ref])[0]
+                store.write_tile(block, tile)
+                tally.block_done(block.n_pairs)
+            submit()
+    except BaseException:
+        for ref in inflight:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - best effort; the driver is leaving anyway
+                pass
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _get_all(ray, refs):
+    """``ray.get`` that stays responsive to Ctrl-C and names a failed task's cause."""
+    pending = list(refs)
+    while True:
+        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        if not pending:
+            break
+    try:
+        return ray.get(list(refs))
+    except ray.exceptions.RayError as exc:
+        raise ComputeError(f"a tile task failed on the Ray cluster after {MAX_RETRIES} "
+                           f"retries: {_describe(exc)}; completed tiles are kept") from None

@@ -1,0 +1,50 @@
+"""Job arrays: process I of N takes a deterministic, balanced share of a run's blocks.
+
+No coordination beyond the run directory: every process reads the same plan from
+the manifest and splits its blocks with :func:`kernelcli.plan.assign` (greedy
+longest-first by pair evaluations, ties to the lowest index), so all processes
+agree on who does what without talking to each other. Nothing here imports jax.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from ..errors import UsageError
+from ..plan import assign
+
+_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_shard(text) -> tuple[int, int]:
+    """``'I/N'`` -> ``(I, N)`` with ``0 <= I < N``; :class:`UsageError` otherwise."""
+    expected = ("expected I/N with integers 0 <= I < N (I is this process's 0-based index, "
+                "N the number of processes), e.g. 0/4")
+    match = _SHARD.match(str(text))
+    if match is None:
+        raise UsageError(f"--shard: {text!r} is not of the form I/N; {expected}")
+    index, count = int(match[1]), int(match[2])
+    if count < 1:
+        raise UsageError(f"--shard: {text!r} has N = {count} processes; {expected}")
+    if index >= count:
+        raise UsageError(f"--shard: {text!r} has I = {index}, which is not below N = {count} "
+                         f"(I counts from 0); {expected}")
+    return index, count
+
+
+def shard_blocks(blocks, shard: Optional[tuple[int, int]]) -> list:
+    """The blocks process ``shard = (I, N)`` computes (all of them for ``None``)."""
+    if shard is None:
+        return list(blocks)
+    index, count = shard
+    return assign(blocks, count)[index]
+
+
+def worker_loads(blocks, workers: int) -> list[int]:
+    """Pair evaluations each of ``workers`` processes gets from :func:`assign`."""
+    return [sum(b.n_pairs for b in part) for part in assign(blocks, workers)]
+
+
+def shard_label(shard: Optional[tuple[int, int]]) -> str:
+    return "" if shard is None else f"{shard[0]}/{shard[1]}"

@@ -1,0 +1,188 @@
+"""Helpers for the end-to-end tests: small configs and data in tmp_path, the CLI as a
+subprocess, and reading results back.
+
+Nothing here is a test. The networks are the cheap ones the test plan asks for
+(conv + relu + flatten/global_avg_pool + dense on 6x6 or 8x8 images).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import h5py
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS_DIR = ROOT / "configs"
+SQRT2 = 1.4142135623730951
+
+# The console script the package installs (there is no `python -m kernelcli`).
+KERNELCLI = shutil.which("kernelcli", path=os.path.dirname(sys.executable)) or os.path.join(
+    os.path.dirname(sys.executable), "kernelcli")
+
+FLATTEN_NET = [
+    {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": SQRT2, "b_std": 0.1}},
+    "relu",
+    "flatten",
+    {"dense": {"W_std": 1.0, "b_std": 0.0}},
+]
+
+GAP_NET = [
+    {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": SQRT2, "b_std": 0.1}},
+    "relu",
+    "global_avg_pool",
+    {"dense": {"W_std": 1.0, "b_std": 0.0}},
+]
+
+# Two conv layers before the pooling: about twice the work per pair of GAP_NET.
+GAP2_NET = [
+    {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": SQRT2, "b_std": 0.05}},
+    "relu",
+    {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": SQRT2, "b_std": 0.05}},
+    "relu",
+    "global_avg_pool",
+    {"dense": {"W_std": 1.0, "b_std": 0.0}},
+]
+
+
+def images(n: int, h: int = 6, w: int = 6, c: int = 2, seed: int = 0,
+           dtype=np.float32) -> np.ndarray:
+    """``(n, h, w, c)`` standard-normal images."""
+    return np.random.default_rng(seed).standard_normal((n, h, w, c)).astype(dtype)
+
+
+def write_config(folder: Path, name: str = "cfg", *, x1="x.npy", key=None, x2=None,
+                 x2_key=None, layout=None, limit=None, layers=None, parameterization=None,
+                 kinds=None, dtype=None, compute: Optional[dict] = None,
+                 run_dir="run", run_name: Optional[str] = None) -> Path:
+    """Write ``folder/<name>.yaml`` and return its path. ``None`` leaves a key out."""
+    data = {"x1": str(x1)}
+    for k, v in (("key", key), ("x2", x2), ("x2_key", x2_key), ("layout", layout),
+                 ("limit", limit)):
+        if v is not None:
+            data[k] = str(v) if k == "x2" else v
+    arch = {"layers": layers if layers is not None else FLATTEN_NET}
+    if parameterization is not None:
+        arch["parameterization"] = parameterization
+    doc = {"name": run_name or name, "data": data, "architecture": arch}
+    kernel = {}
+    if kinds is not None:
+        kernel["kinds"] = list(kinds)
+    if dtype is not None:
+        kernel["dtype"] = dtype
+    if kernel:
+        doc["kernel"] = kernel
+    if compute:
+        doc["compute"] = dict(compute)
+    if run_dir is not None:
+        doc["output"] = {"run_dir": str(run_dir)}
+    path = Path(folder) / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def cli_env(**extra) -> dict:
+    """The environment for a CLI subprocess: the caller's, minus any XLA_FLAGS, so the
+    CLI picks its own host device count (one per core)."""
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_cli(*args, cwd=None, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
+    """Run ``kernelcli ARGS`` to completion; text stdout/stderr captured."""
+    return subprocess.run([KERNELCLI, *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env or cli_env())
+
+
+def start_cli(*args, log_dir: Path, cwd=None, env=None) -> subprocess.Popen:
+    """Start ``kernelcli ARGS`` in the background, stdout/stderr to files in ``log_dir``
+    (files, not pipes, so a chatty child never blocks on a full pipe)."""
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    n = len(list(log_dir.glob("*.out")))
+    out = open(log_dir / f"{n:03d}.out", "w")
+    err = open(log_dir / f"{n:03d}.err", "w")
+    proc = subprocess.Popen([KERNELCLI, *map(str, args)], cwd=cwd, stdout=out, stderr=err,
+                            env=env or cli_env())
+    proc.log_paths = (log_dir / f"{n:03d}.out", log_dir / f"{n:03d}.err")
+    proc._files = (out, err)
+    return proc
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    """Wait for a process from :func:`start_cli`; return ``(rc, stdout, stderr)``."""
+    try:
+        rc = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for f in proc._files:
+            f.close()
+    out, err = (p.read_text() for p in proc.log_paths)
+    return rc, out, err
+
+
+def tile_names(run_dir: Path) -> set[str]:
+    """Names of the completed tiles (final names only, no temporary files)."""
+    tiles = Path(run_dir) / "tiles"
+    try:
+        return {p.name for p in tiles.iterdir()
+                if p.name.endswith(".h5") and not p.name.startswith(".")}
+    except FileNotFoundError:
+        return set()
+
+
+def wait_until(predicate, proc: Optional[subprocess.Popen] = None, timeout: float = 300,
+               poll: float = 0.002) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``proc`` exits or time runs out (False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        if proc is not None and proc.poll() is not None:
+            return predicate()
+        time.sleep(poll)
+    return False
+
+
+def read_kernels(path: Path) -> tuple[dict, dict]:
+    """``({dataset: array}, {attr: value})`` of a ``kernels.h5``."""
+    with h5py.File(path, "r") as f:
+        arrays = {k: f[k][...] for k in f.keys()}
+        attrs = {k: f.attrs[k] for k in f.attrs.keys()}
+    return arrays, attrs
+
+
+def read_tile_file(path: Path) -> dict:
+    with h5py.File(path, "r") as f:
+        return {k: f[k][...] for k in f.keys()}
+
+
+def assert_bit_identical(got: dict, want: dict) -> None:
+    """Same dataset names, dtypes, shapes and bits."""
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert got[k].dtype == want[k].dtype, k
+        assert got[k].shape == want[k].shape, k
+        assert np.array_equal(got[k], want[k]), (
+            f"{k}: {np.count_nonzero(got[k] != want[k])} entries differ, max abs diff "
+            f"{np.max(np.abs(got[k].astype(np.float64) - want[k]))}")
+
+
+def snapshot(folder: Path) -> dict:
+    """``{relative path: bytes}`` of every file under ``folder`` (to prove nothing changed)."""
+    folder = Path(folder)
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}

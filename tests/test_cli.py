@@ -1,0 +1,619 @@
+"""The command-line contract (docs/cli.md), through click's CliRunner in this process.
+
+Every user mistake exits 2 (1 for failures that are not the user's) with one
+``Error: ...`` line on stderr and no traceback, and leaves any existing run
+directory exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import h5py
+import jax
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import kernelcli
+from kernelcli.cli import main
+
+from helpers_cli import (GAP_NET, ROOT, images, read_kernels, snapshot,
+                         tile_names, write_config)
+
+COMMANDS = ("compute", "resume", "estimate", "status")  # docs/cli.md; more may be added
+ALL_COMMANDS = tuple(sorted(main.commands))
+_X64 = jax.config.jax_enable_x64
+
+
+@pytest.fixture(autouse=True)
+def _keep_process_state(monkeypatch):
+    """The CLI's group sets XLA_FLAGS and a SIGTERM handler, and a float64 run switches
+    JAX to 64-bit mode for the whole process; keep none of it after a test."""
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    handler = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, handler)
+    jax.config.update("jax_enable_x64", _X64)
+
+
+def invoke(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    # An exception that escaped the CLI would be a traceback for a real user.
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"kernelcli {' '.join(map(str, args))} raised "
+                             f"{result.exception!r}; stderr: {result.stderr}") \
+            from result.exception
+    assert "Traceback" not in result.output
+    return result
+
+
+def error_line(result) -> str:
+    """The one ``Error: ...`` line of a failed command (and nothing on stdout)."""
+    assert result.stdout == ""
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- help, version
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_every_command(flag):
+    result = invoke(flag)
+    assert result.exit_code == 0
+    for name in COMMANDS:
+        assert name in result.stdout
+
+
+def test_version_prints_the_package_version():
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"kernelcli, version {kernelcli.__version__}"
+
+
+@pytest.mark.parametrize("name", ALL_COMMANDS)
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_has_help_text(name, flag):
+    command = main.commands[name]
+    assert command.help and len(command.help.split()) >= 5
+    result = invoke(name, flag)
+    assert result.exit_code == 0
+    assert command.help.split("\n")[0].split()[0] in result.stdout
+    for param in command.params:
+        if param.param_type_name == "option":
+            assert param.help, f"{name} {param.opts} has no help text"
+
+
+def test_the_documented_commands_exist():
+    assert set(COMMANDS) <= set(main.commands)
+
+
+@pytest.mark.parametrize("name", ALL_COMMANDS)
+def test_every_command_is_mentioned_in_the_readme(name):
+    readme = ROOT / "README.md"
+    if not readme.exists():
+        pytest.xfail("README not written yet")
+    assert f"kernelcli {name}" in " ".join(readme.read_text().split())
+
+
+def test_unknown_option_is_a_usage_error(tmp_path):
+    result = CliRunner().invoke(main, ["compute", str(tmp_path / "c.yaml"), "--bogus"])
+    assert result.exit_code == 2
+    assert "No such option '--bogus'" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_estimate_needs_the_memory_flag(tmp_path):
+    result = CliRunner().invoke(main, ["estimate", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 2
+    assert "Missing option '--memory'" in result.stderr
+
+
+# --------------------------------------------------------------------------- results
+
+N = 11          # with block 4: ragged blocks, 6 tiles
+N1, N2 = 7, 5
+
+
+@pytest.fixture(scope="module")
+def square_run(tmp_path_factory):
+    """A finished symmetric float32 run (flatten net, 6x6x2, block 4)."""
+    d = tmp_path_factory.mktemp("square")
+    np.save(d / "x.npy", images(N, seed=1))
+    cfg = write_config(d, "square", compute={"block": 4}, run_dir="run")
+    result = invoke("compute", cfg, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    return cfg, d / "run"
+
+
+@pytest.fixture(scope="module")
+def rect_run(tmp_path_factory):
+    """A finished rectangular float64 run (GAP net, x2 given), nngp only."""
+    d = tmp_path_factory.mktemp("rect")
+    np.save(d / "x1.npy", images(N1, seed=2, dtype=np.float64))
+    np.save(d / "x2.npy", images(N2, seed=3, dtype=np.float64))
+    cfg = write_config(d, "rect", x1="x1.npy", x2="x2.npy", layers=GAP_NET, kinds=["nngp"],
+                       dtype="float64", compute={"block": 4}, run_dir="run")
+    result = invoke("compute", cfg, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    return cfg, d / "run"
+
+
+def test_compute_writes_square_exactly_symmetric_kernels_in_the_configured_dtype(square_run):
+    _cfg, run = square_run
+    arrays, _attrs = read_kernels(run / "kernels.h5")
+    assert sorted(arrays) == ["nngp", "ntk"]
+    for k, a in arrays.items():
+        assert a.shape == (N, N), k
+        assert a.dtype == np.float32, k
+        assert np.array_equal(a, a.T), k
+        assert np.all(np.isfinite(a)), k
+        assert np.all(np.diag(a) > 0), k
+
+
+def test_compute_records_config_version_and_data_fingerprint(square_run, rect_run):
+    fingerprints = []
+    for cfg, run in (square_run, rect_run):
+        _arrays, attrs = read_kernels(run / "kernels.h5")
+        assert attrs["config"] == cfg.read_text()
+        assert attrs["kernelcli_version"] == kernelcli.__version__
+        assert isinstance(attrs["data_fingerprint"], str) and attrs["data_fingerprint"]
+        fingerprints.append(attrs["data_fingerprint"])
+    assert fingerprints[0] != fingerprints[1]
+
+
+def test_compute_reports_progress_on_stderr_into_the_run_dir_option(tmp_path):
+    np.save(tmp_path / "x.npy", images(5))
+    cfg = write_config(tmp_path, "p", compute={"block": 4}, run_dir="configured")
+    result = invoke("compute", cfg, "--run-dir", tmp_path / "elsewhere")
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert f"wrote {tmp_path / 'elsewhere' / 'kernels.h5'}" in result.stderr
+    assert "100.0%" in result.stderr
+    assert (tmp_path / "elsewhere" / "kernels.h5").is_file()
+    assert not (tmp_path / "configured").exists()
+
+
+def test_x2_gives_a_rectangle_of_the_requested_kinds_only(rect_run):
+    _cfg, run = rect_run
+    arrays, _attrs = read_kernels(run / "kernels.h5")
+    assert list(arrays) == ["nngp"]
+    assert arrays["nngp"].shape == (N1, N2)
+    assert arrays["nngp"].dtype == np.float64
+    assert np.all(np.isfinite(arrays["nngp"]))
+
+
+def test_status_json_of_a_finished_run(square_run):
+    _cfg, run = square_run
+    result = invoke("status", run, "--json")
+    assert result.exit_code == 0
+    assert len(result.stdout.strip().splitlines()) == 1
+    out = json.loads(result.stdout)
+    assert isinstance(out, dict)
+    blocks = 3 * 4 // 2
+    assert out["pairs_total"] == N * (N + 1) // 2
+    assert out["pairs_done"] == out["pairs_total"]
+    assert out["blocks_total"] == blocks
+    assert out["blocks_done"] == blocks
+    assert out["finished"] is True
+
+
+def test_status_json_of_an_unfinished_run(square_run, tmp_path):
+    _cfg, run = square_run
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    (copy / "kernels.h5").unlink()
+    (copy / "tiles" / "r00002c00001.h5").unlink()  # rows 8..10 x cols 4..7: 12 pairs
+    out = json.loads(invoke("status", copy, "--json").stdout)
+    assert out["finished"] is False
+    assert out["blocks_done"] == out["blocks_total"] - 1
+    assert out["pairs_done"] == out["pairs_total"] - 3 * 4
+    text = invoke("status", copy)
+    assert text.exit_code == 0
+    assert "not finished" in text.stdout
+
+
+def test_status_text_of_a_finished_run(square_run):
+    _cfg, run = square_run
+    result = invoke("status", run)
+    assert result.exit_code == 0
+    assert "finished, 100.0% of pairs" in result.stdout
+    assert str(run / "kernels.h5") in result.stdout
+
+
+ESTIMATE_KEYS = {"n1", "n2", "pairs_total", "pair_batch", "blocks_total",
+                 "peak_bytes_per_device", "memory_budget_bytes", "untiled_peak_bytes",
+                 "output_bytes"}
+
+
+def test_estimate_memory_json_reports_the_plan(tmp_path):
+    np.save(tmp_path / "x.npy", images(N))
+    cfg = write_config(tmp_path, "e", compute={"block": 4}, run_dir="run")
+    result = invoke("estimate", cfg, "--memory", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert len(result.stdout.strip().splitlines()) == 1
+    out = json.loads(result.stdout)
+    assert ESTIMATE_KEYS <= set(out)
+    assert "seconds_estimate" not in out
+    for key in ESTIMATE_KEYS:
+        assert isinstance(out[key], int) and not isinstance(out[key], bool), key
+    assert (out["n1"], out["n2"]) == (N, N)
+    assert out["pairs_total"] == N * (N + 1) // 2
+    assert out["blocks_total"] == 6
+    assert out["output_bytes"] == N * N * 4 * 2
+    assert 0 < out["peak_bytes_per_device"] <= out["memory_budget_bytes"]
+    assert out["pair_batch"] >= 1
+    assert not (tmp_path / "run").exists(), "estimate must not write a run"
+
+
+def test_estimate_rectangular_with_time(tmp_path):
+    np.save(tmp_path / "x1.npy", images(N1, seed=4))
+    np.save(tmp_path / "x2.npy", images(N2, seed=5))
+    cfg = write_config(tmp_path, "e", x1="x1.npy", x2="x2.npy", layers=GAP_NET,
+                       compute={"block": 4}, run_dir="run")
+    result = invoke("estimate", cfg, "--memory", "--time", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert ESTIMATE_KEYS | {"seconds_estimate"} <= set(out)
+    assert (out["n1"], out["n2"]) == (N1, N2)
+    assert out["pairs_total"] == N1 * N2
+    assert out["blocks_total"] == 2 * 2
+    assert isinstance(out["seconds_estimate"], float) and out["seconds_estimate"] > 0
+    assert not (tmp_path / "run").exists()
+
+
+def test_estimate_text(tmp_path):
+    np.save(tmp_path / "x.npy", images(N))
+    cfg = write_config(tmp_path, "e", compute={"block": 4})
+    result = invoke("estimate", cfg, "--memory")
+    assert result.exit_code == 0
+    for label in ("pair evaluations", "peak memory per device", "memory budget per device",
+                  "one untiled call would need"):
+        assert label in result.stdout
+
+
+def test_smallest_budget_reported_is_the_smallest_that_works(tmp_path):
+    np.save(tmp_path / "x.npy", images(N))
+    small = write_config(tmp_path, "small", compute={"block": 4, "memory": "1KiB"})
+    err = error_line(result := invoke("estimate", small, "--memory", "--json"))
+    assert result.exit_code == 2
+    assert "the smallest budget that works is" in err
+    smallest = int(err.rsplit("(", 1)[1].split()[0])
+    ok = write_config(tmp_path, "ok", compute={"block": 4, "memory": smallest})
+    result = invoke("estimate", ok, "--memory", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["peak_bytes_per_device"] <= smallest == out["memory_budget_bytes"]
+    one_less = write_config(tmp_path, "less", compute={"block": 4, "memory": smallest - 1})
+    assert invoke("estimate", one_less, "--memory").exit_code == 2
+
+
+# --------------------------------------------------------------------------- user errors
+
+LAYERS_TEXT = """architecture:
+  layers:
+    - conv: {filter: [3, 3]}
+    - relu
+    - flatten
+    - dense
+"""
+
+
+def _setup_data(d: Path):
+    x = images(10, seed=7)
+    np.save(d / "x.npy", x)
+    np.savez(d / "x.npz", x=x)
+    with h5py.File(d / "x.h5", "w") as f:
+        f.create_dataset("images", data=x)
+    bad = x.copy()
+    bad[3, 1, 2, 0] = np.nan
+    np.save(d / "nan.npy", bad)
+    inf = x.copy()
+    inf[6, 0, 0, 1] = np.inf
+    np.save(d / "inf.npy", inf)
+    np.save(d / "rank3.npy", x[..., 0])
+    np.save(d / "small.npy", images(4, 5, 5, 2, seed=8))
+
+
+def _write(d: Path, name: str, text: str) -> Path:
+    p = d / f"{name}.yaml"
+    p.write_text(text)
+    return p
+
+
+# Each case: (name, config text or None for "no file", expected exit, expected message;
+# {d} is the folder, {cfg} the config file's path.)
+CONFIG_ERRORS = [
+    ("missing_config_file", None, 2, "Error: {cfg}: no such configuration file"),
+    ("bad_yaml", "data: {x1: x.npy\narchitecture: [\n", 2,
+     "Error: bad_yaml.yaml: not valid YAML (line 2, column 13): expected ',' or '}', "
+     "but got ':'"),
+    ("unknown_layer", "data: {x1: x.npy}\narchitecture:\n  layers: [conv, relu, flaten, dense]\n",
+     2, "Error: unknown_layer.yaml: architecture.layers[2]: unknown layer 'flaten'; expected one "
+        "of abrelu, avg_pool, conv, dense, erf, flatten, gelu, global_avg_pool, identity, "
+        "layer_norm, leaky_relu, relu, repeat, residual; did you mean 'flatten'?"),
+    ("missing_data_file", "data: {x1: nope.npy}\n" + LAYERS_TEXT, 2,
+     "Error: data.x1: {d}/nope.npy does not exist; give the path to a .npy, .npz, .h5, .hdf5 "
+     "file"),
+    ("wrong_npz_key", "data: {x1: x.npz, key: y}\n" + LAYERS_TEXT, 2,
+     "Error: data.key: 'y' not found in {d}/x.npz; keys present: x"),
+    ("wrong_h5_key", "data: {x1: x.h5, key: x}\n" + LAYERS_TEXT, 2,
+     "Error: data.key: 'x' not found in {d}/x.h5; keys present: images"),
+    ("wrong_rank", "data: {x1: rank3.npy}\n" + LAYERS_TEXT, 2,
+     "Error: data.x1: {d}/rank3.npy holds an array of shape (10, 6, 6) (rank 3); accepted: "
+     "rank 4 images (N, H, W, C) or rank 2 rows (N, D)"),
+    ("nan_in_data", "data: {x1: nan.npy}\n" + LAYERS_TEXT, 2,
+     "Error: data.x1: row 3 of {d}/nan.npy contains NaN; every value must be finite"),
+    ("inf_in_data", "data: {x1: inf.npy}\n" + LAYERS_TEXT, 2,
+     "Error: data.x1: row 6 of {d}/inf.npy contains Inf; every value must be finite"),
+    ("x1_x2_mismatch", "data: {x1: x.npy, x2: small.npy}\n" + LAYERS_TEXT, 2,
+     "Error: data.x2: examples of {d}/small.npy have shape (5, 5, 2), but those of data.x1 "
+     "({d}/x.npy) have shape (6, 6, 2); both sets must have the same example shape"),
+]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    _setup_data(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", ["compute", "estimate"])
+@pytest.mark.parametrize("name,text,code,message", CONFIG_ERRORS,
+                         ids=[c[0] for c in CONFIG_ERRORS])
+def test_user_mistake_gives_one_error_line_and_writes_nothing(data_dir, command, name, text,
+                                                              code, message):
+    d = data_dir
+    cfg = d / f"{name}.yaml"
+    if text is not None:
+        cfg.write_text(text)
+    before = snapshot(d)
+    args = ["compute", cfg, "--quiet"] if command == "compute" else ["estimate", cfg,
+                                                                     "--memory", "--json"]
+    result = invoke(*args)
+    assert result.exit_code == code
+    assert error_line(result) == message.replace("{d}", str(d)).replace("{cfg}", str(cfg))
+    assert snapshot(d) == before, "a failed command must not write anything"
+
+
+def test_budget_too_small_says_the_smallest_budget(data_dir):
+    d = data_dir
+    cfg = _write(d, "tiny", "data: {x1: x.npy}\n" + LAYERS_TEXT
+                 + "compute: {memory: 1KiB}\noutput: {run_dir: run}\n")
+    result = invoke("compute", cfg, "--quiet")
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith("Error: the memory budget (`compute.memory`) of 1 KiB cannot hold "
+                           "one pair evaluation, which needs ")
+    assert "; the smallest budget that works is " in line
+    assert line.endswith(" bytes)")
+    assert not (d / "run").exists()
+
+
+def test_run_dir_under_a_regular_file_is_refused(data_dir):
+    """Where no directory can be made (a file is in the way; fails for root too)."""
+    d = data_dir
+    cfg = _write(d, "blocked", "data: {x1: x.npy}\n" + LAYERS_TEXT
+                 + "output: {run_dir: x.npy/run}\n")
+    before = snapshot(d)
+    result = invoke("compute", cfg, "--quiet")
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith("Error: ")
+    assert f"{d}/x.npy/run" in line
+    assert snapshot(d) == before
+
+
+def test_run_dir_in_a_read_only_folder_is_refused(data_dir):
+    if os.geteuid() == 0:
+        pytest.skip("root ignores folder permissions; see the regular-file case")
+    d = data_dir
+    locked = d / "locked"
+    locked.mkdir()
+    cfg = _write(d, "ro", "data: {x1: x.npy}\n" + LAYERS_TEXT
+                 + "output: {run_dir: locked/run}\n")
+    locked.chmod(0o500)
+    try:
+        result = invoke("compute", cfg, "--quiet")
+    finally:
+        locked.chmod(0o700)
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert f"{locked}/run" in line and "permission denied" in line
+    assert not (locked / "run").exists()
+
+
+# --------------------------------------------------------------------------- run directories
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """Data, two configurations ``a`` and ``b`` (same data, other nets) and a finished
+    run of ``a`` in ``project/run``, computed once for the module."""
+    d = tmp_path_factory.mktemp("project")
+    np.save(d / "x.npy", images(6, seed=9))
+    a = write_config(d, "a", compute={"block": 4}, run_dir="run")
+    b = write_config(d, "b", layers=GAP_NET, compute={"block": 4}, run_dir="run")
+    result = invoke("compute", a, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    return d, a, b
+
+
+@pytest.fixture
+def finished(project, tmp_path):
+    """A private copy of the finished run of ``a``: (a.yaml, b.yaml, run dir). Commands
+    on it take ``--run-dir`` (the output location is not part of a run's identity)."""
+    d, a, b = project
+    run = tmp_path / "run"
+    shutil.copytree(d / "run", run)
+    return a, b, run
+
+
+def test_run_dir_of_a_different_configuration_is_refused_then_overwritten(finished):
+    a, b, run = finished
+    before = snapshot(run)
+    result = invoke("compute", b, "--run-dir", run, "--quiet")
+    assert result.exit_code == 2
+    assert error_line(result) == (
+        f"Error: {run} holds a run of a different configuration ('a'); continue that one with "
+        f"`kernelcli resume {run}`, pick another --run-dir, or replace it with --overwrite")
+    assert snapshot(run) == before
+
+    (run / "notes.txt").write_text("mine")
+    result = invoke("compute", b, "--run-dir", run, "--overwrite", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    arrays, attrs = read_kernels(run / "kernels.h5")
+    assert attrs["config"] == b.read_text()
+    assert sorted(arrays) == ["nngp", "ntk"] and arrays["ntk"].shape == (6, 6)
+    assert (run / "notes.txt").read_text() == "mine", "--overwrite removes only its own files"
+
+
+def test_unfinished_run_of_a_different_configuration_is_refused(finished):
+    _a, b, run = finished
+    (run / "kernels.h5").unlink()
+    before = snapshot(run)
+    result = invoke("compute", b, "--run-dir", run, "--quiet")
+    assert result.exit_code == 2
+    assert "holds a run of a different configuration" in error_line(result)
+    assert snapshot(run) == before
+
+
+def test_compute_on_a_finished_run_does_not_overwrite_it(finished):
+    a, _b, run = finished
+    result_file = run / "kernels.h5"
+    before = snapshot(run)
+    stat = result_file.stat()
+    result = invoke("compute", a, "--run-dir", run)
+    assert result.exit_code == 0
+    assert error_line(result) == (f"{result_file} is already complete; use --overwrite to "
+                                  f"recompute it")
+    assert snapshot(run) == before
+    assert result_file.stat().st_mtime_ns == stat.st_mtime_ns
+    assert result_file.stat().st_ino == stat.st_ino
+
+
+def test_compute_overwrite_on_a_finished_run_recomputes_it(finished):
+    a, _b, run = finished
+    want, _ = read_kernels(run / "kernels.h5")
+    ino = (run / "kernels.h5").stat().st_ino
+    result = invoke("compute", a, "--run-dir", run, "--overwrite", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert (run / "kernels.h5").stat().st_ino != ino
+    got, _ = read_kernels(run / "kernels.h5")
+    for k in want:
+        assert np.array_equal(got[k], want[k])
+
+
+def test_resume_of_a_finished_run_says_so(finished):
+    _a, _b, run = finished
+    before = snapshot(run)
+    result = invoke("resume", run)
+    assert result.exit_code == 0
+    assert error_line(result) == f"{run / 'kernels.h5'} is already complete"
+    assert snapshot(run) == before
+
+
+def test_resume_of_a_folder_that_is_not_a_run(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "file.txt").write_text("x")
+    before = snapshot(tmp_path)
+    for args, message in (
+        (["resume", tmp_path / "empty"],
+         f"Error: {tmp_path / 'empty'} is not a kernelcli run directory (no manifest.json)"),
+        (["resume", tmp_path / "nowhere"],
+         f"Error: {tmp_path / 'nowhere'} is not a kernelcli run directory (no such directory)"),
+        (["status", tmp_path / "empty"],
+         f"Error: {tmp_path / 'empty'} is not a kernelcli run directory (no manifest.json)"),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2
+        assert error_line(result) == message
+    assert snapshot(tmp_path) == before
+
+
+def test_resume_of_a_foreign_manifest_is_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text('{"something": "else"}\n')
+    result = invoke("resume", run)
+    assert result.exit_code == 2
+    assert error_line(result) == (f"Error: {run}/manifest.json was not written by kernelcli "
+                                  f"(no configuration recorded); it cannot be resumed")
+
+
+def test_resume_after_the_data_changed_or_vanished_is_refused(tmp_path):
+    np.save(tmp_path / "x.npy", images(6, seed=10))
+    a = write_config(tmp_path, "a", compute={"block": 4}, run_dir="run")
+    assert invoke("compute", a, "--quiet").exit_code == 0
+    run = tmp_path / "run"
+    (run / "kernels.h5").unlink()
+    (run / "tiles" / "r00001c00000.h5").unlink()
+    before = snapshot(run)
+    original = np.load(tmp_path / "x.npy")
+
+    (tmp_path / "x.npy").unlink()
+    result = invoke("resume", run)
+    assert result.exit_code == 2
+    assert error_line(result) == (f"Error: data.x1: {tmp_path / 'x.npy'} does not exist; give "
+                                  f"the path to a .npy, .npz, .h5, .hdf5 file")
+    assert snapshot(run) == before
+
+    changed = original.copy()
+    changed[0, 0, 0, 0] += 1.0
+    np.save(tmp_path / "x.npy", changed)
+    result = invoke("resume", run)
+    assert result.exit_code == 2
+    assert error_line(result) == (
+        f"Error: data.x1 ({tmp_path / 'x.npy'}) is not the data the run in {run} started with "
+        f"(its content fingerprint changed); restore the original file, or start afresh with "
+        f"`kernelcli compute CONFIG --run-dir {run} --overwrite` or another --run-dir")
+    assert snapshot(run) == before
+    # compute with the same configuration refuses too
+    result = invoke("compute", a, "--quiet")
+    assert result.exit_code == 2
+    assert "is not the data the run in" in error_line(result)
+    assert snapshot(run) == before
+
+    np.save(tmp_path / "x.npy", original)  # the original data back: the run continues
+    result = invoke("resume", run, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert (run / "kernels.h5").is_file()
+
+
+def test_too_small_budget_on_an_existing_run_leaves_it_alone(finished, tmp_path):
+    """compute.memory does not change the result, so the run is found; the plan no longer
+    fits, and nothing is touched."""
+    a, _b, run = finished
+    (run / "kernels.h5").unlink()
+    (run / "tiles" / "r00001c00001.h5").unlink()
+    text = a.read_text().replace("compute:\n  block: 4", "compute:\n  block: 4\n  memory: 1KiB")
+    assert "1KiB" in text
+    tiny = a.parent / f"tiny_{tmp_path.name}.yaml"
+    tiny.write_text(text)
+    before = snapshot(run)
+    result = invoke("compute", tiny, "--run-dir", run, "--quiet")
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith("Error: ") and "compute.memory" in line
+    assert snapshot(run) == before
+
+
+def test_compute_again_continues_an_unfinished_run(finished):
+    a, _b, run = finished
+    want, _ = read_kernels(run / "kernels.h5")
+    (run / "kernels.h5").unlink()
+    (run / "tiles" / "r00001c00000.h5").unlink()
+    kept = run / "tiles" / "r00000c00000.h5"
+    ino = kept.stat().st_ino
+    result = invoke("compute", a, "--run-dir", run)
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote {run / 'kernels.h5'}" in result.stderr
+    got, _ = read_kernels(run / "kernels.h5")
+    for k in want:
+        assert np.array_equal(got[k], want[k])
+    assert kept.stat().st_ino == ino, "a completed tile must not be recomputed"
+    assert tile_names(run) == {"r00000c00000.h5", "r00001c00000.h5", "r00001c00001.h5"}

@@ -1,0 +1,92 @@
+"""Every shipped configuration in configs/ is valid, and the demo runs end to end.
+
+Configurations are globbed, so ones added later are checked too. A configuration's
+input shape is that of its data file when the file is there (the demo's digits),
+else 32x32x3 for CIFAR-10 configurations (their data is not shipped).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from kernelcli.data import open_array
+from kernelcli.spec import check_architecture, load_config
+
+from helpers_cli import CONFIGS_DIR, read_kernels, run_cli
+
+CONFIGS = sorted(CONFIGS_DIR.glob("*.yaml")) + sorted(CONFIGS_DIR.glob("*.yml"))
+CIFAR_SHAPE = (32, 32, 3)
+
+
+def input_shape(cfg) -> tuple:
+    d = cfg.data
+    if d.x1.is_file():
+        with open_array(d.x1, d.key, layout=d.layout, limit=d.limit) as src:
+            return src.example_shape
+    if "cifar" in str(d.x1).lower() or "cifar" in cfg.name.lower():
+        return CIFAR_SHAPE  # example shapes are post-layout (NHWC)
+    pytest.fail(f"{cfg.source}: no data file at {d.x1} and not a CIFAR-10 configuration; "
+                f"teach tests/test_configs.py its input shape")
+
+
+def test_there_are_shipped_configurations():
+    assert CONFIGS, f"no configurations in {CONFIGS_DIR}"
+    assert CONFIGS_DIR / "demo_digits.yaml" in CONFIGS
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_shipped_configuration_loads_and_fits_its_input(path):
+    cfg = load_config(path)
+    assert cfg.name and cfg.architecture.layers
+    shape = input_shape(cfg)
+    out = check_architecture(cfg.architecture, shape)
+    assert len(out) == 1, f"{path.name}: the network's output is not a vector: {out}"
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_shipped_configuration_is_accepted_by_the_engine(path):
+    """Tracing only (no compilation): the engine builds the kernel of every config."""
+    from kernelcli.kernels import build_kernel_fn
+
+    cfg = load_config(path)
+    x64 = jax.config.jax_enable_x64
+    try:
+        kfn = build_kernel_fn(cfg.architecture, input_shape(cfg), cfg.kernel.kinds,
+                              cfg.kernel.dtype)
+    finally:
+        jax.config.update("jax_enable_x64", x64)  # a float64 config switches it on
+    assert kfn.kinds == cfg.kernel.kinds
+
+
+def test_demo_data_is_shipped():
+    cfg = load_config(CONFIGS_DIR / "demo_digits.yaml")
+    assert cfg.data.x1.is_file(), f"{cfg.data.x1} is missing"
+    with open_array(cfg.data.x1, cfg.data.key, limit=cfg.data.limit) as src:
+        assert src.shape[0] == cfg.data.limit
+        assert src.example_shape[:2] == (8, 8)
+
+
+@pytest.mark.slow
+def test_demo_config_computes(tmp_path):
+    run = tmp_path / "demo"
+    t0 = time.monotonic()
+    r = run_cli("compute", CONFIGS_DIR / "demo_digits.yaml", "--run-dir", run, timeout=1800)
+    seconds = time.monotonic() - t0
+    print(f"demo_digits compute took {seconds:.1f} s")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"wrote {run / 'kernels.h5'}" in r.stderr
+    cfg = load_config(CONFIGS_DIR / "demo_digits.yaml")
+    arrays, attrs = read_kernels(run / "kernels.h5")
+    n = cfg.data.limit
+    assert sorted(arrays) == ["nngp", "ntk"]
+    for k, a in arrays.items():
+        assert a.shape == (n, n) and a.dtype == np.float32
+        assert np.array_equal(a, a.T)
+        assert np.all(np.isfinite(a))
+        assert np.all(np.diag(a) > 0)
+    assert attrs["config"] == (CONFIGS_DIR / "demo_digits.yaml").read_text()

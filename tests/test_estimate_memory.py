@@ -1,0 +1,101 @@
+"""``estimate --memory`` predicts the peak memory of ``compute``.
+
+``process_peak_bytes_estimate`` (the estimate process's own resident baseline, plus the
+per-input statistics, plus every device's XLA peak) is compared with the measured peak
+resident set of a real ``kernelcli compute`` run of the same configuration, within
++-25%.
+
+The measurement: a fresh helper Python process starts ``kernelcli compute`` and, after
+waiting for it, reads ``getrusage(RUSAGE_CHILDREN).ru_maxrss``, so exactly that one child
+is counted.
+
+Configurations: kernel memory should dominate the ~0.3 GB process baseline, and every
+device should be busy at once (several pair batches per block). Under default settings
+the engine evaluates pairs in chunks of 4 MiB of covariance, so a device's working set
+stays at tens of MiB whatever the budget; the engine's KERNELCLI_CHUNK_BYTES raises the
+chunk so that pair batches take hundreds of MiB per device. One case keeps the
+defaults (baseline-dominated).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers_cli import FLATTEN_NET, GAP2_NET, KERNELCLI, cli_env, images, write_config
+
+MiB = 1 << 20
+
+# A fresh, small helper process runs one command and reports its peak RSS. Linux
+# carries the peak RSS of the process that forked a child into the child's own
+# ru_maxrss (across exec), so a big parent (pytest) must not start the measured
+# command directly. ``ballast`` MiB are allocated and touched in the helper first.
+_MEASURE = r"""
+import json, resource, subprocess, sys
+ballast = b"x" * (int(sys.argv[1]) << 20)
+r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
+print(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
+                  "maxrss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
+"""
+
+
+def run_measured(args, env, ballast_mib: int = 0) -> tuple[int, str]:
+    """``(peak RSS in bytes, stdout)`` of ``kernelcli ARGS`` started by a fresh helper."""
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(ballast_mib), KERNELCLI,
+                          *map(str, args)], capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["rc"] == 0, got["stderr"]
+    return got["maxrss_bytes"], got["stdout"]
+
+
+def estimate_json(cfg, env, ballast_mib: int = 0) -> dict:
+    return json.loads(run_measured(["estimate", cfg, "--memory", "--json"], env,
+                                   ballast_mib)[1])
+
+
+CASES = {
+    # 16x16x3, two convs + global_avg_pool: ~385 MiB per device, 4 batches per block
+    "pooling_16x16": dict(n=40, hw=16, layers=GAP2_NET, chunk=64 * MiB),
+    # 32x32x3, conv + flatten: ~600 MiB per device, 5 batches per block
+    "flatten_32x32": dict(n=256, hw=32, layers=FLATTEN_NET, chunk=32 * MiB),
+    # defaults: tens of MiB per device, the process baseline dominates
+    "pooling_16x16_defaults": dict(n=24, hw=16, layers=GAP2_NET, chunk=None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_estimated_process_peak_is_within_25_percent_of_the_measured_peak(tmp_path, case):
+    c = CASES[case]
+    np.save(tmp_path / "x.npy", images(c["n"], c["hw"], c["hw"], 3, seed=5))
+    cfg = write_config(tmp_path, case, layers=c["layers"], run_dir="run")
+    env = cli_env(**({} if c["chunk"] is None else {"KERNELCLI_CHUNK_BYTES": c["chunk"]}))
+    plan = estimate_json(cfg, env)
+    estimate = plan["process_peak_bytes_estimate"]
+    peak, _ = run_measured(["compute", cfg, "--quiet"], env)
+    numbers = (f"{case}: estimated {estimate / MiB:.0f} MiB (per device "
+               f"{plan['peak_bytes_per_device'] / MiB:.0f} MiB x {plan['devices']} devices, "
+               f"pair batch {plan['pair_batch']}, block {plan['block']}), measured "
+               f"{peak / MiB:.0f} MiB, ratio {peak / estimate:.2f}")
+    print(numbers)
+    assert (tmp_path / "run" / "kernels.h5").is_file()
+    assert 0.75 * estimate <= peak <= 1.25 * estimate, numbers
+
+
+def test_estimate_does_not_count_the_memory_of_the_process_that_started_it(tmp_path):
+    """The same estimate whether kernelcli is started by a small process or by one holding
+    1 GiB (a notebook, a workflow manager, pytest)."""
+    np.save(tmp_path / "x.npy", images(10, seed=6))
+    cfg = write_config(tmp_path, "small", layers=GAP2_NET, run_dir="run")
+    env = cli_env()
+    small = estimate_json(cfg, env)["process_peak_bytes_estimate"]
+    big = estimate_json(cfg, env, ballast_mib=1024)["process_peak_bytes_estimate"]
+    assert abs(big - small) <= 0.1 * small, (
+        f"started by a small process: {small / MiB:.0f} MiB; by one holding 1 GiB: "
+        f"{big / MiB:.0f} MiB")

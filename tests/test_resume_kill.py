@@ -1,0 +1,239 @@
+"""Kill the real CLI at random moments; resuming must give the uninterrupted result, bit
+for bit, and never lose (or rewrite) a completed tile.
+
+Every run here is a real ``kernelcli`` subprocess (one XLA host device per core).
+SIGKILL lands at seeded random moments: before anything is written, right after the
+manifest, right after the first or second tile, at random times mid-run, and while
+the result is being assembled; resumed runs are killed again. Ctrl-C (SIGINT) and
+a scheduler's SIGTERM stop with exit 1 and say how to resume.
+
+The runs share a persistent JAX compilation cache (results do not depend on it: the
+reference run compiles afresh) to keep the many process starts affordable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from helpers_cli import (GAP2_NET, assert_bit_identical, cli_env, finish, images,
+                         read_kernels, run_cli, start_cli, tile_names, wait_until,
+                         write_config)
+
+N = 48          # 8x8x2 images, block 8: 6 block rows, 21 tiles
+BLOCK = 8
+TILES = (N // BLOCK) * (N // BLOCK + 1) // 2
+MAX_ATTEMPTS = 12
+
+
+@pytest.fixture(scope="module")
+def data():
+    return images(N, 8, 8, 2, seed=42)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("jax_cache")
+    return cli_env(JAX_COMPILATION_CACHE_DIR=cache,
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0,
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0)
+
+
+def make_run(folder: Path, data) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "x.npy", data)
+    return write_config(folder, "kill", layers=GAP2_NET, compute={"block": BLOCK},
+                        run_dir="run", run_name="kill")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data):
+    """The uninterrupted run (fresh compilation, no cache)."""
+    d = tmp_path_factory.mktemp("reference")
+    cfg = make_run(d, data)
+    r = run_cli("compute", cfg, "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert len(tile_names(d / "run")) == TILES
+    return read_kernels(d / "run" / "kernels.h5")
+
+
+class TileLedger:
+    """Every completed tile seen so far: its inode, mtime and arrays. A tile, once
+    complete, must stay exactly that file (never lost, never recomputed)."""
+
+    def __init__(self, run: Path):
+        self.run = run
+        self.seen: dict[str, tuple] = {}
+
+    def check_and_record(self) -> int:
+        names = tile_names(self.run)
+        missing = set(self.seen) - names
+        assert not missing, f"completed tiles vanished: {sorted(missing)}"
+        for name in sorted(names):
+            path = self.run / "tiles" / name
+            st = path.stat()
+            try:
+                with h5py.File(path, "r") as f:  # a tile under its final name is whole
+                    arrays = {k: f[k][...] for k in f.keys()}
+            except OSError as exc:
+                raise AssertionError(f"completed tile {name} is unreadable: {exc}") from None
+            if name in self.seen:
+                ino, mtime, old = self.seen[name]
+                assert (st.st_ino, st.st_mtime_ns) == (ino, mtime), f"{name} was rewritten"
+                for k in old:
+                    assert np.array_equal(arrays[k], old[k]), f"{name} changed"
+            else:
+                self.seen[name] = (st.st_ino, st.st_mtime_ns, arrays)
+        return len(names)
+
+
+def _trigger(kind, arg, run: Path, start_tiles: int):
+    """A predicate that becomes true at the moment to kill."""
+    if kind == "delay":
+        deadline = time.monotonic() + arg
+        return lambda: time.monotonic() >= deadline
+    if kind == "manifest":
+        return lambda: (run / "manifest.json").exists()
+    if kind == "tiles":  # right after `arg` more tiles are complete
+        return lambda: len(tile_names(run)) >= start_tiles + arg
+    if kind == "mid":    # a random time `arg` after this attempt's first new tile
+        state = {}
+
+        def mid():
+            now = time.monotonic()
+            if "deadline" not in state and len(tile_names(run)) > start_tiles:
+                state["deadline"] = now + arg
+            return now >= state.get("deadline", float("inf"))
+        return mid
+    if kind == "writing":  # while a tile is being written (or after 3 more tiles)
+        def writing():
+            try:
+                names = os.listdir(run / "tiles")
+            except FileNotFoundError:
+                return False
+            return (any(n.endswith(".tmp") for n in names)
+                    or len(tile_names(run)) >= start_tiles + 3)
+        return writing
+    if kind == "late":   # with at most one block to go
+        return lambda: len(tile_names(run)) >= TILES - 1
+    if kind == "assembling":  # every tile written: assembling (or just finished)
+        return lambda: len(tile_names(run)) >= TILES
+    raise ValueError(kind)
+
+
+def drive(cfg: Path, run: Path, kills, env, logs: Path, sig=signal.SIGKILL):
+    """Start the run, kill it at each moment of ``kills`` (continuing it between kills
+    with ``resume``, or ``compute`` again when not even the manifest was written), then
+    let it finish. Returns the number of attempts that were actually killed."""
+    ledger = TileLedger(run)
+    killed = 0
+    for attempt, kill in enumerate(list(kills) + [None]):
+        assert attempt < MAX_ATTEMPTS
+        if (run / "manifest.json").exists():
+            args = ("resume", run, "--quiet")
+        else:
+            if attempt:  # not a run yet: resume says so, and compute starts it afresh
+                r = run_cli("resume", run, env=env)
+                assert r.returncode == 2, r.stderr
+                assert "is not a kernelcli run directory" in r.stderr
+            args = ("compute", cfg, "--quiet")
+        start_tiles = ledger.check_and_record()
+        proc = start_cli(*args, log_dir=logs, env=env)
+        if kill is not None:
+            wait_until(_trigger(*kill, run, start_tiles), proc)
+            if proc.poll() is None:
+                proc.send_signal(sig)
+                killed += 1
+                tmp = [n for n in os.listdir(run / "tiles") if n.endswith(".tmp")] \
+                    if (run / "tiles").is_dir() else []
+                print(f"{args[0]}: killed at {kill} with {len(tile_names(run))}/{TILES} "
+                      f"tiles, manifest: {(run / 'manifest.json').exists()}, writing: {tmp}")
+        rc, _out, err = finish(proc)
+        assert "Traceback" not in err
+        if kill is None or rc == 0:
+            assert rc == 0, err
+            if kill is None:
+                break
+        else:
+            assert rc == -sig, (rc, err)
+        ledger.check_and_record()
+    # every tile ever completed is still there, untouched; and the run is whole
+    assert ledger.check_and_record() == TILES
+    leftovers = [p.name for p in list(run.iterdir()) + list((run / "tiles").iterdir())
+                 if p.name.endswith(".tmp")]
+    assert not leftovers, f"temporary files left behind: {leftovers}"
+    return killed
+
+
+KILL_PLANS = {
+    # very early (likely before the manifest), then after the first new tile, then late
+    1: lambda rng: [("delay", rng.uniform(0.05, 0.8)), ("tiles", 1), ("late", None)],
+    # after every new tile three times over, then while assembling
+    2: lambda rng: [("tiles", 1), ("tiles", 1), ("tiles", rng.randint(1, 3)),
+                    ("assembling", None)],
+    # right after the manifest, while a tile is being written, at random moments mid-run
+    3: lambda rng: [("manifest", None), ("writing", None)]
+    + [("mid", rng.uniform(0.0, 1.5)) for _ in range(2)],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", sorted(KILL_PLANS))
+def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path, data, env,
+                                                                reference, seed):
+    rng = random.Random(seed)
+    kills = KILL_PLANS[seed](rng)
+    cfg = make_run(tmp_path / "job", data)
+    run = tmp_path / "job" / "run"
+    killed = drive(cfg, run, kills, env, tmp_path / "logs")
+    assert killed >= 1, "no kill landed while the run was going"
+    got = read_kernels(run / "kernels.h5")
+    assert_bit_identical(got[0], reference[0])
+    for key in ("config", "kernelcli_version", "data_fingerprint"):
+        assert got[1][key] == reference[1][key]
+    status = json.loads(run_cli("status", run, "--json", env=env).stdout)
+    assert status["finished"] is True
+    assert status["blocks_done"] == status["blocks_total"] == TILES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_stops_with_exit_1_and_says_how_to_resume(tmp_path, data, env, reference,
+                                                            sig):
+    """Ctrl-C (or a scheduler's SIGTERM) during compute, and again during resume: each
+    time exit 1, one line saying how to continue, completed tiles kept; then resume
+    completes bit-identically."""
+    cfg = make_run(tmp_path / "job", data)
+    run = tmp_path / "job" / "run"
+    ledger = TileLedger(run)
+    for args in (("compute", cfg), ("resume", run)):
+        start = len(tile_names(run))
+        proc = start_cli(*args, log_dir=tmp_path / "logs", env=env)
+        reached = wait_until(lambda: len(tile_names(run)) >= start + 2, proc)
+        if proc.poll() is not None or not reached:
+            finish(proc)
+            pytest.skip("the run finished before it could be interrupted")
+        proc.send_signal(sig)
+        rc, _out, err = finish(proc, timeout=120)
+        assert rc == 1, f"{args[0]}: exit status {rc} after {sig.name}; stderr:\n{err}"
+        assert "Traceback" not in err
+        last = err.strip().splitlines()[-1]
+        assert last == (f"Error: interrupted; completed tiles are kept: continue with "
+                        f"`kernelcli resume {run}`"), err
+        assert ledger.check_and_record() >= start + 2
+        assert not (run / "kernels.h5").exists()
+        status = json.loads(run_cli("status", run, "--json", env=env).stdout)
+        assert status["finished"] is False
+        assert start + 2 <= status["blocks_done"] < TILES
+    r = run_cli("resume", run, "--quiet", env=env)
+    assert r.returncode == 0, r.stderr
+    assert ledger.check_and_record() == TILES
+    assert_bit_identical(read_kernels(run / "kernels.h5")[0], reference[0])
