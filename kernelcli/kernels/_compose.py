@@ -45,16 +45,17 @@ def _by_slabs(f, state: State, v1, v2) -> State:
     if not state.spatial:
         return f(state, v1, v2)
     has_ntk = state.ntk is not None
-    if state.full:
+    p = state.nngp.shape[0]
+    if state.full or p == 1:  # rows of one pair's covariance
         axis, size = 1, 1
         steps = state.nngp.shape[1]
-    else:
+    else:  # groups of pairs; at least two, so the loop is never simplified away
         per_pair = state.nngp[0].size * state.nngp.dtype.itemsize
-        size = max(1, min(state.nngp.shape[0], SLAB_BYTES // per_pair))
-        while state.nngp.shape[0] % size:  # slabs must tile the batch exactly
+        size = max(1, min(p // 2, SLAB_BYTES // per_pair))
+        while p % size:  # slabs must tile the batch exactly
             size -= 1
-        axis, steps = 0, state.nngp.shape[0] // size
-    if steps == 1:
+        axis, steps = 0, p // size
+    if steps == 1:  # a 1 x 1 feature map of one pair: nothing to cut
         return f(state, v1, v2)
 
     def body(r, carry):
