@@ -209,6 +209,14 @@ class KernelFn:
             return 3 * pair_batch * self.live_bytes_per_pair
         return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
 
+    def compiled_stats_memory(self, rows: int) -> int:
+        """XLA's peak estimate (bytes) for one per-input call on ``rows`` inputs."""
+        spec = jax.ShapeDtypeStruct((rows,) + self.input_shape, self.dtype)
+        m = self._stats_jit.lower(spec).compile().memory_analysis()
+        if m is None:
+            return 3 * rows * self.live_bytes_per_pair
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
+
     # -- public API -------------------------------------------------------
     def _cast(self, x):
         return jnp.asarray(np.asarray(x, dtype=self.dtype))

@@ -314,8 +314,14 @@ def estimate(config_path, run_time: bool = False, workers: Optional[int] = None)
             "stats_bytes": job.stats_bytes,
             "cov_elements_per_pair": job.kfn.cov_elements,
         })
+        # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
+        # it frees stays with the process (malloc keeps it), so it adds up.
+        from ._executor import STATS_ROWS
+        stats_rows = min(STATS_ROWS, plan.n1, max(job.kfn.chunk, 1) * 8)
+        out["stats_peak_bytes"] = job.kfn.compiled_stats_memory(stats_rows)
         baseline = _rss_bytes()
         out["process_peak_bytes_estimate"] = (baseline + job.stats_bytes
+                                              + out["stats_peak_bytes"]
                                               + len(job.devices) * plan.peak_bytes_per_device)
         if workers is not None:
             loads = worker_loads(plan.blocks, int(workers))

@@ -22,8 +22,6 @@ from ..spec import RunConfig
 from ._devices import local_devices
 from ._inputs import Inputs, open_inputs
 
-# Probe sizes for XLA's memory analysis: two pair batches give the per-pair slope.
-_PROBE = (1, 3)
 
 
 @dataclass
@@ -95,10 +93,13 @@ def config_fingerprint(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def memory_model(kfn, rows: int, cols: int) -> tuple[int, int]:
+def memory_model(kfn, rows: int, cols: int, batch: int) -> tuple[int, int]:
     """``(bytes_per_pair, fixed_bytes)`` of one kernel call, from XLA's analysis of
-    the compiled program at two pair batches (a multiple of the engine's chunk)."""
-    p1, p2 = (k * kfn.chunk for k in _PROBE)
+    the compiled program at ``batch`` pairs and at half of it: exact at ``batch``
+    (the plan's peak) and a conservative line below it (memory is flat above a
+    chunk, so a smaller batch that a tight budget forces needs at most that)."""
+    p2 = max(2, batch)
+    p1 = p2 // 2
     m1 = kfn.compiled_memory(rows, cols, p1)
     m2 = kfn.compiled_memory(rows, cols, p2)
     per_pair = max(1, -(-(m2 - m1) // (p2 - p1)))
@@ -156,12 +157,14 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
             pair_batch = None
         else:
             block, pair_batch = stored_plan["block"], stored_plan["pair_batch"]
-        bpp, fixed = memory_model(kfn, block, block)
+        want = pair_batch or auto_pair_batch(kfn, block, len(devices), 1 << 62)
+        bpp, fixed = memory_model(kfn, block, block, want)
         budget = cfg.compute.memory
         if budget is None:
             budget = auto_budget(available_ram_bytes()) // len(devices)
         if pair_batch is None:
-            pair_batch = auto_pair_batch(kfn, block, len(devices), (budget - fixed) // bpp)
+            fit = (budget - fixed) // bpp
+            pair_batch = None if fit < 1 else min(want, fit)
         plan = make_plan(inputs.n1, inputs.n2, symmetric=symmetric, bytes_per_pair=bpp,
                          fixed_bytes=fixed, budget_bytes=budget, kinds=kfn.kinds,
                          itemsize=kfn.dtype.itemsize, block=block, pair_batch=pair_batch,
