@@ -1,6 +1,7 @@
 """The executor: run configurations through the engine into a resumable store."""
 
-from ._api import assemble, compute, estimate, load_run_config, resume, status
+from ._api import assemble, compute, load_run_config, resume, status
+from ._estimate import estimate
 from ._devices import configure_host_devices
 from ._executor import Progress
 

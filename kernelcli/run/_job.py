@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Optional
 
 from .. import __version__
-from ..errors import ConfigError
 from ..plan import Plan, auto_budget, available_ram_bytes, make_plan
 from ..spec import RunConfig
 from ._devices import local_devices

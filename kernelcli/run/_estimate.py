@@ -1,0 +1,111 @@
+"""``estimate``: the plan of a run, its memory and (optionally) its time, before it runs."""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Optional
+
+from ..errors import UsageError
+from ..spec import load_config
+from ._job import Job, prepare
+from ._shards import worker_loads
+
+
+def _rss_bytes() -> int:
+    """This process's peak resident memory. VmHWM, not ru_maxrss: Linux carries
+    ru_maxrss over from the parent process, VmHWM starts afresh at exec."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def estimate(config_path, run_time: bool = False, workers: Optional[int] = None) -> dict:
+    """The plan of a run before anything runs (and, with ``run_time``, a timed batch).
+
+    ``workers = W``: how the work divides over W processes (``--shard I/N`` job arrays):
+    the most loaded worker's share of pair evaluations from the same split the shards
+    use, and with ``run_time`` the wall time when every worker is like this machine.
+    """
+    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
+        raise UsageError(f"--workers: {workers!r} is not a worker count; expected a "
+                         f"positive integer")
+    cfg = load_config(config_path)
+    job = prepare(cfg)
+    try:
+        plan = job.plan
+        out = plan.to_dict()
+        out.update({
+            "name": cfg.name,
+            "kinds": list(plan.kinds),
+            "dtype": cfg.kernel.dtype,
+            "devices": len(job.devices),
+            "platform": job.devices[0].platform,
+            "stats_bytes": job.stats_bytes,
+            "cov_elements_per_pair": job.kfn.cov_elements,
+        })
+        # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
+        # it frees stays with the process (malloc keeps it), so it adds up.
+        from ._executor import STATS_ROWS
+        stats_rows = min(STATS_ROWS, plan.n1, max(job.kfn.chunk, 1) * 8)
+        out["stats_peak_bytes"] = job.kfn.compiled_stats_memory(stats_rows)
+        baseline = _rss_bytes()
+        out["process_peak_bytes_estimate"] = (baseline + job.stats_bytes
+                                              + out["stats_peak_bytes"]
+                                              + len(job.devices) * plan.peak_bytes_per_device)
+        if workers is not None:
+            loads = worker_loads(plan.blocks, int(workers))
+            out.update({
+                "workers": int(workers),
+                "worker_pairs_max": max(loads),
+                "worker_pairs_min": min(loads),
+                # 1.0 = a perfect split; the wall time follows the most loaded worker
+                "worker_balance": max(loads) * int(workers) / max(plan.pairs_total, 1),
+            })
+        if run_time:
+            out.update(_time_one_batch(job))
+            if workers is not None:
+                # Every worker also runs the per-input pass over all inputs.
+                n_inputs = plan.n1 + (0 if plan.symmetric else plan.n2)
+                out["seconds_estimate_workers"] = (
+                    (out["worker_pairs_max"] + n_inputs) * out["seconds_per_pair"]
+                    / len(job.devices))
+    finally:
+        job.inputs.close()
+    return out
+
+
+def _time_one_batch(job: Job) -> dict:
+    """Time one real pair batch (after compiling) and extrapolate to the plan."""
+    import numpy as np
+
+    from ._executor import _pad_rows
+
+    plan, kfn = job.plan, job.kfn
+    block = plan.blocks[0]
+    edge = plan.block
+    x1 = _pad_rows(job.inputs.x1.read(block.r0, block.r1, dtype=kfn.dtype), edge)
+    x2 = _pad_rows(job.inputs.second.read(block.c0, block.c1, dtype=kfn.dtype), edge)
+    s1 = kfn.stats(x1)
+    s2 = kfn.stats(x2)
+    i, j = block.local_pairs()
+    # A full batch when it is short; else a few chunks, to keep `estimate` quick.
+    n = min(plan.pair_batch, max(4 * kfn.chunk, 64))
+    i = np.resize(i, n)
+    j = np.resize(j, n)
+    kfn.pairs(x1, s1, x2, s2, i, j)  # compile
+    t = time.perf_counter()
+    res = kfn.pairs(x1, s1, x2, s2, i, j)
+    for v in res.values():
+        v.block_until_ready()
+    per_batch = time.perf_counter() - t
+    per_pair = per_batch / n
+    # All devices work in parallel; the per-input pass costs one pair per input.
+    n_inputs = plan.n1 + (0 if plan.symmetric else plan.n2)
+    seconds = (plan.pairs_total + n_inputs) * per_pair / len(job.devices)
+    return {"seconds_per_pair": per_pair, "seconds_estimate": seconds}
