@@ -126,36 +126,31 @@ class KernelFn:
 
         return self._chunked(chunk, i, j)
 
-    def _flat_block_fn(self, x1, v1, x2, v2):
-        """All ``(n1, n2)`` pairs of a flat-input network at once (see ``_flat_pairs_fn``)."""
+    def _flat_forward(self, x1, x2, pick, va, vb):
+        """A flat-input network on entries ``pick(gram)`` of the block's Gram matrix
+        ``x1 @ x2.T / d`` (one matrix multiply), with the variances ``va``, ``vb``
+        already laid out like those entries."""
         d = int(np.prod(self.input_shape))
         gram = jnp.matmul(x1.reshape(x1.shape[0], d), x2.reshape(x2.shape[0], d).T,
                           precision="highest") / d
-        state = State(nngp=gram, ntk=0.0 if self._want_ntk else None,
+        state = State(nngp=pick(gram), ntk=0.0 if self._want_ntk else None,
                       full=False, spatial=False, channels=d)
         layers = self.arch.layers
         if isinstance(layers[0], Flatten):
             layers = layers[1:]
-        va = tuple(v[:, None] for v in v1)
-        vb = tuple(v[None, :] for v in v2)
         state = forward(layers, state, PairVariances(va, vb), self._standard, self._exact)
         return self._outputs(state)
 
+    def _flat_block_fn(self, x1, v1, x2, v2):
+        """All ``(n1, n2)`` pairs of a flat-input network at once."""
+        return self._flat_forward(x1, x2, lambda g: g, tuple(v[:, None] for v in v1),
+                                  tuple(v[None, :] for v in v2))
+
     def _flat_pairs_fn(self, x1, v1, x2, v2, i, j):
-        """Pairs of a network whose first layer flattens the input: ``x1 @ x2.T / d``
-        for the block (one matrix multiply), then the layers on the gathered entries."""
-        d = int(np.prod(self.input_shape))
-        gram = jnp.matmul(x1.reshape(x1.shape[0], d), x2.reshape(x2.shape[0], d).T,
-                          precision="highest") / d
-        state = State(nngp=gram[i, j], ntk=0.0 if self._want_ntk else None,
-                      full=False, spatial=False, channels=d)
-        layers = self.arch.layers
-        if isinstance(layers[0], Flatten):
-            layers = layers[1:]
-        va = tuple(v[i] for v in v1)
-        vb = tuple(v[j] for v in v2)
-        state = forward(layers, state, PairVariances(va, vb), self._standard, self._exact)
-        return self._outputs(state)
+        """The pairs ``(i, j)`` of a flat-input network (a network whose first layer
+        flattens the input depends on a pair only through its dot product)."""
+        return self._flat_forward(x1, x2, lambda g: g[i, j], tuple(v[i] for v in v1),
+                                  tuple(v[j] for v in v2))
 
     def _outputs(self, state):
         out = {"nngp": state.nngp}
