@@ -198,6 +198,7 @@ def assemble(run_dir, quiet):
 _ESTIMATE_ROWS = (
     ("n1", "N1 (rows)", "{:,}"),
     ("n2", "N2 (columns)", "{:,}"),
+    ("n_test", "test rows (K(test, x1))", "{:,}"),
     ("pairs_total", "pair evaluations", "{:,}"),
     ("blocks_total", "blocks (tiles)", "{:,}"),
     ("block", "block edge", "{:,}"),
@@ -237,8 +238,15 @@ def estimate(config, memory, run_time, workers, as_json):
                f"{out['platform']})")
     for key, label, fmt in _ESTIMATE_ROWS:
         value = out[key]
+        if key == "n_test" and not value:
+            continue
         text = format_size(value) if fmt == "size" else fmt.format(value)
         click.echo(f"  {label:<30} {text}")
+    if "solve_bytes" in out:
+        fits = out["solver"] == "cholesky"
+        click.echo(f"  {'predict: Cholesky solve needs':<30} {format_size(out['solve_bytes'])} "
+                   f"(float64 kernel + factor; {format_size(out['solve_available_bytes'])} "
+                   f"available: {'fits' if fits else 'does not fit, predict will use --solver cg'})")
     if "workers" in out:
         w = out["workers"]
         click.echo(f"  {'workers':<30} {w}")
@@ -256,6 +264,70 @@ def _hms(seconds: float) -> str:
     from ._progress import _duration
 
     return _duration(seconds)
+
+
+def _ridges(ctx, param, values):
+    """``--ridge 1e-4 --ridge 1e-2`` or ``--ridge 1e-4,1e-2``; malformed -> exit 2."""
+    if not values:
+        return None
+    out = []
+    for value in values:
+        for part in value.split(","):
+            try:
+                out.append(float(part))
+            except ValueError:
+                raise click.BadParameter(f"{part!r} is not a number; give finite numbers "
+                                         ">= 0, e.g. --ridge 1e-4,1e-2", ctx=ctx,
+                                         param=param) from None
+    return out
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--ridge", "ridges", multiple=True, callback=_ridges, metavar="R[,R...]",
+              help="Ridge(s) to sweep, each added to the diagonal as ridge * trace(K)/n "
+                   "(repeat the option or separate by commas). Default: 1e-6,1e-4,1e-2,0.1,1.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["nngp", "ntk"]),
+              help="Kernel(s) to predict with (repeatable; default: every kind of the run).")
+@click.option("--solver", type=click.Choice(["auto", "cholesky", "cg"]), default="auto",
+              show_default=True,
+              help="cholesky: float64 factor in memory (16 N^2 bytes); cg: conjugate "
+                   "gradients streaming K from kernels.h5 by row blocks; auto: Cholesky "
+                   "when it fits in the available memory.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def predict(run_dir, ridges, kinds, solver, as_json):
+    """Kernel regression on a finished run: the NNGP posterior mean and the NTK's
+    infinite-time gradient-descent prediction for the test set, per ridge.
+
+    The run's configuration must name the training labels and a test set
+    (data.labels_key, data.test, data.test_labels_key). Solves in float64 with
+    one-hot targets and writes RUN_DIR/predictions.h5; prints test accuracy and
+    MSE per kind and ridge (when the test set has labels).
+
+    \b
+    Example:
+      kernelcli compute configs/demo_digits_predict.yaml
+      kernelcli predict runs/demo_digits_predict --ridge 1e-4,1e-2
+    """
+    from .run import predict as run_predict
+
+    out = _run(run_predict, run_dir, ridges=ridges, kinds=kinds or None, solver=solver)
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+        return
+    click.echo(f"{out['n_train']:,} training and {out['n_test']:,} test examples, "
+               f"{out['classes']} classes; solver {out['solver']}; ridge x trace(K)/n")
+    click.echo(f"  {'kind':<6} {'ridge':>8}  {'test accuracy':>13}  {'test MSE':>10}")
+    for row in out["results"]:
+        if row["error"]:
+            click.echo(f"  {row['kind']:<6} {row['ridge']:>8g}  not positive definite at "
+                       f"this ridge: use a larger one")
+        elif row["accuracy"] is None:
+            click.echo(f"  {row['kind']:<6} {row['ridge']:>8g}  {'(no test labels)':>13}")
+        else:
+            click.echo(f"  {row['kind']:<6} {row['ridge']:>8g}  {row['accuracy']:>13.2%}  "
+                       f"{row['mse']:>10.4f}")
+    click.echo(f"wrote {out['predictions']}")
 
 
 @main.command()

@@ -10,6 +10,13 @@ from ._source import SUFFIXES as SUFFIXES
 from ._source import check_finite as check_finite
 from ._source import check_pair as check_pair
 from ._source import open_array as open_array
+from ._labels import load_labels as load_labels
+from ._preprocess import Preprocess as Preprocess
+from ._preprocess import fit_preprocess as fit_preprocess
+from ._views import ConcatRows as ConcatRows
+from ._views import Preprocessed as Preprocessed
+from ._views import SliceableRows as SliceableRows
 
-__all__ = ["ArraySource", "LAYOUTS", "SUFFIXES", "check_finite", "check_pair",
-           "fingerprint", "open_array"]
+__all__ = ["ArraySource", "ConcatRows", "LAYOUTS", "Preprocess", "Preprocessed", "SUFFIXES",
+           "SliceableRows", "check_finite", "check_pair", "fingerprint", "fit_preprocess",
+           "load_labels", "open_array"]

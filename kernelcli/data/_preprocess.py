@@ -92,6 +92,37 @@ class Preprocess:
                 out[start:stop] = (flat @ self.whitening).reshape(rows.shape)
         return out
 
+    def to_bytes(self) -> bytes:
+        """The fitted preprocessing as ``.npz`` bytes (plain arrays, no pickle)."""
+        import io
+
+        arrays = {"kind": np.array(self.kind), "feature_shape": np.array(self.feature_shape),
+                  "per_image": np.array(self.per_image)}
+        if self.zca_reg is not None:
+            arrays["zca_reg"] = np.array(self.zca_reg)
+        for name in ("mean", "std", "whitening"):
+            if getattr(self, name) is not None:
+                arrays[name] = getattr(self, name)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        return buf.getvalue()
+
+    @classmethod
+    def load(cls, path) -> "Preprocess":
+        """Read what :meth:`to_bytes` wrote (``DataError`` naming ``path`` if unreadable)."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                get = lambda name: z[name] if name in z.files else None  # noqa: E731
+                reg = get("zca_reg")
+                return cls(kind=str(z["kind"]), feature_shape=tuple(int(v) for v in
+                                                                    z["feature_shape"]),
+                           mean=get("mean"), std=get("std"), whitening=get("whitening"),
+                           zca_reg=None if reg is None else float(reg),
+                           per_image=bool(z["per_image"]))
+        except (OSError, ValueError, KeyError) as exc:
+            raise DataError(f"{path}: cannot read the run's fitted preprocessing ({exc}); "
+                            "start the run afresh with --overwrite") from None
+
     def fingerprint(self) -> str:
         """sha256 hex digest of the kind, settings and fitted parameters (for the run's)."""
         h = hashlib.sha256()

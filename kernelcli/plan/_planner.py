@@ -41,7 +41,10 @@ class Plan:
     """The blocks of an ``(n1, n2)`` kernel matrix and the memory their computation needs.
 
     ``blocks`` are in row-major order; a symmetric plan lists only ``row >= col``.
-    Byte counts are per device.
+    With ``n_test`` test rows (a symmetric plan only), the rows ``[n1, n1 + n_test)``
+    follow the training rows: their blocks hold ``K(test, x1)``, every column, in
+    rows of blocks of their own (the test grid starts at row ``n1``, so no block
+    mixes training and test rows). Byte counts are per device.
     """
 
     n1: int
@@ -57,6 +60,11 @@ class Plan:
     devices: int
     blocks: tuple
     untiled_bytes_per_pair: int = 0
+    n_test: int = 0
+
+    def is_test(self, block) -> bool:
+        """Whether ``block`` holds test rows (``K(test, x1)``)."""
+        return block.r0 >= self.n1
 
     @property
     def pairs_total(self) -> int:
@@ -82,18 +90,21 @@ class Plan:
         pair's covariance materialised together (``untiled_bytes_per_pair`` each,
         when the caller knows it, else ``bytes_per_pair``)."""
         per_pair = self.untiled_bytes_per_pair or self.bytes_per_pair
-        return self.fixed_bytes + self.n1 * self.n2 * per_pair
+        return self.fixed_bytes + (self.n1 + self.n_test) * self.n2 * per_pair
 
     @property
     def output_bytes(self) -> int:
-        """Size of the assembled result: one ``(n1, n2)`` matrix per kind."""
-        return self.n1 * self.n2 * self.itemsize * len(self.kinds)
+        """Size of the assembled result: one ``(n1, n2)`` matrix per kind (and one
+        ``(n_test, n2)`` matrix and ``(n_test,)`` diagonal with a test set)."""
+        per_kind = self.n1 * self.n2 + self.n_test * (self.n2 + 1)
+        return per_kind * self.itemsize * len(self.kinds)
 
     def to_dict(self) -> dict:
         """The JSON form reported by ``estimate --memory --json``."""
         return {
             "n1": self.n1,
             "n2": self.n2,
+            "n_test": self.n_test,
             "symmetric": self.symmetric,
             "pairs_total": self.pairs_total,
             "pair_batch": self.pair_batch,
@@ -124,6 +135,7 @@ def make_plan(
     pair_batch: int | None = None,
     devices: int = 1,
     untiled_bytes_per_pair: int = 0,
+    n_test: int = 0,
 ) -> Plan:
     """Plan the computation of an ``(n1, n2)`` kernel matrix within ``budget_bytes`` per device.
 
@@ -147,6 +159,9 @@ def make_plan(
         raise ValueError(f"`kinds` (={kinds!r}) must be non-empty and without repeats")
     if symmetric and n1 != n2:
         raise ValueError(f"a symmetric plan needs n1 == n2; got n1={n1}, n2={n2}")
+    n_test = _require_int("n_test", n_test, minimum=0, error=ValueError)
+    if n_test and not symmetric:
+        raise ValueError(f"test rows (n_test={n_test}) need a symmetric plan")
     devices = _require_int("compute.devices", devices, minimum=1, error=ConfigError)
     if block is not None:
         block = _require_int("compute.block", block, minimum=1, error=ConfigError)
@@ -174,19 +189,20 @@ def make_plan(
     edge = block if block is not None else _auto_edge(max(n1, n2), pair_batch or fit)
     rows, cols = -(-n1 // edge), -(-n2 // edge)
     count = rows * (rows + 1) // 2 if symmetric else rows * cols
+    count += -(-n_test // edge) * cols
     if count > _MAX_BLOCKS:
         raise ConfigError(
             f"`compute.block` (={edge}) cuts the {n1} x {n2} matrix into {count} blocks; "
             f"at most {_MAX_BLOCKS} are supported, so use a larger block or leave it unset"
         )
-    blocks = tuple(_grid(n1, n2, edge, symmetric))
+    blocks = tuple(_grid(n1, n2, edge, symmetric)) + tuple(_test_grid(n1, n2, n_test, edge))
     if pair_batch is None:
         pair_batch = min(fit, max(b.n_pairs for b in blocks))
     return Plan(
         n1=n1, n2=n2, symmetric=bool(symmetric), block=edge, pair_batch=pair_batch,
         kinds=kinds, itemsize=itemsize, bytes_per_pair=bytes_per_pair,
         fixed_bytes=fixed_bytes, budget_bytes=budget_bytes, devices=devices, blocks=blocks,
-        untiled_bytes_per_pair=int(untiled_bytes_per_pair),
+        untiled_bytes_per_pair=int(untiled_bytes_per_pair), n_test=n_test,
     )
 
 
@@ -241,6 +257,18 @@ def _grid(n1: int, n2: int, edge: int, symmetric: bool):
                 r0=row * edge, r1=min((row + 1) * edge, n1),
                 c0=col * edge, c1=min((col + 1) * edge, n2),
                 diagonal=symmetric and row == col,
+            )
+
+
+def _test_grid(n1: int, n2: int, n_test: int, edge: int):
+    """Blocks of the test rows ``[n1, n1 + n_test)``, numbered after the training rows."""
+    first = -(-n1 // edge)
+    for k in range(-(-n_test // edge)):
+        for col in range(-(-n2 // edge)):
+            yield Block(
+                row=first + k, col=col,
+                r0=n1 + k * edge, r1=min(n1 + (k + 1) * edge, n1 + n_test),
+                c0=col * edge, c1=min((col + 1) * edge, n2),
             )
 
 

@@ -4,6 +4,7 @@ from ._api import assemble, compute, load_run_config, resume, status
 from ._estimate import estimate
 from ._devices import configure_host_devices
 from ._executor import Progress
+from ._predict import predict
 
-__all__ = ["assemble", "compute", "estimate", "load_run_config", "resume", "status",
+__all__ = ["assemble", "compute", "estimate", "load_run_config", "predict", "resume", "status",
            "configure_host_devices", "Progress"]

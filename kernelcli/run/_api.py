@@ -18,7 +18,7 @@ from ..errors import ComputeError, RunDirError, UsageError
 from ..plan import assign, make_plan
 from ..spec import OutputSpec, RunConfig, load_config, parse_config
 from ..spec._config import EXECUTORS
-from ..store import RunStore
+from ..store import LABELS, RunStore, preprocess_name
 from ._executor import Progress, execute, interrupted_error
 from ._job import Job, config_fingerprint, prepare
 from ._shards import shard_blocks, shard_label
@@ -67,12 +67,18 @@ def _check_combination(cfg: RunConfig, shard: Shard, overwrite: bool = False) ->
         require_ray()
 
 
+_WHAT = {"labels": "the labels (data.labels_key, data.test_labels_key)",
+         "preprocess": "the fitted data.preprocess"}
+
+
 def _check_same_data(job: Job, manifest: dict, run_dir: Path) -> None:
     stored = manifest.get("data_fingerprints", {})
-    for key, value in job.fingerprints.items():
+    for key in sorted(set(stored) | set(job.fingerprints)):
+        value = job.fingerprints.get(key)
         if stored.get(key) != value:
+            what = _WHAT.get(key) or f"data.{key} ({getattr(job.inputs, key).path})"
             raise RunDirError(
-                f"data.{key} ({getattr(job.inputs, key).path}) is not the data the run in "
+                f"{what} is not the data the run in "
                 f"{run_dir} started with (its content fingerprint changed); restore the "
                 f"original file, or start afresh with `kernelcli compute CONFIG "
                 f"--run-dir {run_dir} --overwrite` or another --run-dir")
@@ -98,7 +104,7 @@ def plan_from_manifest(manifest: dict, run_dir):
     return make_plan(p["n1"], p["n2"], symmetric=p["symmetric"], bytes_per_pair=1,
                      fixed_bytes=0, budget_bytes=p["pair_batch"], kinds=p["kinds"],
                      itemsize=8 if p["dtype"] == "float64" else 4, block=p["block"],
-                     pair_batch=p["pair_batch"])
+                     pair_batch=p["pair_batch"], n_test=p.get("n_test", 0))
 
 
 def _assemble_if_complete(store: RunStore, plan) -> tuple[Optional[Path], int]:
@@ -113,7 +119,8 @@ def _assemble_if_complete(store: RunStore, plan) -> tuple[Optional[Path], int]:
         return None, missing
     p = store.manifest["plan"]
     path = store.assemble(plan.blocks, plan.n1, plan.n2, tuple(p["kinds"]), p["dtype"],
-                          plan.symmetric, result_attrs(store.manifest))
+                          plan.symmetric, result_attrs(store.manifest), n_test=plan.n_test,
+                          test_diagonal=bool(p.get("test_diagonal")))
     return path, 0
 
 
@@ -139,6 +146,35 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard = None) -> dict:
     if shard is not None:
         out.update(shard=list(shard), shard_blocks=len(blocks))
     return out
+
+
+def side_files(job: Job) -> dict:
+    """What a new run directory holds beside its manifest (see :mod:`kernelcli.store`)."""
+    import io
+
+    import numpy as np
+
+    out = {}
+    inputs = job.inputs
+    if inputs.labels is not None or inputs.test_labels is not None:
+        arrays = {k: v for k, v in (("labels", inputs.labels),
+                                    ("test_labels", inputs.test_labels)) if v is not None}
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        out[LABELS] = buf.getvalue()
+    if inputs.preprocess is not None:
+        out[preprocess_name(job.fingerprints["preprocess"])] = inputs.preprocess.to_bytes()
+    return out
+
+
+def stored_preprocess(store: RunStore):
+    """The fitted preprocessing a run directory holds (``None`` when the run has none)."""
+    fp = store.manifest.get("data_fingerprints", {}).get("preprocess")
+    if fp is None:
+        return None
+    from ._inputs import check_preprocess_file
+
+    return check_preprocess_file(store.side_path(preprocess_name(fp)), fp)
 
 
 def _check_joined(job: Job, manifest: dict, run_dir: Path) -> None:
@@ -179,26 +215,38 @@ def compute(config_path, run_dir=None, overwrite: bool = False,
                 f"{run_dir} holds a run of a different configuration "
                 f"({manifest.get('name')!r}); continue that one with `kernelcli resume "
                 f"{run_dir}`, pick another --run-dir, or replace it with --overwrite")
-        job = prepare(cfg, stored_plan=manifest["plan"])
+        job = prepare(cfg, stored_plan=manifest["plan"], preprocess=stored_preprocess(store))
         _check_same_data(job, manifest, run_dir)
         if store.finished:
             job.inputs.close()
             return {"result": str(store.result_path), "already_finished": True}
     elif overwrite:
         job = prepare(cfg)
-        store = RunStore(run_dir).create(job.manifest(), overwrite=True)
+        try:
+            store = RunStore(run_dir).create(job.manifest(), overwrite=True,
+                                             side_files=side_files(job))
+        except BaseException:
+            job.inputs.close()
+            raise
     else:
         job = prepare(cfg)
         try:
-            store, created = RunStore(run_dir).create_or_join(job.manifest())
+            store, created = RunStore(run_dir).create_or_join(job.manifest(),
+                                                              side_files=side_files(job))
             if not created:  # another process (of a job array) was first: use its plan
                 existing = True
+                fingerprints = dict(job.fingerprints)
+                stored_fp = store.manifest.get("data_fingerprints", {}).get("preprocess")
+                refit = stored_fp is not None and stored_fp != fingerprints.get("preprocess")
+                if refit:  # a fit that rounded differently: the run's own fit wins
+                    fingerprints["preprocess"] = stored_fp
+                    job.fingerprints = fingerprints
                 _check_joined(job, store.manifest, run_dir)
-                if not _same_plan(job, store.manifest["plan"]):
-                    fingerprints = job.fingerprints
+                if refit or not _same_plan(job, store.manifest["plan"]):
                     job.inputs.close()
                     job = prepare(cfg, stored_plan=store.manifest["plan"],
-                                  fingerprints=fingerprints)
+                                  fingerprints=fingerprints,
+                                  preprocess=stored_preprocess(store))
         except BaseException:
             job.inputs.close()
             raise
@@ -240,7 +288,7 @@ def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
     _check_combination(cfg, shard)
     if store.finished:
         return {"result": str(store.result_path), "already_finished": True}
-    job = prepare(cfg, stored_plan=store.manifest["plan"])
+    job = prepare(cfg, stored_plan=store.manifest["plan"], preprocess=stored_preprocess(store))
     try:
         _check_same_data(job, store.manifest, Path(run_dir))
         out = _finish(job, store, progress, shard)

@@ -36,10 +36,12 @@ def estimate(config_path, run_time: bool = False, workers: Optional[int] = None)
         raise UsageError(f"--workers: {workers!r} is not a worker count; expected a "
                          f"positive integer")
     cfg = load_config(config_path)
-    job = prepare(cfg)
+    job = prepare(cfg, fit_preprocess=False)
     try:
         plan = job.plan
         out = plan.to_dict()
+        if cfg.data.test is not None or cfg.data.has_labels:
+            out.update(_solve_memory(plan.n1))
         out.update({
             "name": cfg.name,
             "kinds": list(plan.kinds),
@@ -71,13 +73,24 @@ def estimate(config_path, run_time: bool = False, workers: Optional[int] = None)
             out.update(_time_one_batch(job))
             if workers is not None:
                 # Every worker also runs the per-input pass over all inputs.
-                n_inputs = plan.n1 + (0 if plan.symmetric else plan.n2)
+                n_inputs = plan.n1 + plan.n_test + (0 if plan.symmetric else plan.n2)
                 out["seconds_estimate_workers"] = (
                     (out["worker_pairs_max"] + n_inputs) * out["seconds_per_pair"]
                     / len(job.devices))
     finally:
         job.inputs.close()
     return out
+
+
+def _solve_memory(n: int) -> dict:
+    """What ``kernelcli predict`` will need for the (n, n) training kernel, and which
+    solver it will pick on this machine (Cholesky when it fits, else CG)."""
+    from ..predict import choose_solver, solve_memory_bytes
+    from ..plan import auto_budget, available_ram_bytes
+
+    available = auto_budget(available_ram_bytes())
+    return {"solve_bytes": solve_memory_bytes(n), "solve_available_bytes": available,
+            "solver": choose_solver(n, "auto", available)}
 
 
 def _time_one_batch(job: Job) -> dict:
@@ -89,8 +102,8 @@ def _time_one_batch(job: Job) -> dict:
     plan, kfn = job.plan, job.kfn
     block = plan.blocks[0]
     edge = plan.block
-    x1 = _pad_rows(job.inputs.x1.read(block.r0, block.r1, dtype=kfn.dtype), edge)
-    x2 = _pad_rows(job.inputs.second.read(block.c0, block.c1, dtype=kfn.dtype), edge)
+    x1 = _pad_rows(job.inputs.rows.read(block.r0, block.r1, dtype=kfn.dtype), edge)
+    x2 = _pad_rows(job.inputs.columns.read(block.c0, block.c1, dtype=kfn.dtype), edge)
     s1 = kfn.stats(x1)
     s2 = kfn.stats(x2)
     i, j = block.local_pairs()
@@ -106,6 +119,6 @@ def _time_one_batch(job: Job) -> dict:
     per_batch = time.perf_counter() - t
     per_pair = per_batch / n
     # All devices work in parallel; the per-input pass costs one pair per input.
-    n_inputs = plan.n1 + (0 if plan.symmetric else plan.n2)
+    n_inputs = plan.n1 + plan.n_test + (0 if plan.symmetric else plan.n2)
     seconds = (plan.pairs_total + n_inputs) * per_pair / len(job.devices)
     return {"seconds_per_pair": per_pair, "seconds_estimate": seconds}

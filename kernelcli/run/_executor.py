@@ -265,22 +265,37 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
     pending, done = pending_blocks(store, blocks)
     tally = Tally(blocks, done, progress)
     tally.report()
-    if not pending:
+    if not pending and not needs_test_diagonal(job, store):
         return
-    s1 = _stats_for(job, job.inputs.x1)
-    s2 = s1 if job.inputs.symmetric else _stats_for(job, job.inputs.x2)
+    rows, columns = job.inputs.rows, job.inputs.columns
+    s1 = _stats_for(job, rows)
+    s2 = s1 if job.inputs.symmetric else _stats_for(job, columns)
+    write_test_diagonal(job, store, s1)
     edge = plan.block
     for block in pending:
         if store.has(block):  # another process wrote it meanwhile
             tally.block_done(block.n_pairs, computed=False)
             continue
-        bi = block_input(kfn, job.inputs.x1, job.inputs.second, s1, s2, block, edge)
+        bi = block_input(kfn, rows, columns, s1, s2, block, edge)
         tile = compute_tile(kfn, plan.pair_batch, bi, job.devices, tally.pairs)
         store.write_tile(block, tile)
         # the diagonal's pairs came from the per-input pass
         tally.block_done(block.n_pairs - bi.n_evaluated)
         if after_tile is not None:
             after_tile(block)
+
+
+def needs_test_diagonal(job: Job, store: RunStore) -> bool:
+    return bool(job.plan.n_test and job.cfg.kernel.test_diagonal
+                and not store.has_test_diagonal())
+
+
+def write_test_diagonal(job: Job, store: RunStore, s1) -> None:
+    """Store ``K(t, t)`` of every test row (kind -> (n_test,)), from the per-input pass
+    over ``rows`` (``s1``), once: before any test tile, so a finished run has it."""
+    if needs_test_diagonal(job, store):
+        n1 = job.plan.n1
+        store.write_test_diagonal({k: np.asarray(s1.diag[k][n1:]) for k in job.kfn.kinds})
 
 
 def interrupted_error(run_dir, shard=None) -> ComputeError:

@@ -2,23 +2,40 @@
 
 Nothing here holds a whole data set in memory: ``.npy`` files are memory-mapped,
 HDF5 datasets read by slices, and every check streams rows.
+
+A run has up to three sets: the rows ``x1``, either a second set ``x2`` (the
+rectangle ``K(x1, x2)``) or a test set ``test`` (the training kernel
+``K(x1, x1)`` plus ``K(test, x1)``). The executor sees two row sources:
+``rows`` (``x1``, followed by ``test`` when there is one) and ``columns``
+(``x2``, else ``rows``), with the preprocessing applied as rows are read.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
-from ..data import ArraySource, check_finite, check_pair, fingerprint, open_array
+import numpy as np
+
+from ..data import (ArraySource, ConcatRows, Preprocess, Preprocessed, SliceableRows,
+                    check_finite, check_pair, fingerprint, fit_preprocess, load_labels,
+                    open_array)
 from ..spec import RunConfig, check_architecture
 
 
 @dataclass
 class Inputs:
-    """The opened data of a run. ``x2`` is ``None`` for a symmetric run."""
+    """The opened data of a run. ``x2`` is ``None`` for a symmetric run; ``test``
+    ``None`` without a test set. ``labels`` / ``test_labels``: (n,) int64 or None."""
 
     x1: ArraySource
     x2: Optional[ArraySource]
+    test: Optional[ArraySource] = None
+    labels: Optional[np.ndarray] = None
+    test_labels: Optional[np.ndarray] = None
+    preprocess: Optional[Preprocess] = None
 
     @property
     def symmetric(self) -> bool:
@@ -33,40 +50,107 @@ class Inputs:
         return self.x1.n if self.x2 is None else self.x2.n
 
     @property
-    def second(self) -> ArraySource:
-        return self.x1 if self.x2 is None else self.x2
+    def n_test(self) -> int:
+        return 0 if self.test is None else self.test.n
+
+    def _view(self, src):
+        return src if self.preprocess is None else Preprocessed(src, self.preprocess)
+
+    @property
+    def rows(self):
+        """Block rows: ``x1`` then ``test`` (``n1 + n_test`` rows), preprocessed."""
+        if self.test is None:
+            return self._view(self.x1)
+        return ConcatRows([self._view(self.x1), self._view(self.test)])
+
+    @property
+    def columns(self):
+        """Block columns: ``x2`` (preprocessed) or, for a symmetric run, ``rows``."""
+        return self.rows if self.x2 is None else self._view(self.x2)
 
     def fingerprints(self) -> dict:
         out = {"x1": fingerprint(self.x1)}
         if self.x2 is not None:
             out["x2"] = fingerprint(self.x2)
+        if self.test is not None:
+            out["test"] = fingerprint(self.test)
+        if self.labels is not None or self.test_labels is not None:
+            out["labels"] = labels_fingerprint(self.labels, self.test_labels)
+        if self.preprocess is not None:
+            out["preprocess"] = self.preprocess.fingerprint()
         return out
 
     def close(self) -> None:
-        self.x1.close()
-        if self.x2 is not None:
-            self.x2.close()
+        for src in (self.x1, self.x2, self.test):
+            if src is not None:
+                src.close()
 
 
-def open_inputs(cfg: RunConfig, check_values: bool = True) -> Inputs:
-    """Open ``data.x1`` (and ``data.x2``), check shapes against the architecture and,
-    with ``check_values``, that every value is finite in ``kernel.dtype``."""
+def labels_fingerprint(labels, test_labels) -> str:
+    h = hashlib.sha256(b"kernelcli-labels-v1\n")
+    for name, y in (("labels", labels), ("test_labels", test_labels)):
+        h.update(f"{name}={None if y is None else len(y)}\n".encode())
+        if y is not None:
+            h.update(np.ascontiguousarray(y, dtype="<i8").data)
+    return h.hexdigest()
+
+
+def open_inputs(cfg: RunConfig, check_values: bool = True,
+                preprocess: Optional[Preprocess] = None, fit: bool = True) -> Inputs:
+    """Open ``data.x1`` (and ``data.x2`` or ``data.test``, and the labels), check
+    shapes against the architecture and, with ``check_values``, that every value is
+    finite in ``kernel.dtype``.
+
+    ``data.preprocess``: ``preprocess`` (a fitted one, e.g. read back from a run
+    directory) is used as given; otherwise, with ``fit``, it is fitted on ``x1``.
+    """
     d = cfg.data
-    x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1")
-    x2 = None
+    opened = []
     try:
+        x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1")
+        opened.append(x1)
+        x2 = test = None
         if d.x2 is not None:
             x2 = open_array(d.x2, d.x2_key if d.x2_key is not None else d.key,
                             layout=d.layout, limit=None, what="data.x2")
+            opened.append(x2)
             check_pair(x1, x2)
+        if d.test is not None:
+            test = open_array(d.test, d.test_key if d.test_key is not None else d.key,
+                              layout=d.layout, limit=d.test_limit, what="data.test")
+            opened.append(test)
+            check_pair(x1, test)
         check_architecture(cfg.architecture, x1.example_shape)
         if check_values:
-            for src in (x1, x2):
-                if src is not None:
-                    check_finite(src, dtype=cfg.kernel.dtype)
+            for src in opened:
+                check_finite(src, dtype=cfg.kernel.dtype)
+        labels = test_labels = None
+        if d.has_labels:
+            labels = load_labels(d.labels or d.x1, d.labels_key, limit=d.limit, n=x1.n,
+                                 what="data.labels_key" if d.labels is None else "data.labels")
+        if test is not None and (d.test_labels is not None or d.test_labels_key is not None):
+            test_labels = load_labels(d.test_labels or d.test, d.test_labels_key,
+                                      limit=d.test_limit, n=test.n,
+                                      what="data.test_labels_key" if d.test_labels is None
+                                      else "data.test_labels")
+        if d.preprocess is not None and preprocess is None and fit:
+            p = d.preprocess
+            preprocess = fit_preprocess(SliceableRows(x1), p.kind,
+                                        zca_reg=p.zca_reg if p.kind == "zca" else None,
+                                        per_image=p.per_image)
     except BaseException:
-        x1.close()
-        if x2 is not None:
-            x2.close()
+        for src in opened:
+            src.close()
         raise
-    return Inputs(x1, x2)
+    return Inputs(x1, x2, test, labels, test_labels, preprocess)
+
+
+def check_preprocess_file(path: Path, expected: str) -> Preprocess:
+    """The fitted preprocessing stored at ``path``, checked against its fingerprint."""
+    pp = Preprocess.load(path)
+    if pp.fingerprint() != expected:
+        from ..errors import RunDirError
+
+        raise RunDirError(f"{path} does not hold the preprocessing this run was fitted with "
+                          f"(fingerprint differs); start afresh with --overwrite")
+    return pp

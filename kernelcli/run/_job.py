@@ -36,7 +36,8 @@ class Job:
     def stats_bytes(self) -> int:
         """Host memory of the per-input variances of every example."""
         per_input = sum(_prod(s) for s in self.kfn.variance_shapes) + len(self.plan.kinds)
-        n = self.inputs.n1 + (0 if self.inputs.symmetric else self.inputs.n2)
+        n = self.inputs.n1 + self.inputs.n_test + (0 if self.inputs.symmetric
+                                                    else self.inputs.n2)
         return n * per_input * self.kfn.dtype.itemsize
 
     @property
@@ -54,7 +55,9 @@ class Job:
             "config_dir_from_run": os.path.relpath(self._config_dir, self.cfg.output.run_dir),
             "config_fingerprint": config_fingerprint(self.cfg),
             "data_fingerprints": self.fingerprints,
-            "plan": {"n1": self.plan.n1, "n2": self.plan.n2, "symmetric": self.plan.symmetric,
+            "plan": {"n1": self.plan.n1, "n2": self.plan.n2, "n_test": self.plan.n_test,
+                     "test_diagonal": self.cfg.kernel.test_diagonal,
+                     "symmetric": self.plan.symmetric,
                      "block": self.plan.block, "pair_batch": self.plan.pair_batch,
                      "kinds": list(self.plan.kinds), "dtype": self.cfg.kernel.dtype,
                      "pairs_total": self.plan.pairs_total,
@@ -83,12 +86,21 @@ def config_fingerprint(cfg: RunConfig) -> str:
     def rel(p):
         return None if p is None else os.path.relpath(p, base)
 
-    what = {
-        "data": {"x1": rel(d.x1), "key": d.key, "x2": rel(d.x2),
-                 "x2_key": d.x2_key, "layout": d.layout, "limit": d.limit},
-        "architecture": repr(cfg.architecture),
-        "kernel": dataclasses.asdict(cfg.kernel),
-    }
+    data = {"x1": rel(d.x1), "key": d.key, "x2": rel(d.x2),
+            "x2_key": d.x2_key, "layout": d.layout, "limit": d.limit}
+    # Keys added later count only when set, so older runs keep their fingerprint.
+    for key in ("labels", "test", "test_labels"):
+        if getattr(d, key) is not None:
+            data[key] = rel(getattr(d, key))
+    for key in ("labels_key", "test_key", "test_labels_key", "test_limit"):
+        if getattr(d, key) is not None:
+            data[key] = getattr(d, key)
+    if d.preprocess is not None:
+        data["preprocess"] = dataclasses.asdict(d.preprocess)
+    kernel = dataclasses.asdict(cfg.kernel)
+    if not kernel["test_diagonal"]:
+        del kernel["test_diagonal"]
+    what = {"data": data, "architecture": repr(cfg.architecture), "kernel": kernel}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
@@ -137,15 +149,18 @@ def auto_pair_batch(kfn, block: int, n_devices: int, fit: int) -> Optional[int]:
 
 
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
-            fingerprints: Optional[dict] = None) -> Job:
+            fingerprints: Optional[dict] = None, preprocess=None,
+            fit_preprocess: bool = True) -> Job:
     """Open and check the data, compile the kernel, plan within the memory budget.
 
     ``stored_plan`` (from a manifest) fixes block edge and pair batch on resume, so
     a resumed run evaluates exactly the batches an uninterrupted one would.
+    ``preprocess``: the fitted preprocessing of an existing run (never refitted);
+    else it is fitted on ``x1`` unless ``fit_preprocess`` is false (``estimate``).
     """
     from ..kernels import build_kernel_fn  # jax is only imported once the config is sound
 
-    inputs = open_inputs(cfg)
+    inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess)
     try:
         devices = local_devices(cfg.compute.devices)
         kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
@@ -168,7 +183,8 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
                          fixed_bytes=fixed, budget_bytes=budget, kinds=kfn.kinds,
                          itemsize=kfn.dtype.itemsize, block=block, pair_batch=pair_batch,
                          devices=len(devices),
-                         untiled_bytes_per_pair=kfn.cov_elements * kfn.dtype.itemsize)
+                         untiled_bytes_per_pair=kfn.cov_elements * kfn.dtype.itemsize,
+                         n_test=inputs.n_test)
         if fingerprints is None:
             fingerprints = inputs.fingerprints()
     except BaseException:

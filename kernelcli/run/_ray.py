@@ -23,6 +23,7 @@ from typing import Callable, Optional
 from ..errors import ComputeError, ConfigError
 from ..store import RunStore
 from ._executor import (Progress, Tally, block_input, compute_tile, concat_stats,
+                        needs_test_diagonal, write_test_diagonal,
                         pending_blocks, stats_of_slice, stats_slices)
 from ._job import Job
 
@@ -104,7 +105,7 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
     pending, done = pending_blocks(store, blocks)
     tally = Tally(blocks, done, progress)
     tally.report()
-    if not pending:
+    if not pending and not needs_test_diagonal(job, store):
         return
     started = _connect(ray, address)
     inflight: dict = {}
@@ -129,8 +130,10 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
                 inflight.pop(r, None)
             return concat_stats(kfn, parts)
 
-        s1 = stats(inputs.x1)
-        s2 = s1 if inputs.symmetric else stats(inputs.x2)
+        rows, columns = inputs.rows, inputs.columns
+        s1 = stats(rows)
+        s2 = s1 if inputs.symmetric else stats(columns)
+        write_test_diagonal(job, store, s1)
         todo = iter(pending)
         window = 2 * slots  # tasks queued at once: every slot busy, inputs bounded
 
@@ -142,7 +145,7 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
                 if store.has(block):  # written meanwhile by another process
                     tally.block_done(block.n_pairs, computed=False)
                     continue
-                bi = block_input(kfn, inputs.x1, inputs.second, s1, s2, block, plan.block)
+                bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
                 inflight[tile_remote.remote(spec_ref, plan.pair_batch, bi)] = block
 
         submit()

@@ -17,6 +17,16 @@ DTYPES = ("float32", "float64")
 LAYOUTS = ("NHWC", "NCHW")
 PARAMETERIZATIONS = ("ntk", "standard")
 EXECUTORS = ("local", "ray")
+PREPROCESS_KINDS = ("standardize", "zca")
+
+
+@dataclass(frozen=True)
+class PreprocessSpec:
+    """``data.preprocess``: fitted on the training rows (``x1``) only, applied to every set."""
+
+    kind: str                         # standardize | zca
+    zca_reg: Optional[float] = None   # zca only: regulariser relative to the mean eigenvalue
+    per_image: bool = True            # zca only: centre and L2-normalise each example first
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,18 @@ class DataSpec:
     x2_key: Optional[str] = None
     layout: str = "NHWC"
     limit: Optional[int] = None
+    labels: Optional[Path] = None       # file of x1's integer labels (default: x1's file)
+    labels_key: Optional[str] = None    # their array name (.npz / .h5)
+    test: Optional[Path] = None         # a test set: K(test, x1) and, if asked, its diagonal
+    test_key: Optional[str] = None      # defaults to `key`
+    test_labels: Optional[Path] = None  # default: the test file
+    test_labels_key: Optional[str] = None
+    test_limit: Optional[int] = None
+    preprocess: Optional[PreprocessSpec] = None
+
+    @property
+    def has_labels(self) -> bool:
+        return self.labels_key is not None or self.labels is not None
 
 
 @dataclass(frozen=True)
@@ -39,6 +61,7 @@ class Architecture:
 class KernelSpec:
     kinds: Tuple[str, ...] = KINDS
     dtype: str = "float32"
+    test_diagonal: bool = False       # also K(x, x) of every test example
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,13 @@ def optional_string(value: Any, path: str, expected: str) -> Optional[str]:
     return None if value is None else string(value, path, expected)
 
 
+def boolean(value: Any, path: str) -> bool:
+    """``true`` or ``false`` (YAML booleans only: not 0/1, not the string 'yes')."""
+    if not isinstance(value, bool):
+        raise fail(path, f"{show(value)} is not a boolean; expected true or false")
+    return value
+
+
 def file_path(value: Any, path: str, base_dir: Path) -> Path:
     """A path, resolved against ``base_dir`` (the config file's folder) when relative."""
     p = Path(string(value, path, "a file path")).expanduser()

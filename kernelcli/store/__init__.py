@@ -4,9 +4,13 @@ h5py, numpy and the standard library only (no jax, no click). The design is argu
 in :mod:`kernelcli.store._store`.
 """
 
+from ._store import LABELS as LABELS
+from ._store import PREDICTIONS as PREDICTIONS
 from ._store import RESULT as RESULT
+from ._store import preprocess_name as preprocess_name
 from ._store import TILES as TILES
 from ._store import RunStore as RunStore
 from ._manifest import MANIFEST as MANIFEST
 
-__all__ = ["MANIFEST", "RESULT", "TILES", "RunStore"]
+__all__ = ["LABELS", "MANIFEST", "PREDICTIONS", "RESULT", "TILES", "RunStore",
+           "preprocess_name"]

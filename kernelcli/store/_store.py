@@ -7,6 +7,12 @@ Layout::
     <run_dir>/kernels.h5           the assembled result; its existence = finished
     <run_dir>/shards/<I>of<N>.json written by process I of a job array of N when it
                                    starts (who ran; status counts per shard from it)
+    <run_dir>/labels.npz           with a configuration that names labels: the training
+                                   (and test) labels, written before the manifest
+    <run_dir>/preprocess-<fp>.npz  with data.preprocess: the fitted preprocessing, named
+                                   by its fingerprint, written before the manifest
+    <run_dir>/test_diag.h5         with kernel.test_diagonal: K(t, t) of every test row,
+                                   written before the first tile is computed
 
 Why this design (and not a journal plus one big HDF5 file):
 
@@ -32,7 +38,7 @@ Why this design (and not a journal plus one big HDF5 file):
   are renamed into place whole, so a block computed twice or a result assembled
   twice is harmless.
 
-All writes stay inside ``run_dir``; ``overwrite`` removes only the three names
+All writes stay inside ``run_dir``; ``overwrite`` removes only the names
 above, never other files a user keeps there. OS errors become kernelcli errors that
 name the path.
 """
@@ -46,10 +52,15 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from typing import Optional
+
+import h5py
+import numpy as np
 
 from ..errors import RunDirError
 from ._assemble import assemble as _assemble
-from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
+from ._atomic import (atomic_path, fsync_dir, remove_stale_tmp, storage_error,
+                      write_bytes_atomic)
 from ._manifest import (MANIFEST, create_manifest, encode_manifest, read_manifest,
                         write_manifest)
 from ._tiles import done_keys as _done_keys
@@ -60,7 +71,17 @@ from ._tiles import write_tile as _write_tile
 RESULT = "kernels.h5"
 TILES = "tiles"
 SHARDS = "shards"
+LABELS = "labels.npz"
+TEST_DIAG = "test_diag.h5"
+PREDICTIONS = "predictions.h5"
 _SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
+_SIDE_FILE = re.compile(r"^(labels\.npz|preprocess-[0-9a-f]{16}\.npz|test_diag\.h5|"
+                        r"predictions\.h5)$")
+
+
+def preprocess_name(fingerprint: str) -> str:
+    """The side file of a fitted preprocessing: ``preprocess-<first 16 hex digits>.npz``."""
+    return f"preprocess-{fingerprint[:16]}.npz"
 
 
 class RunStore:
@@ -108,11 +129,14 @@ class RunStore:
                 pass  # a read-only run can still be inspected; leftovers are ignored anyway
         return store
 
-    def create(self, manifest: dict, overwrite: bool = False) -> "RunStore":
+    def create(self, manifest: dict, overwrite: bool = False,
+               side_files: Optional[dict] = None) -> "RunStore":
         """Start a new run: make the folders and write ``manifest`` (a JSON object).
 
-        Refuses a directory that already holds a run (or its result) unless
-        ``overwrite``, which then removes only kernelcli's own files.
+        ``side_files`` (name -> bytes; names as in the module docstring) are written
+        atomically before the manifest, so a run that exists has them. Refuses a
+        directory that already holds a run (or its result) unless ``overwrite``,
+        which then removes only kernelcli's own files.
         """
         data = encode_manifest(manifest)
         run_dir = self.run_dir
@@ -131,11 +155,13 @@ class RunStore:
             fsync_dir(run_dir)
         except OSError as exc:
             raise storage_error(exc, run_dir) from None
+        self._write_side_files(side_files)
         write_manifest(run_dir, data)  # last: a manifest means the run exists
         self._manifest = json.loads(data)  # exactly what open() will read back
         return self
 
-    def create_or_join(self, manifest: dict) -> tuple["RunStore", bool]:
+    def create_or_join(self, manifest: dict,
+                       side_files: Optional[dict] = None) -> tuple["RunStore", bool]:
         """Start a new run, or join the one another process started at the same moment.
 
         Exactly one of several processes calling this at once (on one machine or on a
@@ -143,7 +169,9 @@ class RunStore:
         and any caller that finds a manifest already there, get ``(store, False)`` with
         ``store.manifest`` the manifest on disk, which the caller must compare with its
         own. Like :meth:`create`, refuses a directory that holds kernelcli files but no
-        manifest (a result or tiles of an unknown run).
+        manifest (a result or tiles of an unknown run). ``side_files`` as for
+        :meth:`create`: their names are content-addressed or their content the same
+        for every process, so writing them before the race is harmless.
         """
         data = encode_manifest(manifest)
         run_dir = self.run_dir
@@ -163,6 +191,7 @@ class RunStore:
                 fsync_dir(run_dir)
             except OSError as exc:
                 raise storage_error(exc, run_dir) from None
+            self._write_side_files(side_files)
             if create_manifest(run_dir, data):
                 self._manifest = json.loads(data)
                 return self, True
@@ -172,6 +201,50 @@ class RunStore:
         except OSError as exc:
             raise storage_error(exc, self.tiles_dir) from None
         return self, False
+
+    def _write_side_files(self, side_files: Optional[dict]) -> None:
+        for name, content in (side_files or {}).items():
+            if not _SIDE_FILE.match(name):
+                raise ValueError(f"{name!r} is not a run directory side file")
+            write_bytes_atomic(self.run_dir / name, content)
+
+    def side_path(self, name: str) -> Path:
+        """Path of a side file (``labels.npz``, ``preprocess-<fp>.npz``, ...)."""
+        if not _SIDE_FILE.match(name):
+            raise ValueError(f"{name!r} is not a run directory side file")
+        return self.run_dir / name
+
+    def has_test_diagonal(self) -> bool:
+        return (self.run_dir / TEST_DIAG).is_file()
+
+    def write_test_diagonal(self, arrays: dict) -> Path:
+        """Store kind -> ``(n_test,)`` self-kernels of the test rows, atomically."""
+        path = self.run_dir / TEST_DIAG
+        with atomic_path(path) as tmp:
+            with h5py.File(tmp, "w") as f:
+                for kind, values in arrays.items():
+                    f.create_dataset(kind, data=np.asarray(values))
+        return path
+
+    def read_test_diagonal(self, kinds) -> dict:
+        path = self.run_dir / TEST_DIAG
+        try:
+            with h5py.File(path, "r") as f:
+                return {k: f[k][...] for k in kinds}
+        except (OSError, KeyError) as exc:
+            raise RunDirError(f"{path} is missing or unreadable ({exc}); resume the run to "
+                              "write it again") from None
+
+    def read_labels(self) -> dict:
+        """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has."""
+        path = self.run_dir / LABELS
+        if not path.is_file():
+            return {}
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        except (OSError, ValueError) as exc:
+            raise RunDirError(f"{path} is unreadable ({exc})") from None
 
     @property
     def shards_dir(self) -> Path:
@@ -246,15 +319,28 @@ class RunStore:
         return _read_tile(self.tiles_dir, block, kinds)
 
     def assemble(self, blocks, n1: int, n2: int, kinds, dtype, symmetric: bool,
-                 attrs: dict) -> Path:
+                 attrs: dict, n_test: int = 0, test_diagonal: bool = False) -> Path:
         """Assemble all tiles into ``kernels.h5`` and return its path.
 
-        Each kind becomes a dataset of shape ``(n1, n2)`` and ``dtype``; ``attrs``
-        (``config``, ``kernelcli_version``, ``data_fingerprint``, ...) become file
-        attributes, non-scalar values as JSON text.
+        Each kind becomes a dataset of shape ``(n1, n2)`` and ``dtype``; with
+        ``n_test`` test rows also ``<kind>_test`` ``(n_test, n2)`` and, with
+        ``test_diagonal``, ``<kind>_test_diag`` ``(n_test,)``; the run's labels
+        become ``labels`` / ``test_labels``. ``attrs`` (``config``,
+        ``kernelcli_version``, ``data_fingerprint``, ...) become file attributes,
+        non-scalar values as JSON text.
         """
+        extra = dict(self.read_labels())
+        if n_test and test_diagonal:
+            diag = self.read_test_diagonal(kinds)
+            extra.update({f"{k}_test_diag": v.astype(dtype) for k, v in diag.items()})
         return _assemble(self.result_path, self.tiles_dir, blocks, n1, n2, kinds, dtype,
-                         symmetric, attrs)
+                         symmetric, attrs, n_test=n_test, extra=extra)
+
+    def _side_entries(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.run_dir) if _SIDE_FILE.match(n))
+        except OSError:
+            return []
 
     def _owned_entries(self) -> list[str]:
         owned = [name for name in (MANIFEST, RESULT) if os.path.lexists(self.run_dir / name)]
@@ -263,7 +349,8 @@ class RunStore:
         return owned
 
     def _remove_owned(self) -> None:
-        for name in (RESULT, MANIFEST):  # the result first: never a result without a run
+        # the result first: never a result without a run
+        for name in (RESULT, MANIFEST, *self._side_entries()):
             path = self.run_dir / name
             if os.path.lexists(path):
                 os.unlink(path)

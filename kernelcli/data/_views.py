@@ -1,0 +1,94 @@
+"""Row sources built from others: training and test rows as one index range, and
+preprocessing applied as rows are read.
+
+Both offer what the executor reads through (``n``, ``example_shape``,
+``read(start, stop, dtype)``, ``close()``), so a run over a training and a test
+set, or over preprocessed data, is planned and executed like any other.
+Fingerprints are taken of the underlying :class:`ArraySource` files, never of
+these views.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple
+
+import numpy as np
+
+
+class ConcatRows:
+    """The rows of ``parts`` one after another: row ``i`` of the view is row ``i``
+    of the first part, row ``n0 + i`` row ``i`` of the second, and so on. All parts
+    have one ``example_shape``."""
+
+    def __init__(self, parts: Sequence):
+        self.parts = tuple(parts)
+        shapes = {tuple(p.example_shape) for p in self.parts}
+        if len(shapes) != 1:
+            raise ValueError(f"ConcatRows needs one example shape, got {sorted(shapes)}")
+        self.starts = np.cumsum([0] + [p.n for p in self.parts])
+
+    @property
+    def n(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def example_shape(self) -> Tuple[int, ...]:
+        return tuple(self.parts[0].example_shape)
+
+    def read(self, start: int, stop: int, dtype="float32") -> np.ndarray:
+        """Rows ``[start, stop)``, shape ``(stop - start,) + example_shape``."""
+        if not 0 <= start <= stop <= self.n:
+            raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n})")
+        pieces = []
+        for part, s0 in zip(self.parts, self.starts[:-1]):
+            lo, hi = max(start, s0), min(stop, s0 + part.n)
+            if lo < hi:
+                pieces.append(part.read(int(lo - s0), int(hi - s0), dtype=dtype))
+        if len(pieces) == 1:
+            return pieces[0]
+        if not pieces:
+            return np.empty((0,) + self.example_shape, dtype=dtype)
+        return np.concatenate(pieces)
+
+    def close(self) -> None:
+        for p in self.parts:
+            p.close()
+
+
+class Preprocessed:
+    """``source`` with a fitted :class:`~kernelcli.data.Preprocess` applied to every
+    row read (the computation happens in float64, then the rows are cast)."""
+
+    def __init__(self, source, preprocess):
+        self.source = source
+        self.preprocess = preprocess
+
+    @property
+    def n(self) -> int:
+        return self.source.n
+
+    @property
+    def example_shape(self) -> Tuple[int, ...]:
+        return tuple(self.source.example_shape)
+
+    def read(self, start: int, stop: int, dtype="float32") -> np.ndarray:
+        rows = self.source.read(start, stop, dtype="float64")
+        return self.preprocess.apply(rows, dtype=np.dtype(dtype))
+
+    def close(self) -> None:
+        self.source.close()
+
+
+class SliceableRows:
+    """``source`` with numpy's ``x[start:stop]`` and ``x.shape``, in float64: what
+    :func:`~kernelcli.data.fit_preprocess` reads its training rows through."""
+
+    def __init__(self, source):
+        self.source = source
+        self.shape = (source.n,) + tuple(source.example_shape)
+
+    def __getitem__(self, item) -> np.ndarray:
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise TypeError("SliceableRows supports contiguous row slices only")
+        start, stop, _ = item.indices(self.shape[0])
+        return self.source.read(start, max(start, stop), dtype="float64")
