@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from typing import Dict, NamedTuple, Sequence, Tuple
 
 import jax
@@ -34,6 +34,33 @@ from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances, State
 from ..spec._layers import Flatten
+
+
+def default_chunk_bytes() -> int:
+    """Covariance bytes of one chunk of pairs: on CPU 512 KiB, half of a core's 1 MiB
+    L2 cache, so a chunk's intermediates stay in it (networks without pooling ran
+    1.4-2.1x faster per pair than with 4 MiB chunks); elsewhere 4 MiB. A full
+    ``(H*W)^2`` covariance larger than this is a chunk of one pair."""
+    return (512 << 10) if jax.default_backend() == "cpu" else (4 << 20)
+
+
+def compiler_options(full_cov: bool) -> dict:
+    """XLA options of a kernelcli program, set per program (not per process), so the
+    same bits come out wherever it is compiled: the CLI, a test, a Ray worker.
+
+    On CPU, XLA's newer "fusion emitters" make the row loops over full
+    ``(H*W)^2`` covariances (networks with pooling) about 1.8x slower than its
+    classic loop emitter, and the loops over spatial diagonals (networks without
+    pooling) about 1.6x faster (jax 0.10.2; per case in BENCHMARKS.md). So
+    programs on full covariances ask for the classic emitter; the others keep
+    XLA's default. ``KERNELCLI_XLA_FUSION_EMITTERS=0`` / ``=1`` forces one choice
+    for every program (for measuring).
+    """
+    if jax.default_backend() != "cpu":
+        return {}
+    forced = os.environ.get("KERNELCLI_XLA_FUSION_EMITTERS")
+    use = (forced == "1") if forced in ("0", "1") else not full_cov
+    return {} if use else {"xla_cpu_use_fusion_emitters": False}
 
 
 class Stats(NamedTuple):
@@ -76,13 +103,14 @@ class KernelFn:
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
         self.flat_input = len(self.input_shape) == 1 or isinstance(arch.layers[0], Flatten)
         self.cov_elements = self._max_cov_elements()
-        chunk_bytes = int(os.environ.get("KERNELCLI_CHUNK_BYTES", 4 << 20))
+        chunk_bytes = int(os.environ.get("KERNELCLI_CHUNK_BYTES", default_chunk_bytes()))
         per_pair = self.cov_elements * self.dtype.itemsize
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
         self.chunk = slab * max(1, chunk_bytes // (slab * per_pair))
-        self._stats_jit = jax.jit(self._stats_fn)
-        self._pairs_jit = jax.jit(self._pairs_fn)
-        self._block_jit = jax.jit(self._flat_block_fn)
+        options = compiler_options(self.full_cov)
+        self._stats_jit = jax.jit(self._stats_fn, compiler_options=options)
+        self._pairs_jit = jax.jit(self._pairs_fn, compiler_options=options)
+        self._block_jit = jax.jit(self._flat_block_fn, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
@@ -216,25 +244,36 @@ class KernelFn:
     def _cast(self, x):
         return jnp.asarray(np.asarray(x, dtype=self.dtype))
 
-    def stats(self, x, batch: int = 64) -> Stats:
+    def stats(self, x, batch: int = 64, devices=None) -> Stats:
         """Per-input variances and self-kernels of ``x`` (``(n, *input_shape)``), in
-        batches of ``batch`` rows (the last one padded, so one compiled program)."""
+        batches of ``batch`` rows (the last one padded, so one compiled program).
+
+        ``devices``: spread the batches over these devices (batch ``b`` on device
+        ``b mod D``, one thread each); the batches, and so the numbers, are the same
+        whatever the devices. Default: the default device.
+        """
         x = np.asarray(x, dtype=self.dtype)
         n = x.shape[0]
         batch = max(1, min(batch, n))
-        var_parts, diag_parts = [], {k: [] for k in self.kinds}
-        for s in range(0, n, batch):
-            chunk = x[s:s + batch]
+        starts = list(range(0, n, batch))
+        parts = [None] * len(starts)
+        devices = list(devices or [None])[:len(starts)] or [None]
+
+        def run(d: int, b: int) -> None:
+            chunk = x[starts[b]:starts[b] + batch]
             m = chunk.shape[0]
             if m < batch:
                 chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - m, 0)])
-            v, d = self._stats_jit(self._cast(chunk))
-            var_parts.append([np.asarray(a)[:m] for a in v])
-            for k in self.kinds:
-                diag_parts[k].append(np.asarray(d[k])[:m])
-        variances = tuple(np.concatenate([p[k] for p in var_parts])
+            arg = self._cast(chunk) if devices[d] is None else jax.device_put(chunk, devices[d])
+            v, diag = self._stats_jit(arg)
+            parts[b] = ([np.asarray(a)[:m] for a in v],
+                        {k: np.asarray(diag[k])[:m] for k in self.kinds})
+
+        on_devices(len(devices), list(range(len(starts))), run)
+        variances = tuple(np.concatenate([p[0][k] for p in parts])
                           for k in range(self.n_variances))
-        return Stats(variances, {k: np.concatenate(v) for k, v in diag_parts.items()})
+        return Stats(variances, {k: np.concatenate([p[1][k] for p in parts])
+                                 for k in self.kinds})
 
     def pairs(self, x1, s1: Stats, x2, s2: Stats, i, j) -> Dict[str, jax.Array]:
         """Kernels of the pairs ``(x1[i[p]], x2[j[p]])``, each of shape ``(P,)``.
@@ -253,11 +292,10 @@ class KernelFn:
         is evaluated, mirrored, and the diagonal comes from ``stats``.
         """
         x1 = np.asarray(x1, dtype=self.dtype)
-        s1 = self.stats(x1)
+        sym = x2 is None
+        x2 = x1 if sym else np.asarray(x2, dtype=self.dtype)
+        s1, s2 = self._matrix_stats(x1, None if sym else x2)
         if self.flat_input:  # the whole block from one Gram matrix
-            sym = x2 is None
-            x2 = x1 if sym else np.asarray(x2, dtype=self.dtype)
-            s2 = s1 if sym else self.stats(x2)
             got = self._block_jit(self._cast(x1), tuple(map(self._cast, s1.variances)),
                                   self._cast(x2), tuple(map(self._cast, s2.variances)))
             out = {k: np.array(v) for k, v in got.items()}
@@ -267,12 +305,9 @@ class KernelFn:
                     out[k] = low + low.T
                     out[k][np.diag_indices(x1.shape[0])] = s1.diag[k]
             return out
-        if x2 is None:
+        if sym:
             i, j = np.tril_indices(x1.shape[0], -1)
-            x2, s2 = x1, s1
         else:
-            x2 = np.asarray(x2, dtype=self.dtype)
-            s2 = self.stats(x2)
             i, j = (a.ravel() for a in np.meshgrid(np.arange(x1.shape[0]),
                                                    np.arange(x2.shape[0]), indexing="ij"))
         out = {k: np.zeros((x1.shape[0], x2.shape[0]), self.dtype) for k in self.kinds}
@@ -283,6 +318,18 @@ class KernelFn:
                 out[k][j, i] = vals[k]
                 out[k][np.diag_indices(x1.shape[0])] = s1.diag[k]
         return out
+
+    def _matrix_stats(self, x1, x2=None):
+        """``(s1, s2)`` for :meth:`matrix`: both sets in one per-input pass whose
+        batches are spread over every local device (``s2 is s1`` without ``x2``)."""
+        x = x1 if x2 is None else np.concatenate([x1, x2])
+        devices = jax.local_devices()
+        cap = 4096 if self.flat_input else 64  # a flat network's per-input pass is tiny
+        s = self.stats(x, batch=min(cap, -(-x.shape[0] // len(devices))), devices=devices)
+        if x2 is None:
+            return s, s
+        n1 = x1.shape[0]
+        return s.take(slice(0, n1)), s.take(slice(n1, None))
 
     def pair_values(self, x1, s1, x2, s2, i, j, pair_batch: int) -> Dict[str, np.ndarray]:
         """``pairs`` over any number of pairs in fixed batches of ``pair_batch``."""
@@ -297,26 +344,64 @@ class KernelFn:
         pair_batch = max(1, min(pair_batch, total))
         starts = list(range(0, total, pair_batch))
         devices = jax.local_devices()[:max(1, len(starts))]
+        args = {}
 
-        def work(d: int) -> None:  # batches d, d + D, d + 2D, ... on device d
+        def run(d: int, s: int) -> None:  # batches d, d + D, d + 2D, ... on device d
             put = functools.partial(jax.device_put, device=devices[d])
-            args = (put(np.asarray(x1, self.dtype)), tuple(put(v) for v in s1.variances),
-                    put(np.asarray(x2, self.dtype)), tuple(put(v) for v in s2.variances))
-            for s in starts[d::len(devices)]:
-                ii, jj = i[s:s + pair_batch], j[s:s + pair_batch]
-                m = len(ii)
-                if m < pair_batch:  # pad with a repeat of the last pair: one compiled shape
-                    ii = np.concatenate([ii, np.repeat(ii[-1:], pair_batch - m)])
-                    jj = np.concatenate([jj, np.repeat(jj[-1:], pair_batch - m)])
-                got = self._pairs_jit(*args, put(ii.astype(np.int32)), put(jj.astype(np.int32)))
-                for k in self.kinds:
-                    res[k][s:s + m] = np.asarray(got[k])[:m]
+            if d not in args:
+                args[d] = (put(np.asarray(x1, self.dtype)), tuple(put(v) for v in s1.variances),
+                           put(np.asarray(x2, self.dtype)), tuple(put(v) for v in s2.variances))
+            ii, jj = i[s:s + pair_batch], j[s:s + pair_batch]
+            m = len(ii)
+            if m < pair_batch:  # pad with a repeat of the last pair: one compiled shape
+                ii = np.concatenate([ii, np.repeat(ii[-1:], pair_batch - m)])
+                jj = np.concatenate([jj, np.repeat(jj[-1:], pair_batch - m)])
+            got = self._pairs_jit(*args[d], put(ii.astype(np.int32)), put(jj.astype(np.int32)))
+            for k in self.kinds:
+                res[k][s:s + m] = np.asarray(got[k])[:m]
 
-        # One thread per device: one XLA computation leaves the other cores idle.
-        with ThreadPoolExecutor(len(devices)) as pool:
-            for f in [pool.submit(work, d) for d in range(len(devices))]:
-                f.result()
+        on_devices(len(devices), starts, run)
         return res
+
+
+def on_devices(n_devices: int, jobs: Sequence, run) -> None:
+    """``run(d, job)`` for every job, jobs ``d, d + D, d + 2D, ...`` on device ``d``,
+    one thread per device (XLA releases the GIL while it computes, and one XLA
+    computation alone leaves the other cores idle). Ctrl-C in the calling thread
+    lets each thread finish the job it is in, then re-raises; a thread's error is
+    raised in the caller."""
+    if n_devices <= 1:
+        for job in jobs:
+            run(0, job)
+        return
+    stop = threading.Event()
+    errors: list = []
+
+    def worker(d: int) -> None:
+        try:
+            for job in jobs[d::n_devices]:
+                if stop.is_set() or errors:
+                    return
+                run(d, job)
+        except BaseException as exc:  # surfaced in the calling thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(d,), daemon=True)
+               for d in range(n_devices)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # short waits keep the calling thread responsive to Ctrl-C
+    except BaseException:
+        stop.set()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+        raise
+    if errors:
+        raise errors[0]
 
 
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],

@@ -49,13 +49,15 @@ def stats_slices(n: int, rows: int = STATS_ROWS) -> list[tuple[int, int]]:
     return [(s, min(s + rows, n)) for s in range(0, n, rows)]
 
 
-def stats_of_slice(kfn, x):
-    """Per-input variances of the rows ``x`` (one slice of :func:`stats_slices`).
+def stats_of_slice(kfn, x, devices=None):
+    """Per-input variances of the rows ``x`` (one slice of :func:`stats_slices`),
+    its batches spread over ``devices`` (default: one).
 
-    Local and Ray executors both call exactly this on exactly these slices, so
-    their per-input numbers, and hence their tiles, are bit-identical.
+    Local and Ray executors both call exactly this on exactly these slices, with
+    the same batches whatever the devices, so their per-input numbers, and hence
+    their tiles, are bit-identical.
     """
-    return kfn.stats(x, batch=max(kfn.chunk, 1) * 8)
+    return kfn.stats(x, batch=max(kfn.chunk, 1) * 8, devices=devices)
 
 
 def concat_stats(kfn, parts):
@@ -70,7 +72,7 @@ def concat_stats(kfn, parts):
 
 def _stats_for(job: Job, src, batch_rows: int = STATS_ROWS):
     """Per-input variances of every row of ``src``, streamed by slices."""
-    parts = [stats_of_slice(job.kfn, src.read(s, e, dtype=job.kfn.dtype))
+    parts = [stats_of_slice(job.kfn, src.read(s, e, dtype=job.kfn.dtype), job.devices)
              for s, e in stats_slices(src.n, batch_rows)]
     return concat_stats(job.kfn, parts)
 
