@@ -81,3 +81,21 @@ def load_case(name: str, fixtures_dir: Path = FIXTURES_DIR) -> FixtureCase:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES_DIR
+
+
+@pytest.fixture
+def keep_process_state(monkeypatch):
+    """The CLI's group sets XLA_FLAGS and a SIGTERM handler, and a float64 run switches
+    JAX to 64-bit mode for the whole process; keep none of it after a test. Test
+    modules that drive the CLI in-process use it for every test (``pytestmark``)."""
+    import os
+    import signal
+
+    import jax
+
+    x64 = jax.config.jax_enable_x64
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    handler = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, handler)
+    jax.config.update("jax_enable_x64", x64)

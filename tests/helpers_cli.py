@@ -186,3 +186,20 @@ def snapshot(folder: Path) -> dict:
         return {}
     return {str(p.relative_to(folder)): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def invoke(*args):
+    """``kernelcli ARGS`` in-process (click's CliRunner): the result, with stdout and
+    stderr apart. An exception that escaped the CLI (a traceback for a real user)
+    fails the test."""
+    from click.testing import CliRunner
+
+    from kernelcli.cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"kernelcli {' '.join(map(str, args))} raised "
+                             f"{result.exception!r}; stderr: {result.stderr}") \
+            from result.exception
+    assert "Traceback" not in result.output
+    return result

@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 from pathlib import Path
 
 import h5py
-import jax
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -22,34 +20,16 @@ from click.testing import CliRunner
 import kernelcli
 from kernelcli.cli import main
 
-from helpers_cli import (GAP_NET, ROOT, images, read_kernels, snapshot,
+from helpers_cli import (invoke, GAP_NET, ROOT, images, read_kernels, snapshot,
                          tile_names, write_config)
 
 COMMANDS = ("compute", "resume", "estimate", "status")  # docs/cli.md; more may be added
 ALL_COMMANDS = tuple(sorted(main.commands))
-_X64 = jax.config.jax_enable_x64
 
 
-@pytest.fixture(autouse=True)
-def _keep_process_state(monkeypatch):
-    """The CLI's group sets XLA_FLAGS and a SIGTERM handler, and a float64 run switches
-    JAX to 64-bit mode for the whole process; keep none of it after a test."""
-    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
-    handler = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, handler)
-    jax.config.update("jax_enable_x64", _X64)
+pytestmark = pytest.mark.usefixtures("keep_process_state")
 
 
-def invoke(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    # An exception that escaped the CLI would be a traceback for a real user.
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"kernelcli {' '.join(map(str, args))} raised "
-                             f"{result.exception!r}; stderr: {result.stderr}") \
-            from result.exception
-    assert "Traceback" not in result.output
-    return result
 
 
 def error_line(result) -> str:

@@ -8,42 +8,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 
 import h5py
-import jax
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from kernelcli.cli import main
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.spec import load_config
 
-from helpers_cli import (FLATTEN_NET, GAP_NET, cli_env, images, read_kernels, run_cli,
+from helpers_cli import (invoke, FLATTEN_NET, GAP_NET, cli_env, images, read_kernels, run_cli,
                          tile_names, write_config)
 
-_X64 = jax.config.jax_enable_x64
 TiB = 1 << 40
 
 
-@pytest.fixture(autouse=True)
-def _keep_process_state(monkeypatch):
-    """The CLI sets XLA_FLAGS and a SIGTERM handler, a float64 run switches JAX to 64-bit
-    mode for the whole process; keep none of it after a test."""
-    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
-    handler = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, handler)
-    jax.config.update("jax_enable_x64", _X64)
+pytestmark = pytest.mark.usefixtures("keep_process_state")
 
 
-def invoke(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"kernelcli {args} raised {result.exception!r}") \
-            from result.exception
-    return result
 
 
 def compute_ok(cfg, *extra):

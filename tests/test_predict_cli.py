@@ -5,40 +5,22 @@ says so, and every misuse is a one-line error (exit 2) that writes nothing."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import h5py
-import jax
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from kernelcli.cli import main
 from kernelcli.errors import BudgetError
 from kernelcli.run import predict
 
-from helpers_cli import FLATTEN_NET, snapshot, write_config
+from helpers_cli import invoke, FLATTEN_NET, snapshot, write_config
 from test_train_test import write_cfg, write_data
 
-_X64 = jax.config.jax_enable_x64
 
 
-@pytest.fixture(autouse=True)
-def _keep_process_state(monkeypatch):
-    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
-    handler = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, handler)
-    jax.config.update("jax_enable_x64", _X64)
+pytestmark = pytest.mark.usefixtures("keep_process_state")
 
 
-def invoke(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"kernelcli {args} raised {result.exception!r}") \
-            from result.exception
-    return result
 
 
 @pytest.fixture(scope="module")

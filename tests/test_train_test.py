@@ -7,44 +7,26 @@ kills)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 
-import h5py
-import jax
 import numpy as np
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from kernelcli.cli import main
 from kernelcli.data import fit_preprocess
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.plan import make_plan
 from kernelcli.spec import load_config
 
-from helpers_cli import (GAP_NET, assert_bit_identical, cli_env, finish, images,
+from helpers_cli import (invoke, GAP_NET, assert_bit_identical, cli_env, finish, images,
                          read_kernels, run_cli, snapshot, start_cli, tile_names, wait_until)
 
 N_TRAIN, N_TEST, BLOCK = 20, 13, 8
-_X64 = jax.config.jax_enable_x64
 
 
-@pytest.fixture(autouse=True)
-def _keep_process_state(monkeypatch):
-    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
-    handler = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, handler)
-    jax.config.update("jax_enable_x64", _X64)
+pytestmark = pytest.mark.usefixtures("keep_process_state")
 
 
-def invoke(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"kernelcli {args} raised {result.exception!r}") \
-            from result.exception
-    return result
 
 
 def write_data(folder, n_train=N_TRAIN, n_test=N_TEST, seed=0):

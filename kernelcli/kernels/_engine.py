@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from typing import Dict, NamedTuple, Sequence, Tuple
 
 import jax
@@ -33,34 +32,8 @@ from ..spec._config import Architecture
 from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances, State
+from ._xla import compiler_options, default_chunk_bytes, on_devices
 from ..spec._layers import Flatten
-
-
-def default_chunk_bytes() -> int:
-    """Covariance bytes of one chunk of pairs: on CPU 512 KiB, half of a core's 1 MiB
-    L2 cache, so a chunk's intermediates stay in it (networks without pooling ran
-    1.4-2.1x faster per pair than with 4 MiB chunks); elsewhere 4 MiB. A full
-    ``(H*W)^2`` covariance larger than this is a chunk of one pair."""
-    return (512 << 10) if jax.default_backend() == "cpu" else (4 << 20)
-
-
-def compiler_options(full_cov: bool) -> dict:
-    """XLA options of a kernelcli program, set per program (not per process), so the
-    same bits come out wherever it is compiled: the CLI, a test, a Ray worker.
-
-    On CPU, XLA's newer "fusion emitters" make the row loops over full
-    ``(H*W)^2`` covariances (networks with pooling) about 1.8x slower than its
-    classic loop emitter, and the loops over spatial diagonals (networks without
-    pooling) about 1.6x faster (jax 0.10.2; per case in BENCHMARKS.md). So
-    programs on full covariances ask for the classic emitter; the others keep
-    XLA's default. ``KERNELCLI_XLA_FUSION_EMITTERS=0`` / ``=1`` forces one choice
-    for every program (for measuring).
-    """
-    if jax.default_backend() != "cpu":
-        return {}
-    forced = os.environ.get("KERNELCLI_XLA_FUSION_EMITTERS")
-    use = (forced == "1") if forced in ("0", "1") else not full_cov
-    return {} if use else {"xla_cpu_use_fusion_emitters": False}
 
 
 class Stats(NamedTuple):
@@ -362,46 +335,6 @@ class KernelFn:
 
         on_devices(len(devices), starts, run)
         return res
-
-
-def on_devices(n_devices: int, jobs: Sequence, run) -> None:
-    """``run(d, job)`` for every job, jobs ``d, d + D, d + 2D, ...`` on device ``d``,
-    one thread per device (XLA releases the GIL while it computes, and one XLA
-    computation alone leaves the other cores idle). Ctrl-C in the calling thread
-    lets each thread finish the job it is in, then re-raises; a thread's error is
-    raised in the caller."""
-    if n_devices <= 1:
-        for job in jobs:
-            run(0, job)
-        return
-    stop = threading.Event()
-    errors: list = []
-
-    def worker(d: int) -> None:
-        try:
-            for job in jobs[d::n_devices]:
-                if stop.is_set() or errors:
-                    return
-                run(d, job)
-        except BaseException as exc:  # surfaced in the calling thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(d,), daemon=True)
-               for d in range(n_devices)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)  # short waits keep the calling thread responsive to Ctrl-C
-    except BaseException:
-        stop.set()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
-        raise
-    if errors:
-        raise errors[0]
 
 
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
