@@ -257,17 +257,27 @@ def pending_blocks(store: RunStore, blocks) -> tuple[list, set]:
     return [b for b in blocks if b.key not in done], done
 
 
+def begin(job: Job, store: RunStore, progress, blocks=None) -> tuple:
+    """What an executor does first: ``(pending blocks, Tally)``, progress reported once;
+    ``pending`` is ``None`` when nothing is left to do (every tile there and, with a
+    test set, the test diagonal too). ``blocks`` default: all of ``job.plan``."""
+    blocks = job.plan.blocks if blocks is None else list(blocks)
+    pending, done = pending_blocks(store, blocks)
+    tally = Tally(blocks, done, progress)
+    tally.report()
+    if not pending and not needs_test_diagonal(job, store):
+        return None, tally
+    return pending, tally
+
+
 def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], None]] = None,
             after_tile: Optional[Callable[[object], None]] = None, blocks=None) -> None:
     """Compute every block of ``blocks`` (default: all of ``job.plan``) whose tile
     ``store`` lacks. A block whose tile appears meanwhile (written by another
     process of a job array) is skipped."""
     plan, kfn = job.plan, job.kfn
-    blocks = plan.blocks if blocks is None else list(blocks)
-    pending, done = pending_blocks(store, blocks)
-    tally = Tally(blocks, done, progress)
-    tally.report()
-    if not pending and not needs_test_diagonal(job, store):
+    pending, tally = begin(job, store, progress, blocks)
+    if pending is None:
         return
     rows, columns = job.inputs.rows, job.inputs.columns
     s1 = _stats_for(job, rows)

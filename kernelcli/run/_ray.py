@@ -22,9 +22,8 @@ from typing import Callable, Optional
 
 from ..errors import ComputeError, ConfigError
 from ..store import RunStore
-from ._executor import (Progress, Tally, block_input, compute_tile, concat_stats,
-                        needs_test_diagonal, write_test_diagonal,
-                        pending_blocks, stats_of_slice, stats_slices)
+from ._executor import (Progress, begin, block_input, compute_tile, concat_stats,
+                        stats_of_slice, stats_slices, write_test_diagonal)
 from ._job import Job
 
 MAX_RETRIES = 3
@@ -101,11 +100,8 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
     """Compute every block of ``blocks`` (default all) that ``store`` lacks, as Ray tasks."""
     ray = require_ray()
     plan, kfn, inputs = job.plan, job.kfn, job.inputs
-    blocks = plan.blocks if blocks is None else list(blocks)
-    pending, done = pending_blocks(store, blocks)
-    tally = Tally(blocks, done, progress)
-    tally.report()
-    if not pending and not needs_test_diagonal(job, store):
+    pending, tally = begin(job, store, progress, blocks)
+    if pending is None:
         return
     started = _connect(ray, address)
     inflight: dict = {}
