@@ -28,6 +28,10 @@ NETS = {
 }
 
 
+def deep_gap(depth: int):
+    return (CONV, "relu") * depth + ("global_avg_pool", "dense: {W_std: 1.0, b_std: 0.0}")
+
+
 def arch_of(*items: str):
     text = "data: {x1: a.npy}\narchitecture:\n  layers:\n" + "".join(
         f"    - {item}\n" for item in items)
@@ -36,7 +40,8 @@ def arch_of(*items: str):
 
 @functools.lru_cache(maxsize=None)
 def kfn(net: str, dtype: str = "float32", kinds=("nngp", "ntk")):
-    arch = arch_of(*NETS[net])
+    items = deep_gap(int(net[len("gap_depth"):])) if net.startswith("gap_depth") else NETS[net]
+    arch = arch_of(*items)
     check_architecture(arch, SHAPE)
     return build_kernel_fn(arch, SHAPE, kinds, dtype)
 
@@ -98,3 +103,15 @@ def test_flatten_network_needs_far_less_memory_per_pair_in_flight():
     assert per_gap / per_flat >= 100, (
         f"per pair in flight: pooling {per_gap:.0f} B, flatten {per_flat:.0f} B "
         f"(ratio {per_gap / per_flat:.1f})")
+
+
+@pytest.mark.parametrize("depth", [2, 7, 21])
+def test_deep_pooling_network_compiled_memory_stays_within_the_live_pairs(depth):
+    """Depth does not add buffers: consecutive layers reuse the dead input of the
+    layer before (XLA gave each layer's loop buffers of its own: 11x at depth 21)."""
+    k = kfn(f"gap_depth{depth}")
+    live = in_flight(k, 8) * k.live_bytes_per_pair
+    pairs = k.compiled_memory(n_rows=4, n_cols=4, pair_batch=8)
+    per_input = k.compiled_stats_memory(rows=1)
+    for what, got in (("pairs", pairs), ("per-input pass", per_input)):
+        assert got / live <= 2.5, f"{what}, depth {depth}: {got} B vs live {live} B"

@@ -483,3 +483,59 @@ def test_vector_inputs_give_symmetric_psd_kernels(d, depth, acts, param, seed):
         assert np.all(np.isfinite(k[kind]))
         assert np.array_equal(k[kind], k[kind].T)
         assert_psd(k[kind], f"{items} {kind}")
+
+
+REPEATED = {
+    # name: (input shape, layers); runs of identical (conv, nonlinearity) pairs
+    "gap_even_run": ((5, 4, 2), [f"conv: {{filter: [3, 3], W_std: {SQ2}, b_std: 0.1}}", "relu"] * 5
+                     + ["global_avg_pool", "dense: {W_std: 1.0}"]),
+    "gap_odd_run_erf": ((4, 4, 1), ["conv: {filter: [3, 3], W_std: 1.3}", "erf"] * 4
+                        + ["global_avg_pool", "dense: {W_std: 1.0}"]),
+    "pool_between_runs": ((6, 6, 2), [f"conv: {{filter: [3, 3], W_std: {SQ2}}}", "relu"] * 3
+                          + ["avg_pool: {window: [2, 2], strides: [2, 2]}"]
+                          + [f"conv: {{filter: [3, 3], W_std: {SQ2}}}", "relu"] * 3
+                          + ["global_avg_pool", "dense: {W_std: 1.0}"]),
+    "circular_run": ((4, 5, 2), ["conv: {filter: [3, 3], padding: CIRCULAR, W_std: 1.2, b_std: 0.2}",
+                                 "relu"] * 4 + ["global_avg_pool", "dense: {W_std: 1.0}"]),
+}
+
+
+@pytest.mark.parametrize("name, kinds, parameterization", [
+    ("gap_even_run", KINDS, "ntk"), ("gap_odd_run_erf", KINDS, "standard"),
+    ("pool_between_runs", KINDS, "ntk"), ("circular_run", ("nngp",), "ntk"),
+])
+def test_runs_of_identical_layers_as_one_loop_equal_the_layers_one_by_one(
+        name, kinds, parameterization, monkeypatch):
+    """The loop over identical (conv, nonlinearity) layers is an optimisation only:
+    the same kernels (pairs and per-input diagonal) as the layers one by one."""
+    from kernelcli.kernels import _compose
+
+    shape, items = REPEATED[name]
+    if parameterization == "standard":
+        items = [i.replace("conv: {", "conv: {width: 4, ") for i in items]
+    arch = arch_of(*items, parameterization=parameterization)
+    x1, x2 = inputs(3, shape, seed=1), inputs(2, shape, seed=2)
+    assert _compose._repeats(arch.layers, 2, _first_full_state(arch, shape)) >= 2
+
+    def both():
+        k = kernel_fn(arch, shape, kinds)
+        return k.matrix(x1, x2), k.stats(x1).diag
+
+    looped, looped_diag = both()
+    monkeypatch.setattr(_compose, "_repeats", lambda layers, k, state: 0)
+    unrolled, unrolled_diag = both()
+    for k in kinds:
+        assert rel(looped[k], unrolled[k]) < 1e-13, k
+        assert rel(looped_diag[k], unrolled_diag[k]) < 1e-13, k
+
+
+def _first_full_state(arch, shape):
+    """The state after the first (conv, nonlinearity) pair, for ``_repeats``."""
+    import jax.numpy as jnp
+
+    from kernelcli.kernels._state import State
+
+    h, w = shape[:2]
+    width = getattr(arch.layers[0], "width", 1)
+    a = jnp.zeros((1, h, h, w, w))
+    return State(nngp=a, ntk=a, full=True, spatial=True, channels=width)

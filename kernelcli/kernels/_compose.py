@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import jax.numpy as jnp
 from jax import lax
 
 from ..spec import _layers as L
 from . import _linear, _nonlinear
-from ._fused import conv_pointwise
+from ._spatial import out_size as _out_size
+from ._fused import conv_pointwise, conv_pointwise_repeated
 from ._state import PairVariances, State, diagonal, to_diagonal
 
 
@@ -140,28 +142,66 @@ def _pointwise(layer, exact: bool):
     raise TypeError(f"no kernel map for layer {layer!r}")  # unreachable after spec checks
 
 
+def _repeats(layers: Sequence, k: int, state: State) -> int:
+    """How many identical (convolution, nonlinearity) pairs start at ``layers[k]``
+    and can run as one loop: the state is a full covariance that the convolution
+    maps to its own shape and width, with an NTK array (not the input's scalar
+    zero). 0 when fewer than two."""
+    conv, act = layers[k], layers[k + 1] if k + 1 < len(layers) else None
+    if not (isinstance(conv, L.Conv) and isinstance(act, L.NONLINEARITIES + (L.LayerNorm,))
+            and state.full and not isinstance(state.ntk, float)
+            and state.channels == conv.width):
+        return 0
+    h, w = state.hw
+    if (_out_size(h, conv.filter[0], conv.strides[0], conv.padding) != h
+            or _out_size(w, conv.filter[1], conv.strides[1], conv.padding) != w):
+        return 0
+    m = 0
+    while k + 2 * m + 1 < len(layers) and layers[k + 2 * m] == conv \
+            and layers[k + 2 * m + 1] == act:
+        m += 1
+    return m if m >= 2 else 0
+
+
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
             top: bool = True) -> State:
     """Apply ``layers`` in order; at top level, drop to the diagonal after the last pool."""
     last = last_pool_index(layers) if top else None
+    spare = None  # the covariances of the input of the layer before: dead, reusable
     k = 0
     while k < len(layers):
+        before = state
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
+        m = _repeats(layers, k, state)
+        if m:
+            if isinstance(variances, PairVariances):
+                vs = [variances(state) for _ in range(m)]
+                v1s, v2s = (jnp.stack([v[t] for v in vs]) for t in (0, 1))
+            else:
+                v1s = v2s = None
+            state, spare, recs = conv_pointwise_repeated(
+                state, layer, _pointwise(after, exact), m, v1s, v2s, standard, spare)
+            if recs is not None:
+                variances.recorded.extend(recs[t] for t in range(m))
+            k += 2 * m
+            continue
         if (isinstance(layer, L.Conv) and isinstance(after, L.NONLINEARITIES + (L.LayerNorm,))
                 and state.full):
             if isinstance(variances, PairVariances):
                 v1, v2 = variances(state)
-                state = conv_pointwise(state, layer, _pointwise(after, exact), v1, v2, standard)
+                state = conv_pointwise(state, layer, _pointwise(after, exact), v1, v2, standard,
+                                       spare=spare)
             else:  # an input with itself: its variances are the convolved diagonal
                 diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
                 v = _linear.conv(diag, layer, standard).nngp
                 variances.recorded.append(v)
                 state = conv_pointwise(state, layer, _pointwise(after, exact), v, v, standard,
-                                       self_pair=True)
+                                       self_pair=True, spare=spare)
             k += 1  # the nonlinearity is done too
         else:
             state = _apply(layer, state, variances, standard, exact)
         if top and k == last:
             state = to_diagonal(state)
+        spare = (before.nngp, before.ntk) if before.full else None
         k += 1
     return state
