@@ -139,6 +139,16 @@ def measure(python: str, script: str, case: str, n: int, reps: int, out: Path, t
     return res
 
 
+def runtime_floor(python: str, extra=()) -> dict:
+    """Peak RSS of a bare jax process in that interpreter (bench/baseline.py)."""
+    p = subprocess.run([python, str(BENCH / "baseline.py"), *extra], capture_output=True,
+                       text=True, timeout=300)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode or not lines:
+        return {"error": f"exit {p.returncode}"}
+    return json.loads(lines[-1])
+
+
 def rel_diff(a: dict, b: dict) -> str:
     """``max|a-b| / max|b|`` for nngp and ntk, b the neural-tangents result."""
     if "error" in a or "error" in b:
@@ -167,6 +177,12 @@ def mem(r: dict) -> str:
     return fmt(gib(r), ".2f", " GiB") + ("" if dev is None else f" (dev {dev / 2**30:.2f} GiB)")
 
 
+def above(r: dict, floor: dict):
+    """GiB of peak RSS above the interpreter's bare-jax floor."""
+    g = gib(r)
+    return None if g is None or "error" in floor else g - floor["peak_rss"] / 2**30
+
+
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
@@ -182,9 +198,10 @@ def report(results: dict, bw: float, args) -> str:
            "warm-up; each measurement its own process.", "",
            "## Same N*N entries: NT `kernel_fn(x1)` vs kernelcli `matrix(x1, x1_copy)`", "",
            "| case | N | NT ms/entry | kc ms/entry | speed-up | NT peak RSS | kc peak RSS "
-           "| RSS kc/NT | max rel diff nngp / ntk | model MB/entry | model elem ops/entry "
-           "| kc GB/s (model) | kc fraction of copy BW |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| RSS kc/NT | above jax floor NT / kc | max rel diff nngp / ntk | model MB/entry "
+           "| model elem ops/entry | kc GB/s (model) | kc fraction of copy BW |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    floor_nt, floor_kc = args.floors["nt"], args.floors["kc"]
     for case, r in results.items():
         nt, kc = r["nt"], r["rect"]
         nbytes, ops = traffic(case)
@@ -195,6 +212,7 @@ def report(results: dict, bw: float, args) -> str:
             f"| {case} | {r['n']} | {fmt(ms['nt'])} | {fmt(ms['kc'])} "
             f"| {fmt(ratio(ms['nt'], ms['kc']), '.2f', 'x')} | {mem(nt)} | {mem(kc)} "
             f"| {fmt(ratio(gib(kc), gib(nt)), '.2f')} "
+            f"| {fmt(above(nt, floor_nt), '.2f')} / {fmt(above(kc, floor_kc), '.2f')} GiB "
             f"| {rel_diff(kc, nt)} | {nbytes / 1e6:.3g} | {ops:.3g} "
             f"| {fmt(None if kc_bw is None else kc_bw / 1e9, '.2f')} "
             f"| {fmt(ratio(kc_bw, bw), '.1%')} |")
@@ -220,7 +238,13 @@ def report(results: dict, bw: float, args) -> str:
     out += ["", "Model: bytes and elementwise ops one kernel entry must move/do (see "
             "`traffic` in bench/run.py); for fc2 it counts both D-vectors per entry, which "
             "a matrix product reuses, so its fraction can pass 100%. Peak RSS is each "
-            "process's VmHWM, jax runtime (~0.2 GiB) included."]
+            "process's VmHWM, jax runtime included; \"above jax floor\" subtracts the peak "
+            "of a bare jax process (import, one tiny jitted call) of the same interpreter: "
+            + ", ".join(f"{k} {v.get('jax', '?')} "
+                        f"{fmt(None if 'error' in v else v['peak_rss'] / 2**30, '.2f', ' GiB')}"
+                        for k, v in (("neural-tangents' jax", args.floors["nt"]),
+                                     ("kernelcli's jax", args.floors["kc"])))
+            + " (kernelcli's with one host device per core)."]
     if errors:
         out += ["", "Failed measurements:", *errors]
     return "\n".join(out) + "\n"
@@ -254,6 +278,10 @@ def main(argv=None):
     bw = jax_bandwidth() if args.bw == "jax" else copy_bandwidth()
     args.platform = os.environ.get("JAX_PLATFORMS") or "default device"
     print(f"{args.bw} bandwidth {bw / 1e9:.1f} GB/s", file=sys.stderr)
+    args.floors = {
+        "nt": {"error": "skipped"} if args.skip_nt else runtime_floor(NT_PYTHON),
+        "kc": runtime_floor(KC_PYTHON, ("--host-devices", str(len(os.sched_getaffinity(0))))),
+    }
     results, t_start = {}, time.perf_counter()
     for case in cases:
         n = args.n or CASES[case][1 if args.quick else 0]
@@ -274,7 +302,7 @@ def main(argv=None):
     text = report(results, bw, args)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text)
-    raw = {"bandwidth": bw, "bw": args.bw, "results": results}
+    raw = {"bandwidth": bw, "bw": args.bw, "floors": args.floors, "results": results}
     args.report.with_suffix(".json").write_text(json.dumps(raw, indent=1))
     print(text)
 

@@ -495,6 +495,10 @@ REPEATED = {
                           + ["avg_pool: {window: [2, 2], strides: [2, 2]}"]
                           + [f"conv: {{filter: [3, 3], W_std: {SQ2}}}", "relu"] * 3
                           + ["global_avg_pool", "dense: {W_std: 1.0}"]),
+    "flatten_run": ((5, 4, 2), [f"conv: {{filter: [3, 3], W_std: {SQ2}, b_std: 0.1}}", "relu"] * 4
+                    + ["flatten", "dense: {W_std: 1.0}"]),
+    "flatten_odd_run_gelu": ((4, 4, 1), ["conv: {filter: [3, 3], W_std: 1.1}", "gelu"] * 6
+                             + ["flatten", "dense: {W_std: 1.0}"]),
     "circular_run": ((4, 5, 2), ["conv: {filter: [3, 3], padding: CIRCULAR, W_std: 1.2, b_std: 0.2}",
                                  "relu"] * 4 + ["global_avg_pool", "dense: {W_std: 1.0}"]),
 }
@@ -503,6 +507,7 @@ REPEATED = {
 @pytest.mark.parametrize("name, kinds, parameterization", [
     ("gap_even_run", KINDS, "ntk"), ("gap_odd_run_erf", KINDS, "standard"),
     ("pool_between_runs", KINDS, "ntk"), ("circular_run", ("nngp",), "ntk"),
+    ("flatten_run", KINDS, "ntk"), ("flatten_odd_run_gelu", KINDS, "standard"),
 ])
 def test_runs_of_identical_layers_as_one_loop_equal_the_layers_one_by_one(
         name, kinds, parameterization, monkeypatch):
@@ -515,14 +520,14 @@ def test_runs_of_identical_layers_as_one_loop_equal_the_layers_one_by_one(
         items = [i.replace("conv: {", "conv: {width: 4, ") for i in items]
     arch = arch_of(*items, parameterization=parameterization)
     x1, x2 = inputs(3, shape, seed=1), inputs(2, shape, seed=2)
-    assert _compose._repeats(arch.layers, 2, _first_full_state(arch, shape)) >= 2
+    assert _compose.repeats(arch.layers, 2, _first_full_state(arch, shape)) >= 2
 
     def both():
         k = kernel_fn(arch, shape, kinds)
         return k.matrix(x1, x2), k.stats(x1).diag
 
     looped, looped_diag = both()
-    monkeypatch.setattr(_compose, "_repeats", lambda layers, k, state: 0)
+    monkeypatch.setattr(_compose, "repeats", lambda layers, k, state: 0)
     unrolled, unrolled_diag = both()
     for k in kinds:
         assert rel(looped[k], unrolled[k]) < 1e-13, k
@@ -537,5 +542,6 @@ def _first_full_state(arch, shape):
 
     h, w = shape[:2]
     width = getattr(arch.layers[0], "width", 1)
-    a = jnp.zeros((1, h, h, w, w))
-    return State(nngp=a, ntk=a, full=True, spatial=True, channels=width)
+    full = any(type(layer).__name__.endswith("Pool") for layer in arch.layers)
+    a = jnp.zeros((1, h, h, w, w) if full else (1, h, w))
+    return State(nngp=a, ntk=a, full=full, spatial=True, channels=width)

@@ -20,8 +20,8 @@ from jax import lax
 
 from ..spec import _layers as L
 from . import _linear, _nonlinear
-from ._spatial import out_size as _out_size
-from ._fused import conv_pointwise, conv_pointwise_repeated
+from ._fused import conv_pointwise
+from ._repeat import PAIR_ACTS, repeat_layers, repeats
 from ._state import PairVariances, State, diagonal, to_diagonal
 
 
@@ -142,25 +142,30 @@ def _pointwise(layer, exact: bool):
     raise TypeError(f"no kernel map for layer {layer!r}")  # unreachable after spec checks
 
 
-def _repeats(layers: Sequence, k: int, state: State) -> int:
-    """How many identical (convolution, nonlinearity) pairs start at ``layers[k]``
-    and can run as one loop: the state is a full covariance that the convolution
-    maps to its own shape and width, with an NTK array (not the input's scalar
-    zero). 0 when fewer than two."""
-    conv, act = layers[k], layers[k + 1] if k + 1 < len(layers) else None
-    if not (isinstance(conv, L.Conv) and isinstance(act, L.NONLINEARITIES + (L.LayerNorm,))
-            and state.full and not isinstance(state.ntk, float)
-            and state.channels == conv.width):
-        return 0
-    h, w = state.hw
-    if (_out_size(h, conv.filter[0], conv.strides[0], conv.padding) != h
-            or _out_size(w, conv.filter[1], conv.strides[1], conv.padding) != w):
-        return 0
-    m = 0
-    while k + 2 * m + 1 < len(layers) and layers[k + 2 * m] == conv \
-            and layers[k + 2 * m + 1] == act:
-        m += 1
-    return m if m >= 2 else 0
+def _block(conv: L.Conv, act, standard: bool, exact: bool):
+    """One (convolution, nonlinearity) pair as ``(state, va, vb, spare) -> (state, v)``.
+
+    ``va``, ``vb``: the nonlinearity's per-input variances; ``None`` in the
+    per-input pass, where they are the convolved input diagonal (a joint shift
+    maps the diagonal to itself) and are returned as ``v``. On a full covariance
+    the two layers run row by row (``conv_pointwise``), writing into ``spare``.
+    """
+    pointwise = _pointwise(act, exact)
+
+    def run(state: State, va, vb, spare):
+        self_pair = va is None
+        if state.full:
+            if self_pair:
+                diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
+                va = vb = _linear.conv(diag, conv, standard).nngp
+            return conv_pointwise(state, conv, pointwise, va, vb, standard,
+                                  self_pair=self_pair, spare=spare), va
+        state = _linear.conv(state, conv, standard)
+        if self_pair:
+            va = vb = state.nngp
+        return _by_slabs(pointwise, state, va, vb), va
+
+    return run
 
 
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
@@ -172,31 +177,27 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     while k < len(layers):
         before = state
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
-        m = _repeats(layers, k, state)
-        if m:
+        m = repeats(layers, k, state)
+        if m:  # a run of identical blocks: one loop over layers
             if isinstance(variances, PairVariances):
                 vs = [variances(state) for _ in range(m)]
                 v1s, v2s = (jnp.stack([v[t] for v in vs]) for t in (0, 1))
             else:
                 v1s = v2s = None
-            state, spare, recs = conv_pointwise_repeated(
-                state, layer, _pointwise(after, exact), m, v1s, v2s, standard, spare)
+            state, spare, recs = repeat_layers(state, m, _block(layer, after, standard, exact),
+                                               v1s, v2s, spare)
             if recs is not None:
                 variances.recorded.extend(recs[t] for t in range(m))
             k += 2 * m
             continue
-        if (isinstance(layer, L.Conv) and isinstance(after, L.NONLINEARITIES + (L.LayerNorm,))
-                and state.full):
+        if isinstance(layer, L.Conv) and isinstance(after, PAIR_ACTS) and state.full:
             if isinstance(variances, PairVariances):
                 v1, v2 = variances(state)
-                state = conv_pointwise(state, layer, _pointwise(after, exact), v1, v2, standard,
-                                       spare=spare)
-            else:  # an input with itself: its variances are the convolved diagonal
-                diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
-                v = _linear.conv(diag, layer, standard).nngp
+            else:
+                v1 = v2 = None
+            state, v = _block(layer, after, standard, exact)(state, v1, v2, spare)
+            if v1 is None:
                 variances.recorded.append(v)
-                state = conv_pointwise(state, layer, _pointwise(after, exact), v, v, standard,
-                                       self_pair=True, spare=spare)
             k += 1  # the nonlinearity is done too
         else:
             state = _apply(layer, state, variances, standard, exact)

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..spec._layers import Conv
-from ._linear import affine, conv, map_ntk
+from ._linear import affine, map_ntk
 from ._spatial import joint_window, out_size, pads, tap
-from ._state import State, diagonal
+from ._state import State
 
 
 def _conv_row(x, r, layer: Conv):
@@ -94,59 +94,3 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
     nngp, ntk = lax.fori_loop(0, ho, body, tuple(init))
     return state.replace(nngp=nngp, ntk=ntk if has_ntk else None, channels=layer.width)
 
-
-def conv_pointwise_repeated(state: State, layer: Conv, pointwise, m: int, v1s, v2s,
-                            standard: bool, spare=None):
-    """``m`` identical (convolution, nonlinearity) layers as one loop over layers.
-
-    ``state``: full covariances whose shape the convolution keeps and whose NTK is
-    an array (or absent). ``v1s``, ``v2s``: ``(m, P, H, W)`` per-layer variances,
-    or ``None`` for the per-input pass (each layer's variances are then the
-    convolved diagonal of its input, as in :func:`conv_pointwise` with
-    ``self_pair``). ``spare``: dead arrays to write into (see ``conv_pointwise``).
-
-    XLA compiles the loop body once instead of ``m`` copies of it, so compile
-    time and code size no longer grow with depth (a 21-layer network's programs
-    took 10-15 s to compile). The body runs two layers, ``A -> B`` then
-    ``B -> A``, so the two sets of buffers swap roles without a copy.
-
-    Returns ``(state, spare, recorded)``: the output state, the arrays of the
-    input of the last layer (now dead), and the ``(m, P, H, W)`` variances the
-    per-input pass used (``None`` for pairs).
-    """
-    self_pair = v1s is None
-    has_ntk = state.ntk is not None
-    a = (state.nngp, state.ntk)
-    b = tuple(s if s is not None and getattr(s, "shape", None) == state.nngp.shape
-              and s.dtype == state.nngp.dtype else jnp.zeros_like(state.nngp)
-              for s in (spare or (None, None)))
-    b = (b[0], b[1] if has_ntk else None)
-    rec_shape = (m,) + state.nngp.shape[:2] + state.nngp.shape[3:4]
-    recs = jnp.zeros(rec_shape, state.nngp.dtype) if self_pair else None
-
-    def layer_at(i, src, dst, recs):
-        st = state.replace(nngp=src[0], ntk=src[1])
-        if self_pair:
-            diag = st.replace(nngp=diagonal(src[0], True), ntk=None, full=False)
-            v = conv(diag, layer, standard).nngp                           # (P, H, W)
-            recs = lax.dynamic_update_index_in_dim(recs, v, i, axis=0)
-            va = vb = v
-        else:
-            va = lax.dynamic_index_in_dim(v1s, i, keepdims=False)
-            vb = lax.dynamic_index_in_dim(v2s, i, keepdims=False)
-        out = conv_pointwise(st, layer, pointwise, va, vb, standard, self_pair=self_pair,
-                             spare=dst)
-        return (out.nngp, out.ntk), recs
-
-    def two_layers(t, carry):
-        a, b, recs = carry
-        b, recs = layer_at(2 * t, a, b, recs)
-        a, recs = layer_at(2 * t + 1, b, a, recs)
-        return a, b, recs
-
-    a, b, recs = lax.fori_loop(0, m // 2, two_layers, (a, b, recs))
-    if m % 2:
-        new, recs = layer_at(m - 1, a, b, recs)
-        a, b = new, a
-    out = state.replace(nngp=a[0], ntk=a[1], channels=layer.width)
-    return out, b, recs
