@@ -93,4 +93,3 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
             init[k] = a
     nngp, ntk = lax.fori_loop(0, ho, body, tuple(init))
     return state.replace(nngp=nngp, ntk=ntk if has_ntk else None, channels=layer.width)
-
