@@ -32,7 +32,7 @@ from ..spec._config import Architecture
 from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances, State
-from ._xla import compiler_options, default_chunk_bytes, on_devices
+from ._xla import SerialJit, compiler_options, default_chunk_bytes, on_devices
 from ..spec._layers import Flatten
 
 
@@ -81,9 +81,9 @@ class KernelFn:
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
         self.chunk = slab * max(1, chunk_bytes // (slab * per_pair))
         options = compiler_options(self.full_cov)
-        self._stats_jit = jax.jit(self._stats_fn, compiler_options=options)
-        self._pairs_jit = jax.jit(self._pairs_fn, compiler_options=options)
-        self._block_jit = jax.jit(self._flat_block_fn, compiler_options=options)
+        self._stats_jit = SerialJit(self._stats_fn, compiler_options=options)
+        self._pairs_jit = SerialJit(self._pairs_fn, compiler_options=options)
+        self._block_jit = SerialJit(self._flat_block_fn, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
