@@ -84,6 +84,7 @@ class KernelFn:
         self._stats_jit = SerialJit(self._stats_fn, compiler_options=options)
         self._pairs_jit = SerialJit(self._pairs_fn, compiler_options=options)
         self._block_jit = SerialJit(self._flat_block_fn, compiler_options=options)
+        self._tri_jit = SerialJit(self._flat_tri_fn, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
@@ -127,6 +128,15 @@ class KernelFn:
 
         return self._chunked(chunk, i, j)
 
+    def _flat_layers(self):
+        layers = self.arch.layers
+        return layers[1:] if isinstance(layers[0], Flatten) else layers
+
+    def _flat_state(self, nngp) -> State:
+        d = int(np.prod(self.input_shape))
+        return State(nngp=nngp, ntk=0.0 if self._want_ntk else None, full=False,
+                     spatial=False, channels=d)
+
     def _flat_forward(self, x1, x2, pick, va, vb):
         """A flat-input network on entries ``pick(gram)`` of the block's Gram matrix
         ``x1 @ x2.T / d`` (one matrix multiply), with the variances ``va``, ``vb``
@@ -134,18 +144,46 @@ class KernelFn:
         d = int(np.prod(self.input_shape))
         gram = jnp.matmul(x1.reshape(x1.shape[0], d), x2.reshape(x2.shape[0], d).T,
                           precision="highest") / d
-        state = State(nngp=pick(gram), ntk=0.0 if self._want_ntk else None,
-                      full=False, spatial=False, channels=d)
-        layers = self.arch.layers
-        if isinstance(layers[0], Flatten):
-            layers = layers[1:]
-        state = forward(layers, state, PairVariances(va, vb), self._standard, self._exact)
+        state = forward(self._flat_layers(), self._flat_state(pick(gram)),
+                        PairVariances(va, vb), self._standard, self._exact)
         return self._outputs(state)
 
-    def _flat_block_fn(self, x1, v1, x2, v2):
-        """All ``(n1, n2)`` pairs of a flat-input network at once."""
-        return self._flat_forward(x1, x2, lambda g: g, tuple(v[:, None] for v in v1),
-                                  tuple(v[None, :] for v in v2))
+    def _flat_self(self, x):
+        """A flat-input network on each input with itself, from its squared norm:
+        the per-layer variances (each ``(n,)``) and ``K(x, x)`` per kind."""
+        d = int(np.prod(self.input_shape))
+        xf = x.reshape(x.shape[0], d)
+        rec = SelfVariances()
+        state = forward(self._flat_layers(), self._flat_state(jnp.sum(xf * xf, axis=1) / d),
+                        rec, self._standard, self._exact)
+        return tuple(rec.recorded), self._outputs(state)
+
+    def _flat_block_fn(self, x1, x2):
+        """All ``(n1, n2)`` pairs of a flat-input network at once, the per-input
+        variances computed in the same program (no per-input pass of its own):
+        ``(kernels (n1, n2) per kind, K(x1, x1) (n1,) per kind)``."""
+        v1, diag1 = self._flat_self(x1)
+        v2, _ = self._flat_self(x2)
+        out = self._flat_forward(x1, x2, lambda g: g, tuple(v[:, None] for v in v1),
+                                 tuple(v[None, :] for v in v2))
+        return out, diag1
+
+    def _flat_tri_fn(self, x):
+        """The lower triangle of a flat-input network's symmetric matrix on ``x``
+        (``(n, ...)``), in row bands: band ``r`` holds rows ``[r*b, (r+1)*b)`` against
+        columns ``[0, (r+1)*b)``, so the matrix multiplies and the layers cost
+        ``(p+1)/(2p)`` of the square for ``p`` bands. Returns ``(bands, K(x, x))``."""
+        n = x.shape[0]
+        parts = max(1, min(8, n // 256))
+        b = -(-n // parts)
+        v, diag = self._flat_self(x)
+        bands = []
+        for r0 in range(0, n, b):
+            r1 = min(r0 + b, n)
+            bands.append(self._flat_forward(x[r0:r1], x[:r1], lambda g: g,
+                                            tuple(a[r0:r1, None] for a in v),
+                                            tuple(a[None, :r1] for a in v)))
+        return bands, diag
 
     def _flat_pairs_fn(self, x1, v1, x2, v2, i, j):
         """The pairs ``(i, j)`` of a flat-input network (a network whose first layer
@@ -267,16 +305,24 @@ class KernelFn:
         x1 = np.asarray(x1, dtype=self.dtype)
         sym = x2 is None
         x2 = x1 if sym else np.asarray(x2, dtype=self.dtype)
-        s1, s2 = self._matrix_stats(x1, None if sym else x2)
-        if self.flat_input:  # the whole block from one Gram matrix
-            got = self._block_jit(self._cast(x1), tuple(map(self._cast, s1.variances)),
-                                  self._cast(x2), tuple(map(self._cast, s2.variances)))
-            out = {k: np.array(got.pop(k)) for k in self.kinds}  # each device copy freed at once
-            if sym:  # exactly symmetric, diagonal from the per-input pass
+        if self.flat_input:  # Gram matrices and the layers on them, in one program
+            if not sym:
+                got, _ = self._block_jit(self._cast(x1), self._cast(x2))
+                return {k: np.array(got.pop(k)) for k in self.kinds}  # device copy freed at once
+            bands, diag = self._tri_jit(self._cast(x1))
+            n = x1.shape[0]
+            out = {k: np.empty((n, n), self.dtype) for k in self.kinds}
+            r0 = 0
+            for band in bands:
+                r1 = r0 + band[self.kinds[0]].shape[0]
                 for k in self.kinds:
-                    _mirror_lower(out[k])
-                    out[k][np.diag_indices(x1.shape[0])] = s1.diag[k]
+                    out[k][r0:r1, :r1] = np.asarray(band.pop(k))
+                r0 = r1
+            for k in self.kinds:  # exactly symmetric, diagonal from the inputs' own pass
+                _mirror_lower(out[k])
+                out[k][np.diag_indices(n)] = np.asarray(diag[k])
             return out
+        s1, s2 = self._matrix_stats(x1, None if sym else x2)
         if sym:
             i, j = np.tril_indices(x1.shape[0], -1)
         else:
@@ -293,13 +339,7 @@ class KernelFn:
 
     def _matrix_stats(self, x1, x2=None):
         """``(s1, s2)`` for :meth:`matrix`: both sets in one per-input pass whose
-        batches are spread over every local device (``s2 is s1`` without ``x2``).
-        A flat-input network's pass is a dot product per input: each set is one
-        batch on the default device (spreading it cost a compile per device and
-        copies of the inputs, 0.1 GiB at 2,000 CIFAR-sized inputs, for no time)."""
-        if self.flat_input:  # a dot product per input: one batch per set, one device
-            s1 = self.stats(x1, batch=x1.shape[0])
-            return s1, s1 if x2 is None else self.stats(x2, batch=x2.shape[0])
+        batches are spread over every local device (``s2 is s1`` without ``x2``)."""
         x = x1 if x2 is None else np.concatenate([x1, x2])
         devices = jax.local_devices()
         s = self.stats(x, batch=min(64, -(-x.shape[0] // len(devices))), devices=devices)
