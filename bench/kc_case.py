@@ -31,7 +31,9 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=None, help="number of inputs (default: the case's)")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mode", choices=("rect", "tri"), default="rect")
+    p.add_argument("--mode", choices=("rect", "tri", "memory"), default="rect",
+                   help="memory: no timing; XLA's compiled peak per pair in flight over "
+                        "the covariances that must be alive")
     p.add_argument("--out", default=None, help=".npy path for the (2, N, N) kernels")
     a = p.parse_args(argv)
     n = a.n or CASES[a.case][0]
@@ -47,6 +49,9 @@ def main(argv=None):
     check_architecture(cfg.architecture, INPUT_SHAPE)
     kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,
                           dtype="float32")
+    if a.mode == "memory":
+        report_memory(kfn, a.case, n)
+        return
     x1 = make_inputs(n, a.seed)
     args = (x1, x1.copy()) if a.mode == "rect" else (x1,)
 
@@ -65,6 +70,22 @@ def main(argv=None):
            warmup_s=warmup, bytes_per_pair=getattr(kfn, "bytes_per_pair", None),
            dtype=str(out["nngp"].dtype), jax=jax.__version__,
            device=jax.devices()[0].platform, device_peak=device_peak_bytes(jax))
+
+
+def report_memory(kfn, case: str, n: int) -> None:
+    """XLA's peak bytes of one pair call with one chunk of pairs in flight: the
+    block's inputs and variances (shared by all its pairs) and the rest (outputs
+    and temporaries, what grows with the pairs in flight), against the live
+    covariances of those pairs (each kind's into and out of a layer)."""
+    if kfn.flat_input:  # one Gram matrix per block: no covariances per pair
+        report(tool="kernelcli", case=case, n=n, mode="memory", ratio=None)
+        return
+    chunk = kfn.chunk
+    live = chunk * kfn.live_bytes_per_pair
+    total = kfn.compiled_memory(n_rows=n, n_cols=n, pair_batch=chunk)
+    per_pairs = kfn.compiled_memory(n_rows=n, n_cols=n, pair_batch=chunk, arguments=False)
+    report(tool="kernelcli", case=case, n=n, mode="memory", chunk=chunk, live=live,
+           arguments=total - per_pairs, pairs=per_pairs, ratio=per_pairs / live)
 
 
 if __name__ == "__main__":

@@ -227,6 +227,19 @@ def report(results: dict, bw: float, args) -> str:
                    f"| {fmt(ratio(nt, tri), '.2f', 'x')} | {mem(r['tri'])} "
                    f"| {rel_diff(r['tri'], r['nt'])} "
                    f"| {fmt(first(r['nt']))} / {fmt(first(r['tri']))} |")
+    out += ["", "## Memory per pair in flight: XLA's compiled peak of one pair call over the "
+            "live covariances", "",
+            "| case | pairs in flight (chunk) | live covariances | outputs + temporaries "
+            "| ratio | block inputs + variances (N rows, shared) |", "|---|---|---|---|---|---|"]
+    for case, r in results.items():
+        m = r.get("memory", {})
+        if "error" in m or m.get("ratio") is None:
+            out.append(f"| {case} | - | - | - | {m.get('error', 'one Gram matrix per block')} "
+                       "| - |")
+            continue
+        out.append(f"| {case} | {m['chunk']} | {m['live'] / 2**20:.2f} MiB "
+                   f"| {m['pairs'] / 2**20:.2f} MiB | {m['ratio']:.2f} "
+                   f"| {m['arguments'] / 2**20:.2f} MiB |")
     if args.ref64:
         out += ["", "## Accuracy against neural-tangents in float64 (same inputs), nngp / ntk", "",
                 "| case | N | NT float32 | kc rectangle | kc triangle |", "|---|---|---|---|---|"]
@@ -292,13 +305,15 @@ def main(argv=None):
                 ("tri", KC_PYTHON, "kc_case.py", ("--mode", "tri"))]
         if args.ref64:
             jobs.append(("nt64", NT_PYTHON, "nt_case.py", ("--x64",)))
+        jobs.append(("memory", KC_PYTHON, "kc_case.py", ("--mode", "memory")))
         for tag, py, script, extra in jobs:
             if tag.startswith("nt") and args.skip_nt:
                 r[tag] = {"error": "skipped (--skip-nt)"}
                 continue
             r[tag] = measure(py, script, case, n, args.reps, kout(tag), args.timeout, extra)
             print(f"[{time.perf_counter() - t_start:6.0f} s] {case} N={n} {tag}: "
-                  f"{r[tag].get('error') or r[tag]['seconds']}", file=sys.stderr, flush=True)
+                  f"{r[tag].get('error') or r[tag].get('seconds', r[tag].get('ratio'))}",
+                  file=sys.stderr, flush=True)
     text = report(results, bw, args)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text)

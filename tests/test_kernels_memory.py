@@ -28,8 +28,8 @@ NETS = {
 }
 
 
-def deep_gap(depth: int):
-    return (CONV, "relu") * depth + ("global_avg_pool", "dense: {W_std: 1.0, b_std: 0.0}")
+def deep_gap(depth: int, head: str = "global_avg_pool"):
+    return (CONV, "relu") * depth + (head, "dense: {W_std: 1.0, b_std: 0.0}")
 
 
 def arch_of(*items: str):
@@ -40,7 +40,11 @@ def arch_of(*items: str):
 
 @functools.lru_cache(maxsize=None)
 def kfn(net: str, dtype: str = "float32", kinds=("nngp", "ntk")):
-    items = deep_gap(int(net[len("gap_depth"):])) if net.startswith("gap_depth") else NETS[net]
+    if net.startswith(("gap_depth", "flatten_depth")):
+        head, depth = net.split("_depth")
+        items = deep_gap(int(depth), "global_avg_pool" if head == "gap" else head)
+    else:
+        items = NETS[net]
     arch = arch_of(*items)
     check_architecture(arch, SHAPE)
     return build_kernel_fn(arch, SHAPE, kinds, dtype)
@@ -115,3 +119,13 @@ def test_deep_pooling_network_compiled_memory_stays_within_the_live_pairs(depth)
     per_input = k.compiled_stats_memory(rows=1)
     for what, got in (("pairs", pairs), ("per-input pass", per_input)):
         assert got / live <= 2.5, f"{what}, depth {depth}: {got} B vs live {live} B"
+
+
+def test_deep_flatten_network_memory_per_pair_batch_does_not_grow_with_depth():
+    """Each layer gathers its own per-input variances when it runs; gathering every
+    layer's up front made a pair batch of a 21-layer network need 3.6x a 3-layer one."""
+    shallow, deep = kfn("flatten_depth3"), kfn("flatten_depth21")
+    got = [k.compiled_memory(n_rows=16, n_cols=16, pair_batch=k.chunk, arguments=False)
+           for k in (shallow, deep)]
+    assert got[1] <= 1.1 * got[0], f"depth 3: {got[0]} B, depth 21: {got[1]} B"
+    assert got[1] / (deep.chunk * deep.live_bytes_per_pair) <= 3.5

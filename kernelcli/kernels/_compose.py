@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import jax.numpy as jnp
 from jax import lax
 
 from ..spec import _layers as L
@@ -179,13 +178,9 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
         m = repeats(layers, k, state)
         if m:  # a run of identical blocks: one loop over layers
-            if isinstance(variances, PairVariances):
-                vs = [variances(state) for _ in range(m)]
-                v1s, v2s = (jnp.stack([v[t] for v in vs]) for t in (0, 1))
-            else:
-                v1s = v2s = None
+            at = variances.run(m) if isinstance(variances, PairVariances) else None
             state, spare, recs = repeat_layers(state, m, _block(layer, after, standard, exact),
-                                               v1s, v2s, spare)
+                                               at, spare)
             if recs is not None:
                 variances.recorded.extend(recs[t] for t in range(m))
             k += 2 * m

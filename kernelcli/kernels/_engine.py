@@ -122,9 +122,7 @@ class KernelFn:
             return self._flat_pairs_fn(x1, v1, x2, v2, i, j)
 
         def chunk(a, b):
-            va = tuple(v[a] for v in v1)
-            vb = tuple(v[b] for v in v2)
-            return self._run(x1[a], x2[b], PairVariances(va, vb))
+            return self._run(x1[a], x2[b], PairVariances(v1, v2, a, b))
 
         return self._chunked(chunk, i, j)
 
@@ -226,10 +224,14 @@ class KernelFn:
         arrays = 2 * (2 if self._want_ntk else 1)
         return arrays * self.cov_elements * self.dtype.itemsize
 
-    def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int) -> int:
+    def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
+                        arguments: bool = True) -> int:
         """XLA's own peak estimate (bytes) for one ``pairs`` call with blocks of
         ``n_rows`` / ``n_cols`` examples and ``pair_batch`` pairs: arguments,
-        outputs and temporaries of the compiled program."""
+        outputs and temporaries of the compiled program. ``arguments=False``
+        leaves out the block's inputs and their variances, which all pairs of the
+        block share: what remains grows with the pairs in flight.
+        """
         def spec(shape):
             return jax.ShapeDtypeStruct(shape, self.dtype)
 
@@ -241,7 +243,8 @@ class KernelFn:
         m = self._pairs_jit.lower(*args).compile().memory_analysis()
         if m is None:  # backend without memory analysis: fall back to the live-tensor count
             return 3 * pair_batch * self.live_bytes_per_pair
-        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
+        return int(arguments * m.argument_size_in_bytes + m.output_size_in_bytes
+                   + m.temp_size_in_bytes)
 
     def compiled_stats_memory(self, rows: int) -> int:
         """XLA's peak estimate (bytes) for one per-input call on ``rows`` inputs."""

@@ -47,22 +47,22 @@ def repeats(layers: Sequence, k: int, state: State) -> int:
     return m if m >= 2 else 0
 
 
-def repeat_layers(state: State, m: int, block, v1s, v2s, spare=None):
+def repeat_layers(state: State, m: int, block, at, spare=None):
     """``m`` applications of ``block`` as one loop.
 
     ``block(state, va, vb, dst) -> (state, v)``: one (convolution, nonlinearity)
     pair with the nonlinearity's per-input variances ``va``, ``vb`` (``None`` in
     the per-input pass: the block derives them and returns them as ``v``), writing
-    into the dead arrays ``dst`` where it can. ``v1s``, ``v2s``: ``(m, P, H, W)``
-    variances per layer, or ``None`` in the per-input pass. ``spare``: dead arrays
-    of the state's shape, or ``None``.
+    into the dead arrays ``dst`` where it can. ``at(i) -> (va, vb)``: layer ``i``'s
+    variances (``PairVariances.run``), or ``None`` in the per-input pass.
+    ``spare``: dead arrays of the state's shape, or ``None``.
 
     Returns ``(state, spare, recorded)``: the output, the dead input of the last
     layer, and the ``(m, P, H, W)`` variances the per-input pass derived (``None``
     for pairs). The body runs two layers, ``A -> B`` then ``B -> A``, so the two
     sets of buffers swap roles without a copy.
     """
-    self_pass = v1s is None
+    self_pass = at is None
     has_ntk = state.ntk is not None
     a = (state.nngp, state.ntk)
     b = tuple(s if getattr(s, "shape", None) == state.nngp.shape
@@ -74,10 +74,7 @@ def repeat_layers(state: State, m: int, block, v1s, v2s, spare=None):
 
     def layer_at(i, src, dst, recs):
         st = state.replace(nngp=src[0], ntk=src[1])
-        va = vb = None
-        if not self_pass:
-            va = lax.dynamic_index_in_dim(v1s, i, keepdims=False)
-            vb = lax.dynamic_index_in_dim(v2s, i, keepdims=False)
+        va, vb = (None, None) if self_pass else at(i)
         out, v = block(st, va, vb, dst)
         if self_pass:
             recs = lax.dynamic_update_index_in_dim(recs, v, i, axis=0)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, List, Optional, Tuple
 
 import jax.numpy as jnp
+from jax import lax
 
 
 @dataclass(frozen=True)
@@ -66,18 +67,35 @@ def to_diagonal(state: State) -> State:
 class PairVariances:
     """Per-input variances for pair evaluations, read by layer order.
 
-    ``v1[k]`` and ``v2[k]`` are the spatial diagonals (shape ``(P, H_k, W_k)`` or
-    ``(P,)``) of the k-th layer that needs variances (a nonlinearity or
-    ``layer_norm``), gathered for the first and second image of each pair.
+    ``v1[k]`` and ``v2[k]`` are the spatial diagonals (shape ``(n, H_k, W_k)`` or
+    ``(n,)``) of the k-th layer that needs variances (a nonlinearity or
+    ``layer_norm``), one row per input; ``rows1``, ``rows2`` (``(P,)`` int) pick
+    the first and second image of each pair (``None``: already laid out per pair).
+    Each layer gathers only its own variances, when it runs, so a chunk of pairs
+    never holds the gathered variances of every layer at once (at depth 21 those
+    were 10x the chunk's covariances).
     """
 
-    def __init__(self, v1, v2):
-        self.v1, self.v2, self.k = v1, v2, 0
+    def __init__(self, v1, v2, rows1=None, rows2=None):
+        self.v1, self.v2, self.rows1, self.rows2, self.k = v1, v2, rows1, rows2, 0
+
+    def _take(self, k):
+        def pick(v, rows):
+            return v if rows is None else v[rows]
+
+        return pick(self.v1[k], self.rows1), pick(self.v2[k], self.rows2)
 
     def __call__(self, state: State):
-        k = self.k
         self.k += 1
-        return self.v1[k], self.v2[k]
+        return self._take(self.k - 1)
+
+    def run(self, m: int):
+        """The next ``m`` layers' variances as ``at(i) -> (va, vb)`` for a traced
+        layer index ``i`` (inside a loop over layers): one gather, of layer ``i``."""
+        first = self.k
+        self.k += m
+        branches = [lambda t=t: self._take(first + t) for t in range(m)]
+        return lambda i: lax.switch(i, branches)
 
 
 class SelfVariances:
