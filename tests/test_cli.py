@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -595,3 +597,12 @@ def test_compute_again_continues_an_unfinished_run(finished):
         assert np.array_equal(got[k], want[k])
     assert kept.stat().st_ino == ino, "a completed tile must not be recomputed"
     assert tile_names(run) == {"r00000c00000.h5", "r00001c00000.h5", "r00001c00001.h5"}
+
+
+def test_run_package_leaves_jax_unimported_until_host_devices_are_configured():
+    """``configure_host_devices`` sets XLA_FLAGS, which jax reads once, when imported:
+    importing the run package (as the CLI does first) must not import jax."""
+    code = ("import sys, kernelcli.run, kernelcli.cli; "
+            "print(sorted({'jax'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

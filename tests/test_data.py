@@ -337,3 +337,4 @@ def test_data_package_imports_neither_jax_nor_click():
     code = "import sys, kernelcli.data; print(sorted({'jax', 'click'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+

@@ -32,7 +32,8 @@ from ..spec._config import Architecture
 from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances, State
-from ._xla import SerialJit, compiler_options, default_chunk_bytes, on_devices
+from ._xla import (SerialJit, compiler_options, default_chunk_bytes, on_devices,
+                   release_free_memory)
 from ..spec._layers import Flatten
 
 
@@ -156,32 +157,33 @@ class KernelFn:
                         rec, self._standard, self._exact)
         return tuple(rec.recorded), self._outputs(state)
 
-    def _flat_block_fn(self, x1, x2):
-        """All ``(n1, n2)`` pairs of a flat-input network at once, the per-input
-        variances computed in the same program (no per-input pass of its own):
-        ``(kernels (n1, n2) per kind, K(x1, x1) (n1,) per kind)``."""
-        v1, diag1 = self._flat_self(x1)
-        v2, _ = self._flat_self(x2)
-        out = self._flat_forward(x1, x2, lambda g: g, tuple(v[:, None] for v in v1),
-                                 tuple(v[None, :] for v in v2))
-        return out, diag1
-
-    def _flat_tri_fn(self, x):
-        """The lower triangle of a flat-input network's symmetric matrix on ``x``
-        (``(n, ...)``), in row bands: band ``r`` holds rows ``[r*b, (r+1)*b)`` against
+    def _flat_bands(self, x1, x2, lower: bool):
+        """A flat-input network on every pair of ``x1`` (``(n1, ...)``) and ``x2``, in
+        row bands (``p`` of them, up to 8 of at least 256 rows): band ``r`` holds rows
+        ``[r*b, (r+1)*b)`` against all columns, or with ``lower`` (``x2 is x1``) against
         columns ``[0, (r+1)*b)``, so the matrix multiplies and the layers cost
-        ``(p+1)/(2p)`` of the square for ``p`` bands. Returns ``(bands, K(x, x))``."""
-        n = x.shape[0]
+        ``(p+1)/(2p)`` of the square. A band's intermediates are ``1/p`` of the
+        block's. Returns ``(bands: list of {kind: (rows, cols)}, K(x1, x1) (n1,))``;
+        the per-input variances come from squared norms, in the same program."""
+        n = x1.shape[0]
         parts = max(1, min(8, n // 256))
         b = -(-n // parts)
-        v, diag = self._flat_self(x)
+        v1, diag1 = self._flat_self(x1)
+        v2 = v1 if lower else self._flat_self(x2)[0]
         bands = []
         for r0 in range(0, n, b):
             r1 = min(r0 + b, n)
-            bands.append(self._flat_forward(x[r0:r1], x[:r1], lambda g: g,
-                                            tuple(a[r0:r1, None] for a in v),
-                                            tuple(a[None, :r1] for a in v)))
-        return bands, diag
+            c1 = r1 if lower else x2.shape[0]
+            bands.append(self._flat_forward(x1[r0:r1], x2[:c1], lambda g: g,
+                                            tuple(a[r0:r1, None] for a in v1),
+                                            tuple(a[None, :c1] for a in v2)))
+        return bands, diag1
+
+    def _flat_block_fn(self, x1, x2):
+        return self._flat_bands(x1, x2, lower=False)
+
+    def _flat_tri_fn(self, x):
+        return self._flat_bands(x, x, lower=True)
 
     def _flat_pairs_fn(self, x1, v1, x2, v2, i, j):
         """The pairs ``(i, j)`` of a flat-input network (a network whose first layer
@@ -305,25 +307,33 @@ class KernelFn:
         With ``x2=None`` the matrix is symmetric: only the strict lower triangle
         is evaluated, mirrored, and the diagonal comes from ``stats``.
         """
+        try:
+            return self._matrix(x1, x2, pair_batch)
+        finally:
+            release_free_memory()
+
+    def _matrix(self, x1, x2, pair_batch: int) -> Dict[str, np.ndarray]:
         x1 = np.asarray(x1, dtype=self.dtype)
         sym = x2 is None
         x2 = x1 if sym else np.asarray(x2, dtype=self.dtype)
         if self.flat_input:  # Gram matrices and the layers on them, in one program
-            if not sym:
-                got, _ = self._block_jit(self._cast(x1), self._cast(x2))
-                return {k: np.array(got.pop(k)) for k in self.kinds}  # device copy freed at once
-            bands, diag = self._tri_jit(self._cast(x1))
             n = x1.shape[0]
-            out = {k: np.empty((n, n), self.dtype) for k in self.kinds}
+            if sym:
+                bands, diag = self._tri_jit(self._cast(x1))
+            else:
+                bands, diag = self._block_jit(self._cast(x1), self._cast(x2))
+            out = {k: np.empty((n, x2.shape[0]), self.dtype) for k in self.kinds}
             r0 = 0
-            for band in bands:
+            for band in bands:  # each band's device arrays freed once copied
                 r1 = r0 + band[self.kinds[0]].shape[0]
                 for k in self.kinds:
-                    out[k][r0:r1, :r1] = np.asarray(band.pop(k))
+                    part = band.pop(k)
+                    out[k][r0:r1, :part.shape[1]] = np.asarray(part)
                 r0 = r1
-            for k in self.kinds:  # exactly symmetric, diagonal from the inputs' own pass
-                _mirror_lower(out[k])
-                out[k][np.diag_indices(n)] = np.asarray(diag[k])
+            if sym:  # exactly symmetric, diagonal from the inputs' own pass
+                for k in self.kinds:
+                    _mirror_lower(out[k])
+                    out[k][np.diag_indices(n)] = np.asarray(diag[k])
             return out
         s1, s2 = self._matrix_stats(x1, None if sym else x2)
         if sym:

@@ -3,7 +3,10 @@ a core's cache, and spreading independent calls over the local devices."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import sys
 import threading
 from typing import Sequence
 
@@ -35,6 +38,22 @@ def compiler_options(full_cov: bool) -> dict:
     forced = os.environ.get("KERNELCLI_XLA_FUSION_EMITTERS")
     use = (forced == "1") if forced in ("0", "1") else not full_cov
     return {} if use else {"xla_cpu_use_fusion_emitters": False}
+
+
+def release_free_memory() -> None:
+    """Hand the allocator's free pages back to the system (glibc ``malloc_trim``;
+    a no-op elsewhere). Called after each large unit of work (a ``matrix`` call,
+    a tile): XLA's buffers of 10-100 MiB come from glibc's heaps, one per thread,
+    and freed ones stayed resident, so the process grew from call to call
+    (fc2, 2,000 inputs: 426 -> 590 MiB over three calls; with a trim after each,
+    a flat ~340 MiB, and the peak 649 -> 516 MiB, no slower)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        pass
 
 
 class SerialJit:

@@ -275,6 +275,8 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
     """Compute every block of ``blocks`` (default: all of ``job.plan``) whose tile
     ``store`` lacks. A block whose tile appears meanwhile (written by another
     process of a job array) is skipped."""
+    from .. import kernels  # jax: only once the host devices are configured
+
     plan, kfn = job.plan, job.kfn
     pending, tally = begin(job, store, progress, blocks)
     if pending is None:
@@ -291,8 +293,11 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
         bi = block_input(kfn, rows, columns, s1, s2, block, edge)
         tile = compute_tile(kfn, plan.pair_batch, bi, job.devices, tally.pairs)
         store.write_tile(block, tile)
+        evaluated = bi.n_evaluated
+        del tile, bi
+        kernels.release_free_memory()  # the tile's buffers back to the system, not resident
         # the diagonal's pairs came from the per-input pass
-        tally.block_done(block.n_pairs - bi.n_evaluated)
+        tally.block_done(block.n_pairs - evaluated)
         if after_tile is not None:
             after_tile(block)
 
