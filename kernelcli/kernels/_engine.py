@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import Dict, NamedTuple, Sequence, Tuple
 
 import jax
@@ -307,10 +308,11 @@ class KernelFn:
         With ``x2=None`` the matrix is symmetric: only the strict lower triangle
         is evaluated, mirrored, and the diagonal comes from ``stats``.
         """
+        t0 = time.perf_counter()
         try:
             return self._matrix(x1, x2, pair_batch)
         finally:
-            release_free_memory()
+            release_free_memory(time.perf_counter() - t0)
 
     def _matrix(self, x1, x2, pair_batch: int) -> Dict[str, np.ndarray]:
         x1 = np.asarray(x1, dtype=self.dtype)

@@ -40,14 +40,22 @@ def compiler_options(full_cov: bool) -> dict:
     return {} if use else {"xla_cpu_use_fusion_emitters": False}
 
 
-def release_free_memory() -> None:
+TRIM_AFTER_S = 1.0
+
+
+def release_free_memory(work_seconds: float) -> None:
     """Hand the allocator's free pages back to the system (glibc ``malloc_trim``;
-    a no-op elsewhere). Called after each large unit of work (a ``matrix`` call,
-    a tile): XLA's buffers of 10-100 MiB come from glibc's heaps, one per thread,
-    and freed ones stayed resident, so the process grew from call to call
-    (fc2, 2,000 inputs: 426 -> 590 MiB over three calls; with a trim after each,
-    a flat ~340 MiB, and the peak 649 -> 516 MiB, no slower)."""
-    if not sys.platform.startswith("linux"):
+    a no-op elsewhere) after a unit of work (a ``matrix`` call, a tile) that took
+    ``work_seconds``.
+
+    XLA's buffers of 10-100 MiB come from glibc's per-thread heaps, and freed ones
+    stay resident: fc2 (2,000 inputs) grew 426 -> 590 MiB over three calls; with a
+    trim after each it stayed at ~340-395 MiB, peak 649 -> 519 MiB. But the next
+    call then faults its buffers in afresh: 15-20% slower on those 0.25 s calls.
+    So only work of at least ``TRIM_AFTER_S`` is followed by a trim, where that
+    cost (tens of ms) is a few percent at most.
+    """
+    if work_seconds < TRIM_AFTER_S or not sys.platform.startswith("linux"):
         return
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

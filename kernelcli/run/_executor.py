@@ -290,12 +290,13 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
         if store.has(block):  # another process wrote it meanwhile
             tally.block_done(block.n_pairs, computed=False)
             continue
+        t0 = time.perf_counter()
         bi = block_input(kfn, rows, columns, s1, s2, block, edge)
         tile = compute_tile(kfn, plan.pair_batch, bi, job.devices, tally.pairs)
         store.write_tile(block, tile)
         evaluated = bi.n_evaluated
         del tile, bi
-        kernels.release_free_memory()  # the tile's buffers back to the system, not resident
+        kernels.release_free_memory(time.perf_counter() - t0)  # freed buffers not resident
         # the diagonal's pairs came from the per-input pass
         tally.block_done(block.n_pairs - evaluated)
         if after_tile is not None:
