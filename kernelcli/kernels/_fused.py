@@ -23,7 +23,7 @@ from jax import lax
 from ..spec._layers import Conv
 from ._linear import affine, map_ntk
 from ._spatial import joint_window, out_size, pads, tap
-from ._state import State
+from ._state import State, reusable
 
 
 def _conv_row(x, r, layer: Conv):
@@ -86,10 +86,10 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
             ntk = lax.dynamic_update_slice_in_dim(ntk, row.ntk, r, axis=1)
         return nngp, ntk
 
-    zeros = jnp.zeros(shape, state.nngp.dtype)
-    init = [zeros, zeros if has_ntk else zeros[:, :0]]
-    for k, a in enumerate(spare or ()):
-        if getattr(a, "shape", None) == tuple(init[k].shape) and a.dtype == zeros.dtype:
-            init[k] = a
-    nngp, ntk = lax.fori_loop(0, ho, body, tuple(init))
+    spare_nngp, spare_ntk = spare or (None, None)
+    dtype = state.nngp.dtype
+    no_ntk = jnp.zeros(shape[:1] + (0,) + shape[2:], dtype)  # a carry placeholder
+    init = (reusable(spare_nngp, shape, dtype),
+            reusable(spare_ntk, shape, dtype) if has_ntk else no_ntk)
+    nngp, ntk = lax.fori_loop(0, ho, body, init)
     return state.replace(nngp=nngp, ntk=ntk if has_ntk else None, channels=layer.width)

@@ -19,7 +19,7 @@ from jax import lax
 
 from ..spec import _layers as L
 from ._spatial import out_size
-from ._state import State, diagonal
+from ._state import State, diagonal, reusable
 
 PAIR_ACTS = L.NONLINEARITIES + (L.LayerNorm,)
 
@@ -65,10 +65,10 @@ def repeat_layers(state: State, m: int, block, at, spare=None):
     self_pass = at is None
     has_ntk = state.ntk is not None
     a = (state.nngp, state.ntk)
-    b = tuple(s if getattr(s, "shape", None) == state.nngp.shape
-              and s.dtype == state.nngp.dtype else jnp.zeros_like(state.nngp)
-              for s in (spare or (None, None)))
-    b = (b[0], b[1] if has_ntk else None)
+    spare_nngp, spare_ntk = spare or (None, None)
+    shape, dtype = state.nngp.shape, state.nngp.dtype
+    b = (reusable(spare_nngp, shape, dtype),
+         reusable(spare_ntk, shape, dtype) if has_ntk else None)
     diag_shape = diagonal(state.nngp, state.full).shape
     recs = jnp.zeros((m,) + diag_shape, state.nngp.dtype) if self_pass else None
 

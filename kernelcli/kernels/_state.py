@@ -64,6 +64,15 @@ def to_diagonal(state: State) -> State:
     return state.replace(nngp=diagonal(state.nngp, True), ntk=ntk, full=False)
 
 
+def reusable(spare, shape, dtype):
+    """``spare`` (a dead array, or ``None``) where it can hold an array of ``shape``
+    and ``dtype``, else zeros of that shape: the initial carry of a loop that
+    writes every entry, so its values never matter, only its buffer."""
+    if getattr(spare, "shape", None) == tuple(shape) and spare.dtype == dtype:
+        return spare
+    return jnp.zeros(shape, dtype)
+
+
 class PairVariances:
     """Per-input variances for pair evaluations, read by layer order.
 
