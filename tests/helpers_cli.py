@@ -203,3 +203,11 @@ def invoke(*args):
             from result.exception
     assert "Traceback" not in result.output
     return result
+
+
+def error_line(result) -> str:
+    """The one ``Error: ...`` line of a failed command (and nothing on stdout)."""
+    assert result.stdout == ""
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
