@@ -22,24 +22,87 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _fail(message: str, code: int) -> None:
+    from . import _interrupt
+
+    _interrupt.final(code)  # a signal from now on exits at once, with no second line
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)
 
 
 def _run(fn, *args, **kwargs):
-    """Call ``fn``; turn kernelcli errors, Ctrl-C and resource failures into exit codes."""
+    """Call ``fn``; turn kernelcli errors, signals and resource failures into exit codes.
+
+    SIGINT / SIGTERM (recorded by the handlers of :class:`_Main`) stop the library at
+    its next safe point with :class:`~kernelcli.errors.Interrupted` (exit 130 / 143).
+    A signal that came after the last safe point still fails the command: exit 128 +
+    signum, saying that the result is complete when it is; never exit 0 after a signal.
+    """
+    from . import _interrupt
+
     try:
-        return fn(*args, **kwargs)
-    except KernelcliError as exc:
+        out = fn(*args, **kwargs)
+    except KernelcliError as exc:  # Interrupted included: its exit code is 128 + signum
         _fail(str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        _fail("interrupted", 1)
+    except KeyboardInterrupt:  # raised by code of the caller's (the handlers never raise)
+        signum = _interrupt.requested() or signal.SIGINT
+        _fail(_interrupt.message(signum, *_interrupt._where), 128 + signum)
     except MemoryError:
         _fail("out of memory; lower `compute.memory` in the configuration", 1)
+    signum = _interrupt.requested()
+    if signum is not None:
+        name = _interrupt.signal_name(signum)
+        if isinstance(out, dict) and out.get("result"):
+            text = f"interrupted ({name}) after the run finished: {out['result']} is complete"
+        elif isinstance(out, dict) and out.get("shard"):
+            i, n = out["shard"]
+            text = (f"interrupted ({name}) after shard {i}/{n} had done its tiles; the "
+                    f"last shard to finish assembles the result")
+        elif isinstance(out, tuple) and out and getattr(out[0], "run_dir", None):
+            text = _interrupt.message(signum, out[0].run_dir)  # a run's store: resume it
+        else:
+            text = _interrupt.message(signum)
+        _fail(text, 128 + signum)
+    return out
 
 
-def _sigterm_to_interrupt(signum, frame):  # a scheduler's SIGTERM stops like Ctrl-C
-    raise KeyboardInterrupt
+class _Main(click.Group):
+    """The ``kernelcli`` group: installs the SIGINT/SIGTERM handlers first thing (they
+    only record the signal; see :mod:`kernelcli._interrupt`) and never exits 0 once a
+    signal came, up to the process's very end.
+
+    Run as the console script (``main()`` without arguments) the process ends with
+    :func:`kernelcli._interrupt.exit_process`; called in-process (``CliRunner``, with
+    arguments) the handlers are put back afterwards and ``SystemExit`` propagates.
+    """
+
+    def main(self, *args, **kwargs):
+        from . import _interrupt
+
+        in_process = bool(args or kwargs)
+        saved = _interrupt.install()
+        try:
+            try:
+                rv = super().main(*args, **kwargs)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if exc.code is not None and not isinstance(exc.code, int):
+                    click.echo(exc.code, err=True)  # sys.exit("text"), as Python would
+            else:
+                if in_process:  # standalone_mode=False
+                    return rv
+                code = 0
+            signum = _interrupt.final(code)
+            if code == 0 and signum is not None:  # e.g. --help, or a command without _run
+                code = 128 + signum
+                _interrupt.final(code)
+                click.echo(f"Error: {_interrupt.message(signum, *_interrupt._where)}",
+                           err=True)
+            if in_process:
+                sys.exit(code)
+        finally:
+            if in_process:
+                _interrupt.uninstall(saved)
+        _interrupt.exit_process(code)
 
 
 def _progress(name: str, quiet: bool, shard=None):
@@ -99,7 +162,15 @@ def _report(out: dict, run_dir, quiet: bool, finished_text: str) -> None:
         click.echo(f"wrote {out['result']}", err=True)
 
 
-@click.group(context_settings=CONTEXT)
+def _report_repairs(out: dict) -> None:
+    """Files that failed verification and were recomputed (always shown: it means the
+    disk or something else damaged a run file)."""
+    for line in out.get("repaired", ()):
+        click.echo(f"Warning: {line.split('; moved to')[0]}; it was moved to quarantine and "
+                   f"computed again", err=True)
+
+
+@click.group(cls=_Main, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="kernelcli")
 def main():
     """Infinite-width NNGP and NTK kernel matrices of convolutional networks, for whole
@@ -120,10 +191,15 @@ def main():
 
     The configuration format is described in README.md (Configuration).
     """
+    from . import _interrupt
+
+    # compute, resume and estimate stop at their safe points; the other commands have
+    # none (and write only under temporary names): a signal ends them at once
+    sub = click.get_current_context().invoked_subcommand
+    _interrupt.set_immediate(sub not in ("compute", "resume", "estimate"))
     from .run import configure_host_devices
 
     configure_host_devices()
-    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
 
 
 @main.command()
@@ -152,6 +228,7 @@ def compute(config, run_dir, overwrite, quiet, shard, executor, address):
     out = _run(run_compute, config, run_dir=run_dir, overwrite=overwrite,
                progress=_progress(cfg.name, quiet, shard), shard=shard,
                executor=executor and executor.lower(), address=address)
+    _report_repairs(out)
     _report(out, run_dir or cfg.output.run_dir, quiet,
             "{result} is already complete; use --overwrite to recompute it")
 
@@ -173,6 +250,7 @@ def resume(run_dir, quiet, shard, executor, address):
     _store, cfg = _run(load_run_config, run_dir)
     out = _run(run_resume, run_dir, progress=_progress(cfg.name, quiet, shard), shard=shard,
                executor=executor and executor.lower(), address=address)
+    _report_repairs(out)
     _report(out, run_dir, quiet, "{result} is already complete")
 
 
@@ -359,3 +437,34 @@ def status(run_dir, shards, as_json):
                    f"{row['blocks_done']}/{row['blocks_total']}, {note}")
     if out["finished"]:
         click.echo(f"result: {out['result']}")
+    elif out.get("result_problem"):
+        click.echo(f"result: {out['result_problem']}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def verify(run_dir, as_json):
+    """Check that RUN_DIR holds exactly what an uninterrupted run writes.
+
+    Reads every file of the run: the manifest (its checksum and the fingerprint of
+    the configuration it records), every tile (checksum, block, run identity), the
+    test diagonal and kernels.h5 (run identity, a checksum per dataset, shapes,
+    finite values, exact symmetry, positive diagonal). Changes nothing. Exit status
+    0 only when everything holds; otherwise 1 with each problem on its own line
+    and what to run (2 when the manifest itself is damaged or not a run's).
+    """
+    from .run import verify as run_verify
+
+    report = _run(run_verify, run_dir)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), sort_keys=True))
+    elif report.ok:
+        click.echo(f"{run_dir}: verified: manifest, {report.tiles_present:,} of "
+                   f"{report.tiles_total:,} tiles and kernels.h5")
+    else:
+        for problem in report.problems:
+            click.echo(f"Error: {problem}", err=True)
+        click.echo(f"then run: {report.next_step}", err=True)
+    if not report.ok:
+        sys.exit(1)

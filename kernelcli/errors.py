@@ -40,3 +40,32 @@ class BudgetError(UsageError):
 
 class ComputeError(KernelcliError):
     """A failure while computing or storing (out of memory, disk full, interrupted)."""
+
+
+class DiskFullError(ComputeError):
+    """No space (or quota, or file-size limit) left while writing ``path``."""
+
+    def __init__(self, message: str, path=None):
+        super().__init__(message)
+        self.path = path
+
+
+class DamagedFileError(RunDirError):
+    """A file of a run directory is damaged, truncated, foreign, or fails its checksum."""
+
+
+class Interrupted(ComputeError):
+    """SIGINT or SIGTERM (or Ctrl-C's ``KeyboardInterrupt`` in a program without the
+    CLI's handlers) stopped the work at a safe point; completed tiles are kept.
+
+    ``exit_code`` is 128 + the signal's number, as a shell reports a process that a
+    signal ended: 130 for SIGINT, 143 for SIGTERM.
+    """
+
+    def __init__(self, message: str, signum: int = 2):
+        super().__init__(message)
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+
+    def __reduce__(self):
+        return type(self), (str(self), self.signum)

@@ -128,8 +128,9 @@ def test_resume_of_a_foreign_manifest_is_refused(tmp_path):
     (run / "manifest.json").write_text('{"something": "else"}\n')
     result = invoke("resume", run)
     assert result.exit_code == 2
-    assert error_line(result) == (f"Error: {run}/manifest.json was not written by kernelcli "
-                                  f"(no configuration recorded); it cannot be resumed")
+    assert error_line(result) == (f"Error: {run}/manifest.json has no checksum: it was not "
+                                  f"written by this version of kernelcli; start the run afresh "
+                                  f"with `kernelcli compute CONFIG --overwrite`")
 
 
 def test_resume_after_the_data_changed_or_vanished_is_refused(tmp_path):

@@ -271,8 +271,9 @@ def test_check_finite_flags_values_that_overflow_the_kernel_dtype(tmp_path):
         check_finite(src)  # finite as stored
         with pytest.raises(DataError) as info:
             check_finite(src, dtype="float32")
-    assert str(info.value) == (f"data.x1: row 2 of {p} has a value too large for float32 "
-                               "(largest 3.403e+38); every value must fit kernel.dtype")
+    assert str(info.value) == (f"data.x1: row 2 of {p} holds a value of magnitude 1e+300, too "
+                               "large for kernel.dtype float32; accepted: |x| <= 1e+15 (larger "
+                               "inputs overflow the kernel's sums of squares); rescale the data")
 
 
 def test_check_pair_requires_equal_example_shapes(tmp_path):

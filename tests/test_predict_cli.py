@@ -4,6 +4,7 @@ says so, and every misuse is a one-line error (exit 2) that writes nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import h5py
@@ -120,6 +121,10 @@ def test_a_kernel_that_is_not_positive_definite_says_so(finished, tmp_path):
     k[-1, -1] = -0.05  # indefinite; the ridge 0.1 x trace/n = 0.097 makes it definite
     with h5py.File(run / "kernels.h5", "r+") as f:
         f["nngp"][...] = k
+    edited = invoke("predict", run, "--ridge", "0,0.1", "--kind", "nngp")
+    assert edited.exit_code == 2 and "does not match its checksum" in edited.stderr
+    with h5py.File(run / "kernels.h5", "r+") as f:  # a deliberate edit, checksum renewed
+        f["nngp"].attrs["sha256"] = hashlib.sha256(k.tobytes()).hexdigest()
     result = invoke("predict", run, "--ridge", "0,0.1", "--kind", "nngp")
     assert result.exit_code == 0, result.stderr
     rows = [ln.split(None, 2) for ln in result.stdout.splitlines()[2:4]]

@@ -1,6 +1,7 @@
 """The contract of RunStore, on real files: tiles, progress, crashes, assembly, overwrite."""
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -144,7 +145,10 @@ def test_assembly_with_a_missing_tile_says_to_resume_and_writes_nothing(store):
 
 def test_manifest_is_written_once_as_sorted_json(store):
     text = (store.run_dir / "manifest.json").read_text()
-    assert text == json.dumps({"n": 3, "name": "t"}, sort_keys=True, indent=2) + "\n"
+    body = json.dumps({"n": 3, "name": "t"}, sort_keys=True, indent=2) + "\n"
+    checksum = hashlib.sha256(body.encode()).hexdigest()
+    assert text == json.dumps({"checksum": checksum, "n": 3, "name": "t"}, sort_keys=True,
+                              indent=2) + "\n"
     assert RunStore.open(store.run_dir).manifest == {"name": "t", "n": 3}
 
 

@@ -100,7 +100,7 @@ def test_one_compute_gives_the_training_kernel_the_test_rectangle_and_diagonal(t
         np.testing.assert_allclose(arrays[f"{k}_test"], test[k], rtol=2e-6)
         np.testing.assert_allclose(arrays[f"{k}_test_diag"], np.diagonal(diag[k]), rtol=2e-6)
     assert np.array_equal(arrays["labels"], ytr) and np.array_equal(arrays["test_labels"], yte)
-    assert set(json.loads(attrs["data_fingerprint"])) == {"x1", "test", "labels"}
+    assert set(json.loads(attrs["data_fingerprints"])) == {"x1", "test", "labels"}
 
 
 def test_status_and_estimate_count_the_test_rows(tt_run):
@@ -136,7 +136,7 @@ def test_preprocessing_is_fitted_on_the_training_set_and_kept_in_the_run(tmp_pat
     want = kfn.matrix(pp.apply(xte, np.float32), pp.apply(xtr, np.float32))
     arrays, attrs = read_kernels(run / "kernels.h5")
     np.testing.assert_allclose(arrays["nngp_test"], want["nngp"], rtol=1e-5)
-    assert json.loads(attrs["data_fingerprint"])["preprocess"] == pp.fingerprint()
+    assert json.loads(attrs["data_fingerprints"])["preprocess"] == pp.fingerprint()
 
 
 def test_resume_uses_the_stored_preprocessing_not_a_new_fit(tmp_path):

@@ -10,13 +10,16 @@ from ._source import SUFFIXES as SUFFIXES
 from ._source import check_finite as check_finite
 from ._source import check_pair as check_pair
 from ._source import open_array as open_array
+from ._labels import MAX_LABEL as MAX_LABEL
 from ._labels import load_labels as load_labels
 from ._preprocess import Preprocess as Preprocess
 from ._preprocess import fit_preprocess as fit_preprocess
 from ._views import ConcatRows as ConcatRows
 from ._views import Preprocessed as Preprocessed
+from ._values import INPUT_BOUNDS as INPUT_BOUNDS
+from ._values import input_bound as input_bound
 from ._views import SliceableRows as SliceableRows
 
-__all__ = ["ArraySource", "ConcatRows", "LAYOUTS", "Preprocess", "Preprocessed", "SUFFIXES",
-           "SliceableRows", "check_finite", "check_pair", "fingerprint", "fit_preprocess",
-           "load_labels", "open_array"]
+__all__ = ["ArraySource", "ConcatRows", "INPUT_BOUNDS", "LAYOUTS", "MAX_LABEL", "Preprocess",
+           "Preprocessed", "SUFFIXES", "SliceableRows", "check_finite", "check_pair",
+           "fingerprint", "fit_preprocess", "input_bound", "load_labels", "open_array"]

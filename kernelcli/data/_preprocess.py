@@ -21,22 +21,36 @@ training or test, with those training statistics.
 
 Memory: the fit holds one batch and the (d, d) float64 moment (75 MiB at
 d = 3072); ``apply`` holds its output and one batch.
+
+Nothing non-finite passes unnoticed: the fitted parameters must be finite (huge
+inputs can overflow the float64 sums of squares), every output batch of
+``apply`` is checked to be finite and within the kernel's input bound
+(:data:`~kernelcli.data._values.INPUT_BOUNDS`), and :meth:`Preprocess.output_bound`
+bounds the outputs without a pass over the data.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import zipfile
+import zlib
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
 
 from ..errors import DataError, UsageError
+from ._values import INPUT_BOUNDS
 
 KINDS = ("standardize", "zca")
 _VERSION = "kernelcli-preprocess-v1"
 _BATCH_BYTES = 64 * 2**20  # float64 bytes of one batch of rows
+# A channel whose training std is below this fraction of its mean is constant up
+# to the rounding of the mean (0.1 three times has a float64 "std" of 1e-17), and
+# is divided by 1 like an exactly constant one: dividing by the rounding noise
+# would blow any test value that differs from the constant up past every bound.
+_CONSTANT_STD = 1e-12
 
 
 def _batches(x, n_features: int):
@@ -75,22 +89,54 @@ class Preprocess:
     def n_features(self) -> int:
         return int(np.prod(self.feature_shape))
 
-    def apply(self, x, dtype=np.float64) -> np.ndarray:
-        """``x`` (m, *feature_shape) -> preprocessed array of the same shape, in ``dtype``."""
+    def apply(self, x, dtype=np.float64, *, where: str = "the preprocessed data",
+              row0: int = 0) -> np.ndarray:
+        """``x`` (m, *feature_shape) -> preprocessed array of the same shape, in ``dtype``.
+
+        Raises :class:`DataError` for an output row that is not finite or, for a float32
+        or float64 ``dtype``, exceeds the kernel's input bound; the message starts with
+        ``where`` and counts rows from ``row0``.
+        """
         shape = tuple(np.shape(x))
         if shape[1:] != self.feature_shape:
             raise DataError(f"examples of shape {shape[1:]} cannot be preprocessed with a "
                             f"preprocessing fitted on examples of shape {self.feature_shape}")
+        dtype = np.dtype(dtype)
+        bound = INPUT_BOUNDS.get(dtype.name, math.inf)
         out = np.empty(shape, dtype=dtype)
         for start, stop, rows in _batches(x, self.n_features):
             if self.kind == "standardize":
-                out[start:stop] = (rows - self.mean) / self.std
+                result = (rows - self.mean) / self.std
             else:
                 flat = rows.reshape(stop - start, -1)
                 if self.per_image:
                     flat = _layer_norm(flat)
-                out[start:stop] = (flat @ self.whitening).reshape(rows.shape)
+                result = (flat @ self.whitening).reshape(rows.shape)
+            mags = np.abs(result.reshape(stop - start, -1)).max(axis=1, initial=0.0)
+            over = ~(mags <= bound)  # NaN compares False: caught too
+            if over.any():
+                i = int(np.argmax(over))
+                raise DataError(f"{where}: row {row0 + start + i} after {self.kind} "
+                                f"preprocessing holds a value of magnitude {mags[i]:.4g}; "
+                                f"accepted for kernel.dtype {dtype.name}: finite, |x| <= "
+                                f"{bound:.0e} (a near-constant training channel or direction "
+                                "scales it up)")
+            out[start:stop] = result
         return out
+
+    def output_bound(self, max_abs: float) -> float:
+        """An upper bound of ``|apply(x)|`` over every ``x`` with ``|x| <= max_abs``,
+        without reading ``x``: ``(max_abs + max|mean|) / min(std)`` for ``standardize``;
+        for ``zca`` the largest column norm of the whitening times the rows' largest
+        L2 norm (1 after the per-image unit norm, else ``sqrt(d) * max_abs``)."""
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            if self.kind == "standardize":
+                bound = (max_abs + float(np.abs(self.mean).max())) / float(self.std.min())
+            else:
+                col = float(np.sqrt((self.whitening ** 2).sum(axis=0)).max())
+                norm = 1.0 if self.per_image else math.sqrt(self.n_features) * max_abs
+                bound = col * norm
+        return bound * (1 + 1e-6) if math.isfinite(bound) else math.inf
 
     def to_bytes(self) -> bytes:
         """The fitted preprocessing as ``.npz`` bytes (plain arrays, no pickle)."""
@@ -114,14 +160,36 @@ class Preprocess:
             with np.load(path, allow_pickle=False) as z:
                 get = lambda name: z[name] if name in z.files else None  # noqa: E731
                 reg = get("zca_reg")
-                return cls(kind=str(z["kind"]), feature_shape=tuple(int(v) for v in
-                                                                    z["feature_shape"]),
-                           mean=get("mean"), std=get("std"), whitening=get("whitening"),
-                           zca_reg=None if reg is None else float(reg),
-                           per_image=bool(z["per_image"]))
-        except (OSError, ValueError, KeyError) as exc:
-            raise DataError(f"{path}: cannot read the run's fitted preprocessing ({exc}); "
-                            "start the run afresh with --overwrite") from None
+                pp = cls(kind=str(z["kind"]), feature_shape=tuple(int(v) for v in
+                                                                  z["feature_shape"]),
+                         mean=get("mean"), std=get("std"), whitening=get("whitening"),
+                         zca_reg=None if reg is None else float(reg),
+                         per_image=bool(z["per_image"]))
+            problem = pp._problem()
+        except (OSError, ValueError, KeyError, TypeError, EOFError, RuntimeError,
+                zipfile.BadZipFile, zlib.error) as exc:
+            problem = " ".join(str(exc).split())[:200]
+        if problem:
+            raise DataError(f"{path}: cannot read the run's fitted preprocessing ({problem}); "
+                            "start the run afresh with --overwrite")
+        return pp
+
+    def _problem(self) -> Optional[str]:
+        """What makes this (read back) preprocessing unusable, or None."""
+        if self.kind not in KINDS:
+            return f"kind {self.kind!r}"
+        d = self.n_features
+        c = (self.feature_shape[-1],) if self.feature_shape else (0,)
+        want = {"standardize": {"mean": c, "std": c}, "zca": {"whitening": (d, d)}}[self.kind]
+        for name, shape in want.items():
+            a = getattr(self, name)
+            if a is None or a.shape != shape or a.dtype.kind != "f":
+                return f"{name} is not a float array of shape {shape}"
+            if not np.isfinite(a).all():
+                return f"{name} is not finite"
+        if self.kind == "standardize" and not (self.std > 0).all():
+            return "std is not positive"
+        return None
 
     def fingerprint(self) -> str:
         """sha256 hex digest of the kind, settings and fitted parameters (for the run's)."""
@@ -148,8 +216,19 @@ def _fit_standardize(x, n_features: int) -> Preprocess:
         m2 = m2 + b_m2 + delta**2 * count * r.shape[0] / total
         count = total
     std = np.sqrt(m2 / count)
+    _require_finite("standardize", mean=mean, std=std)
+    constant = std <= _CONSTANT_STD * np.abs(mean)
     return Preprocess("standardize", tuple(x.shape[1:]), mean=mean,
-                      std=np.where(std > 0, std, 1.0))
+                      std=np.where((std > 0) & ~constant, std, 1.0))
+
+
+def _require_finite(kind: str, **params) -> None:
+    """Huge (finite) training values can overflow the float64 sums of a fit."""
+    for name, a in params.items():
+        if not np.isfinite(a).all():
+            raise DataError(f"data.preprocess: fitting {kind} on the training rows (data.x1) "
+                            f"gives a non-finite {name}: their values are too large for "
+                            "float64 sums of squares; rescale the data")
 
 
 def _fit_zca(x, n_features: int, zca_reg: float, per_image: bool) -> Preprocess:
@@ -160,6 +239,7 @@ def _fit_zca(x, n_features: int, zca_reg: float, per_image: bool) -> Preprocess:
             flat = _layer_norm(flat)
         moment += flat.T @ flat
     moment /= x.shape[0]
+    _require_finite("zca", **{"second moment": moment})
     eps = zca_reg * np.trace(moment) / n_features
     s, u = np.linalg.eigh(moment + eps * np.eye(n_features))
     s, u = s[::-1], u[:, ::-1]  # descending, as the reference's SVD
@@ -170,6 +250,7 @@ def _fit_zca(x, n_features: int, zca_reg: float, per_image: bool) -> Preprocess:
     if x.shape[0] < n_features:
         inv_sqrt[x.shape[0]:] = 1.0
     whitening = (u * inv_sqrt) @ u.T
+    _require_finite("zca", whitening=whitening)
     return Preprocess("zca", tuple(x.shape[1:]), whitening=whitening, zca_reg=float(zca_reg),
                       per_image=per_image)
 
@@ -192,7 +273,8 @@ def fit_preprocess(x_train, kind: str, *, zca_reg: Optional[float] = None,
     if kind == "standardize":
         if zca_reg is not None:
             raise UsageError(f"zca_reg: {zca_reg!r} is only used with preprocess: zca")
-        return _fit_standardize(x_train, n_features)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked for, below
+            return _fit_standardize(x_train, n_features)
     try:
         reg = float(zca_reg)
     except (TypeError, ValueError):
@@ -200,4 +282,5 @@ def fit_preprocess(x_train, kind: str, *, zca_reg: Optional[float] = None,
     if not math.isfinite(reg) or reg <= 0 or isinstance(zca_reg, bool):
         raise UsageError(f"zca_reg: {zca_reg!r} is not accepted; preprocess: zca needs a "
                          "finite number > 0 (e.g. 0.1)")
-    return _fit_zca(x_train, n_features, reg, per_image)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _fit_zca(x_train, n_features, reg, per_image)

@@ -9,11 +9,16 @@ loaded on the first read.
 
 Values are only cast to the requested float dtype, never rescaled: uint8
 images in 0..255 arrive as floats in 0..255.
+
+Files are untrusted: the openers (``_readers``, ``_h5``) check headers against
+the bytes present and HDF5 storage against the files it reads from; a slice read
+that fails on a damaged file is a :class:`DataError` naming the rows; and
+:func:`check_finite` (``_values``) refuses non-finite values and magnitudes that
+would overflow the kernel.
 """
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
@@ -21,28 +26,22 @@ import h5py
 import numpy as np
 
 from ..errors import DataError
+from ._h5 import one_line
+from ._readers import H5_ERRORS, NPY_ERRORS, open_any
+from ._values import check_finite as check_finite  # re-exported: the check streams rows
+from ._values import where_of
 
 SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
 LAYOUTS = ("NHWC", "NCHW")
-_NUMERIC_KINDS = "biuf"  # bool, signed and unsigned integer, real float
 _ACCEPTED_RANKS = "rank 4 images (N, H, W, C) or rank 2 rows (N, D)"
+# A failed slice read of a damaged file (a corrupt chunk, a CRC error in a .npz
+# member, a short external file that lost its end after opening).
+_READ_ERRORS = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
 
 
 def _key_name(what: str) -> str:
     # data.x1's array name is `data.key`; data.x2's is `data.x2_key`.
     return "data.key" if what == "data.x1" else f"{what}_key"
-
-
-def _npy_header(fp) -> Tuple[Tuple[int, ...], bool, np.dtype]:
-    """(shape, fortran_order, dtype) from an open .npy stream, reading no data."""
-    version = np.lib.format.read_magic(fp)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(fp)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(fp)
-    # Version 3 (utf-8 field names) has no public header reader; it only
-    # matters for structured dtypes, which are rejected anyway.
-    raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
 
 
 class ArraySource:
@@ -95,7 +94,14 @@ class ArraySource:
         """Rows [start, stop) in the file's dtype, post-layout, C-contiguous."""
         if not 0 <= start <= stop <= self.n:
             raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n}) of {self.what}")
-        block = self._array()[start:stop]
+        if self._closed:
+            raise ValueError(f"{self.what}: {self.path} is closed")
+        try:
+            block = self._array()[start:stop]
+        except _READ_ERRORS as exc:
+            raise DataError(f"{self.what}: rows {start}..{stop - 1} of "
+                            f"{where_of(self.path, self.key)} cannot be read ({one_line(exc)}); "
+                            "the file is damaged or truncated") from None
         # h5py hands back a fresh array; a memmap or loaded .npz slice is a view
         # of the file's (possibly read-only) buffer, which callers must not share.
         fresh = isinstance(self._raw, h5py.Dataset)
@@ -177,102 +183,22 @@ def open_array(path: Path, key: Optional[str] = None, *, layout: str = "NHWC",
     if not path.is_file():
         raise DataError(f"{what}: {path} is not a file; give the path to a "
                         f"{', '.join(SUFFIXES)} file")
-    if suffix == ".npy":
-        if key is not None:
-            raise DataError(f"{key_name}: {key!r} is only used for .npz and .h5 files; "
-                            f"{path} is a .npy file holding one array: remove {key_name}")
-        opened = _open_npy(path, what)
-    elif suffix == ".npz":
-        opened = _open_npz(path, key, what, key_name)
-    else:
-        opened = _open_h5(path, key, what, key_name)
-    raw_shape, dtype, kwargs = opened
+    if suffix == ".npy" and key is not None:
+        raise DataError(f"{key_name}: {key!r} is only used for .npz and .h5 files; "
+                        f"{path} is a .npy file holding one array: remove {key_name}")
+    opened = open_any(path, key, what, key_name)
     try:
-        n = _validate(path, key, raw_shape, layout, limit, what)
+        n = _validate(path, key, opened.shape, layout, limit, what)
     except DataError:
-        if kwargs.get("closer"):
-            kwargs["closer"]()
+        opened.close()
         raise
     return ArraySource(path=path, key=key, what=what, layout=layout,
-                       raw_shape=raw_shape, dtype=dtype, n=n, **kwargs)
-
-
-def _open_npy(path: Path, what: str):
-    try:
-        with open(path, "rb") as fp:
-            shape, _, dtype = _npy_header(fp)
-        _check_dtype(path, None, dtype, what)
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{what}: {path} is not a readable .npy file ({exc})") from None
-    return tuple(shape), dtype, {"raw": arr}
-
-
-def _open_npz(path: Path, key: Optional[str], what: str, key_name: str):
-    try:
-        npz = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{what}: {path} is not a readable .npz file ({exc})") from None
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise DataError(f"{what}: {path} is not a readable .npz file (it holds a single .npy array)")
-    try:
-        _check_key(path, key, npz.files, key_name, ".npz", key in npz.files)
-        member = f"{key}.npy" if f"{key}.npy" in npz.zip.namelist() else key
-        with npz.zip.open(member) as fp:
-            shape, _, dtype = _npy_header(fp)
-        _check_dtype(path, key, dtype, what)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-        npz.close()
-        raise DataError(f"{what}: member {key!r} of {path} is not a readable array ({exc})") from None
-    except DataError:
-        npz.close()
-        raise
-    return tuple(shape), dtype, {"loader": lambda: npz[key], "closer": npz.close}
-
-
-def _open_h5(path: Path, key: Optional[str], what: str, key_name: str):
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise DataError(f"{what}: {path} is not a readable HDF5 file ({exc})") from None
-    try:
-        datasets = []
-        f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
-        _check_key(path, key, datasets, key_name, ".h5", key is not None and key in f)
-        dset = f[key]
-        if not isinstance(dset, h5py.Dataset):
-            raise DataError(f"{key_name}: {key!r} in {path} is a group, not a dataset; "
-                            f"datasets present: {', '.join(datasets) or '(none)'}")
-        _check_dtype(path, key, dset.dtype, what)
-        shape = tuple(dset.shape) if dset.shape is not None else ()
-    except DataError:
-        f.close()
-        raise
-    return shape, dset.dtype, {"raw": dset, "closer": f.close}
-
-
-def _check_key(path, key, present, key_name, kind, found) -> None:
-    listed = ", ".join(present) or "(none)"
-    if key is None:
-        raise DataError(f"{key_name}: not set, but {path} is a {kind} file that can hold several "
-                        f"arrays; set {key_name} to one of: {listed}")
-    if not found:
-        raise DataError(f"{key_name}: {key!r} not found in {path}; keys present: {listed}")
-
-
-def _check_dtype(path, key, dtype: np.dtype, what: str) -> None:
-    where = f"{path}" if key is None else f"{path} [{key!r}]"
-    if dtype.hasobject:
-        raise DataError(f"{what}: {where} holds Python objects (dtype object), which are not read "
-                        "for safety; accepted: a numeric array (bool, integer or float)")
-    if dtype.kind not in _NUMERIC_KINDS or dtype.fields is not None:
-        raise DataError(f"{what}: {where} has dtype {dtype}, which is not numeric; "
-                        "accepted: a numeric array (bool, integer or float)")
+                       raw_shape=opened.shape, dtype=opened.dtype, n=n, **opened.kwargs)
 
 
 def _validate(path, key, shape, layout, limit, what) -> int:
     """Check rank, sizes, layout and limit; return the number of rows used."""
-    where = f"{path}" if key is None else f"{path} [{key!r}]"
+    where = where_of(path, key)
     if len(shape) not in (2, 4):
         raise DataError(f"{what}: {where} holds an array of shape {shape} (rank {len(shape)}); "
                         f"accepted: {_ACCEPTED_RANKS}")
@@ -292,40 +218,6 @@ def _validate(path, key, shape, layout, limit, what) -> int:
         raise DataError(f"data.limit (={limit}) exceeds the {rows} rows of {what} {where}; "
                         f"use at most {rows}, or null for all rows")
     return int(limit)
-
-
-def check_finite(src: ArraySource, what: Optional[str] = None, batch: int = 1024,
-                 dtype=None) -> None:
-    """Raise :class:`DataError` naming the first row holding NaN or Inf.
-
-    Streams ``batch`` rows at a time. Integer and bool sources cannot hold
-    either and are skipped. With ``dtype`` (e.g. ``"float32"``) a finite value
-    that overflows to Inf when cast to it is an error too.
-    """
-    what = what or src.what
-    cast = _float_dtype(dtype) if dtype is not None else None
-    if src.dtype.kind != "f" and cast is None:
-        return
-    for start in range(0, src.n, batch):
-        block = src._read_raw(start, min(start + batch, src.n))
-        flat = block.reshape(block.shape[0], -1)
-        if src.dtype.kind == "f":
-            _raise_first_bad(flat, start, what, src.path, None)
-        if cast is not None:
-            with np.errstate(over="ignore"):
-                _raise_first_bad(flat.astype(cast), start, what, src.path, cast)
-
-
-def _raise_first_bad(flat: np.ndarray, start: int, what: str, path: Path, cast) -> None:
-    bad = ~np.isfinite(flat).all(axis=1)
-    if not bad.any():
-        return
-    i = int(np.argmax(bad))
-    if cast is not None:
-        raise DataError(f"{what}: row {start + i} of {path} has a value too large for {cast} "
-                        f"(largest {np.finfo(cast).max:.4g}); every value must fit kernel.dtype")
-    kind = "NaN" if np.isnan(flat[i]).any() else "Inf"
-    raise DataError(f"{what}: row {start + i} of {path} contains {kind}; every value must be finite")
 
 
 def check_pair(src1: ArraySource, src2: ArraySource) -> None:

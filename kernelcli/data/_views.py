@@ -73,7 +73,16 @@ class Preprocessed:
 
     def read(self, start: int, stop: int, dtype="float32") -> np.ndarray:
         rows = self.source.read(start, stop, dtype="float64")
-        return self.preprocess.apply(rows, dtype=np.dtype(dtype))
+        return self.preprocess.apply(rows, dtype=np.dtype(dtype), where=self._where(),
+                                     row0=start)
+
+    def _where(self) -> str:
+        """How output errors name the rows: ``data.test: path ['key']`` for a file."""
+        src = self.source
+        if not hasattr(src, "path"):
+            return "the preprocessed data"
+        key = f" [{src.key!r}]" if getattr(src, "key", None) is not None else ""
+        return f"{src.what}: {src.path}{key}"
 
     def close(self) -> None:
         self.source.close()

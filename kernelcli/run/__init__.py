@@ -5,6 +5,7 @@ from ._estimate import estimate
 from ._devices import configure_host_devices
 from ._executor import Progress
 from ._predict import predict
+from ._verify import VerifyReport, verify
 
 __all__ = ["assemble", "compute", "estimate", "load_run_config", "predict", "resume", "status",
-           "configure_host_devices", "Progress"]
+           "configure_host_devices", "Progress", "VerifyReport", "verify"]

@@ -14,14 +14,18 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .. import __version__
-from ..errors import ComputeError, RunDirError, UsageError
-from ..plan import assign, make_plan
+from ..errors import ComputeError, DamagedFileError, DiskFullError, RunDirError, UsageError
 from ..spec import OutputSpec, RunConfig, load_config, parse_config
 from ..spec._config import EXECUTORS
 from ..store import LABELS, RunStore, preprocess_name
 from ._executor import Progress, execute, interrupted_error
 from ._job import Job, config_fingerprint, prepare
-from ._shards import shard_blocks, shard_label
+from ._manifest import check_manifest, plan_from_manifest, result_attrs
+from ._shards import check_shard_count, shard_blocks, shard_label
+from ._status import shard_counts, status
+
+__all__ = ["assemble", "compute", "load_run_config", "plan_from_manifest", "result_attrs",
+           "resume", "status"]
 
 Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 
@@ -84,52 +88,100 @@ def _check_same_data(job: Job, manifest: dict, run_dir: Path) -> None:
                 f"--run-dir {run_dir} --overwrite` or another --run-dir")
 
 
-def result_attrs(manifest: dict) -> dict:
-    """The attributes of ``kernels.h5``, from the manifest alone, so that whichever
-    process assembles (any shard, ``kernelcli assemble``) writes the same file."""
-    return {
-        "config": manifest.get("config_text", ""),
-        "name": manifest.get("name", ""),
-        "kernelcli_version": __version__,
-        "data_fingerprint": json.dumps(manifest.get("data_fingerprints", {}), sort_keys=True),
-        "config_fingerprint": manifest.get("config_fingerprint", ""),
-    }
-
-
-def plan_from_manifest(manifest: dict, run_dir):
-    """The plan a manifest records (its blocks and batch; no jax, no data needed)."""
-    if "plan" not in manifest:
-        raise RunDirError(f"{run_dir}/manifest.json was not written by kernelcli (no plan)")
-    p = manifest["plan"]
-    return make_plan(p["n1"], p["n2"], symmetric=p["symmetric"], bytes_per_pair=1,
-                     fixed_bytes=0, budget_bytes=p["pair_batch"], kinds=p["kinds"],
-                     itemsize=8 if p["dtype"] == "float64" else 4, block=p["block"],
-                     pair_batch=p["pair_batch"], n_test=p.get("n_test", 0))
-
-
 def _assemble_if_complete(store: RunStore, plan) -> tuple[Optional[Path], int]:
     """Assemble ``kernels.h5`` when every tile exists: ``(path or None, tiles missing)``.
 
-    Safe when several processes do it at once: each writes its own temporary file
-    and renames it into place; the content is the same either way.
+    Every tile is verified first; those that fail are moved to ``quarantine/`` and
+    :class:`DamagedTiles` names them (a resume recomputes them). Safe when several
+    processes do it at once: each writes its own temporary file and renames it into
+    place; the content is the same either way.
     """
     done = store.done_keys()
     missing = sum(1 for b in plan.blocks if b.key not in done)
     if missing:
         return None, missing
     p = store.manifest["plan"]
+    damaged = store.damaged_tiles(plan.blocks, tuple(p["kinds"]))
+    if damaged:
+        raise DamagedTiles(store, damaged)
     path = store.assemble(plan.blocks, plan.n1, plan.n2, tuple(p["kinds"]), p["dtype"],
                           plan.symmetric, result_attrs(store.manifest), n_test=plan.n_test,
                           test_diagonal=bool(p.get("test_diagonal")))
     return path, 0
 
 
+class DamagedTiles(DamagedFileError):
+    """Tiles that failed verification, now in ``quarantine/``; ``blocks`` lists them."""
+
+    def __init__(self, store: RunStore, damaged):
+        self.blocks = [b for b, _ in damaged]
+        moved = [store.quarantine(store.tiles_dir / f"{b.key}.h5") for b in self.blocks]
+        first = str(damaged[0][1])
+        more = "" if len(damaged) == 1 else f" (and {len(damaged) - 1} more tiles)"
+        super().__init__(f"{first}{more}; moved to {moved[0].parent}/: "
+                         f"`kernelcli resume {store.run_dir}` computes it again")
+
+
+def _verified_result(store: RunStore) -> Optional[str]:
+    """The result's path when ``kernels.h5`` verifies; else ``None``, after moving a
+    result that fails (another run's, damaged) to ``quarantine/`` so it is rebuilt."""
+    if not store.finished:
+        return None
+    if store.result_problem() is None:
+        return str(store.result_path)
+    store.quarantine(store.result_path)
+    return None
+
+
 def _finish(job: Job, store: RunStore, progress, shard: Shard = None) -> dict:
-    """Compute this process's missing tiles, then assemble if the run is complete."""
+    """Compute this process's missing tiles, then assemble if the run is complete.
+
+    Tiles (or a test diagonal) that fail verification at assembly are in quarantine
+    by then: they are computed once more and assembly tried again.
+
+    A signal's requested stop (:mod:`kernelcli._interrupt`, checked at the executors'
+    safe points and before assembling) or a KeyboardInterrupt (a caller without the
+    CLI's handlers) ends it with :class:`~kernelcli.errors.Interrupted` (exit 128 +
+    signum) saying how to resume.
+    """
+    from .. import _interrupt
+    from ..errors import Interrupted
+
     blocks = shard_blocks(job.plan.blocks, shard)
+    todo, repaired = blocks, []
+    with _interrupt.where(store.run_dir, shard):
+        try:
+            _interrupt.check()
+            if shard is not None:
+                store.mark_shard(shard[0], shard[1], {
+                    "blocks": len(blocks), "pairs": sum(b.n_pairs for b in blocks)})
+            for attempt in (1, 2):
+                try:
+                    _execute(job, store, progress, todo, shard)
+                    _interrupt.check()
+                    path, missing = _assemble_if_complete(store, job.plan)
+                    break
+                except DamagedFileError as exc:
+                    if attempt == 2 or not store.run_dir.joinpath("quarantine").is_dir():
+                        raise
+                    # (the test diagonal has no blocks: begin() sees it missing)
+                    todo = list(getattr(exc, "blocks", []))
+                    repaired.append(str(exc))
+                except DiskFullError as exc:
+                    raise _disk_full(store, job.plan, exc, shard) from None
+        except Interrupted as exc:
+            raise interrupted_error(store.run_dir, shard, exc.signum) from None
+        except KeyboardInterrupt:
+            raise interrupted_error(store.run_dir, shard) from None
+    out = {"result": None if path is None else str(path), "already_finished": False,
+           "assembled": path is not None, "blocks_missing": missing,
+           "blocks_total": job.plan.blocks_total, "repaired": repaired}
     if shard is not None:
-        store.mark_shard(shard[0], shard[1], {
-            "blocks": len(blocks), "pairs": sum(b.n_pairs for b in blocks)})
+        out.update(shard=list(shard), shard_blocks=len(blocks))
+    return out
+
+
+def _execute(job: Job, store: RunStore, progress, blocks, shard: Shard) -> None:
     try:
         if job.cfg.compute.executor == "ray":
             from ._ray import execute_ray
@@ -139,13 +191,24 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard = None) -> dict:
             execute(job, store, progress, blocks=blocks)
     except KeyboardInterrupt:
         raise interrupted_error(store.run_dir, shard) from None
-    path, missing = _assemble_if_complete(store, job.plan)
-    out = {"result": None if path is None else str(path), "already_finished": False,
-           "assembled": path is not None, "blocks_missing": missing,
-           "blocks_total": job.plan.blocks_total}
-    if shard is not None:
-        out.update(shard=list(shard), shard_blocks=len(blocks))
-    return out
+
+
+def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskFullError:
+    """The disk-full error, saying how much the rest of the run needs and how to go on."""
+    from ..plan import format_size
+
+    done = store.done_keys()
+    itemsize = 8 if store.manifest["plan"]["dtype"] == "float64" else 4
+    per_value = itemsize * len(plan.kinds)
+    tiles = sum((b.r1 - b.r0) * (b.c1 - b.c0) * per_value + 4096
+                for b in plan.blocks if b.key not in done)
+    result = 0 if store.finished else (plan.n1 + plan.n_test) * plan.n2 * per_value
+    again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
+    return DiskFullError(
+        f"disk full while writing {exc.path}: the rest of the run needs about "
+        f"{format_size(tiles + result)} more in {store.run_dir} (tiles "
+        f"{format_size(tiles)}, kernels.h5 {format_size(result)}); free space, then "
+        f"`kernelcli resume {store.run_dir}{again}`", exc.path)
 
 
 def side_files(job: Job) -> dict:
@@ -184,8 +247,7 @@ def _check_joined(job: Job, manifest: dict, run_dir: Path) -> None:
             f"{run_dir} holds a run of a different configuration ({manifest.get('name')!r}), "
             f"just created by another process; every process of a job array must be given "
             f"the same configuration and data")
-    if "plan" not in manifest:
-        raise RunDirError(f"{run_dir}/manifest.json was not written by kernelcli (no plan)")
+    check_manifest(manifest, run_dir)
     _check_same_data(job, manifest, run_dir)
 
 
@@ -209,20 +271,28 @@ def compute(config_path, run_dir=None, overwrite: bool = False,
     existing = (run_dir / "manifest.json").exists() and not overwrite
     if existing:
         store = RunStore.open(run_dir)
-        manifest = store.manifest
+        manifest = check_manifest(store.manifest, run_dir)
+        check_recorded_config(store)
         if manifest.get("config_fingerprint") != config_fingerprint(cfg):
             raise RunDirError(
                 f"{run_dir} holds a run of a different configuration "
                 f"({manifest.get('name')!r}); continue that one with `kernelcli resume "
                 f"{run_dir}`, pick another --run-dir, or replace it with --overwrite")
         job = prepare(cfg, stored_plan=manifest["plan"], preprocess=stored_preprocess(store))
-        _check_same_data(job, manifest, run_dir)
-        if store.finished:
+        try:
+            _check_same_data(job, manifest, run_dir)
+            check_shard_count(shard, job.plan)
+            result = _verified_result(store)
+        except BaseException:
             job.inputs.close()
-            return {"result": str(store.result_path), "already_finished": True}
+            raise
+        if result is not None:
+            job.inputs.close()
+            return {"result": result, "already_finished": True}
     elif overwrite:
         job = prepare(cfg)
         try:
+            check_shard_count(shard, job.plan)
             store = RunStore(run_dir).create(job.manifest(), overwrite=True,
                                              side_files=side_files(job))
         except BaseException:
@@ -231,6 +301,7 @@ def compute(config_path, run_dir=None, overwrite: bool = False,
     else:
         job = prepare(cfg)
         try:
+            check_shard_count(shard, job.plan)
             store, created = RunStore(run_dir).create_or_join(job.manifest(),
                                                               side_files=side_files(job))
             if not created:  # another process (of a job array) was first: use its plan
@@ -247,12 +318,13 @@ def compute(config_path, run_dir=None, overwrite: bool = False,
                     job = prepare(cfg, stored_plan=store.manifest["plan"],
                                   fingerprints=fingerprints,
                                   preprocess=stored_preprocess(store))
+            result = _verified_result(store)
         except BaseException:
             job.inputs.close()
             raise
-        if store.finished:
+        if result is not None:
             job.inputs.close()
-            return {"result": str(store.result_path), "already_finished": True}
+            return {"result": result, "already_finished": True}
     try:
         out = _finish(job, store, progress, shard)
     finally:
@@ -264,16 +336,41 @@ def compute(config_path, run_dir=None, overwrite: bool = False,
 def load_run_config(run_dir) -> tuple[RunStore, RunConfig]:
     """The store of ``run_dir`` and the configuration its manifest recorded."""
     store = RunStore.open(run_dir)
-    m = store.manifest
-    if "config_text" not in m or "plan" not in m:
-        raise RunDirError(f"{run_dir}/manifest.json was not written by kernelcli "
-                          f"(no configuration recorded); it cannot be resumed")
-    base = Path(m.get("config_dir", "."))
+    check_manifest(store.manifest, run_dir)
+    return store, check_recorded_config(store)
+
+
+def recorded_config(store: RunStore) -> RunConfig:
+    """The configuration the (checked) manifest of ``store`` records, its paths as when
+    the run started (or next to the run, when config, data and run moved together)."""
+    m, run_dir = store.manifest, store.run_dir
+    recorded = Path(m.get("config_dir", "."))
+    bases = [recorded]
     moved = m.get("config_dir_from_run")
-    if moved is not None and (Path(run_dir) / moved).is_dir():
-        base = Path(os.path.normpath(Path(run_dir) / moved))
-    cfg = parse_config(m["config_text"], base_dir=base, source=base / "config.yaml")
-    return store, _with_run_dir(cfg, Path(run_dir))
+    if isinstance(moved, str) and (Path(run_dir) / moved).is_dir():
+        bases.insert(0, Path(os.path.normpath(Path(run_dir) / moved)))
+    try:
+        configs = [parse_config(m["config_text"], base_dir=b, source=b / "config.yaml")
+                   for b in bases]
+    except UsageError as exc:
+        raise DamagedFileError(f"{run_dir / 'manifest.json'}: its configuration is not valid "
+                               f"({exc})") from None
+    # where config, data and run moved together, the data is found next to the run;
+    # otherwise where the configuration was when the run started
+    cfg = next((c for c in configs if c.data.x1.exists()), configs[-1])
+    return _with_run_dir(cfg, Path(run_dir))
+
+
+def check_recorded_config(store: RunStore) -> RunConfig:
+    """The configuration of the manifest, which must have the fingerprint recorded beside
+    it (a manifest edited and given a fresh checksum is still refused)."""
+    cfg = recorded_config(store)
+    if config_fingerprint(cfg) != store.manifest["config_fingerprint"]:
+        raise DamagedFileError(f"{store.run_dir / 'manifest.json'}: the configuration it "
+                               f"records does not have the fingerprint it was recorded with; "
+                               f"start the run afresh with `kernelcli compute CONFIG "
+                               f"--overwrite`")
+    return cfg
 
 
 def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
@@ -286,11 +383,13 @@ def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
     store, cfg = load_run_config(run_dir)
     cfg = _with_executor(cfg, executor, address)
     _check_combination(cfg, shard)
-    if store.finished:
-        return {"result": str(store.result_path), "already_finished": True}
+    result = _verified_result(store)
+    if result is not None:
+        return {"result": result, "already_finished": True}
     job = prepare(cfg, stored_plan=store.manifest["plan"], preprocess=stored_preprocess(store))
     try:
         _check_same_data(job, store.manifest, Path(run_dir))
+        check_shard_count(shard, job.plan)
         out = _finish(job, store, progress, shard)
     finally:
         job.inputs.close()
@@ -305,13 +404,15 @@ def assemble(run_dir) -> dict:
     which shards, when the run is not complete.
     """
     store = RunStore.open(run_dir)
-    if store.finished:
-        return {"result": str(store.result_path), "already_finished": True}
     plan = plan_from_manifest(store.manifest, run_dir)
+    check_recorded_config(store)
+    result = _verified_result(store)
+    if result is not None:
+        return {"result": result, "already_finished": True}
     path, missing = _assemble_if_complete(store, plan)
     if path is None:
         where = ""
-        per_shard = _shard_counts(store, plan, None)
+        per_shard = shard_counts(store, plan, None)
         if per_shard is not None:
             short = [f"{r['index']}/{r['count']} lacks {r['blocks_total'] - r['blocks_done']}"
                      for r in per_shard["shards"] if not r["finished"]]
@@ -321,60 +422,3 @@ def assemble(run_dir) -> dict:
             f"are missing{where}; compute them with `kernelcli resume {run_dir}` (or rerun "
             f"the unfinished shards, `--shard I/N`), then assemble again")
     return {"result": str(path), "already_finished": False}
-
-
-def _shard_counts(store: RunStore, plan, shards: Optional[int]) -> Optional[dict]:
-    """Per-shard progress for a job array of ``shards`` processes (default: the N of the
-    newest ``shards/<I>of<N>.json`` marker); ``None`` when there is no job array."""
-    markers = store.shard_markers()
-    if shards is None:
-        if not markers:
-            return None
-        shards = markers[0]["count"]
-    started = {m["index"] for m in markers if m["count"] == shards}
-    done = store.done_keys()
-    rows = []
-    for index, part in enumerate(assign(plan.blocks, shards)):
-        blocks_done = sum(1 for b in part if b.key in done)
-        rows.append({
-            "index": index,
-            "count": shards,
-            "blocks_done": blocks_done,
-            "blocks_total": len(part),
-            "pairs_done": sum(b.n_pairs for b in part if b.key in done),
-            "pairs_total": sum(b.n_pairs for b in part),
-            "finished": blocks_done == len(part),
-            "started": index in started,
-        })
-    return {"count": shards, "shards": rows,
-            "counts_seen": sorted({m["count"] for m in markers})}
-
-
-def status(run_dir, shards: Optional[int] = None) -> dict:
-    """Progress of the run in ``run_dir`` from its tiles alone (no jax import), whatever
-    wrote them; per shard for a job array (``shards`` = N, else the N that the shard
-    processes recorded in ``shards/<I>of<N>.json``)."""
-    if shards is not None and (isinstance(shards, bool) or int(shards) < 1):
-        raise UsageError(f"--shards: {shards!r} is not a process count; expected a "
-                         f"positive integer")
-    store = RunStore.open(run_dir)
-    m = store.manifest
-    plan = plan_from_manifest(m, run_dir)
-    done = store.done_keys()
-    pairs_done = sum(b.n_pairs for b in plan.blocks if b.key in done)
-    out = {
-        "run_dir": str(store.run_dir),
-        "name": m.get("name"),
-        "pairs_done": pairs_done,
-        "pairs_total": plan.pairs_total,
-        "blocks_done": len(done & {b.key for b in plan.blocks}),
-        "blocks_total": plan.blocks_total,
-        "finished": store.finished,
-        "result": str(store.result_path) if store.finished else None,
-    }
-    per_shard = _shard_counts(store, plan, None if shards is None else int(shards))
-    if per_shard is not None:
-        out["shard_count"] = per_shard["count"]
-        out["shards"] = per_shard["shards"]
-        out["shard_counts_seen"] = per_shard["counts_seen"]
-    return out

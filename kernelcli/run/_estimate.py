@@ -1,4 +1,8 @@
-"""``estimate``: the plan of a run, its memory and (optionally) its time, before it runs."""
+"""``estimate``: the plan of a run, its memory and (optionally) its time, before it runs.
+
+A stop requested by a signal (:mod:`kernelcli._interrupt`) is honoured before and after
+each compilation: :class:`~kernelcli.errors.Interrupted`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import resource
 import time
 from typing import Optional
 
+from .. import _interrupt
 from ..errors import UsageError
 from ..spec import load_config
 from ._job import Job, prepare
@@ -35,6 +40,7 @@ def estimate(config_path, run_time: bool = False, workers: Optional[int] = None)
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise UsageError(f"--workers: {workers!r} is not a worker count; expected a "
                          f"positive integer")
+    _interrupt.check()
     cfg = load_config(config_path)
     job = prepare(cfg, fit_preprocess=False)
     try:
@@ -55,7 +61,9 @@ def estimate(config_path, run_time: bool = False, workers: Optional[int] = None)
         # it frees stays with the process (malloc keeps it), so it adds up.
         from ._executor import STATS_ROWS
         stats_rows = min(STATS_ROWS, plan.n1, max(job.kfn.chunk, 1) * 8)
+        _interrupt.check()
         out["stats_peak_bytes"] = job.kfn.compiled_stats_memory(stats_rows)
+        _interrupt.check()
         baseline = _rss_bytes()
         out["process_peak_bytes_estimate"] = (baseline + job.stats_bytes
                                               + out["stats_peak_bytes"]
@@ -104,19 +112,25 @@ def _time_one_batch(job: Job) -> dict:
     edge = plan.block
     x1 = _pad_rows(job.inputs.rows.read(block.r0, block.r1, dtype=kfn.dtype), edge)
     x2 = _pad_rows(job.inputs.columns.read(block.c0, block.c1, dtype=kfn.dtype), edge)
+    _interrupt.check()
     s1 = kfn.stats(x1)
+    _interrupt.check()
     s2 = kfn.stats(x2)
+    _interrupt.check()
     i, j = block.local_pairs()
     # A full batch when it is short; else a few chunks, to keep `estimate` quick.
     n = min(plan.pair_batch, max(4 * kfn.chunk, 64))
     i = np.resize(i, n)
     j = np.resize(j, n)
-    kfn.pairs(x1, s1, x2, s2, i, j)  # compile
+    for v in kfn.pairs(x1, s1, x2, s2, i, j).values():  # compile
+        v.block_until_ready()
+    _interrupt.check()
     t = time.perf_counter()
     res = kfn.pairs(x1, s1, x2, s2, i, j)
     for v in res.values():
         v.block_until_ready()
     per_batch = time.perf_counter() - t
+    _interrupt.check()
     per_pair = per_batch / n
     # All devices work in parallel; the per-input pass costs one pair per input.
     n_inputs = plan.n1 + plan.n_test + (0 if plan.symmetric else plan.n2)

@@ -17,6 +17,7 @@ ran it. ``execute`` takes a subset of the blocks for a job array's shard.
 from __future__ import annotations
 
 import queue
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -24,8 +25,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..errors import ComputeError
+from .. import _interrupt
+from ..errors import Interrupted
 from ..store import RunStore
+from ._checks import check_diagonal, check_tile
 from ._job import Job
 
 
@@ -71,9 +74,12 @@ def concat_stats(kfn, parts):
 
 
 def _stats_for(job: Job, src, batch_rows: int = STATS_ROWS):
-    """Per-input variances of every row of ``src``, streamed by slices."""
-    parts = [stats_of_slice(job.kfn, src.read(s, e, dtype=job.kfn.dtype), job.devices)
-             for s, e in stats_slices(src.n, batch_rows)]
+    """Per-input variances of every row of ``src``, streamed by slices (a requested stop
+    is honoured between slices)."""
+    parts = []
+    for s, e in stats_slices(src.n, batch_rows):
+        _interrupt.check()
+        parts.append(stats_of_slice(job.kfn, src.read(s, e, dtype=job.kfn.dtype), job.devices))
     return concat_stats(job.kfn, parts)
 
 
@@ -132,7 +138,12 @@ def evaluate_pairs(kfn, pair_batch: int, bi: BlockInput, devices,
     """Values of the pairs ``bi.i, bi.j`` (kind -> 1-d array), in batches of
     ``pair_batch`` (the last padded), one thread per device taking batches from a
     queue (XLA releases the GIL while it computes). Batch ``k`` is always pairs
-    ``[k*pair_batch, (k+1)*pair_batch)``, whichever device evaluates it."""
+    ``[k*pair_batch, (k+1)*pair_batch)``, whichever device evaluates it.
+
+    A stop requested by a signal (:mod:`kernelcli._interrupt`) is honoured between
+    batches: the threads take no new batch, the calling thread waits until each has
+    finished the one it is in (no thread is left inside XLA), then raises
+    :class:`~kernelcli.errors.Interrupted`."""
     import jax
 
     i, j, pb = bi.i, bi.j, pair_batch
@@ -151,7 +162,7 @@ def evaluate_pairs(kfn, pair_batch: int, bi: BlockInput, devices,
             put = lambda a: jax.device_put(a, dev)  # noqa: E731
             args = (put(bi.x1), tuple(map(put, bi.s1.variances)),
                     put(bi.x2), tuple(map(put, bi.s2.variances)))
-            while not errors and not stopped:
+            while not errors and not stopped and _interrupt.requested() is None:
                 try:
                     s = todo.get_nowait()
                 except queue.Empty:
@@ -165,7 +176,7 @@ def evaluate_pairs(kfn, pair_batch: int, bi: BlockInput, devices,
                     out[k][s:s + m] = np.asarray(got[k])[:m]
                 if on_batch is not None:
                     with lock:
-                        if not stopped:
+                        if not stopped and _interrupt.requested() is None:
                             on_batch(m)
         except BaseException as exc:  # surfaced in the calling thread
             errors.append(exc)
@@ -180,10 +191,11 @@ def evaluate_pairs(kfn, pair_batch: int, bi: BlockInput, devices,
             t.start()  # a signal can arrive while start() waits for the thread
         for t in threads:
             while t.is_alive():
-                t.join(0.2)  # short waits keep the main thread responsive to Ctrl-C
+                t.join(0.2)  # a requested stop: each thread ends after its batch
     except BaseException:
-        # Ctrl-C / SIGTERM: let each thread finish the batch it is in, unreported, and
-        # wait for it: no progress line follows the caller's error message, and no
+        # KeyboardInterrupt (a caller without kernelcli's handlers: a notebook), or an
+        # error in this thread: let each thread finish the batch it is in, unreported,
+        # and wait for it: no progress line follows the caller's error message, and no
         # thread is still inside XLA when the interpreter exits (that aborts the
         # process). A second Ctrl-C stops the wait.
         with lock:
@@ -195,6 +207,7 @@ def evaluate_pairs(kfn, pair_batch: int, bi: BlockInput, devices,
         raise
     if errors:
         raise errors[0]
+    _interrupt.check()  # every thread is joined: safe to leave
     return out
 
 
@@ -287,12 +300,14 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
     write_test_diagonal(job, store, s1)
     edge = plan.block
     for block in pending:
+        _interrupt.check()
         if store.has(block):  # another process wrote it meanwhile
             tally.block_done(block.n_pairs, computed=False)
             continue
         t0 = time.perf_counter()
         bi = block_input(kfn, rows, columns, s1, s2, block, edge)
         tile = compute_tile(kfn, plan.pair_batch, bi, job.devices, tally.pairs)
+        check_tile(block, tile)
         store.write_tile(block, tile)
         evaluated = bi.n_evaluated
         del tile, bi
@@ -313,10 +328,13 @@ def write_test_diagonal(job: Job, store: RunStore, s1) -> None:
     over ``rows`` (``s1``), once: before any test tile, so a finished run has it."""
     if needs_test_diagonal(job, store):
         n1 = job.plan.n1
-        store.write_test_diagonal({k: np.asarray(s1.diag[k][n1:]) for k in job.kfn.kinds})
+        diag = {k: np.asarray(s1.diag[k][n1:]) for k in job.kfn.kinds}
+        check_diagonal(diag, n1, "the test set's self-kernels")
+        store.write_test_diagonal(diag)
 
 
-def interrupted_error(run_dir, shard=None) -> ComputeError:
-    again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
-    return ComputeError(f"interrupted; completed tiles are kept: continue with "
-                        f"`kernelcli resume {run_dir}{again}`")
+def interrupted_error(run_dir, shard=None, signum: int = signal.SIGINT) -> Interrupted:
+    """The error of a run that a signal (or Ctrl-C's KeyboardInterrupt) stopped:
+    "interrupted (SIGINT); completed tiles are kept: continue with `kernelcli resume
+    RUN_DIR`", exit status 128 + ``signum``."""
+    return Interrupted(_interrupt.message(signum, run_dir, shard), signum)

@@ -20,8 +20,8 @@ from typing import Optional
 import numpy as np
 
 from ..data import (ArraySource, ConcatRows, Preprocess, Preprocessed, SliceableRows,
-                    check_finite, check_pair, fingerprint, fit_preprocess, load_labels,
-                    open_array)
+                    check_finite, check_pair, fingerprint, fit_preprocess, input_bound,
+                    load_labels, open_array)
 from ..spec import RunConfig, check_architecture
 
 
@@ -99,7 +99,10 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
                 preprocess: Optional[Preprocess] = None, fit: bool = True) -> Inputs:
     """Open ``data.x1`` (and ``data.x2`` or ``data.test``, and the labels), check
     shapes against the architecture and, with ``check_values``, that every value is
-    finite in ``kernel.dtype``.
+    finite and small enough not to overflow the kernel in ``kernel.dtype``
+    (:data:`~kernelcli.data.INPUT_BOUNDS`). With ``data.preprocess`` the raw values
+    are computed on in float64 (so that is their bound) and the preprocessed values
+    are what must fit ``kernel.dtype``.
 
     ``data.preprocess``: ``preprocess`` (a fitted one, e.g. read back from a run
     directory) is used as given; otherwise, with ``fit``, it is fitted on ``x1``.
@@ -121,9 +124,11 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
             opened.append(test)
             check_pair(x1, test)
         check_architecture(cfg.architecture, x1.example_shape)
+        largest = {}
         if check_values:
+            raw_dtype = "float64" if d.preprocess is not None else cfg.kernel.dtype
             for src in opened:
-                check_finite(src, dtype=cfg.kernel.dtype)
+                largest[src.what] = check_finite(src, dtype=raw_dtype)
         labels = test_labels = None
         if d.has_labels:
             labels = load_labels(d.labels or d.x1, d.labels_key, limit=d.limit, n=x1.n,
@@ -138,6 +143,9 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
             preprocess = fit_preprocess(SliceableRows(x1), p.kind,
                                         zca_reg=p.zca_reg if p.kind == "zca" else None,
                                         per_image=p.per_image)
+        if check_values and preprocess is not None:
+            for src in opened:
+                check_preprocessed(src, preprocess, largest[src.what], cfg.kernel.dtype)
     except BaseException:
         for src in opened:
             src.close()
@@ -154,3 +162,20 @@ def check_preprocess_file(path: Path, expected: str) -> Preprocess:
         raise RunDirError(f"{path} does not hold the preprocessing this run was fitted with "
                           f"(fingerprint differs); start afresh with --overwrite")
     return pp
+
+
+_CHECK_BATCH_BYTES = 64 * 2**20
+
+
+def check_preprocessed(src: ArraySource, preprocess: Preprocess, largest: float,
+                       dtype: str) -> None:
+    """The preprocessed rows of ``src`` must fit ``dtype``'s input bound. The bound of
+    the outputs from the largest raw magnitude usually settles it at no cost; only
+    when it does not are the rows streamed through the preprocessing (which then
+    names the first row too large)."""
+    if preprocess.output_bound(largest) <= input_bound(dtype):
+        return
+    view = Preprocessed(src, preprocess)
+    step = max(1, _CHECK_BATCH_BYTES // (8 * max(1, int(np.prod(src.example_shape)))))
+    for start in range(0, src.n, step):
+        view.read(start, min(start + step, src.n), dtype=dtype)

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .. import __version__
+from .. import __version__, _interrupt
 from ..plan import Plan, auto_budget, available_ram_bytes, make_plan
 from ..spec import RunConfig
 from ._devices import local_devices
 from ._inputs import Inputs, open_inputs
+from ._manifest import FORMAT as MANIFEST_FORMAT
 
 
 
@@ -46,7 +47,7 @@ class Job:
 
     def manifest(self) -> dict:
         return {
-            "format": 1,
+            "format": MANIFEST_FORMAT,
             "kernelcli_version": __version__,
             "name": self.cfg.name,
             "config_text": self.cfg.text,
@@ -108,11 +109,17 @@ def memory_model(kfn, rows: int, cols: int, batch: int) -> tuple[int, int]:
     """``(bytes_per_pair, fixed_bytes)`` of one kernel call, from XLA's analysis of
     the compiled program at ``batch`` pairs and at half of it: exact at ``batch``
     (the plan's peak) and a conservative line below it (memory is flat above a
-    chunk, so a smaller batch that a tight budget forces needs at most that)."""
+    chunk, so a smaller batch that a tight budget forces needs at most that).
+
+    Each is a compilation: a requested stop (:mod:`kernelcli._interrupt`) is honoured
+    before and after each."""
     p2 = max(2, batch)
     p1 = p2 // 2
+    _interrupt.check()
     m1 = kfn.compiled_memory(rows, cols, p1)
+    _interrupt.check()
     m2 = kfn.compiled_memory(rows, cols, p2)
+    _interrupt.check()
     per_pair = max(1, -(-(m2 - m1) // (p2 - p1)))
     return per_pair, max(0, m1 - p1 * per_pair)
 
@@ -157,14 +164,27 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
     a resumed run evaluates exactly the batches an uninterrupted one would.
     ``preprocess``: the fitted preprocessing of an existing run (never refitted);
     else it is fitted on ``x1`` unless ``fit_preprocess`` is false (``estimate``).
+
+    A stop requested by a signal is honoured between the steps (loading, compiling,
+    fingerprinting): :class:`~kernelcli.errors.Interrupted`, naming the run directory
+    when the run exists already (``stored_plan``).
     """
+    with _interrupt.where(cfg.output.run_dir if stored_plan is not None else None):
+        return _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess)
+
+
+def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess) -> Job:
+    _interrupt.check()
     from ..kernels import build_kernel_fn  # jax is only imported once the config is sound
 
+    _interrupt.check()
     inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess)
     try:
+        _interrupt.check()
         devices = local_devices(cfg.compute.devices)
         kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
                               cfg.kernel.kinds, cfg.kernel.dtype)
+        _interrupt.check()
         symmetric = inputs.symmetric
         if stored_plan is None:
             block = cfg.compute.block or auto_block(kfn, cfg, max(inputs.n1, inputs.n2))
@@ -185,8 +205,10 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
                          devices=len(devices),
                          untiled_bytes_per_pair=kfn.cov_elements * kfn.dtype.itemsize,
                          n_test=inputs.n_test)
+        _interrupt.check()
         if fingerprints is None:
             fingerprints = inputs.fingerprints()
+        _interrupt.check()
     except BaseException:
         inputs.close()
         raise

@@ -25,13 +25,12 @@ from typing import Iterable, Optional
 import h5py
 import numpy as np
 
-from ..errors import RunDirError, UsageError
+from ..errors import DamagedFileError, RunDirError, UsageError
 from ..predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
                        accuracy, check_ridges, choose_solver, cholesky_factor, load_kernel,
                        mse, one_hot, solve_cg_ridges, solve_memory_bytes)
 from ..predict._cholesky import back_substitution, forward_substitution
-from ..store import PREDICTIONS, RunStore
-from ..store._atomic import atomic_path
+from ..store import PREDICTIONS, RunStore, h5_written_whole
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
 _VAR_ROWS = 1024  # test rows per block of the variance computation
@@ -41,6 +40,10 @@ def _check_run(store: RunStore, run_dir) -> tuple:
     if not store.finished:
         raise RunDirError(f"{run_dir} has no kernels.h5 yet: the run is not finished; "
                           f"complete it with `kernelcli resume {run_dir}`, then predict")
+    problem = store.result_problem()
+    if problem is not None:
+        raise DamagedFileError(f"{store.result_path} does not verify: {problem}; "
+                               f"`kernelcli resume {run_dir}` rebuilds it, then predict")
     with h5py.File(store.result_path, "r") as f:
         names = set(f.keys())
         labels = f["labels"][...] if "labels" in f else None
@@ -165,32 +168,31 @@ def _write(path: Path, solved: dict, ridges, rows, solver: str) -> Path:
     """``predictions.h5``: per kind ``<kind>/mean`` (R, m, C), ``<kind>/variance``
     (R, m) when computed, ``<kind>/accuracy`` and ``<kind>/mse`` (R,); NaN where a
     ridge failed. Attributes: ``ridges``, ``solver``, ``ridge_convention``."""
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["ridges"] = np.asarray(ridges, dtype=np.float64)
-            f.attrs["solver"] = solver
-            f.attrs["ridge_convention"] = "ridge * trace(K) / n added to the diagonal"
-            for kind, per_ridge in solved.items():
-                shape = next((r["mean"].shape for r in per_ridge.values() if "mean" in r),
-                             None)
-                g = f.create_group(kind)
-                if shape is None:  # every ridge failed for this kind
-                    continue
-                mean = np.full((len(ridges),) + shape, np.nan)
-                var = np.full((len(ridges), shape[0]), np.nan)
-                has_var = False
-                for i, ridge in enumerate(ridges):
-                    res = per_ridge[ridge]
-                    if "mean" in res:
-                        mean[i] = res["mean"]
-                        if res["variance"] is not None:
-                            var[i], has_var = res["variance"], True
-                g.create_dataset("mean", data=mean)
-                if has_var:
-                    g.create_dataset("variance", data=var)
-                for metric in ("accuracy", "mse"):
-                    vals = [r[metric] for r in rows if r["kind"] == kind]
-                    if any(v is not None for v in vals):
-                        g.create_dataset(metric, data=np.asarray(
-                            [math.nan if v is None else v for v in vals]))
+    with h5_written_whole(path) as f:
+        f.attrs["ridges"] = np.asarray(ridges, dtype=np.float64)
+        f.attrs["solver"] = solver
+        f.attrs["ridge_convention"] = "ridge * trace(K) / n added to the diagonal"
+        for kind, per_ridge in solved.items():
+            shape = next((r["mean"].shape for r in per_ridge.values() if "mean" in r),
+                         None)
+            g = f.create_group(kind)
+            if shape is None:  # every ridge failed for this kind
+                continue
+            mean = np.full((len(ridges),) + shape, np.nan)
+            var = np.full((len(ridges), shape[0]), np.nan)
+            has_var = False
+            for i, ridge in enumerate(ridges):
+                res = per_ridge[ridge]
+                if "mean" in res:
+                    mean[i] = res["mean"]
+                    if res["variance"] is not None:
+                        var[i], has_var = res["variance"], True
+            g.create_dataset("mean", data=mean)
+            if has_var:
+                g.create_dataset("variance", data=var)
+            for metric in ("accuracy", "mse"):
+                vals = [r[metric] for r in rows if r["kind"] == kind]
+                if any(v is not None for v in vals):
+                    g.create_dataset(metric, data=np.asarray(
+                        [math.nan if v is None else v for v in vals]))
     return path

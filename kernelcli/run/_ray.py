@@ -13,13 +13,22 @@ task runs :func:`compute_tile`, the local executor's own per-block computation,
 on the same padded inputs and pair batches. A task asks for one GPU when the
 cluster has GPUs, else one CPU; a task whose worker dies, or that raises, is
 retried (``max_retries``).
+
+SIGINT / SIGTERM (:mod:`kernelcli._interrupt`): the driver's wait loops check for a
+requested stop every half second; on a stop the tasks in flight are cancelled, Ray is
+shut down (when this call started it) and :class:`~kernelcli.errors.Interrupted` is
+raised. ``ray.init`` installs a SIGTERM handler of its own in the driver (one that
+raises ``SystemExit`` anywhere); the caller's handler is put back right after it.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from typing import Callable, Optional
 
+from .. import _interrupt
 from ..errors import ComputeError, ConfigError
 from ..store import RunStore
 from ._executor import (Progress, begin, block_input, compute_tile, concat_stats,
@@ -86,12 +95,19 @@ def _connect(ray, address: Optional[str]) -> bool:
     kwargs = dict(logging_level=logging.ERROR, log_to_driver=False)
     if address is None:
         kwargs["include_dashboard"] = False
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
     try:
         ray.init(address=address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "RAY_ADDRESS / a new local instance"
         raise ComputeError(f"cannot connect to the Ray cluster at {where} "
                            f"(compute.address / --address): {_describe(exc)}") from None
+    finally:
+        # ray.init replaces the driver's SIGTERM handler with one that raises SystemExit
+        # at any bytecode; this library installs no handlers, so the caller's stays.
+        if main and before is not None and signal.getsignal(signal.SIGTERM) is not before:
+            signal.signal(signal.SIGTERM, before)
     return True
 
 
@@ -118,8 +134,10 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
         spec_ref = ray.put(spec)
 
         def stats(src):
-            refs = [stats_remote.remote(spec_ref, src.read(s, e, dtype=kfn.dtype))
-                    for s, e in stats_slices(src.n)]
+            refs = []
+            for s, e in stats_slices(src.n):
+                _interrupt.check()
+                refs.append(stats_remote.remote(spec_ref, src.read(s, e, dtype=kfn.dtype)))
             inflight.update({r: None for r in refs})
             parts = _get_all(ray, refs)
             for r in refs:
@@ -135,6 +153,7 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
 
         def submit():
             while len(inflight) < window:
+                _interrupt.check()
                 block = next(todo, None)
                 if block is None:
                     return
@@ -146,6 +165,7 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
 
         submit()
         while inflight:
+            _interrupt.check()
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
             for ref in ready:
                 block = inflight.pop(ref)
@@ -166,9 +186,10 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
 
 
 def _get_all(ray, refs):
-    """``ray.get`` that stays responsive to Ctrl-C and names a failed task's cause."""
+    """``ray.get`` that stays responsive to a stop and names a failed task's cause."""
     pending = list(refs)
     while True:
+        _interrupt.check()
         ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
         if not pending:
             break

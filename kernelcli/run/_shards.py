@@ -14,7 +14,7 @@ from typing import Optional
 from ..errors import UsageError
 from ..plan import assign
 
-_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_SHARD = re.compile(r"^\s*(\d{1,12})\s*/\s*(\d{1,12})\s*$")  # bounded: no 10**20 shards
 
 
 def parse_shard(text) -> tuple[int, int]:
@@ -31,6 +31,19 @@ def parse_shard(text) -> tuple[int, int]:
         raise UsageError(f"--shard: {text!r} has I = {index}, which is not below N = {count} "
                          f"(I counts from 0); {expected}")
     return index, count
+
+
+def check_shard_count(shard: Optional[tuple[int, int]], plan, option: str = "--shard") -> None:
+    """A job array may not have more processes than the plan has blocks (each process
+    gets whole blocks, so the rest would idle); refused before anything is written."""
+    if shard is None:
+        return
+    count = shard[1]
+    if count > plan.blocks_total:
+        label = f"{shard[0]}/{count}" if option == "--shard" else str(count)
+        raise UsageError(f"{option}: {label} asks for {count:,} processes but the run has "
+                         f"{plan.blocks_total:,} blocks; expected at most {plan.blocks_total:,} "
+                         f"(a smaller compute.block gives more blocks)")
 
 
 def shard_blocks(blocks, shard: Optional[tuple[int, int]]) -> list:

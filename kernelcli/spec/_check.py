@@ -24,6 +24,7 @@ from typing import List, Sequence, Tuple
 
 from ..errors import ConfigError
 from ._config import Architecture
+from ._fields import short_path
 from ._layers import (AFFINE, NONLINEARITIES, ABRelu, AvgPool, Conv, Dense, Erf, Flatten,
                       Gelu, GlobalAvgPool, Identity, Layer, LayerNorm, Relu, Residual)
 
@@ -62,7 +63,7 @@ class _State:
 
 
 def _label(layer: Layer) -> str:
-    return layer.where or _NAMES[type(layer)]
+    return short_path(layer.where) if layer.where else _NAMES[type(layer)]
 
 
 def _name(layer: Layer) -> str:

@@ -10,6 +10,12 @@ does not depend on the directory it was started from.
 Whether the layers fit the data (shapes) and obey the order rules is checked
 separately by :func:`kernelcli.spec.check_architecture`, once the input shape
 is known.
+
+Hostile text is refused before any of that (see :mod:`._yaml`: size, nesting,
+aliases, duplicate keys), and every number has a bound: ``data.limit`` and
+``data.test_limit`` 1..2**40 rows, ``compute.block`` 1..2**20, ``compute.devices``
+1..4096, ``compute.memory`` at most 2**60 bytes, ``zca_reg`` in (0, 10**6]; the
+layers' bounds are in :mod:`._parse_layers`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from ._config import (DTYPES, EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS, PREP
                       PreprocessSpec, RunConfig)
 from ._parse_layers import parse_layers
 from ._sizes import parse_size
+from ._yaml import MAX_CHARS, read_yaml
 
 SECTIONS = ("name", "data", "architecture", "kernel", "compute", "output")
 _KEYS = {
@@ -39,6 +46,12 @@ _KEYS = {
 }
 _DEFAULT_NAME = "run"  # only when the text has no file to take a name from
 
+MAX_ROWS = 2 ** 40        # data.limit, data.test_limit
+MAX_BLOCK = 2 ** 20       # compute.block: a tile edge; a 2**20-square float32 tile is 4 TiB
+MAX_DEVICES = 4096        # compute.devices
+MAX_ZCA_REG = 1e6         # relative to the mean eigenvalue: beyond this zca is a scaling
+MAX_NAME = 255            # the default run directory is runs/<name>: one file name
+
 
 def load_config(path: Union[str, Path]) -> RunConfig:
     """Read and validate the YAML run configuration at ``path``.
@@ -48,7 +61,13 @@ def load_config(path: Union[str, Path]) -> RunConfig:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CHARS + 1)  # never the whole of a huge (or endless) file
+        if len(raw) > MAX_CHARS:
+            raise ConfigError(f"{path}: is larger than {MAX_CHARS // 1024} KiB; expected a "
+                              f"YAML configuration file of at most {MAX_CHARS // 1024} KiB")
+        # As read_text() reads it: universal newlines, so `text` is what was stored before.
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such configuration file") from None
     except IsADirectoryError:
@@ -59,6 +78,8 @@ def load_config(path: Union[str, Path]) -> RunConfig:
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the configuration file: "
                           f"{e.strerror or e}") from None
+    except ValueError:  # a NUL in the path: no file can have that name
+        raise ConfigError(f"{f.show(str(path))}: no such configuration file") from None
     absolute = path.absolute()
     return parse_config(text, base_dir=absolute.parent, source=absolute)
 
@@ -73,11 +94,9 @@ def parse_config(text: str, base_dir: Path, source: Optional[Path] = None) -> Ru
     source = Path(source) if source is not None else None
     label = source.name if source is not None else "configuration"
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
+        return _build(read_yaml(text), text, Path(base_dir), source)
+    except yaml.YAMLError as e:  # only read_yaml raises these
         raise ConfigError(f"{label}: not valid YAML{_yaml_where(e)}") from None
-    try:
-        return _build(doc, text, Path(base_dir), source)
     except ConfigError as e:
         if source is None:
             raise
@@ -87,7 +106,16 @@ def parse_config(text: str, base_dir: Path, source: Optional[Path] = None) -> Ru
 def _yaml_where(error: yaml.YAMLError) -> str:
     """`` (line 3, column 7): mapping values are not allowed here``, on one line."""
     mark = getattr(error, "problem_mark", None)
-    problem = " ".join((getattr(error, "problem", None) or str(error)).split())
+    problem = getattr(error, "problem", None) or str(error)
+    context = getattr(error, "context", None)
+    first = getattr(error, "context_mark", None)
+    if context and problem == "second occurrence" and first is not None:  # duplicate anchor
+        problem = f"{context.split(';')[0]}, first on line {first.line + 1}"
+    elif context and problem.startswith("but "):  # a half sentence without its context
+        problem = f"{context} {problem}"
+    problem = " ".join(problem.split())
+    if len(problem) > 200:  # a tag or anchor can be as long as the text
+        problem = problem[:197] + "..."
     if mark is None:
         return f": {problem}"
     return f" (line {mark.line + 1}, column {mark.column + 1}): {problem}"
@@ -108,10 +136,7 @@ def _build(doc: Any, text: str, base_dir: Path, source: Optional[Path]) -> RunCo
                           f"the sections {', '.join(SECTIONS)}")
     f.check_keys(doc, "", SECTIONS, noun="section")
 
-    default_name = source.stem if source is not None else _DEFAULT_NAME
-    # `name:` left empty (null) means the default, as for a whole absent key.
-    raw_name = doc.get("name")
-    name = default_name if raw_name is None else f.string(raw_name, "name", "a run name")
+    name = _run_name(doc.get("name"), source.stem if source is not None else _DEFAULT_NAME)
     return RunConfig(
         name=name,
         data=_data(_section(doc, "data"), base_dir),
@@ -122,6 +147,16 @@ def _build(doc: Any, text: str, base_dir: Path, source: Optional[Path]) -> RunCo
         source=source,
         text=text,
     )
+
+
+def _run_name(raw: Any, default: str) -> str:
+    if raw is None:  # `name:` left empty (null) means the default, as for an absent key
+        return default
+    name = f.string(raw, "name", "a run name", maximum=MAX_NAME)
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):  # it heads one-line progress output
+        raise f.fail("name", f"{f.show(name)} contains a control character; expected a run "
+                             "name on one line")
+    return name
 
 
 def _data(d: dict, base_dir: Path) -> DataSpec:
@@ -153,7 +188,8 @@ def _data(d: dict, base_dir: Path) -> DataSpec:
 
     def opt_limit(key):
         value = d.get(key)
-        return None if value is None else f.positive_int(value, f"data.{key}", "a row count")
+        return None if value is None else f.positive_int(value, f"data.{key}", "a row count",
+                                                         maximum=MAX_ROWS)
 
     return DataSpec(
         x1=f.file_path(d["x1"], "data.x1", base_dir),
@@ -199,7 +235,8 @@ def _preprocess(value) -> Optional[PreprocessSpec]:
     if value.get("zca_reg") is None:
         raise f.fail(f"{path}.zca_reg", "missing; kind: zca needs a regulariser, a number "
                                         "> 0 relative to the mean eigenvalue (e.g. 0.1)")
-    reg = f.number(value["zca_reg"], f"{path}.zca_reg", minimum=0.0)
+    reg = f.number(value["zca_reg"], f"{path}.zca_reg", minimum=0.0, maximum=MAX_ZCA_REG,
+                   expected="a number > 0 (e.g. 0.1)")
     if not reg > 0:
         raise f.fail(f"{path}.zca_reg", f"{f.show(value['zca_reg'])} is not accepted; "
                                         "expected a number > 0 (e.g. 0.1)")
@@ -264,8 +301,10 @@ def _compute(d: dict) -> ComputeSpec:
                                         "address")
     return ComputeSpec(
         memory=budget,
-        devices=f.count_or(d.get("devices", "all"), "compute.devices", "all", "a device count"),
-        block=f.count_or(d.get("block", "auto"), "compute.block", "auto", "a block size"),
+        devices=f.count_or(d.get("devices", "all"), "compute.devices", "all", "a device count",
+                           maximum=MAX_DEVICES),
+        block=f.count_or(d.get("block", "auto"), "compute.block", "auto", "a block size",
+                         maximum=MAX_BLOCK),
         executor=executor,
         address=address,
     )

@@ -4,7 +4,9 @@ Decimal units (B, KB, MB, GB, TB) are powers of 1000, binary units (KiB, MiB,
 GiB, TiB) powers of 1024. The unit's letters are read case-insensitively
 (``8gib`` is ``8GiB``) since nobody means millibits in a memory budget.
 
-These helpers raise :class:`ValueError`; callers that know which YAML key or
+A size is at most ``MAX_SIZE`` (2**60 bytes, 1024 PiB): far above any memory,
+and small enough that every product of sizes stays exact. These helpers raise
+:class:`ValueError`; callers that know which YAML key or
 command-line option the text came from turn it into their own error.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import re
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+
+from ._fields import show  # echoes a value cut short: the text may be the whole config
 
 _UNITS = {
     "": 1, "b": 1,
@@ -21,10 +25,19 @@ _UNITS = {
 _BINARY = (("TiB", 1024 ** 4), ("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024))
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 _EXPECTED = "expected a number of bytes such as 1000000, '512MiB', '8GiB' or '1.5GB'"
+MAX_SIZE = 2 ** 60
+_MAX_TEXT = 64  # characters of a size written as text: "1048576 TiB" needs 11
+
+
+def _bounded(n: int, text) -> int:
+    if n > MAX_SIZE:
+        raise ValueError(f"{show(text)} is too large; expected a size of at most 2**60 "
+                         f"bytes ({MAX_SIZE // 1024 ** 4} TiB)")
+    return n
 
 
 def parse_size(text: str | int) -> int:
-    """Return the number of bytes that ``text`` denotes (a non-negative int).
+    """Return the number of bytes that ``text`` denotes (an int from 0 to MAX_SIZE).
 
     An int is taken as bytes. Fractions of a byte are dropped ("1.0001KB" is
     1000 bytes), since a size here is a budget, not an exact count.
@@ -32,22 +45,23 @@ def parse_size(text: str | int) -> int:
     """
     # bool is an int subclass; YAML `true` is never meant as one byte.
     if isinstance(text, bool) or not isinstance(text, (int, str)):
-        raise ValueError(f"{text!r} is not a size; {_EXPECTED}")
+        raise ValueError(f"{show(text)} is not a size; {_EXPECTED}")
     if isinstance(text, int):
         if text < 0:
-            raise ValueError(f"{text!r} is negative; {_EXPECTED}")
-        return text
-    match = _SIZE.fullmatch(text)
+            raise ValueError(f"{show(text)} is negative; {_EXPECTED}")
+        return _bounded(text, text)
+    # The length bound also keeps the regex (three \s* around optional parts) linear.
+    match = _SIZE.fullmatch(text) if len(text) <= _MAX_TEXT else None
     unit = match and _UNITS.get(match.group(2).lower())
     if not match or unit is None:
-        raise ValueError(f"{text!r} is not a size; {_EXPECTED} (units B, KB, MB, GB, TB, "
-                         "KiB, MiB, GiB, TiB)")
+        raise ValueError(f"{show(text)} is not a size; {_EXPECTED} (units B, KB, MB, GB, "
+                         "TB, KiB, MiB, GiB, TiB)")
     try:
         # Decimal keeps "1.1GB" exact where float would give 1099999999.9999998.
         value = Decimal(match.group(1)) * unit
     except InvalidOperation:  # pragma: no cover - the regex admits only digits
-        raise ValueError(f"{text!r} is not a size; {_EXPECTED}") from None
-    return int(value.to_integral_value(rounding=ROUND_FLOOR))
+        raise ValueError(f"{show(text)} is not a size; {_EXPECTED}") from None
+    return _bounded(int(value.to_integral_value(rounding=ROUND_FLOOR)), text)
 
 
 def format_size(n: int) -> str:

@@ -1,31 +1,47 @@
-"""Assembly of the tiles into the final ``kernels.h5``.
+"""Assembly of the tiles into the final ``kernels.h5``, and its verification.
 
-Tiles are read one at a time and written into the result by slices, so memory stays
-at one tile whatever the size of the matrix. For a symmetric run only blocks with
-``row >= col`` exist; each off-diagonal tile is also written transposed into its
-mirror place, which makes the result exactly symmetric.
+The result is written one band of rows at a time: a band is the block-row of tiles
+(for a symmetric run, the tiles left of the diagonal as they are and those below it
+transposed, which makes the result exactly symmetric), so memory stays at one band
+per kind however large the matrix, and each band is hashed as it is written. Every
+dataset gets the sha256 of its C-order bytes as its ``sha256`` attribute and the file
+the run's identity as ``run``. After the file is closed it is read back band by band
+and hashed again; only a file whose every dataset matches is renamed into place.
+That read-back is what makes disk full, EIO or an HDF5 error that h5py only prints
+(errors at close are not raised) unable to publish a wrong result.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import re
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from ..errors import ComputeError
+from ..errors import ComputeError, DamagedFileError, DiskFullError
 from ._atomic import atomic_path
+from ._sealed import digest
 from ._tiles import done_keys, read_tile
+
+FORMAT = 2
+_BAND_BYTES = 64 << 20  # rows of a dataset hashed at once when it is read back
 
 
 def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dtype,
-             symmetric: bool, attrs: dict, n_test: int = 0, extra=None) -> Path:
+             symmetric: bool, attrs: dict, n_test: int = 0, extra=None,
+             run: str = "") -> Path:
     """Write ``result`` (datasets ``kinds``, each ``(n1, n2)`` of ``dtype``) atomically.
 
     Blocks whose rows start at ``n1`` or beyond are test rows (``n_test`` of them):
     they go to ``<kind>_test``, ``(n_test, n2)``, never mirrored. ``extra``: more
-    datasets (name -> array) written as they are (labels, the test diagonal).
+    datasets (name -> array) written as they are (labels, the test diagonal). Every
+    tile is verified as it is read (:func:`read_tile`); call :func:`check_tiles` first
+    to find all damaged ones at once.
     """
     blocks = list(blocks)
     kinds = tuple(kinds)
@@ -41,30 +57,145 @@ def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dty
             f"cannot assemble {result}: {len(missing)} of {len(blocks) + len(test)} blocks "
             f"have no tile (first: {missing[0]}); resume the run to compute them"
         )
+    extra = {name: np.ascontiguousarray(value) for name, value in (extra or {}).items()}
+    need = (n1 + n_test) * n2 * dtype.itemsize * len(kinds) + sum(v.nbytes for v in extra.values())
+    _check_free_space(result, need)
+    digests = {}
     with atomic_path(result) as tmp:
-        with h5py.File(tmp, "w") as f:
-            datasets = {k: f.create_dataset(k, shape=(n1, n2), dtype=dtype) for k in kinds}
+        f = h5py.File(tmp, "w")
+        try:
+            sets = {k: f.create_dataset(k, shape=(n1, n2), dtype=dtype) for k in kinds}
+            for kind, h in _write_bands(sets, blocks, n1, n2, tiles_dir, symmetric, run).items():
+                digests[kind] = h
             if n_test:
-                tests = {k: f.create_dataset(f"{k}_test", shape=(n_test, n2), dtype=dtype)
-                         for k in kinds}
-                for block in test:
-                    for kind, tile in read_tile(tiles_dir, block, kinds).items():
-                        tests[kind][block.r0 - n1:block.r1 - n1, block.c0:block.c1] = (
-                            tile.astype(dtype, copy=False))
-            for name, value in (extra or {}).items():
+                tests = {f"{k}_test": f.create_dataset(f"{k}_test", shape=(n_test, n2),
+                                                       dtype=dtype) for k in kinds}
+                moved = [_Shifted(b, n1) for b in test]
+                for kind, h in _write_bands(tests, moved, n_test, n2, tiles_dir, False,
+                                            run, suffix="_test").items():
+                    digests[f"{kind}_test"] = h
+            for name, value in extra.items():
                 f.create_dataset(name, data=value)
-            for block in blocks:
-                tiles = read_tile(tiles_dir, block, kinds)
-                for kind, tile in tiles.items():
-                    tile = tile.astype(dtype, copy=False)
-                    datasets[kind][block.r0:block.r1, block.c0:block.c1] = tile
-                    if symmetric and not block.diagonal:
-                        datasets[kind][block.c0:block.c1, block.r0:block.r1] = (
-                            np.ascontiguousarray(tile.T)
-                        )
-            for name, value in attrs.items():
+                digests[name] = digest(value)
+            for name, value in digests.items():
+                f[name].attrs["sha256"] = value
+            for name, value in dict(attrs, run=run, format=FORMAT).items():
                 f.attrs[name] = _attr_value(value)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # the first error is the one to report
+                f.close()
+            raise _os_error(exc) from None
+        try:
+            f.close()  # an error HDF5 only prints here is caught by the read-back below
+        except Exception as exc:
+            raise _os_error(exc) from None
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        problem = verify_result(tmp, run, digests)
+        if problem is not None:  # what HDF5 wrote is not what was assembled: publish nothing
+            raise OSError(5, f"the file read back is wrong ({problem})", str(tmp))
     return Path(result)
+
+
+def _os_error(exc: BaseException) -> BaseException:
+    """h5py reports a failed write as RuntimeError or ValueError with the errno in its
+    text; as an OSError it becomes the same kernelcli error as any other write's."""
+    if isinstance(exc, OSError) or not isinstance(exc, (RuntimeError, ValueError)):
+        return exc
+    match = re.search(r"errno = (\d+)", str(exc))
+    return OSError(int(match[1]) if match else 5, str(exc).splitlines()[0][:200])
+
+
+class _Shifted:
+    """A test block seen with its rows counted from the first test row."""
+
+    def __init__(self, block, n1):
+        self.block, self.key, self.diagonal = block, block.key, False
+        self.r0, self.r1, self.c0, self.c1 = block.r0 - n1, block.r1 - n1, block.c0, block.c1
+        self.row, self.col = block.row, block.col
+
+
+def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles_dir, symmetric: bool,
+                 run: str, suffix: str = "") -> dict:
+    """Fill ``datasets`` (name -> ``(n, n2)``) band by band; kind -> sha256 of its bytes."""
+    kinds = [name[:len(name) - len(suffix)] for name in datasets]
+    hashes = {k: hashlib.sha256() for k in kinds}
+    dtype = next(iter(datasets.values())).dtype
+    bands = sorted({(b.r0, b.r1) for b in blocks})
+    for r0, r1 in bands:
+        band = {k: np.empty((r1 - r0, n2), dtype) for k in kinds}
+        for b in blocks:
+            if (b.r0, b.r1) == (r0, r1):
+                tiles = read_tile(tiles_dir, getattr(b, "block", b), kinds, run)
+                for k in kinds:
+                    band[k][:, b.c0:b.c1] = tiles[k]
+            elif symmetric and (b.c0, b.c1) == (r0, r1):  # the mirror of a tile below
+                tiles = read_tile(tiles_dir, b, kinds, run)
+                for k in kinds:
+                    band[k][:, b.r0:b.r1] = tiles[k].T
+        for k, name in zip(kinds, datasets):
+            datasets[name][r0:r1] = band[k]
+            hashes[k].update(band[k].data)
+    return {k: h.hexdigest() for k, h in hashes.items()}
+
+
+def dataset_digest(dataset) -> str:
+    """sha256 of an h5py dataset's C-order bytes, read in bands of rows."""
+    h = hashlib.sha256()
+    if dataset.ndim == 0 or dataset.shape[0] == 0:
+        h.update(np.ascontiguousarray(dataset[...]).data)
+        return h.hexdigest()
+    row_bytes = max(1, dataset.dtype.itemsize * int(np.prod(dataset.shape[1:])))
+    step = max(1, _BAND_BYTES // row_bytes)
+    for s in range(0, dataset.shape[0], step):
+        h.update(np.ascontiguousarray(dataset[s:s + step]).data)
+    return h.hexdigest()
+
+
+def verify_result(path: Path, run: str, expected: dict = None, full: bool = True):
+    """``None`` when ``kernels.h5`` at ``path`` is whole; else what is wrong, in words.
+
+    Whole means: readable, carrying ``run`` as its identity, and every dataset
+    matching its ``sha256`` attribute (and ``expected``: name -> digest, when given).
+    ``full=False`` checks identity and structure but reads no data.
+    """
+    try:
+        with h5py.File(path, "r") as f:
+            found = f.attrs.get("run")
+            found = found.decode(errors="replace") if isinstance(found, bytes) else found
+            if found != run:
+                return "it belongs to another run (its run identity differs)"
+            names = set(f.keys())
+            if expected is not None and names != set(expected):
+                return f"it holds datasets {sorted(names)}, not {sorted(expected)}"
+            for name in sorted(names):
+                d = f[name]
+                if not isinstance(d, h5py.Dataset):
+                    return f"{name!r} is not a dataset"
+                stored = d.attrs.get("sha256")
+                if stored is None or (expected is not None and stored != expected[name]):
+                    return f"dataset {name!r} has no matching checksum"
+                if full and dataset_digest(d) != stored:
+                    return f"dataset {name!r} does not match its checksum (damaged)"
+    except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
+        return f"it is unreadable ({str(exc).splitlines()[0][:200] if str(exc) else exc!r})"
+    return None
+
+
+def _check_free_space(result: Path, need: int) -> None:
+    """Refuse to start writing a result the file system cannot hold."""
+    with contextlib.suppress(OSError):
+        st = os.statvfs(Path(result).parent)
+        free = st.f_bavail * st.f_frsize
+        margin = (1 << 20) + need // 100  # HDF5's metadata
+        if free < need + margin:
+            raise DiskFullError(f"not enough space for {result}: it needs "
+                                f"{_mib(need + margin)}, {_mib(free)} is free; free some "
+                                f"space, then resume", result)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def _check_cover(blocks, n1, n2, symmetric, offset: int = 0):
@@ -82,6 +213,20 @@ def _check_cover(blocks, n1, n2, symmetric, offset: int = 0):
         area += h * w if (b.diagonal or not symmetric) else 2 * h * w
     if area != n1 * n2 or len({b.key for b in blocks}) != len(blocks):
         raise ValueError(f"the blocks do not cover the ({n1}, {n2}) matrix exactly once")
+
+
+def check_tiles(tiles_dir: Path, blocks, kinds, run: str) -> list:
+    """``[(block, DamagedFileError), ...]`` for every tile of ``blocks`` that exists and
+    fails verification (missing tiles are not listed)."""
+    have = done_keys(tiles_dir)
+    bad = []
+    for b in blocks:
+        if b.key in have:
+            try:
+                read_tile(tiles_dir, b, kinds, run)
+            except DamagedFileError as exc:
+                bad.append((b, exc))
+    return bad
 
 
 def _attr_value(value):

@@ -23,11 +23,11 @@ import socket
 import time
 from pathlib import Path
 
-from ..errors import ComputeError, RunDirError
+from ..errors import ComputeError, DiskFullError, RunDirError
 
 _TMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9_-]+))?\.tmp$")
 _FOREIGN_TMP_AGE = 24 * 3600  # seconds untouched before another machine's leftover goes
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # EFBIG: a ulimit -f
 _NO_PERMISSION = (errno.EACCES, errno.EPERM, errno.EROFS)
 _IN_THE_WAY = (errno.ENOTDIR, errno.EISDIR, errno.EEXIST)
 
@@ -106,7 +106,8 @@ def storage_error(exc: BaseException, path: Path) -> Exception:
     code = getattr(exc, "errno", None)
     text = str(exc)
     if code in _NO_SPACE or "No space left" in text or "quota exceeded" in text.lower():
-        return ComputeError(f"disk full while writing {path}: free some space, then resume")
+        return DiskFullError(f"disk full while writing {path}: free some space, then resume",
+                             path)
     if code in _NO_PERMISSION or "Permission denied" in text or "Read-only file system" in text:
         return RunDirError(f"cannot write {path}: permission denied or read-only file system")
     if code in _IN_THE_WAY:  # a file where a folder should be, or the reverse

@@ -13,6 +13,8 @@ Layout::
                                    by its fingerprint, written before the manifest
     <run_dir>/test_diag.h5         with kernel.test_diagonal: K(t, t) of every test row,
                                    written before the first tile is computed
+    <run_dir>/quarantine/          files that failed verification, moved aside (never
+                                   read again; a resume recomputes what they held)
 
 Why this design (and not a journal plus one big HDF5 file):
 
@@ -29,6 +31,15 @@ Why this design (and not a journal plus one big HDF5 file):
   removed the next time the run is opened (unless its writer is still alive).
 * Keys are pure functions of block coordinates (like zarr chunk keys), so the
   manifest, which records the plan, fixes which files a run consists of.
+* Existence says a tile was published whole; it does not say the bytes are still
+  the ones published, or that they belong to this run. So every file is verifiable:
+  the manifest carries its own checksum, which is the run's identity; tiles and the
+  test diagonal are sealed files (:mod:`._sealed`: a checksum over every byte,
+  checked before h5py parses them) that carry that identity and their block; and
+  ``kernels.h5`` carries a checksum per dataset and the identity. Assembly verifies
+  every tile it reads and moves one that fails to ``quarantine/``, so a resume
+  recomputes it; the result is read back and checked before it is renamed into
+  place.
 * The result is assembled from the tiles into a temporary file and renamed, so
   ``kernels.h5`` either does not exist or is whole.
 * Several processes may write one run directory at once (a job array on a shared
@@ -51,18 +62,19 @@ import re
 import shutil
 import socket
 import time
+import zipfile
 from pathlib import Path
 from typing import Optional
 
-import h5py
 import numpy as np
 
-from ..errors import RunDirError
+from ..errors import DamagedFileError, RunDirError
 from ._assemble import assemble as _assemble
-from ._atomic import (atomic_path, fsync_dir, remove_stale_tmp, storage_error,
-                      write_bytes_atomic)
-from ._manifest import (MANIFEST, create_manifest, encode_manifest, read_manifest,
-                        write_manifest)
+from ._assemble import check_tiles, verify_result
+from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
+from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
+                        read_manifest, write_manifest)
+from ._sealed import SealError, read_sealed, write_sealed
 from ._tiles import done_keys as _done_keys
 from ._tiles import read_tile as _read_tile
 from ._tiles import tile_path
@@ -74,6 +86,7 @@ SHARDS = "shards"
 LABELS = "labels.npz"
 TEST_DIAG = "test_diag.h5"
 PREDICTIONS = "predictions.h5"
+QUARANTINE = "quarantine"
 _SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
 _SIDE_FILE = re.compile(r"^(labels\.npz|preprocess-[0-9a-f]{16}\.npz|test_diag\.h5|"
                         r"predictions\.h5)$")
@@ -113,6 +126,38 @@ class RunStore:
         if self._manifest is None:
             self._manifest = read_manifest(self.run_dir)
         return self._manifest
+
+    @property
+    def run_id(self) -> str:
+        """The run's identity: its manifest's checksum (carried by every tile and result)."""
+        return manifest_id(self.manifest)
+
+    def result_problem(self, full: bool = True):
+        """``None`` when ``kernels.h5`` is this run's and whole; else what is wrong, in
+        words. ``full=False`` checks identity and structure without reading the data."""
+        if not self.finished:
+            return "it does not exist"
+        return verify_result(self.result_path, self.run_id, full=full)
+
+    def quarantine(self, path: Path) -> Path:
+        """Move ``path`` (a file of this run that failed verification) to ``quarantine/``;
+        its new path. Never deletes: the file may be evidence of a failing disk."""
+        folder = self.run_dir / QUARANTINE
+        try:
+            folder.mkdir(exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            for n in range(1000):
+                target = folder / f"{Path(path).name}.{stamp}{'' if n == 0 else f'.{n}'}"
+                if not os.path.lexists(target):
+                    break
+            os.replace(path, target)
+            fsync_dir(folder)
+            fsync_dir(Path(path).parent)
+        except FileNotFoundError:  # another process moved it first
+            return folder / Path(path).name
+        except OSError as exc:
+            raise storage_error(exc, folder) from None
+        return target
 
     @classmethod
     def open(cls, run_dir) -> "RunStore":
@@ -157,7 +202,7 @@ class RunStore:
             raise storage_error(exc, run_dir) from None
         self._write_side_files(side_files)
         write_manifest(run_dir, data)  # last: a manifest means the run exists
-        self._manifest = json.loads(data)  # exactly what open() will read back
+        self._manifest = _decoded(data)  # exactly what open() will read back
         return self
 
     def create_or_join(self, manifest: dict,
@@ -193,7 +238,7 @@ class RunStore:
                 raise storage_error(exc, run_dir) from None
             self._write_side_files(side_files)
             if create_manifest(run_dir, data):
-                self._manifest = json.loads(data)
+                self._manifest = _decoded(data)
                 return self, True
         self._manifest = read_manifest(run_dir)
         try:
@@ -218,22 +263,36 @@ class RunStore:
         return (self.run_dir / TEST_DIAG).is_file()
 
     def write_test_diagonal(self, arrays: dict) -> Path:
-        """Store kind -> ``(n_test,)`` self-kernels of the test rows, atomically."""
-        path = self.run_dir / TEST_DIAG
-        with atomic_path(path) as tmp:
-            with h5py.File(tmp, "w") as f:
-                for kind, values in arrays.items():
-                    f.create_dataset(kind, data=np.asarray(values))
-        return path
+        """Store kind -> ``(n_test,)`` self-kernels of the test rows as a sealed file."""
+        return write_sealed(self.run_dir / TEST_DIAG,
+                            {k: np.asarray(v) for k, v in arrays.items()}, {"run": self.run_id})
 
-    def read_test_diagonal(self, kinds) -> dict:
+    def test_diagonal_problem(self, kinds):
+        """``None`` when ``test_diag.h5`` is this run's and whole; else what is wrong."""
         path = self.run_dir / TEST_DIAG
         try:
-            with h5py.File(path, "r") as f:
-                return {k: f[k][...] for k in kinds}
-        except (OSError, KeyError) as exc:
-            raise RunDirError(f"{path} is missing or unreadable ({exc}); resume the run to "
-                              "write it again") from None
+            datasets, attrs = read_sealed(path)
+        except FileNotFoundError:
+            return f"{path} has not been computed"
+        except (SealError, OSError) as exc:
+            return f"{path} is damaged: {exc}"
+        if attrs.get("run") != self.run_id:
+            return f"{path} was computed by another run"
+        if any(k not in datasets for k in kinds):
+            return f"{path} lacks one of {', '.join(kinds)}"
+        return None
+
+    def read_test_diagonal(self, kinds) -> dict:
+        """The stored test diagonal, verified; a damaged one is moved to quarantine."""
+        path = self.run_dir / TEST_DIAG
+        problem = self.test_diagonal_problem(kinds)
+        if problem is not None:
+            if not path.is_file():
+                raise RunDirError(f"{problem}; resume the run to write it")
+            moved = self.quarantine(path)
+            raise DamagedFileError(f"{problem}; moved to {moved}: `kernelcli resume "
+                                   f"{self.run_dir}` computes it again")
+        return {k: v for k, v in read_sealed(path)[0].items() if k in kinds}
 
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has."""
@@ -243,8 +302,9 @@ class RunStore:
         try:
             with np.load(path, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
-            raise RunDirError(f"{path} is unreadable ({exc})") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise DamagedFileError(f"{path} is damaged or unreadable ({exc}); start the run "
+                                   f"afresh with `kernelcli compute CONFIG --overwrite`") from None
 
     @property
     def shards_dir(self) -> Path:
@@ -312,11 +372,16 @@ class RunStore:
             self.tiles_dir.mkdir(exist_ok=True)
         except OSError as exc:
             raise storage_error(exc, self.tiles_dir) from None
-        return _write_tile(self.tiles_dir, block, arrays)
+        return _write_tile(self.tiles_dir, block, arrays, self.run_id)
 
     def read_tile(self, block, kinds=None) -> dict:
-        """``block``'s arrays, kind -> ``(r1 - r0, c1 - c0)``."""
-        return _read_tile(self.tiles_dir, block, kinds)
+        """``block``'s arrays, kind -> ``(r1 - r0, c1 - c0)``, verified (see :func:`read_tile`)."""
+        return _read_tile(self.tiles_dir, block, kinds, self.run_id)
+
+    def damaged_tiles(self, blocks, kinds) -> list:
+        """``[(block, DamagedFileError)]`` for each existing tile of ``blocks`` that fails
+        verification (reads every tile: the cost of reading the run once)."""
+        return check_tiles(self.tiles_dir, blocks, kinds, self.run_id)
 
     def assemble(self, blocks, n1: int, n2: int, kinds, dtype, symmetric: bool,
                  attrs: dict, n_test: int = 0, test_diagonal: bool = False) -> Path:
@@ -334,7 +399,7 @@ class RunStore:
             diag = self.read_test_diagonal(kinds)
             extra.update({f"{k}_test_diag": v.astype(dtype) for k, v in diag.items()})
         return _assemble(self.result_path, self.tiles_dir, blocks, n1, n2, kinds, dtype,
-                         symmetric, attrs, n_test=n_test, extra=extra)
+                         symmetric, attrs, n_test=n_test, extra=extra, run=self.run_id)
 
     def _side_entries(self) -> list[str]:
         try:
@@ -354,9 +419,15 @@ class RunStore:
             path = self.run_dir / name
             if os.path.lexists(path):
                 os.unlink(path)
-        for tiles in (self.tiles_dir, self.shards_dir):
+        for tiles in (self.tiles_dir, self.shards_dir, self.run_dir / QUARANTINE):
             if tiles.is_symlink() or tiles.is_file():
                 os.unlink(tiles)  # never follow a link out of the run directory
             elif tiles.exists():
                 shutil.rmtree(tiles)
         remove_stale_tmp(self.run_dir)
+
+
+def _decoded(data: bytes) -> dict:
+    manifest = json.loads(data)
+    manifest.pop(CHECKSUM, None)
+    return manifest

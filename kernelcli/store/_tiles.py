@@ -16,11 +16,10 @@ import os
 import re
 from pathlib import Path
 
-import h5py
 import numpy as np
 
-from ..errors import ComputeError, RunDirError
-from ._atomic import atomic_path
+from ..errors import ComputeError, DamagedFileError, RunDirError
+from ._sealed import SealError, read_sealed, write_sealed
 
 _TILE = re.compile(r"^(r\d{5}c\d{5})\.h5$")
 _RANGE_ATTRS = ("r0", "r1", "c0", "c1")
@@ -73,11 +72,13 @@ def full_tile(block, values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values)
 
 
-def write_tile(tiles_dir: Path, block, arrays: dict) -> Path:
-    """Write the tile of ``block`` atomically: once its final name exists, it is complete.
+def write_tile(tiles_dir: Path, block, arrays: dict, run: str = "") -> Path:
+    """Write the tile of ``block`` as a sealed file: once its final name exists, it is
+    complete and verified (:mod:`._sealed`).
 
     ``arrays`` maps each kind (``'nngp'``, ``'ntk'``) to values as :func:`full_tile`
-    accepts them.
+    accepts them; ``run`` is the run's identity (the manifest checksum), stored so a
+    tile of another run is never read into this one.
     """
     if not arrays:
         raise ValueError(f"no arrays given for block {block.key}")
@@ -86,45 +87,54 @@ def write_tile(tiles_dir: Path, block, arrays: dict) -> Path:
         if not isinstance(kind, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", kind):
             raise ValueError(f"kind {kind!r} is not a valid dataset name")
         tiles[kind] = full_tile(block, values)
-    path = tile_path(tiles_dir, block.key)
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            for kind, tile in tiles.items():
-                f.create_dataset(kind, data=tile)
-            for name in _RANGE_ATTRS:
-                f.attrs[name] = int(getattr(block, name))
-            f.attrs["diagonal"] = bool(block.diagonal)
-    return path
+    attrs = {name: int(getattr(block, name)) for name in _RANGE_ATTRS}
+    attrs.update(diagonal=bool(block.diagonal), key=block.key, run=run)
+    return write_sealed(tile_path(tiles_dir, block.key), tiles, attrs)
 
 
-def read_tile(tiles_dir: Path, block, kinds=None) -> dict:
-    """The arrays of ``block``'s tile, each of shape ``(r1 - r0, c1 - c0)``.
+def read_tile(tiles_dir: Path, block, kinds=None, run: str = "") -> dict:
+    """The arrays of ``block``'s tile, each of shape ``(r1 - r0, c1 - c0)``, verified:
+    every byte against the tile's checksum, its block and run against ``block`` and
+    ``run``. :class:`DamagedFileError` names the tile and what is wrong.
 
     ``kinds`` restricts (and requires) the kinds read; default all in the file.
     """
     path = tile_path(tiles_dir, block.key)
-    if not path.exists():
-        raise ComputeError(f"tile {path} is missing: block {block.key} was not computed")
-    shape = (block.r1 - block.r0, block.c1 - block.c0)
     try:
-        with h5py.File(path, "r") as f:
-            found = tuple(int(f.attrs.get(name, -1)) for name in _RANGE_ATTRS)
-            wanted = tuple(int(getattr(block, name)) for name in _RANGE_ATTRS)
-            if found != wanted:
-                raise RunDirError(
-                    f"tile {path} covers rows/columns {found}, not block {block.key}'s "
-                    f"{wanted}: the run directory holds tiles of another plan"
-                )
-            names = list(f.keys()) if kinds is None else list(kinds)
-            missing = [k for k in names if k not in f]
-            if missing:
-                raise RunDirError(f"tile {path} has no dataset {missing[0]!r}")
-            out = {kind: f[kind][...] for kind in names}
+        datasets, attrs = read_sealed(path)
+    except FileNotFoundError:
+        raise ComputeError(f"tile {path} is missing: block {block.key} was not computed") from None
+    except SealError as exc:
+        raise DamagedFileError(f"tile {path} is damaged: {exc}") from None
     except OSError as exc:
-        raise RunDirError(
-            f"tile {path} is unreadable ({exc}); delete it and resume to recompute it"
-        ) from None
-    for kind, tile in out.items():
-        if tile.shape != shape:
-            raise RunDirError(f"tile {path} dataset {kind!r} has shape {tile.shape}, not {shape}")
-    return out
+        raise ComputeError(f"cannot read tile {path}: {exc.strerror or exc}") from None
+    found = tuple(_int(attrs.get(name)) for name in _RANGE_ATTRS)
+    wanted = tuple(int(getattr(block, name)) for name in _RANGE_ATTRS)
+    if found != wanted or _text(attrs.get("key")) != block.key:
+        raise DamagedFileError(
+            f"tile {path} covers rows/columns {found}, not block {block.key}'s "
+            f"{wanted}: it belongs to another plan")
+    if _text(attrs.get("run")) != run:
+        raise DamagedFileError(f"tile {path} was computed by another run (its run identity "
+                               f"differs from this manifest's)")
+    names = list(datasets) if kinds is None else list(kinds)
+    missing = [k for k in names if k not in datasets]
+    if missing:
+        raise DamagedFileError(f"tile {path} has no dataset {missing[0]!r}")
+    shape = (block.r1 - block.r0, block.c1 - block.c0)
+    for kind in names:
+        if datasets[kind].shape != shape:
+            raise DamagedFileError(f"tile {path} dataset {kind!r} has shape "
+                                   f"{datasets[kind].shape}, not {shape}")
+    return {kind: datasets[kind] for kind in names}
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

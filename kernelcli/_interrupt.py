@@ -1,0 +1,277 @@
+"""SIGINT and SIGTERM stop a run at a safe point; they are never lost and never fatal.
+
+Why: a signal handler that raises (Python's default SIGINT handler raises
+``KeyboardInterrupt``) raises at whichever bytecode runs next, and with JAX loaded
+that is often a gc callback or a ``__del__`` (the exception is printed as "Exception
+ignored" and lost: the run went on and exited 0) or a Python callback that XLA called
+from C++ (the exception unwinds C++ frames: ``std::terminate``, SIGABRT).
+
+So nothing here raises from a handler:
+
+* Only the CLI installs handlers (:func:`install`, from ``kernelcli.cli``); the library
+  never touches process-wide signal state.
+* A signal is only recorded (:func:`request`: a ``threading.Event`` and the signal's
+  number). The recording is done by a small watcher thread woken through
+  ``signal.set_wakeup_fd``, so it happens at once even while the main thread is inside
+  a long XLA compilation; the Python-level handler itself does nothing.
+* The library calls :func:`check` at safe points (between slices of the per-input
+  pass, between batches and blocks, around compilations, in the Ray driver's wait
+  loop); it raises :class:`kernelcli.errors.Interrupted` (exit status 128 + the
+  signal's number: 130 for SIGINT, 143 for SIGTERM). Device threads stop taking new
+  batches as soon as a stop is requested and are joined before it is raised, so no
+  thread is inside XLA when the interpreter exits.
+* A second SIGINT/SIGTERM while stopping ends the process at once
+  (``os._exit(128 + signum)``) after the one-line message: every file of a run is
+  written under a temporary name and renamed, so nothing is left half-written.
+* Commands without safe points (``status``, ``verify``, ``assemble``, ``predict``) are
+  put in :func:`set_immediate` mode: the first signal ends them at once, the same way.
+
+Library users without these handlers (a notebook) still stop on Ctrl-C's
+``KeyboardInterrupt``; ``compute``/``resume`` turn it into the same
+:class:`~kernelcli.errors.Interrupted` error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Optional
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_event = threading.Event()
+_signum: Optional[int] = None
+_where: tuple = (None, None)      # (run dir, shard) of the run being computed, if any
+_immediate = False                # the first signal ends the process (no safe points)
+_final_code: Optional[int] = None  # set once the CLI has printed its last line
+_watcher: Optional[threading.Thread] = None
+_wakeup_fd: Optional[int] = None  # write end of the watcher's pipe
+_lock = threading.RLock()         # deciding on a signal vs. deciding the exit status
+
+
+def request(signum: int) -> None:
+    """Record that ``signum`` asked the work to stop (the first signal's number is kept)."""
+    global _signum
+    if _signum is None:
+        _signum = int(signum)
+    _event.set()
+
+
+def requested() -> Optional[int]:
+    """The number of the signal that asked to stop, or ``None``."""
+    return _signum if _event.is_set() else None
+
+
+def reset() -> None:
+    """Forget a recorded signal (a new CLI invocation in the same process)."""
+    global _signum, _final_code, _immediate
+    _event.clear()
+    _signum = None
+    _final_code = None
+    _immediate = False
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def message(signum: int, run_dir=None, shard=None) -> str:
+    """What an interrupted command says (after ``Error: ``)."""
+    name = signal_name(signum)
+    if run_dir is None:
+        return f"interrupted ({name}) before anything was written"
+    again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
+    return (f"interrupted ({name}); completed tiles are kept: continue with "
+            f"`kernelcli resume {run_dir}{again}`")
+
+
+def check(run_dir=None, shard=None) -> None:
+    """Raise :class:`~kernelcli.errors.Interrupted` if a stop was requested.
+
+    The message names ``run_dir`` (and ``shard``), else the run of the innermost
+    :func:`where`, else says that nothing was written yet.
+    """
+    signum = requested()
+    if signum is None:
+        return
+    from .errors import Interrupted
+
+    if run_dir is None:
+        run_dir, shard = _where
+    raise Interrupted(message(signum, run_dir, shard), signum)
+
+
+@contextlib.contextmanager
+def where(run_dir, shard=None):
+    """Within this block, an interruption concerns the run in ``run_dir``."""
+    global _where
+    before = _where
+    _where = (run_dir, shard)
+    try:
+        yield
+    finally:
+        _where = before
+
+
+# -- the CLI's side: handlers, the watcher thread, hard exits ---------------------------
+
+def _handler(signum, frame) -> None:
+    # Never raises. The watcher thread records the signal (woken by the wakeup fd);
+    # without a watcher (wakeup fd unavailable), or once the exit status is decided
+    # (the watcher may no longer run while the interpreter finalizes), this does.
+    if _watcher is None or _final_code is not None:
+        _on_signal(signum)
+
+
+def _on_signal(signum: int) -> None:
+    with _lock:
+        if _event.is_set() or _immediate or _final_code is not None:
+            hard_exit(signum)
+        request(signum)
+
+
+def hard_exit(signum: int) -> None:
+    """End the process now, with the one-line message (unless the CLI printed its last
+    line already) and exit status 128 + ``signum`` (or the status already decided)."""
+    with _lock:
+        code = _final_code
+        if code is None or code == 0:
+            if code == 0:
+                text = (f"interrupted ({signal_name(signum)}) while exiting, after the "
+                        f"command had finished")
+            else:
+                text = message(signum, *_where)
+            try:
+                os.write(2, f"Error: {text}\n".encode())
+            except OSError:
+                pass
+            code = 128 + int(signum)
+        os._exit(code)
+
+
+def _watch(fd: int) -> None:
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        for signum in data:
+            if signum in SIGNALS:
+                _on_signal(signum)
+
+
+def _after_fork_in_child() -> None:
+    # A forked child has no watcher thread, and its wakeup fd would write into the
+    # parent's pipe: it records its own signals through the handler instead.
+    global _watcher
+    _watcher = None
+    try:
+        signal.set_wakeup_fd(-1)
+    except (OSError, ValueError):
+        pass
+
+
+def install():
+    """Install the recording handlers for SIGINT and SIGTERM (the CLI calls this first
+    thing; a no-op outside the main thread) and forget any earlier signal. Returns what
+    :func:`uninstall` puts back."""
+    global _watcher, _wakeup_fd
+    reset()
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    saved = ({s: signal.getsignal(s) for s in SIGNALS}, None)
+    try:
+        if _wakeup_fd is None:
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            saved = (saved[0], signal.set_wakeup_fd(w, warn_on_full_buffer=False))
+            _wakeup_fd = w
+            t = threading.Thread(target=_watch, args=(r,), name="kernelcli-signals",
+                                 daemon=True)
+            t.start()
+            _watcher = t
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=_after_fork_in_child)
+        else:  # installed before in this process (the CLI called in-process again)
+            saved = (saved[0], signal.set_wakeup_fd(_wakeup_fd, warn_on_full_buffer=False))
+    except (OSError, ValueError, RuntimeError):
+        _watcher = None  # the handler records signals itself
+    for s in SIGNALS:
+        signal.signal(s, _handler)
+    return saved
+
+
+def set_immediate(on: bool = True) -> None:
+    """The command has no safe points: a signal ends the process at once (and one that
+    came already does so now)."""
+    global _immediate
+    _immediate = on
+    if on and _signum is not None:
+        hard_exit(_signum)
+
+
+def final(code: int) -> Optional[int]:
+    """The CLI decided its exit status (and printed its last line, if any): a signal from
+    now on exits at once with that status (or 128 + signum when it was 0). Returns the
+    signal recorded before this moment (``None`` if none): with status 0, the caller
+    must not exit 0."""
+    global _final_code
+    with _lock:
+        _final_code = int(code)
+        return requested()
+
+
+def exit_process(code: int) -> None:
+    """End the CLI process with ``code`` once its work is done: join the non-daemon
+    threads and run the ``atexit`` functions as the interpreter would, flush stdout and
+    stderr, then ``os._exit``. The interpreter's own finalization (module teardown,
+    XLA's C++ destructors) takes a few hundred milliseconds with JAX loaded, and a signal
+    in it would end the process by the signal's default action, or be lost; so that
+    phase is skipped, and a signal until the very end exits 128 + signum."""
+    final(code)
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not me and not t.daemon:
+            t.join()
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - they print their own errors
+        pass
+    flush_std()
+    os._exit(_final_code if _final_code is not None else code)
+
+
+def uninstall(saved) -> None:
+    """Put back the handlers and wakeup fd that :func:`install` returned (the CLI called
+    in-process: a test's ``CliRunner``, a script)."""
+    if saved is None or threading.current_thread() is not threading.main_thread():
+        return
+    handlers, fd = saved
+    for s, h in handlers.items():
+        if h is not None:
+            signal.signal(s, h)
+    if fd is not None:
+        try:
+            signal.set_wakeup_fd(fd)
+        except (OSError, ValueError):
+            pass
+
+
+def flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream at exit
+            pass

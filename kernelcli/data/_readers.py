@@ -1,0 +1,176 @@
+"""Opening the array stored in a .npy, .npz or .h5 file, trusting nothing in it.
+
+Each opener reads only headers and metadata, checks them against the file (a
+header may claim more data than the file holds), and returns an :class:`Opened`:
+the stored shape and dtype and how to get at the values (a memory map, a loader
+run on the first read, or an h5py dataset) and to close the file. Every failure
+is a one-line :class:`DataError` naming the file and key.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import DataError
+from . import _h5
+from ._h5 import H5_ERRORS, one_line
+from ._values import where_of
+
+NUMERIC = ("biuf", "a numeric array (bool, integer or float)")
+# What numpy and zipfile raise on damaged or hostile files (no pickle is ever loaded).
+NPY_ERRORS = (OSError, ValueError, TypeError, SyntaxError, OverflowError, EOFError, KeyError,
+              RuntimeError, NotImplementedError, UnicodeDecodeError, zipfile.BadZipFile,
+              zlib.error)
+
+
+@dataclass
+class Opened:
+    shape: Tuple[int, ...]
+    dtype: np.dtype
+    kwargs: dict = field(default_factory=dict)  # raw / loader / closer for ArraySource
+
+    def close(self) -> None:
+        if self.kwargs.get("closer"):
+            self.kwargs["closer"]()
+
+
+def npy_header(fp) -> Tuple[Tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) from an open .npy stream, reading no data."""
+    version = np.lib.format.read_magic(fp)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fp)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(fp)
+    # Version 3 (utf-8 field names) has no public header reader; it only
+    # matters for structured dtypes, which are rejected anyway.
+    raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+
+
+def check_dtype(path, key, dtype: np.dtype, what: str, accepted=NUMERIC) -> None:
+    kinds, text = accepted
+    where = where_of(path, key)
+    if dtype.hasobject:
+        raise DataError(f"{what}: {where} holds Python objects (dtype object), which are not read "
+                        f"for safety; accepted: {text}")
+    if dtype.kind not in kinds or dtype.fields is not None or dtype.subdtype is not None:
+        raise DataError(f"{what}: {where} has dtype {dtype}, which is not numeric; "
+                        f"accepted: {text}")
+
+
+def _check_size(path, key, what, shape, dtype, have: int, kind: str) -> None:
+    """A header's shape must be non-negative and its data present in ``have`` bytes."""
+    where = where_of(path, key)
+    if any(d < 0 for d in shape):
+        raise DataError(f"{what}: {where} has a header claiming shape {tuple(shape)}, with a "
+                        f"negative size; accepted: a complete {kind} array")
+    need = math.prod(shape) * dtype.itemsize  # Python ints: no overflow on hostile shapes
+    if have < need:
+        raise DataError(f"{what}: {where} is truncated or its header is wrong: shape "
+                        f"{tuple(shape)} of {dtype} needs {need} bytes of data, the file holds "
+                        f"{have}; accepted: a complete {kind} array")
+
+
+def check_key(path, key, listed: str, key_name: str, kind: str) -> None:
+    if key is None:
+        raise DataError(f"{key_name}: not set, but {path} is a {kind} file that can hold several "
+                        f"arrays; set {key_name} to one of: {listed}")
+
+
+def open_npy(path: Path, what: str, accepted=NUMERIC) -> Opened:
+    try:
+        with open(path, "rb") as fp:
+            shape, _, dtype = npy_header(fp)
+            have = os.fstat(fp.fileno()).st_size - fp.tell()
+    except NPY_ERRORS as exc:
+        raise DataError(f"{what}: {path} is not a readable .npy file ({one_line(exc)})") from None
+    check_dtype(path, None, dtype, what, accepted)
+    _check_size(path, None, what, shape, dtype, have, ".npy")
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except NPY_ERRORS as exc:
+        raise DataError(f"{what}: {path} is not a readable .npy file ({one_line(exc)})") from None
+    return Opened(tuple(shape), dtype, {"raw": arr})
+
+
+def npz_member(npz, key: str) -> str:
+    return f"{key}.npy" if f"{key}.npy" in npz.zip.namelist() else key
+
+
+def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
+             accepted=NUMERIC) -> Opened:
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except NPY_ERRORS as exc:
+        raise DataError(f"{what}: {path} is not a readable .npz file ({one_line(exc)})") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise DataError(f"{what}: {path} is not a readable .npz file (it holds a single .npy "
+                        "array)")
+    try:
+        listed = _h5.listed(npz.files)
+        check_key(path, key, listed, key_name, ".npz")
+        if key not in npz.files:
+            raise DataError(f"{key_name}: {key!r} not found in {path}; keys present: {listed}")
+        member = npz_member(npz, key)
+        try:
+            with npz.zip.open(member) as fp:
+                shape, _, dtype = npy_header(fp)
+                offset = fp.tell()
+            size = npz.zip.getinfo(member).file_size
+        except NPY_ERRORS as exc:
+            raise DataError(f"{what}: member {key!r} of {path} is not a readable array "
+                            f"({one_line(exc)})") from None
+        check_dtype(path, key, dtype, what, accepted)
+        _check_size(path, key, what, shape, dtype, size - offset, ".npz member")
+    except BaseException:
+        npz.close()
+        raise
+    return Opened(tuple(shape), dtype, {"loader": lambda: npz[key], "closer": npz.close})
+
+
+def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
+            accepted=NUMERIC) -> Opened:
+    f = _h5.open_file(path, what)
+    closers: list = [f.close]
+    try:
+        if key is None:
+            check_key(path, key, _h5.listing(f), key_name, ".h5")
+        dset = _h5.lookup(f, key, path, key_name)
+        if dset.file.filename != f.filename:  # reached through an external link
+            closers.insert(0, dset.file.close)
+        try:
+            dtype, shape = dset.dtype, tuple(dset.shape) if dset.shape is not None else ()
+        except H5_ERRORS as exc:
+            raise DataError(f"{what}: {where_of(path, key)} has an HDF5 datatype that cannot be "
+                            f"read ({one_line(exc)}); accepted: {accepted[1]}") from None
+        check_dtype(path, key, dtype, what, accepted)
+    except BaseException:
+        _close_all(closers)
+        raise
+    return Opened(shape, dtype, {"raw": dset, "closer": lambda: _close_all(closers)})
+
+
+def _close_all(closers: Sequence[Callable[[], None]]) -> None:
+    for close in closers:
+        try:
+            close()
+        except H5_ERRORS:  # closing a damaged file must not hide the error being reported
+            pass
+
+
+def open_any(path: Path, key: Optional[str], what: str, key_name: str,
+             accepted=NUMERIC) -> Opened:
+    """The opener for ``path``'s suffix (.npy takes no key; checked by the caller)."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return open_npy(path, what, accepted)
+    if suffix == ".npz":
+        return open_npz(path, key, what, key_name, accepted)
+    return open_h5(path, key, what, key_name, accepted)

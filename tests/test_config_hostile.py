@@ -1,0 +1,530 @@
+"""Hostile configurations: every one fails fast with one ConfigError line, naming the key.
+
+Duplicate keys, alias bombs, deep nesting, huge or odd scalars, unsafe tags and
+out-of-range numbers are refused by the loader itself, before any data is opened
+or jax is imported; a fuzz test feeds random YAML-ish text to ``parse_config``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernelcli.errors import ConfigError
+from kernelcli.spec import check_architecture, load_config, parse_config, parse_size
+from kernelcli.spec._fields import show
+
+from helpers_cli import CONFIGS_DIR, error_line, invoke, run_cli
+
+BASE = "data: {x1: a.npy}\narchitecture: {layers: [flatten, dense]}\n"
+
+
+def parse(text: str):
+    return parse_config(text, base_dir=Path("/cfg"), source=Path("/cfg/demo.yaml"))
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(text)
+    message = str(info.value)
+    assert "\n" not in message and len(message) <= 500, message
+    return message
+
+
+def layers(*items: str) -> str:
+    return "data: {x1: a.npy}\narchitecture:\n  layers:\n" + "".join(
+        f"    - {item}\n" for item in items)
+
+
+def laughs(levels: int, width: int = 10, key: str = "name") -> str:
+    """The billion laughs: ``width ** levels`` values from a few lines of anchors."""
+    lines = [f"x0: &a0 [{', '.join(['lol'] * width)}]"]
+    for i in range(1, levels):
+        lines.append(f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]")
+    body = ", ".join(f"*a{levels - 1}" for _ in range(width))
+    return f"{key}: {{{', '.join(lines)}, top: [{body}]}}\n" + BASE
+
+
+# --- what the loader refuses ----------------------------------------------------------
+
+def section(key: str, entry: str) -> str:
+    return BASE + f"{key}: {{{entry}}}\n"
+
+
+def data(entry: str) -> str:
+    return f"data: {{x1: a.npy, {entry}}}\narchitecture: {{layers: [flatten, dense]}}\n"
+
+
+SECTIONS = "expected name, data, architecture, kernel, compute, output"
+NOT_YAML = "not valid YAML (line 1, column 7): "
+
+# (behaviour, YAML text, exact message after "demo.yaml: ") for what the loader refuses.
+LOADER_MISTAKES = [
+    ("duplicate_key_names_its_section_and_lines",
+     "name: demo\ndata:\n  x1: a.npy\n  limit: 40\n  limit: 30\n"
+     "architecture: {layers: [flatten, dense]}\n",
+     "duplicate key 'limit' in data (lines 4 and 5); expected each key once"),
+    ("second_section_does_not_replace_the_first",
+     BASE + "kernel: {dtype: float64}\nkernel: {kinds: [ntk]}\n",
+     "duplicate section 'kernel' (lines 3 and 4); expected each section once"),
+    ("duplicate_in_a_flow_layer", layers("conv: {filter: 3, filter: 5}", "flatten", "dense"),
+     "duplicate key 'filter' in architecture.layers[0].conv (both on line 4); expected each "
+     "key once"),
+    ("duplicate_deep_in_a_repeat",
+     layers("repeat:\n        times: 2\n        layers:\n          - dense:\n"
+            "              width: 3\n              width: 4", "flatten", "dense"),
+     "duplicate key 'width' in architecture.layers[0].repeat.layers[0].dense (lines 8 and 9); "
+     "expected each key once"),
+    ("keys_equal_in_value_are_duplicates", BASE + "compute: {1: a, 1.0: b}\n",
+     "duplicate key 1.0 in compute (both on line 3); expected each key once"),
+    ("duplicate_in_a_mapping_merged_elsewhere",
+     BASE + "compute: {a: &x {<<: {block: 2}, block: 4, block: 5}, b: {<<: *x}}\n",
+     "duplicate key 'block' in compute.a (both on line 3); expected each key once"),
+    ("more_than_100_aliases",
+     "name: &n demo\n" + BASE + "kernel: {kinds: [" + ", ".join(["*n"] * 101) + "]}\n",
+     "line 4: alias *n is alias use number 101; expected at most 100 alias uses in a "
+     "configuration"),
+    ("recursive_alias", "name: &a [1, *a]\n" + BASE,
+     "line 1: alias *a is inside the value it names; expected no recursive aliases"),
+    ("ten_thousand_nested_lists", "name: " + "[" * 10_000 + "]" * 10_000 + "\n" + BASE,
+     "line 1: nested more than 64 levels deep; expected at most 64 levels of lists and "
+     "mappings"),
+    ("too_many_values", "name: [" + "1, " * 60_000 + "]\n" + BASE,
+     "line 1: more than 50000 values; expected a configuration of at most 50000 values"),
+    ("text_over_the_limit", BASE + "# " + "x" * 300_000 + "\n",
+     "the configuration is 300062 characters long; expected at most 262144 (256 KiB)"),
+    ("int_key", "1: x\n" + BASE, f"unknown section 1; {SECTIONS}"),
+    ("null_key", "null: y\n" + BASE, f"unknown section null; {SECTIONS}"),
+    ("list_key", "[a]: b\n" + BASE, "not valid YAML (line 1, column 1): found unhashable key"),
+    ("python_object_tag", "name: !!python/object:os.system ls\n" + BASE,
+     NOT_YAML + "could not determine a constructor for the tag "
+                "'tag:yaml.org,2002:python/object:os.system'"),
+    ("python_name_tag", "name: !!python/name:os.system\n" + BASE,
+     NOT_YAML + "could not determine a constructor for the tag "
+                "'tag:yaml.org,2002:python/name:os.system'"),
+    ("binary", "name: !!binary aGVsbG8=\n" + BASE,
+     "name: b'hello' is not a string; expected a run name"),
+    ("timestamp", "name: 2001-12-14\n" + BASE,
+     "name: 2001-12-14 is not a string; expected a run name"),
+    ("impossible_date", "name: 2001-02-30\n" + BASE,
+     NOT_YAML + "cannot read '2001-02-30' as a date (day is out of range for month)"),
+    ("timestamp_tag_on_text", "name: !!timestamp soon\n" + BASE,
+     NOT_YAML + "cannot read 'soon' as a date"),
+    ("bool_tag_on_text", "name: !!bool maybe\n" + BASE,
+     NOT_YAML + "cannot read 'maybe' as a boolean"),
+    ("set", "name: !!set {a}\n" + BASE, "name: {'a'} is not a string; expected a run name"),
+    ("long_name", "name: " + "a" * 300 + "\n" + BASE,
+     "name: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa... is 300 characters "
+     "long; expected a run name of at most 255 characters"),
+    ("name_on_two_lines", 'name: "a\\nb"\n' + BASE,
+     "name: 'a\\nb' contains a control character; expected a run name on one line"),
+    ("nul_in_a_path", data('key: x').replace("a.npy", '"a\\0b"'),
+     "data.x1: 'a\\x00b' contains a NUL character; expected a file path"),
+    ("two_documents", "a: 1\n---\nb: 2\n",
+     "not valid YAML (line 2, column 1): expected a single document in the stream but found "
+     "another document"),
+    ("anchor_defined_twice", "a: &x 1\nb: &x 2\n",
+     "not valid YAML (line 2, column 4): found duplicate anchor 'x', first on line 1"),
+]
+
+
+@pytest.mark.parametrize("text, message", [pytest.param(t, m, id=i)
+                                           for i, t, m in LOADER_MISTAKES])
+def test_loader_refuses_hostile_text_with_one_line(text, message):
+    assert error_of(text) == f"demo.yaml: {message}"
+
+
+def test_a_merge_key_may_still_be_overridden():
+    text = BASE + "kernel: {<<: {dtype: float64, kinds: [ntk]}, dtype: float32}\n"
+    config = parse(text)
+    assert config.kernel.dtype == "float32" and config.kernel.kinds == ("ntk",)
+    # merged into another mapping, its keys are still checked as written (PyYAML
+    # flattens it in place before its own turn)
+    assert error_of(BASE + "compute: {a: &x {<<: {block: 2}, block: 4}, b: {<<: *x}}\n"
+                    ).startswith("demo.yaml: compute: unknown key 'a'")
+
+
+def test_plain_anchors_and_aliases_still_work():
+    conv = "&c {filter: 3, W_std: 1.5}"
+    config = parse(layers(f"conv: {conv}", "relu", "conv: *c", "relu", "flatten", "dense"))
+    assert config.architecture.layers[0] == config.architecture.layers[2]
+    assert config.architecture.layers[2].W_std == 1.5
+
+
+def test_billion_laughs_in_the_name_is_refused_at_once():
+    start = time.monotonic()
+    message = error_of(laughs(9))
+    assert time.monotonic() - start < 5
+    assert message == ("demo.yaml: aliases expand the configuration to more than 100000 "
+                       "values; expected at most 100000, aliases expanded")
+
+
+def test_an_integer_too_long_to_convert_is_named_by_line():
+    message = error_of(BASE + "compute: {devices: " + "9" * 5000 + "}\n")
+    assert message.startswith("demo.yaml: not valid YAML (line 3, column 20): cannot read "
+                              "'9999")
+    assert "as an integer (Exceeds the limit (4300 digits)" in message
+
+
+def test_deeply_nested_residuals_give_a_short_message():
+    text = "residual: [" * 30 + "relu" + "]" * 30
+    arch = parse(layers("dense", text, "flatten", "dense")).architecture
+    with pytest.raises(ConfigError) as info:
+        check_architecture(arch, (8, 8, 3))
+    message = str(info.value)
+    assert message.startswith("architecture.layers[1].residual[0].resid...idual[0].")
+    assert message.endswith(".residual[0].residual: the branch ends in relu; expected it to "
+                            "end in dense or conv, since x + f(x) adds two independent "
+                            "Gaussians")
+    assert len(message) <= 250
+
+
+def test_load_config_refuses_duplicates_in_a_file(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text(BASE + "name: a\nname: b\n")
+    with pytest.raises(ConfigError, match=r"^dup.yaml: duplicate section 'name' "
+                                          r"\(lines 3 and 4\); expected each section once$"):
+        load_config(path)
+
+
+def test_a_huge_file_is_refused_without_reading_it_all(tmp_path):
+    path = tmp_path / "huge.yaml"
+    with path.open("wb") as fh:
+        fh.write(BASE.encode())
+        fh.truncate(1 << 30)  # sparse: 1 GiB of NULs after the text
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}: is larger than 256 KiB; expected a YAML configuration "
+                               "file of at most 256 KiB")
+
+
+def test_a_file_is_read_as_read_text_reads_it(tmp_path):
+    path = tmp_path / "crlf.yaml"
+    path.write_bytes(BASE.replace("\n", "\r\n").encode())
+    assert load_config(path).text == path.read_text() == BASE
+
+
+def test_a_path_with_a_nul_is_no_file():
+    with pytest.raises(ConfigError, match=r"^'a\\x00b': no such configuration file$"):
+        load_config("a\0b")
+
+
+def test_show_does_bounded_work_on_huge_shared_and_cyclic_values():
+    value = ["x" * 10_000] * 10
+    for _ in range(15):  # 10**16 leaves if expanded
+        value = [value] * 10
+    cyclic: list = []
+    cyclic.append(cyclic)
+    start = time.monotonic()
+    shown = [show(value), show(cyclic), show(10 ** 5000), show("a" * 10 ** 7)]
+    assert time.monotonic() - start < 1
+    assert all(len(s) <= 60 for s in shown)
+    assert shown[2] == "an integer of 5001 digits"
+    assert show({"conv": None, "filter": [3, 3]}) == "{'conv': None, 'filter': [3, 3]}"
+    assert show(None) == "null" and show(True) == "true" and show("a  b\nc") == "'a b\\nc'"
+
+
+# --- bounds on every number -------------------------------------------------------------
+
+L0, L1 = "architecture.layers[0]", "architecture.layers[1]"
+PAIR = "expected a positive integer or a list of 2 positive integers, each no larger than 1024"
+STD = "is too large; expected a number from 0 to 1000"
+SLOPE = "expected a number from -1000 to 1000"
+CAP = "expected at most 1000 layers in all, once repeats are expanded"
+WIDTH = "is too large; expected a positive integer no larger than 2147483648"
+ROWS = "is too large; expected a positive integer no larger than 1099511627776"
+SIZE = "is too large; expected a size of at most 2**60 bytes (1048576 TiB), or auto"
+BLOCK = "expected auto or a positive integer"
+BIG = "1" + "0" * 400
+
+TOO_LARGE = [
+    ("conv_filter", layers("conv: {filter: 1000000000000}", "flatten", "dense"),
+     f"{L0}.conv.filter: 1000000000000 is too large; {PAIR}"),
+    ("conv_strides", layers("conv: {strides: [1, 1025]}", "flatten", "dense"),
+     f"{L0}.conv.strides: [1, 1025] is too large; {PAIR}"),
+    ("pool_window", layers("dense", "avg_pool: {window: 2000}", "flatten", "dense"),
+     f"{L1}.avg_pool.window: 2000 is too large; {PAIR}"),
+    ("w_std", layers("dense: {W_std: 1.0e+300}"), f"{L0}.dense.W_std: 1e+300 {STD}"),
+    ("w_std_text", layers("dense: {W_std: 1e300}"), f"{L0}.dense.W_std: '1e300' {STD}"),
+    ("w_std_inf", layers("dense: {W_std: .inf}"), f"{L0}.dense.W_std: inf {STD}"),
+    ("w_std_huge_int", layers(f"dense: {{W_std: {BIG}}}"),
+     f"{L0}.dense.W_std: an integer of 401 digits {STD}"),
+    ("w_std_nan", layers("dense: {W_std: .nan}"),
+     f"{L0}.dense.W_std: nan is not a number; expected a number >= 0"),
+    ("b_std", layers("dense: {b_std: 1001}"), f"{L0}.dense.b_std: 1001 {STD}, or null for no bias"),
+    ("width", layers("dense: {width: 2147483649}"), f"{L0}.dense.width: 2147483649 {WIDTH}"),
+    ("width_huge_int", layers(f"dense: {{width: {BIG}}}"),
+     f"{L0}.dense.width: an integer of 401 digits {WIDTH}"),
+    ("width_float", layers("dense: {width: 1.0e+30}"),
+     f"{L0}.dense.width: 1e+30 is not a width; expected a positive integer"),
+    ("leaky_alpha", layers("dense", "leaky_relu: {alpha: 1.0e+10}", "dense"),
+     f"{L1}.leaky_relu.alpha: 10000000000.0 is too large; {SLOPE}"),
+    ("abrelu_a", layers("dense", "abrelu: {a: -.inf, b: 1}", "dense"),
+     f"{L1}.abrelu.a: -inf is below -1000; {SLOPE}"),
+    ("abrelu_b_text", layers("dense", "abrelu: {a: 0, b: x}", "dense"),
+     f"{L1}.abrelu.b: 'x' is not a number; {SLOPE}"),
+    ("repeat_times", layers("repeat: {times: 100000000, layers: [relu]}"),
+     f"{L0}.repeat.times: 100000000 is too large; expected a positive integer no larger "
+     "than 1000"),
+    ("nested_repeats", layers("repeat: {times: 1000, layers: [{repeat: {times: 1000, "
+                              "layers: [dense]}}]}"),
+     f"{L0}.repeat: 1000 times 1000 layer(s): the architecture has 1000000 layers here; {CAP}"),
+    ("repeated_residuals",
+     layers("dense", "repeat: {times: 600, layers: [{residual: [relu, dense]}]}"),
+     f"{L1}.repeat: 600 times 3 layer(s): the architecture has 1801 layers here; {CAP}"),
+    ("one_layer_too_many", layers("repeat: {times: 1000, layers: [dense]}", "flatten"),
+     f"{L1}.flatten: the architecture has 1001 layers here; {CAP}"),
+    ("block", section("compute", "block: 1000000000000"),
+     f"compute.block: 1000000000000 is too large; {BLOCK} no larger than 1048576"),
+    ("block_text", section("compute", "block: 1e12"),
+     f"compute.block: '1e12' is not a block size; {BLOCK}"),
+    ("block_float", section("compute", "block: 3.0"),
+     f"compute.block: 3.0 is not a block size; {BLOCK}"),
+    ("devices", section("compute", "devices: 4097"),
+     "compute.devices: 4097 is too large; expected all or a positive integer no larger than "
+     "4096"),
+    ("memory", section("compute", "memory: 2000000TiB"), f"compute.memory: '2000000TiB' {SIZE}"),
+    ("memory_int", section("compute", f"memory: {BIG}"),
+     f"compute.memory: an integer of 401 digits {SIZE}"),
+    ("limit", data("limit: 10000000000000000"), f"data.limit: 10000000000000000 {ROWS}"),
+    ("test_limit", data("test: t.npy, test_limit: 1099511627777"),
+     f"data.test_limit: 1099511627777 {ROWS}"),
+    ("zca_reg", data("preprocess: {kind: zca, zca_reg: 1.0e+30}"),
+     "data.preprocess.zca_reg: 1e+30 is too large; expected a number from 0 to 1000000"),
+    ("zca_reg_nan", data("preprocess: {kind: zca, zca_reg: .nan}"),
+     "data.preprocess.zca_reg: nan is not a number; expected a number > 0 (e.g. 0.1)"),
+]
+
+
+@pytest.mark.parametrize("text, message", [pytest.param(t, m, id=i) for i, t, m in TOO_LARGE])
+def test_every_number_has_a_bound_named_in_the_message(text, message):
+    assert error_of(text) == f"demo.yaml: {message}"
+
+
+def test_values_at_the_bounds_are_accepted():
+    text = ("data: {x1: a.npy, limit: 1099511627776, preprocess: {kind: zca, zca_reg: 1000000}}\n"
+            "architecture:\n  layers:\n"
+            "    - conv: {filter: [1024, 1], strides: 1024, W_std: 1000, b_std: 1000, "
+            "width: 2147483648}\n"
+            "    - abrelu: {a: -1000, b: 1000}\n"
+            "    - repeat: {times: 997, layers: [dense]}\n"
+            "    - flatten\n"
+            "compute: {block: 1048576, devices: 4096, memory: 1048576TiB}\n")
+    config = parse(text)
+    assert len(config.architecture.layers) == 1000
+    assert config.architecture.layers[0].filter == (1024, 1)
+    assert (config.compute.block, config.compute.devices, config.compute.memory) == (
+        2 ** 20, 4096, 2 ** 60)
+    assert config.data.limit == 2 ** 40
+
+
+def test_parse_size_is_bounded_and_linear_on_long_text():
+    assert parse_size(2 ** 60) == 2 ** 60
+    with pytest.raises(ValueError, match=r"is too large; expected a size of at most 2\*\*60"):
+        parse_size(2 ** 60 + 1)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="is not a size"):
+        parse_size("1" + " " * 100_000 + "x!")
+    assert time.monotonic() - start < 1
+
+
+# --- random hostile documents -----------------------------------------------------------
+
+_SIMPLE_KEYS = ([
+    "name", "data", "architecture", "kernel", "compute", "output", "x1", "key", "limit",
+    "test", "test_limit", "preprocess", "kind", "zca_reg", "layers", "parameterization",
+    "conv", "dense", "relu", "repeat", "residual", "times", "filter", "strides", "window",
+    "W_std", "b_std", "width", "alpha", "a", "b", "kinds", "dtype", "block", "memory",
+    "devices", "executor", "address", "run_dir", "<<", "1", "null", "~", "true", "1.5",
+    "''", "2001-12-14"])
+SIMPLE_KEYS = st.sampled_from(_SIMPLE_KEYS)
+# Keys SafeLoader refuses or that only work in flow style: one draw in ten or so.
+KEYS = st.sampled_from(_SIMPLE_KEYS * 2 + ["[a]", "{a: 1}", "!!binary aGk=", "&a limit",
+                                           "*a", "? x"])
+ODD = st.sampled_from([
+    "0", "1", "-1", "3.0", "1e12", "1.0e+12", "1.0e+400", ".inf", "-.inf", ".nan", "true",
+    "no", "null", "~", "''", "'  '", "2001-12-14", "2001-02-30", "2001-12-14T21:59:43Z",
+    "!!binary aGVsbG8=", "!!binary '@@'", "!!python/object:os.system x",
+    "!!python/tuple [1]", "!!set {a}", "!!omap [{a: 1}]", "!!int x", "!!float y",
+    "!!timestamp z", "!!str 5", "!custom x", "0x1F", "0o17", "1_000", "'\\0'", '"a\\0b"',
+    "relu", "conv", "dense", "flatten", "global_avg_pool", "ntk", "nngp", "float64", "auto",
+    "all", "8GiB", "a.npy", "x" * 300, "9" * 400, "9" * 5000, "*a", "*b", "*undefined"])
+SCALAR = st.one_of(ODD, st.integers(-2 ** 70, 2 ** 70).map(str),
+                   st.floats().map(lambda x: repr(x) if x == x and abs(x) != float("inf")
+                                   else ".nan"),
+                   st.text("ab :-[]{}#&*!,'\"\\\n\t", max_size=8).map(
+                       lambda s: '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'))
+
+
+def _collections(children):
+    flow_list = st.lists(children, max_size=5).map(lambda xs: "[" + ", ".join(xs) + "]")
+    flow_map = st.lists(st.tuples(KEYS, children), max_size=5).map(
+        lambda kvs: "{" + ", ".join(f"{k}: {v}" for k, v in kvs) + "}")
+    anchored = st.tuples(st.sampled_from(["&a ", "&b "]), st.one_of(flow_list, flow_map)).map(
+        "".join)
+    return st.one_of(flow_list, flow_map, anchored)
+
+
+VALUE = st.recursive(SCALAR, _collections, max_leaves=25)
+
+TEMPLATE = """\
+name: demo
+data:
+  x1: a.npy
+  limit: 10
+architecture:
+  parameterization: ntk
+  layers:
+    - conv: {filter: 3, strides: 1, W_std: 1.4, b_std: 0.1, width: 4}
+    - relu
+    - repeat: {times: 2, layers: [{dense: {width: 3}}, erf]}
+    - residual: [dense]
+    - avg_pool: {window: 2}
+    - leaky_relu: {alpha: 0.1}
+    - flatten
+    - dense
+kernel:
+  kinds: [nngp, ntk]
+  dtype: float32
+compute:
+  memory: 1GiB
+  devices: all
+  block: 16
+""".splitlines()
+
+
+def _link_anchors(text: str) -> str:
+    """Give every ``&a``/``&b`` a name of its own and point each ``*a``/``*b`` at the
+    latest one before it, so that aliases mostly resolve (PyYAML refuses an anchor
+    defined twice and an alias to nothing)."""
+    latest = {}
+
+    def rename(match):
+        sign, base = match.group(1), match.group(2)
+        if sign == "&":
+            latest[base] = f"{base}{len(latest) + match.start()}"
+            return f"&{latest[base]}"
+        return f"*{latest[base]}" if base in latest else "relu"
+
+    return re.sub(r"([&*])([ab])\b", rename, text)
+
+
+LEAF = re.compile(r"^(\s*(?:- )?[A-Za-z_]+: |\s*- )(\S.*)$")
+
+
+@st.composite
+def documents(draw):
+    """Random flow-style documents, or the template with some leaf values replaced, lines
+    repeated (duplicate keys) or keys added."""
+    if draw(st.booleans()):
+        sections = draw(st.lists(st.tuples(KEYS, VALUE), max_size=7))
+        return _link_anchors("".join(f"{k}: {v}\n" for k, v in sections))
+    lines = list(TEMPLATE)
+    for _ in range(draw(st.integers(1, 3))):
+        i = draw(st.integers(0, len(lines) - 1))
+        action = draw(st.sampled_from(["replace", "replace", "duplicate", "key"]))
+        leaf = LEAF.match(lines[i])
+        if action == "replace" and leaf:
+            lines[i] = leaf.group(1) + draw(VALUE)
+        elif action == "duplicate" or lines[i].lstrip().startswith("- "):
+            lines.insert(i, lines[i])
+        else:  # a sibling key, before the line so that it never splits a section
+            indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+            lines.insert(i, f"{indent}{draw(SIMPLE_KEYS)}: {draw(VALUE)}")
+    return _link_anchors("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("hostile")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=documents())
+def test_random_documents_load_or_fail_with_one_short_line(base_dir, text):
+    try:
+        config = parse_config(text, base_dir=base_dir)
+        for shape in ((8, 8, 3), (10,)):
+            try:
+                check_architecture(config.architecture, shape)
+            except ConfigError as e:
+                assert "\n" not in str(e) and len(str(e)) <= 500, str(e)
+    except ConfigError as e:
+        message = str(e)
+        assert message and "\n" not in message and len(message) <= 500, message
+
+
+# --- through the CLI --------------------------------------------------------------------
+
+def demo_config(folder: Path, extra: str = "", edit=lambda t: t) -> Path:
+    """configs/demo_digits.yaml, pointed at the shipped digits, with ``extra`` appended."""
+    text = (CONFIGS_DIR / "demo_digits.yaml").read_text()
+    text = text.replace("data/digits.npz", str(CONFIGS_DIR / "data" / "digits.npz"))
+    text = text.replace("../runs/demo_digits", str(folder / "run"))
+    path = folder / "hostile.yaml"
+    path.write_text(edit(text) + extra)
+    return path
+
+
+@pytest.mark.parametrize("extra, edit, message", [
+    ("compute: {block: 1.0e+12}\n", None,
+     "compute.block: 1000000000000.0 is not a block size; expected auto or a positive integer"),
+    ("compute: {block: 1000000000000}\n", None,
+     "compute.block: 1000000000000 is too large; expected auto or a positive integer no "
+     "larger than 1048576"),
+    ("", lambda t: t.replace("W_std: 1.0,", "W_std: 1.0e+300,"),
+     "architecture.layers[5].dense.W_std: 1e+300 is too large; expected a number from 0 to "
+     "1000"),
+    ("", lambda t: t.replace("filter: [3, 3], padding", "filter: 1000000000000, padding", 1),
+     "architecture.layers[0].conv.filter: 1000000000000 is too large; expected a positive "
+     "integer or a list of 2 positive integers, each no larger than 1024"),
+    ("", lambda t: t.replace("- dense: {W_std: 1.0, b_std: 0.0}",
+                             "- dense: {W_std: 1.0, b_std: 0.0, width: 1.0e+30}"),
+     "architecture.layers[5].dense.width: 1e+30 is not a width; expected a positive integer"),
+    ("", lambda t: t.replace("limit: 600", "limit: 40\n  limit: 30"),
+     "duplicate key 'limit' in data (lines 10 and 11); expected each key once"),
+    ("kernel: {dtype: float64}\n", None,
+     "duplicate section 'kernel' (lines 21 and 27); expected each section once"),
+    ("", lambda t: t.replace("- relu", "- repeat: {times: 100000000, layers: [relu]}", 1),
+     "architecture.layers[1].repeat.times: 100000000 is too large; expected a positive "
+     "integer no larger than 1000"),
+])
+def test_estimate_refuses_hostile_configs_with_one_line(tmp_path, extra, edit, message):
+    path = demo_config(tmp_path, extra, edit or (lambda t: t))
+    result = invoke("estimate", path, "--memory")
+    assert result.exit_code == 2
+    assert error_line(result) == f"Error: hostile.yaml: {message}"
+
+
+def test_compute_refuses_an_alias_bomb_in_the_name(tmp_path):
+    path = demo_config(tmp_path, edit=lambda t: laughs(9, key="junk") +
+                       t.replace("name: demo_digits\n", ""))
+    result = invoke("compute", path, "--quiet")
+    assert result.exit_code == 2
+    assert error_line(result) == ("Error: hostile.yaml: aliases expand the configuration to "
+                                  "more than 100000 values; expected at most 100000, aliases "
+                                  "expanded")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_real_cli_exits_2_without_a_traceback_or_jax(tmp_path):
+    path = demo_config(tmp_path, "compute: {block: 1e12, block: 5}\n")
+    result = run_cli("estimate", path, "--memory", timeout=120)
+    assert result.returncode == 2
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.strip() == ("Error: hostile.yaml: duplicate key 'block' in compute "
+                                     "(both on line 27); expected each key once")
+    code = ("import sys\nfrom kernelcli.errors import ConfigError\n"
+            "from kernelcli.spec import load_config\n"
+            f"try:\n    load_config({str(path)!r})\nexcept ConfigError:\n    pass\n"
+            "print(sorted({'jax', 'numpy'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]"
