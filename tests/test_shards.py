@@ -26,7 +26,7 @@ import yaml
 from click.testing import CliRunner
 
 from kernelcli.cli import main
-from kernelcli.plan import assign
+from kernelcli.plan import assign, make_plan
 from kernelcli.run._api import plan_from_manifest
 from kernelcli.run._shards import parse_shard, shard_blocks, worker_loads
 from kernelcli.store import RunStore
@@ -305,10 +305,10 @@ def test_estimate_reports_the_busiest_workers_share(tmp_path):
     result = run("estimate", cfg, "--memory", "--workers", "4", "--json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    manifest_like = {"plan": {"n1": N, "n2": N, "symmetric": True, "block": out["block"],
-                              "pair_batch": out["pair_batch"], "kinds": ["nngp", "ntk"],
-                              "dtype": "float32"}}
-    loads = worker_loads(plan_from_manifest(manifest_like, tmp_path).blocks, 4)
+    plan = make_plan(N, N, symmetric=True, bytes_per_pair=1, fixed_bytes=0,
+                     budget_bytes=out["pair_batch"], kinds=("nngp", "ntk"), itemsize=4,
+                     block=out["block"], pair_batch=out["pair_batch"])
+    loads = worker_loads(plan.blocks, 4)
     assert out["workers"] == 4
     assert out["worker_pairs_max"] == max(loads) and out["worker_pairs_min"] == min(loads)
     assert out["worker_balance"] == pytest.approx(max(loads) * 4 / out["pairs_total"])

@@ -14,7 +14,7 @@ from .. import _interrupt
 from ..errors import UsageError
 from ..spec import load_config
 from ._job import Job, prepare
-from ._shards import worker_loads
+from ._shards import check_shard_count, worker_loads
 
 
 def _rss_bytes() -> int:
@@ -69,6 +69,7 @@ def estimate(config_path, run_time: bool = False, workers: Optional[int] = None)
                                               + out["stats_peak_bytes"]
                                               + len(job.devices) * plan.peak_bytes_per_device)
         if workers is not None:
+            check_shard_count((0, int(workers)), plan, option="--workers")
             loads = worker_loads(plan.blocks, int(workers))
             out.update({
                 "workers": int(workers),
