@@ -107,6 +107,11 @@ def check(run_dir=None, shard=None) -> None:
     raise Interrupted(message(signum, run_dir, shard), signum)
 
 
+def current_run() -> tuple:
+    """``(run dir, shard)`` of the innermost :func:`where`, or ``(None, None)``."""
+    return _where
+
+
 @contextlib.contextmanager
 def where(run_dir, shard=None):
     """Within this block, an interruption concerns the run in ``run_dir``."""

@@ -45,7 +45,7 @@ def _run(fn, *args, **kwargs):
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:  # raised by code of the caller's (the handlers never raise)
         signum = _interrupt.requested() or signal.SIGINT
-        _fail(_interrupt.message(signum, *_interrupt._where), 128 + signum)
+        _fail(_interrupt.message(signum, *_interrupt.current_run()), 128 + signum)
     except MemoryError:
         _fail("out of memory; lower `compute.memory` in the configuration", 1)
     signum = _interrupt.requested()
@@ -95,7 +95,7 @@ class _Main(click.Group):
             if code == 0 and signum is not None:  # e.g. --help, or a command without _run
                 code = 128 + signum
                 _interrupt.final(code)
-                click.echo(f"Error: {_interrupt.message(signum, *_interrupt._where)}",
+                click.echo(f"Error: {_interrupt.message(signum, *_interrupt.current_run())}",
                            err=True)
             if in_process:
                 sys.exit(code)

@@ -54,6 +54,15 @@ class DamagedFileError(RunDirError):
     """A file of a run directory is damaged, truncated, foreign, or fails its checksum."""
 
 
+class QuarantinedError(DamagedFileError):
+    """Damaged files of a run that were moved to ``quarantine/``, so computing again
+    replaces them; ``blocks`` are the tiles among them (none for the test diagonal)."""
+
+    def __init__(self, message: str, blocks=()):
+        super().__init__(message)
+        self.blocks = list(blocks)
+
+
 class Interrupted(ComputeError):
     """SIGINT or SIGTERM (or Ctrl-C's ``KeyboardInterrupt`` in a program without the
     CLI's handlers) stopped the work at a safe point; completed tiles are kept.

@@ -7,6 +7,7 @@ Nothing here is a test. The networks are the cheap ones the test plan asks for
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from typing import Optional
 
 import h5py
 import numpy as np
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,3 +213,17 @@ def error_line(result) -> str:
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, result.stderr
     return lines[0]
+
+
+@contextlib.contextmanager
+def small_filesystem(where, options):
+    """A real tiny (or read-only) tmpfs; skips where mounting is not allowed."""
+    where.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+            capture_output=True).returncode != 0:
+        pytest.skip("needs permission to mount a tmpfs")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)

@@ -4,10 +4,8 @@ no traceback, and that what is finally published equals an uninterrupted run's b
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 
@@ -16,7 +14,7 @@ import numpy as np
 import pytest
 
 from helpers_cli import (KERNELCLI, assert_bit_identical, error_line, images, invoke, read_kernels,
-                         run_cli, write_config)
+                         run_cli, small_filesystem, write_config)
 from kernelcli.store._sealed import SealError, seal, unseal
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
@@ -204,22 +202,9 @@ def test_more_shards_than_blocks_are_refused_before_anything_is_written(project,
     assert result.exit_code == 2 and "is not of the form I/N" in result.stderr
 
 
-@contextlib.contextmanager
-def tmpfs(where, size):
-    where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
-                                            "tmpfs", str(where)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs permission to mount a tmpfs")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=True)
-
-
 def test_a_really_full_disk_publishes_nothing_wrong_and_resume_finishes(project, tmp_path):
     a = project[1]
-    with tmpfs(tmp_path / "fs", "48k") as fs:
+    with small_filesystem(tmp_path / "fs", "size=48k") as fs:
         run = fs / "run"
         first = run_cli("compute", a, "--run-dir", run, "--quiet")
         assert first.returncode == 1, first.stderr

@@ -1,10 +1,8 @@
 """The contract of RunStore, on real files: tiles, progress, crashes, assembly, overwrite."""
 
-import contextlib
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +14,8 @@ import pytest
 from kernelcli.errors import ComputeError, RunDirError
 from kernelcli.plan import Block, make_plan
 from kernelcli.store import RunStore
+
+from helpers_cli import small_filesystem
 
 ATTRS = {"config": "name: t\n", "kernelcli_version": "0.1.0", "data_fingerprint": "abc",
          "name": "t", "plan": {"block": 8}}
@@ -196,20 +196,6 @@ def test_a_file_in_the_way_is_a_run_dir_error_naming_the_path(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(RunDirError, match=str(tmp_path / "file")):
         RunStore(tmp_path / "file" / "run").create({"name": "t"})
-
-
-@contextlib.contextmanager
-def small_filesystem(where, options):
-    """A real tiny (or read-only) tmpfs; skips where mounting is not allowed."""
-    where.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
-            capture_output=True).returncode != 0:
-        pytest.skip("needs permission to mount a tmpfs")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
 
 
 def test_disk_full_is_a_compute_error_naming_the_tile_and_leaves_no_tile(tmp_path):

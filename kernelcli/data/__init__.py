@@ -7,7 +7,7 @@ from ._fingerprint import fingerprint as fingerprint
 from ._source import ArraySource as ArraySource
 from ._source import LAYOUTS as LAYOUTS
 from ._source import SUFFIXES as SUFFIXES
-from ._source import check_finite as check_finite
+from ._values import check_finite as check_finite
 from ._source import check_pair as check_pair
 from ._source import open_array as open_array
 from ._labels import MAX_LABEL as MAX_LABEL

@@ -28,7 +28,6 @@ import numpy as np
 from ..errors import DataError
 from ._h5 import one_line
 from ._readers import H5_ERRORS, NPY_ERRORS, open_any
-from ._values import check_finite as check_finite  # re-exported: the check streams rows
 from ._values import where_of
 
 SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")

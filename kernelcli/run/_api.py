@@ -8,13 +8,12 @@ reported through a callback, so nothing here knows about terminals or click.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import __version__
-from ..errors import ComputeError, DamagedFileError, DiskFullError, RunDirError, UsageError
+from ..errors import (ComputeError, DamagedFileError, DiskFullError, QuarantinedError,
+                      RunDirError, UsageError)
 from ..spec import OutputSpec, RunConfig, load_config, parse_config
 from ..spec._config import EXECUTORS
 from ..store import LABELS, RunStore, preprocess_name
@@ -110,16 +109,16 @@ def _assemble_if_complete(store: RunStore, plan) -> tuple[Optional[Path], int]:
     return path, 0
 
 
-class DamagedTiles(DamagedFileError):
+class DamagedTiles(QuarantinedError):
     """Tiles that failed verification, now in ``quarantine/``; ``blocks`` lists them."""
 
     def __init__(self, store: RunStore, damaged):
-        self.blocks = [b for b, _ in damaged]
-        moved = [store.quarantine(store.tiles_dir / f"{b.key}.h5") for b in self.blocks]
+        blocks = [b for b, _ in damaged]
+        moved = [store.quarantine(store.tiles_dir / f"{b.key}.h5") for b in blocks]
         first = str(damaged[0][1])
         more = "" if len(damaged) == 1 else f" (and {len(damaged) - 1} more tiles)"
         super().__init__(f"{first}{more}; moved to {moved[0].parent}/: "
-                         f"`kernelcli resume {store.run_dir}` computes it again")
+                         f"`kernelcli resume {store.run_dir}` computes it again", blocks)
 
 
 def _verified_result(store: RunStore) -> Optional[str]:
@@ -161,11 +160,11 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard = None) -> dict:
                     _interrupt.check()
                     path, missing = _assemble_if_complete(store, job.plan)
                     break
-                except DamagedFileError as exc:
-                    if attempt == 2 or not store.run_dir.joinpath("quarantine").is_dir():
+                except QuarantinedError as exc:  # moved aside: computing again replaces it
+                    if attempt == 2:
                         raise
                     # (the test diagonal has no blocks: begin() sees it missing)
-                    todo = list(getattr(exc, "blocks", []))
+                    todo = exc.blocks
                     repaired.append(str(exc))
                 except DiskFullError as exc:
                     raise _disk_full(store, job.plan, exc, shard) from None

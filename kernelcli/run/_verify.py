@@ -17,10 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..store import RunStore
+from ..store import RunStore, row_bands
 from ._manifest import plan_from_manifest
-
-_BAND_BYTES = 64 << 20
 
 
 @dataclass
@@ -102,9 +100,7 @@ def _check_values(store: RunStore, plan, kinds, p) -> Optional[str]:
             if d.shape != shape or d.dtype != dtype:
                 return (f"dataset {name!r} is {d.dtype}{list(d.shape)}, not "
                         f"{dtype}{list(shape)}")
-            step = max(1, _BAND_BYTES // max(1, dtype.itemsize * int(np.prod(shape[1:]))))
-            for r0 in range(0, shape[0], step):
-                band = d[r0:r0 + step]
+            for r0, band in row_bands(d):
                 if not np.isfinite(band).all():
                     return f"dataset {name!r} has values that are not finite (rows from {r0})"
                 if name in kinds and plan.symmetric:

@@ -11,7 +11,8 @@ from ._store import preprocess_name as preprocess_name
 from ._store import TILES as TILES
 from ._store import RunStore as RunStore
 from ._manifest import MANIFEST as MANIFEST
+from ._assemble import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
 
 __all__ = ["LABELS", "MANIFEST", "PREDICTIONS", "RESULT", "TILES", "RunStore",
-           "h5_written_whole", "preprocess_name"]
+           "h5_written_whole", "preprocess_name", "row_bands"]

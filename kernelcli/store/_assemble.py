@@ -139,16 +139,24 @@ def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles_dir, symmetric: 
     return {k: h.hexdigest() for k, h in hashes.items()}
 
 
-def dataset_digest(dataset) -> str:
-    """sha256 of an h5py dataset's C-order bytes, read in bands of rows."""
-    h = hashlib.sha256()
+def row_bands(dataset):
+    """``(first row, rows)`` of an h5py dataset in bands of at most 64 MiB, in order
+    (a 0-d or empty dataset is one band), so a result of any size is read in bounded
+    memory."""
     if dataset.ndim == 0 or dataset.shape[0] == 0:
-        h.update(np.ascontiguousarray(dataset[...]).data)
-        return h.hexdigest()
+        yield 0, np.ascontiguousarray(dataset[...])
+        return
     row_bytes = max(1, dataset.dtype.itemsize * int(np.prod(dataset.shape[1:])))
     step = max(1, _BAND_BYTES // row_bytes)
     for s in range(0, dataset.shape[0], step):
-        h.update(np.ascontiguousarray(dataset[s:s + step]).data)
+        yield s, np.ascontiguousarray(dataset[s:s + step])
+
+
+def dataset_digest(dataset) -> str:
+    """sha256 of an h5py dataset's C-order bytes, read in bands of rows."""
+    h = hashlib.sha256()
+    for _, band in row_bands(dataset):
+        h.update(band.data)
     return h.hexdigest()
 
 

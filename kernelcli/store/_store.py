@@ -68,7 +68,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import DamagedFileError, RunDirError
+from ..errors import DamagedFileError, QuarantinedError, RunDirError
 from ._assemble import assemble as _assemble
 from ._assemble import check_tiles, verify_result
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
@@ -269,30 +269,35 @@ class RunStore:
 
     def test_diagonal_problem(self, kinds):
         """``None`` when ``test_diag.h5`` is this run's and whole; else what is wrong."""
-        path = self.run_dir / TEST_DIAG
-        try:
-            datasets, attrs = read_sealed(path)
-        except FileNotFoundError:
-            return f"{path} has not been computed"
-        except (SealError, OSError) as exc:
-            return f"{path} is damaged: {exc}"
-        if attrs.get("run") != self.run_id:
-            return f"{path} was computed by another run"
-        if any(k not in datasets for k in kinds):
-            return f"{path} lacks one of {', '.join(kinds)}"
-        return None
+        return self._test_diagonal(kinds)[1]
 
     def read_test_diagonal(self, kinds) -> dict:
         """The stored test diagonal, verified; a damaged one is moved to quarantine."""
         path = self.run_dir / TEST_DIAG
-        problem = self.test_diagonal_problem(kinds)
+        datasets, problem = self._test_diagonal(kinds)
         if problem is not None:
             if not path.is_file():
                 raise RunDirError(f"{problem}; resume the run to write it")
             moved = self.quarantine(path)
-            raise DamagedFileError(f"{problem}; moved to {moved}: `kernelcli resume "
+            raise QuarantinedError(f"{problem}; moved to {moved}: `kernelcli resume "
                                    f"{self.run_dir}` computes it again")
-        return {k: v for k, v in read_sealed(path)[0].items() if k in kinds}
+        return {k: datasets[k] for k in kinds}
+
+    def _test_diagonal(self, kinds) -> tuple:
+        """``(datasets, None)`` of a whole ``test_diag.h5`` of this run, else
+        ``(None, what is wrong)``: one read serves the check and the values."""
+        path = self.run_dir / TEST_DIAG
+        try:
+            datasets, attrs = read_sealed(path)
+        except FileNotFoundError:
+            return None, f"{path} has not been computed"
+        except (SealError, OSError) as exc:
+            return None, f"{path} is damaged: {exc}"
+        if attrs.get("run") != self.run_id:
+            return None, f"{path} was computed by another run"
+        if any(k not in datasets for k in kinds):
+            return None, f"{path} lacks one of {', '.join(kinds)}"
+        return datasets, None
 
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has."""
