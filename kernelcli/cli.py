@@ -16,7 +16,7 @@ import click
 
 from . import __version__
 from .errors import KernelcliError
-from .spec._sizes import format_size
+from .spec import format_size
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -4,16 +4,41 @@ Every error the library raises on purpose derives from :class:`KernelcliError`.
 The CLI turns them into a one-line message and an exit status; nothing below the
 CLI imports click.
 
-Exit status (``../docs`` contract): 2 for a user's mistake (bad option, bad
+An error about an argument of a library call names the argument as the library
+spells it (``shard=``); the CLI shows the same error with its own flag (``--shard``):
+see :meth:`KernelcliError.naming`.
+
+Exit status: 2 for a user's mistake (bad option, bad
 configuration, bad data, a run directory that holds another run), 1 for any
 other failure (out of memory, disk full, interrupted).
 """
+
+
+import re
+
+_ARGUMENT = re.compile(r"<<(\w+)>>")
 
 
 class KernelcliError(Exception):
     """Base of every kernelcli error. ``exit_code`` is what the CLI exits with."""
 
     exit_code = 1
+    template = None  # the message with <<argument>> marks, for an error made by naming()
+
+    @classmethod
+    def naming(cls, template: str, *args):
+        """The error whose message is ``template`` with each ``<<name>>`` mark spelled as
+        the library's argument ``name=``; :meth:`render` spells them otherwise (the
+        CLI's flags). ``args`` follow the message, as the class takes them."""
+        exc = cls(_ARGUMENT.sub(lambda m: f"{m[1]}=", template), *args)
+        exc.template = template
+        return exc
+
+    def render(self, spell) -> str:
+        """The message with every argument named by ``spell(name)``."""
+        if self.template is None:
+            return str(self)
+        return _ARGUMENT.sub(lambda m: spell(m[1]), self.template)
 
 
 class UsageError(KernelcliError):

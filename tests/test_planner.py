@@ -11,7 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernelcli.errors import BudgetError, ConfigError
-from kernelcli.plan import Block, assign, auto_budget, available_ram_bytes, format_size, make_plan
+from kernelcli._system import available_ram_bytes
+from kernelcli.plan import (Block, EngineCosts, TotalsMismatch, assign, auto_block, auto_budget,
+                            auto_pair_batch, geometry_from_manifest, make_plan, memory_line,
+                            plan_run)
+from kernelcli.spec import format_size
 
 MiB, GiB, TiB = 1024**2, 1024**3, 1024**4
 
@@ -19,6 +23,7 @@ MiB, GiB, TiB = 1024**2, 1024**3, 1024**4
 def plan(n1, n2=None, *, symmetric=None, bpp=1000, fixed=0, budget=10**9, **kw):
     n2 = n1 if n2 is None else n2
     symmetric = (n1 == n2) if symmetric is None else symmetric
+    kw.setdefault("block", 64)
     return make_plan(n1, n2, symmetric=symmetric, bytes_per_pair=bpp, fixed_bytes=fixed,
                      budget_bytes=budget, kinds=("nngp", "ntk"), itemsize=4, **kw)
 
@@ -40,7 +45,7 @@ def assert_covers_exactly_once(p):
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 63, 64, 65, 130, 200])
-@pytest.mark.parametrize("block", [None, 8, 64, 13])
+@pytest.mark.parametrize("block", [1000, 8, 64, 13])
 def test_symmetric_plan_evaluates_each_lower_triangle_pair_exactly_once(n, block):
     p = plan(n, symmetric=True, block=block)
     assert_covers_exactly_once(p)
@@ -49,7 +54,7 @@ def test_symmetric_plan_evaluates_each_lower_triangle_pair_exactly_once(n, block
 
 
 @pytest.mark.parametrize("n1, n2", [(1, 1), (5, 300), (300, 5), (65, 129), (130, 64)])
-@pytest.mark.parametrize("block", [None, 8, 64, 13])
+@pytest.mark.parametrize("block", [1000, 8, 64, 13])
 def test_rectangular_plan_evaluates_each_pair_exactly_once(n1, n2, block):
     p = plan(n1, n2, symmetric=False, block=block)
     assert_covers_exactly_once(p)
@@ -71,20 +76,74 @@ def test_any_plan_covers_the_matrix_exactly_once_with_ragged_last_blocks(n1, n2,
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 5000), bpp=st.integers(1, 10**6), fixed=st.integers(0, 10**6),
-       budget=st.integers(1, 10**10))
-def test_auto_sizes_respect_the_budget_and_the_block_rules(n, bpp, fixed, budget):
+       budget=st.integers(1, 10**10), block=st.integers(8, 1024))
+def test_the_pair_batch_is_the_most_the_budget_fits_within_a_block(n, bpp, fixed, budget, block):
     if fixed + bpp > budget:
         with pytest.raises(BudgetError):
-            plan(n, bpp=bpp, fixed=fixed, budget=budget)
+            plan(n, bpp=bpp, fixed=fixed, budget=budget, block=block)
         return
-    p = plan(n, bpp=bpp, fixed=fixed, budget=budget)
+    p = plan(n, bpp=bpp, fixed=fixed, budget=budget, block=block)
     assert p.peak_bytes_per_device <= budget
     largest = max(b.n_pairs for b in p.blocks)
     # the largest batch that fits, unless a block could not fill it
     assert p.pair_batch == min((budget - fixed) // bpp, largest)
-    assert p.block % 8 == 0 and p.block <= 1024
-    assert p.block >= 64 or p.blocks_total == 1
-    assert p.block**2 >= p.pair_batch or p.block == 1024 or p.blocks_total == 1
+
+
+def costs(*, chunk=64, flat_input=False, cov_elements=1024**2, layers=5, memory=None):
+    """Engine costs of a made-up kernel whose call needs 1 MiB + 10 KiB per pair."""
+    return EngineCosts(chunk=chunk, flat_input=flat_input, cov_elements=cov_elements,
+                       layers=layers, kinds=("nngp", "ntk"), itemsize=4,
+                       compiled_memory=memory or (lambda r, c, p: MiB + p * 10 * 1024))
+
+
+@pytest.mark.parametrize("cov, layers, n, edge", [
+    (1024**2, 5, 10000, 64),        # a heavy pair: the smallest block
+    (16, 1, 10000, 1024),           # a light pair: the largest block
+    (4096, 3, 10000, 736),          # sqrt(2e11 / (4096 * 3 * 30)), to a multiple of 8
+    (16, 1, 30, 32),                # never beyond the data set, rounded up to 8
+])
+def test_auto_block_aims_at_a_fixed_amount_of_work_per_block(cov, layers, n, edge):
+    assert auto_block(costs(cov_elements=cov, layers=layers), n) == edge
+
+
+def test_auto_pair_batch_amortises_a_call_and_keeps_devices_busy():
+    assert auto_pair_batch(costs(chunk=8), 64, 1, 1 << 62) == 64 * 64 // 8  # 8 batches a block
+    assert auto_pair_batch(costs(chunk=1), 1024, 1, 1 << 62) == 64  # 64 chunks a call
+    assert auto_pair_batch(costs(chunk=8), 64, 4, 1 << 62) == 64 * 64 // 32
+    assert auto_pair_batch(costs(chunk=8), 64, 1, 100) == 100  # never beyond the budget
+    assert auto_pair_batch(costs(flat_input=True), 64, 1, 1 << 62) == 64 * 64  # one Gram call
+    assert auto_pair_batch(costs(), 64, 1, 0) is None
+
+
+def test_plan_run_measures_the_memory_line_and_fits_the_budget():
+    seen = []
+
+    def memory(rows, cols, pairs):
+        seen.append((rows, cols, pairs))
+        return MiB + pairs * 10 * 1024
+
+    p = plan_run(1000, 1000, symmetric=True, costs=costs(chunk=8, memory=memory),
+                 budget_bytes=GiB)
+    assert p.block == 64 and p.pair_batch == 512
+    assert seen == [(64, 64, 256), (64, 64, 512)]  # at the batch and at half of it
+    assert (p.bytes_per_pair, p.fixed_bytes) == (10 * 1024, MiB)
+    assert memory_line(costs(), 64, 512) == (10 * 1024, MiB)
+    tight = plan_run(1000, 1000, symmetric=True, costs=costs(chunk=8), budget_bytes=2 * MiB)
+    assert tight.pair_batch == MiB // (10 * 1024) == tight.memory.fit()
+    # a stored block and batch are kept exactly (a resumed run)
+    kept = plan_run(1000, 1000, symmetric=True, costs=costs(), budget_bytes=GiB, block=40,
+                    pair_batch=7)
+    assert (kept.block, kept.pair_batch) == (40, 7)
+    with pytest.raises(BudgetError, match="cannot hold one pair"):
+        plan_run(1000, 1000, symmetric=True, costs=costs(), budget_bytes=MiB)
+
+
+def test_a_manifest_round_trip_gives_the_same_geometry():
+    p = plan(300, 200, symmetric=False, block=64)
+    assert geometry_from_manifest(p.geometry.to_manifest(), itemsize=4) == p.geometry
+    bad = dict(p.geometry.to_manifest(), pairs_total=5)
+    with pytest.raises(TotalsMismatch, match="plan.pairs_total is 5 but its plan has 60000"):
+        geometry_from_manifest(bad, itemsize=4)
 
 
 def test_data_set_smaller_than_a_block_is_one_block():

@@ -31,7 +31,7 @@ from ._readers import H5_ERRORS, NPY_ERRORS, open_any
 from ._values import where_of
 
 SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
-LAYOUTS = ("NHWC", "NCHW")
+from ..spec import LAYOUTS  # one list: the configuration's
 _ACCEPTED_RANKS = "rank 4 images (N, H, W, C) or rank 2 rows (N, D)"
 # A failed slice read of a damaged file (a corrupt chunk, a CRC error in a .npz
 # member, a short external file that lost its end after opening).

@@ -1,19 +1,24 @@
 """The planner: blocks of the kernel matrix, pairs per call and memory (no jax, no h5py)."""
 
 from ._blocks import Block as Block
+from ._geometry import MANIFEST_KEYS as MANIFEST_KEYS
+from ._geometry import Geometry as Geometry
+from ._geometry import TotalsMismatch as TotalsMismatch
+from ._geometry import geometry_from_manifest as geometry_from_manifest
+from ._geometry import make_geometry as make_geometry
+from ._planner import EngineCosts as EngineCosts
+from ._planner import MemoryFigures as MemoryFigures
 from ._planner import Plan as Plan
 from ._planner import assign as assign
+from ._planner import auto_block as auto_block
 from ._planner import auto_budget as auto_budget
-from ._planner import available_ram_bytes as available_ram_bytes
+from ._planner import auto_pair_batch as auto_pair_batch
 from ._planner import make_plan as make_plan
-from ._units import format_size as format_size
+from ._planner import memory_line as memory_line
+from ._planner import plan_run as plan_run
 
 __all__ = [
-    "Block",
-    "Plan",
-    "assign",
-    "auto_budget",
-    "available_ram_bytes",
-    "format_size",
-    "make_plan",
+    "Block", "EngineCosts", "Geometry", "MANIFEST_KEYS", "MemoryFigures", "Plan",
+    "TotalsMismatch", "assign", "auto_block", "auto_budget", "auto_pair_batch",
+    "geometry_from_manifest", "make_geometry", "make_plan", "memory_line", "plan_run",
 ]

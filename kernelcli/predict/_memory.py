@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import BudgetError, UsageError
-from ..plan import auto_budget, available_ram_bytes, format_size
+from .._system import available_ram_bytes
+from ..plan import auto_budget
+from ..spec import format_size
 
 SOLVERS = ("auto", "cholesky", "cg")
 

@@ -194,7 +194,7 @@ def _execute(job: Job, store: RunStore, progress, blocks, shard: Shard) -> None:
 
 def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskFullError:
     """The disk-full error, saying how much the rest of the run needs and how to go on."""
-    from ..plan import format_size
+    from ..spec import format_size
 
     done = store.done_keys()
     itemsize = 8 if store.manifest["plan"]["dtype"] == "float64" else 4

@@ -6,28 +6,15 @@ each compilation: :class:`~kernelcli.errors.Interrupted`.
 
 from __future__ import annotations
 
-import resource
 import time
 from typing import Optional
 
 from .. import _interrupt
+from .._system import peak_rss_bytes
 from ..errors import UsageError
 from ..spec import load_config
 from ._job import Job, prepare
 from ._shards import check_shard_count, worker_loads
-
-
-def _rss_bytes() -> int:
-    """This process's peak resident memory. VmHWM, not ru_maxrss: Linux carries
-    ru_maxrss over from the parent process, VmHWM starts afresh at exec."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def estimate(config_path, run_time: bool = False, workers: Optional[int] = None) -> dict:
@@ -64,7 +51,7 @@ def estimate(config_path, run_time: bool = False, workers: Optional[int] = None)
         _interrupt.check()
         out["stats_peak_bytes"] = job.kfn.compiled_stats_memory(stats_rows)
         _interrupt.check()
-        baseline = _rss_bytes()
+        baseline = peak_rss_bytes()
         out["process_peak_bytes_estimate"] = (baseline + job.stats_bytes
                                               + out["stats_peak_bytes"]
                                               + len(job.devices) * plan.peak_bytes_per_device)
@@ -95,7 +82,8 @@ def _solve_memory(n: int) -> dict:
     """What ``kernelcli predict`` will need for the (n, n) training kernel, and which
     solver it will pick on this machine (Cholesky when it fits, else CG)."""
     from ..predict import choose_solver, solve_memory_bytes
-    from ..plan import auto_budget, available_ram_bytes
+    from .._system import available_ram_bytes
+    from ..plan import auto_budget
 
     available = auto_budget(available_ram_bytes())
     return {"solve_bytes": solve_memory_bytes(n), "solve_available_bytes": available,

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from .. import __version__, _interrupt
-from ..plan import Plan, auto_budget, available_ram_bytes, make_plan
+from .._system import available_ram_bytes
+from ..plan import EngineCosts, Plan, auto_budget, plan_run
 from ..spec import RunConfig
 from ._devices import local_devices
 from ._inputs import Inputs, open_inputs
@@ -32,6 +33,16 @@ class Job:
     plan: Plan
     devices: list
     fingerprints: dict
+
+    def close(self) -> None:
+        """Close the inputs' files (idempotent)."""
+        self.inputs.close()
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     @property
     def stats_bytes(self) -> int:
@@ -56,13 +67,9 @@ class Job:
             "config_dir_from_run": os.path.relpath(self._config_dir, self.cfg.output.run_dir),
             "config_fingerprint": config_fingerprint(self.cfg),
             "data_fingerprints": self.fingerprints,
-            "plan": {"n1": self.plan.n1, "n2": self.plan.n2, "n_test": self.plan.n_test,
+            "plan": {**self.plan.geometry.to_manifest(),
                      "test_diagonal": self.cfg.kernel.test_diagonal,
-                     "symmetric": self.plan.symmetric,
-                     "block": self.plan.block, "pair_batch": self.plan.pair_batch,
-                     "kinds": list(self.plan.kinds), "dtype": self.cfg.kernel.dtype,
-                     "pairs_total": self.plan.pairs_total,
-                     "blocks_total": self.plan.blocks_total},
+                     "dtype": self.cfg.kernel.dtype},
         }
 
 
@@ -105,54 +112,20 @@ def config_fingerprint(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def memory_model(kfn, rows: int, cols: int, batch: int) -> tuple[int, int]:
-    """``(bytes_per_pair, fixed_bytes)`` of one kernel call, from XLA's analysis of
-    the compiled program at ``batch`` pairs and at half of it: exact at ``batch``
-    (the plan's peak) and a conservative line below it (memory is flat above a
-    chunk, so a smaller batch that a tight budget forces needs at most that).
-
-    Each is a compilation: a requested stop (:mod:`kernelcli._interrupt`) is honoured
+def engine_costs(kfn, layers: int) -> EngineCosts:
+    """What the planner needs of the compiled kernel ``kfn``; each memory measurement is
+    a compilation, and a requested stop (:mod:`kernelcli._interrupt`) is honoured
     before and after each."""
-    p2 = max(2, batch)
-    p1 = p2 // 2
-    _interrupt.check()
-    m1 = kfn.compiled_memory(rows, cols, p1)
-    _interrupt.check()
-    m2 = kfn.compiled_memory(rows, cols, p2)
-    _interrupt.check()
-    per_pair = max(1, -(-(m2 - m1) // (p2 - p1)))
-    return per_pair, max(0, m1 - p1 * per_pair)
 
+    def compiled_memory(rows: int, cols: int, pairs: int) -> int:
+        _interrupt.check()
+        out = kfn.compiled_memory(rows, cols, pairs)
+        _interrupt.check()
+        return out
 
-# Work of one block, in elementwise operations: about half a minute here. Fewer
-# makes per-block costs (a tile file, an fsync) show; more loses more to a kill.
-_BLOCK_WORK = 2e11
-_OPS_PER_ENTRY = 30  # elementwise operations per covariance entry per layer (measured HLO)
-
-
-def auto_block(kfn, cfg: RunConfig, n_max: int) -> int:
-    """Block edge (multiple of 8, 64..1024) from the cost of a pair, not from memory:
-    the engine's memory does not grow with the pair batch, time per block does."""
-    work = kfn.cov_elements * max(1, len(cfg.architecture.layers)) * _OPS_PER_ENTRY
-    target = min(max(_BLOCK_WORK / work, 64 * 64), 1024 * 1024)
-    edge = int(round(target ** 0.5 / 8)) * 8
-    return max(8, min(max(edge, 64), 1024, -(-n_max // 8) * 8))
-
-
-def auto_pair_batch(kfn, block: int, n_devices: int, fit: int) -> Optional[int]:
-    """Pairs per call: enough chunks to amortise a call, few enough that every device
-    gets several batches of a block; never more than the budget fits (``fit``;
-    ``None`` lets the planner report a budget that cannot hold one pair)."""
-    if fit < 1:
-        return None
-    if kfn.flat_input:  # one Gram matrix per call: one call per block
-        return int(min(fit, block * block))
-    # Several batches per device in a block's (at least) block^2/2 pairs; a batch
-    # smaller than a chunk is fine (the engine shrinks the chunk), one larger than
-    # the block would only evaluate padding.
-    per_device = max(1, block * block // (2 * 4 * n_devices))
-    want = min(64 * kfn.chunk, per_device)
-    return int(max(1, min(fit, want)))
+    return EngineCosts(chunk=kfn.chunk, flat_input=kfn.flat_input,
+                       cov_elements=kfn.cov_elements, layers=layers, kinds=tuple(kfn.kinds),
+                       itemsize=kfn.dtype.itemsize, compiled_memory=compiled_memory)
 
 
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
@@ -185,26 +158,15 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess) -> Job:
         kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
                               cfg.kernel.kinds, cfg.kernel.dtype)
         _interrupt.check()
-        symmetric = inputs.symmetric
-        if stored_plan is None:
-            block = cfg.compute.block or auto_block(kfn, cfg, max(inputs.n1, inputs.n2))
-            pair_batch = None
-        else:
-            block, pair_batch = stored_plan["block"], stored_plan["pair_batch"]
-        want = pair_batch or auto_pair_batch(kfn, block, len(devices), 1 << 62)
-        bpp, fixed = memory_model(kfn, block, block, want)
         budget = cfg.compute.memory
         if budget is None:
             budget = auto_budget(available_ram_bytes()) // len(devices)
-        if pair_batch is None:
-            fit = (budget - fixed) // bpp
-            pair_batch = None if fit < 1 else min(want, fit)
-        plan = make_plan(inputs.n1, inputs.n2, symmetric=symmetric, bytes_per_pair=bpp,
-                         fixed_bytes=fixed, budget_bytes=budget, kinds=kfn.kinds,
-                         itemsize=kfn.dtype.itemsize, block=block, pair_batch=pair_batch,
-                         devices=len(devices),
-                         untiled_bytes_per_pair=kfn.cov_elements * kfn.dtype.itemsize,
-                         n_test=inputs.n_test)
+        stored = stored_plan or {}
+        plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
+                        costs=engine_costs(kfn, len(cfg.architecture.layers)),
+                        budget_bytes=budget, devices=len(devices), n_test=inputs.n_test,
+                        block=stored.get("block", cfg.compute.block),
+                        pair_batch=stored.get("pair_batch"))
         _interrupt.check()
         if fingerprints is None:
             fingerprints = inputs.fingerprints()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import DamagedFileError, KernelcliError
-from ..plan import make_plan
+from ..plan import Geometry, TotalsMismatch, geometry_from_manifest
 
 FORMAT = 2  # 2: manifest checksum, sealed tiles with run identity, checksummed result
 _KINDS = ("nngp", "ntk")
@@ -80,27 +80,23 @@ def check_manifest(manifest: dict, run_dir) -> dict:
     return manifest
 
 
-def plan_from_manifest(manifest: dict, run_dir):
-    """The plan a (checked) manifest records: its blocks and batch; no jax, no data."""
+def plan_from_manifest(manifest: dict, run_dir) -> Geometry:
+    """The geometry a (checked) manifest records: its blocks and batch; no jax, no data,
+    and no memory figures (a run directory's readers need none)."""
     check_manifest(manifest, run_dir)
     return _plan(manifest, run_dir)
 
 
-def _plan(manifest: dict, run_dir):
+def _plan(manifest: dict, run_dir) -> Geometry:
     p = manifest["plan"]
+    where = Path(run_dir) / "manifest.json"
     try:
-        plan = make_plan(p["n1"], p["n2"], symmetric=p["symmetric"], bytes_per_pair=1,
-                         fixed_bytes=0, budget_bytes=p["pair_batch"], kinds=p["kinds"],
-                         itemsize=8 if p["dtype"] == "float64" else 4, block=p["block"],
-                         pair_batch=p["pair_batch"], n_test=p["n_test"])
+        return geometry_from_manifest(p, itemsize=8 if p["dtype"] == "float64" else 4)
+    except TotalsMismatch as exc:
+        raise DamagedFileError(f"{where}: plan.{exc.key} is {_show(exc.recorded)} but its "
+                               f"plan has {exc.actual}") from None
     except (KernelcliError, ValueError) as exc:
-        raise DamagedFileError(f"{Path(run_dir) / 'manifest.json'}: its plan is not "
-                               f"valid ({exc})") from None
-    for key, value in (("pairs_total", plan.pairs_total), ("blocks_total", plan.blocks_total)):
-        if p.get(key) != value:
-            raise DamagedFileError(f"{Path(run_dir) / 'manifest.json'}: plan.{key} is "
-                                   f"{_show(p.get(key))} but its plan has {value}")
-    return plan
+        raise DamagedFileError(f"{where}: its plan is not valid ({exc})") from None
 
 
 def result_attrs(manifest: dict) -> dict:

@@ -22,7 +22,8 @@ _UNITS = {
     "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "tb": 1000 ** 4,
     "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3, "tib": 1024 ** 4,
 }
-_BINARY = (("TiB", 1024 ** 4), ("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024))
+_UNIT_NAMES = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 _EXPECTED = "expected a number of bytes such as 1000000, '512MiB', '8GiB' or '1.5GB'"
 MAX_SIZE = 2 ** 60
@@ -65,14 +66,16 @@ def parse_size(text: str | int) -> int:
 
 
 def format_size(n: int) -> str:
-    """Format ``n`` bytes in the largest binary unit that fits: ``1610612736 -> "1.5 GiB"``.
+    """``n`` bytes in the largest binary unit that fits, for messages: ``1536 -> "1.5 KiB"``,
+    ``16 * 2**30 -> "16 GiB"``; three significant figures, exact bytes below 1 KiB.
 
-    Up to two decimals are shown, trailing zeros dropped ("8 GiB", "1.25 MiB").
+    The one formatter of sizes: every message and table of kernelcli uses it.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"{n!r} is not a number of bytes; expected an integer >= 0")
-    for unit, factor in _BINARY:
-        if n >= factor:
-            text = f"{n / factor:.2f}".rstrip("0").rstrip(".")
-            return f"{text} {unit}"
-    return f"{n} B"
+    size = float(n)
+    if abs(size) < 1024:
+        return f"{int(n)} B"
+    for unit in _UNIT_NAMES[1:]:
+        size /= 1024
+        if abs(size) < 1024 or unit == _UNIT_NAMES[-1]:
+            break
+    return f"{size:.3g} {unit}" if abs(size) < 100 else f"{size:.0f} {unit}"
