@@ -6,7 +6,7 @@ import sys
 import time
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
@@ -32,13 +32,13 @@ class ProgressPrinter:
         pct = 100.0 * p.pairs_done / max(p.pairs_total, 1)
         rate = p.pairs_this_run / p.elapsed if p.elapsed > 0 else 0.0
         left = p.pairs_total - p.pairs_done
-        eta = _duration(left / rate) if rate > 0 else "--:--"
+        eta = format_duration(left / rate) if rate > 0 else "--:--"
         width = 24
         filled = int(width * pct / 100)
         bar = "#" * filled + "-" * (width - filled)
         return (f"{self.name} [{bar}] {pct:5.1f}%  pairs {p.pairs_done:,}/{p.pairs_total:,}  "
                 f"blocks {p.blocks_done}/{p.blocks_total}  {rate:,.1f} pairs/s  "
-                f"elapsed {_duration(p.elapsed)}  ETA {eta}")
+                f"elapsed {format_duration(p.elapsed)}  ETA {eta}")
 
     def __call__(self, p) -> None:
         pct = 100.0 * p.pairs_done / max(p.pairs_total, 1)

@@ -16,9 +16,19 @@ import click
 
 from . import __version__
 from .errors import KernelcliError
-from .spec import format_size
+from .spec import EXECUTORS, format_size
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+# The library's arguments as this command line spells them: a library error names
+# the argument (``shard=``), the CLI's message names the flag.
+FLAGS = {"shard": "--shard", "shards": "--shards", "workers": "--workers",
+         "executor": "--executor", "address": "--address", "overwrite": "--overwrite",
+         "run_dir": "--run-dir", "ridges": "--ridge", "kinds": "--kind", "solver": "--solver"}
+
+
+def _flag(argument: str) -> str:
+    return FLAGS.get(argument, f"{argument}=")
 
 
 def _fail(message: str, code: int) -> None:
@@ -29,36 +39,40 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _run(fn, *args, **kwargs):
+def _run(fn, *args, for_run=None, **kwargs):
     """Call ``fn``; turn kernelcli errors, signals and resource failures into exit codes.
 
     SIGINT / SIGTERM (recorded by the handlers of :class:`_Main`) stop the library at
     its next safe point with :class:`~kernelcli.errors.Interrupted` (exit 130 / 143).
     A signal that came after the last safe point still fails the command: exit 128 +
-    signum, saying that the result is complete when it is; never exit 0 after a signal.
+    signum, saying that the result is complete when it is (or, given ``for_run``, how
+    to resume that run); never exit 0 after a signal. Errors naming a library argument
+    name this command line's flag (:data:`FLAGS`).
     """
     from . import _interrupt
 
     try:
         out = fn(*args, **kwargs)
     except KernelcliError as exc:  # Interrupted included: its exit code is 128 + signum
-        _fail(str(exc), exc.exit_code)
+        _fail(exc.render(_flag), exc.exit_code)
     except KeyboardInterrupt:  # raised by code of the caller's (the handlers never raise)
         signum = _interrupt.requested() or signal.SIGINT
         _fail(_interrupt.message(signum, *_interrupt.current_run()), 128 + signum)
     except MemoryError:
         _fail("out of memory; lower `compute.memory` in the configuration", 1)
+    from .run import RunResult
+
     signum = _interrupt.requested()
     if signum is not None:
         name = _interrupt.signal_name(signum)
-        if isinstance(out, dict) and out.get("result"):
-            text = f"interrupted ({name}) after the run finished: {out['result']} is complete"
-        elif isinstance(out, dict) and out.get("shard"):
-            i, n = out["shard"]
+        if isinstance(out, RunResult) and out.result:
+            text = f"interrupted ({name}) after the run finished: {out.result} is complete"
+        elif isinstance(out, RunResult) and out.shard:
+            i, n = out.shard
             text = (f"interrupted ({name}) after shard {i}/{n} had done its tiles; the "
                     f"last shard to finish assembles the result")
-        elif isinstance(out, tuple) and out and getattr(out[0], "run_dir", None):
-            text = _interrupt.message(signum, out[0].run_dir)  # a run's store: resume it
+        elif for_run is not None:
+            text = _interrupt.message(signum, for_run)  # a run exists: resume it
         else:
             text = _interrupt.message(signum)
         _fail(text, 128 + signum)
@@ -118,7 +132,7 @@ def _shard_option(ctx, param, value):
     if value is None:
         return None
     from .errors import UsageError
-    from .run._shards import parse_shard
+    from .run import parse_shard
 
     try:
         return parse_shard(value)
@@ -139,33 +153,33 @@ _ADDRESS_HELP = ("Ray cluster address for --executor ray (overrides compute.addr
 
 def _executor_options(fn):
     fn = click.option("--address", metavar="ADDRESS", help=_ADDRESS_HELP)(fn)
-    fn = click.option("--executor", type=click.Choice(["local", "ray"], case_sensitive=False),
-                      help=_EXECUTOR_HELP)(fn)
+    # validated by the library (one list, EXECUTORS), which names the flag when wrong
+    fn = click.option("--executor", metavar="|".join(EXECUTORS), help=_EXECUTOR_HELP)(fn)
     fn = click.option("--shard", metavar="I/N", callback=_shard_option, help=_SHARD_HELP)(fn)
     return fn
 
 
-def _report(out: dict, run_dir, quiet: bool, finished_text: str) -> None:
-    """What compute/resume print at the end (on stderr)."""
-    if out.get("already_finished"):
-        click.echo(finished_text.format(result=out["result"]), err=True)
+def _report(out, run_dir, quiet: bool, finished_text: str) -> None:
+    """What compute/resume print at the end (on stderr), from their RunResult."""
+    if out.already_finished:
+        click.echo(finished_text.format(result=out.result), err=True)
     elif quiet:
         return
-    elif out.get("result") is None:
-        i, n = out["shard"]
-        click.echo(f"shard {i}/{n}: its {out['shard_blocks']} tiles are done; "
-                   f"{out['blocks_missing']} of the run's {out['blocks_total']} tiles are "
+    elif out.result is None:
+        i, n = out.shard
+        click.echo(f"shard {i}/{n}: its {out.shard_blocks} tiles are done; "
+                   f"{out.blocks_missing} of the run's {out.blocks_total} tiles are "
                    f"still missing (other shards). The last shard to finish assembles the "
                    f"result; or run `kernelcli assemble {run_dir}` once all are done",
                    err=True)
     else:
-        click.echo(f"wrote {out['result']}", err=True)
+        click.echo(f"wrote {out.result}", err=True)
 
 
-def _report_repairs(out: dict) -> None:
+def _report_repairs(out) -> None:
     """Files that failed verification and were recomputed (always shown: it means the
     disk or something else damaged a run file)."""
-    for line in out.get("repaired", ()):
+    for line in out.repaired:
         click.echo(f"Warning: {line.split('; moved to')[0]}; it was moved to quarantine and "
                    f"computed again", err=True)
 
@@ -224,8 +238,8 @@ def compute(config, run_dir, overwrite, quiet, shard, executor, address):
     from .run import compute as run_compute
     from .spec import load_config
 
-    cfg = _run(load_config, config)
-    out = _run(run_compute, config, run_dir=run_dir, overwrite=overwrite,
+    cfg = _run(load_config, config)  # once: the library is given it
+    out = _run(run_compute, cfg, run_dir=run_dir, overwrite=overwrite,
                progress=_progress(cfg.name, quiet, shard), shard=shard,
                executor=executor and executor.lower(), address=address)
     _report_repairs(out)
@@ -247,9 +261,10 @@ def resume(run_dir, quiet, shard, executor, address):
     from .run import load_run_config
     from .run import resume as run_resume
 
-    _store, cfg = _run(load_run_config, run_dir)
-    out = _run(run_resume, run_dir, progress=_progress(cfg.name, quiet, shard), shard=shard,
-               executor=executor and executor.lower(), address=address)
+    loaded = _run(load_run_config, run_dir, for_run=run_dir)
+    out = _run(run_resume, run_dir, progress=_progress(loaded[1].name, quiet, shard),
+               shard=shard, executor=executor and executor.lower(), address=address,
+               loaded=loaded)
     _report_repairs(out)
     _report(out, run_dir, quiet, "{result} is already complete")
 
@@ -267,10 +282,10 @@ def assemble(run_dir, quiet):
     from .run import assemble as run_assemble
 
     out = _run(run_assemble, run_dir)
-    if out.get("already_finished"):
-        click.echo(f"{out['result']} is already complete", err=True)
+    if out.already_finished:
+        click.echo(f"{out.result} is already complete", err=True)
     elif not quiet:
-        click.echo(f"wrote {out['result']}", err=True)
+        click.echo(f"wrote {out.result}", err=True)
 
 
 _ESTIMATE_ROWS = (
@@ -308,7 +323,7 @@ def estimate(config, memory, run_time, workers, as_json):
     """
     from .run import estimate as run_estimate
 
-    out = _run(run_estimate, config, run_time=run_time, workers=workers)
+    out = _run(run_estimate, config, run_time=run_time, workers=workers).to_dict()
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
         return
@@ -339,9 +354,9 @@ def estimate(config, memory, run_time, workers, as_json):
 
 
 def _hms(seconds: float) -> str:
-    from ._progress import _duration
+    from ._progress import format_duration
 
-    return _duration(seconds)
+    return format_duration(seconds)
 
 
 def _ridges(ctx, param, values):
@@ -419,7 +434,7 @@ def status(run_dir, shards, as_json):
     process or machine wrote them; per shard for a job array)."""
     from .run import status as run_status
 
-    out = _run(run_status, run_dir, shards=shards)
+    out = _run(run_status, run_dir, shards=shards).to_dict()
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
         return

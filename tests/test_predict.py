@@ -98,7 +98,7 @@ def test_indefinite_kernel_raises_a_clear_error_not_nans():
         solve_cholesky(k, np.ones((40, 2)), [1e-6], kind="ntk")
     msg = str(err.value)
     assert "the ntk kernel plus ridge 1e-06 x trace/n" in msg
-    assert "not positive definite" in msg and "n=40" in msg and "--ridge (e.g. 0.0001)" in msg
+    assert "not positive definite" in msg and "n=40" in msg and "ridges= (e.g. 0.0001)" in msg
     assert isinstance(err.value, KernelcliError) and err.value.exit_code == 1
     with pytest.raises(NotPositiveDefiniteError, match="n=40"):
         cholesky_factor(k, 0.0, kind="nngp")
@@ -108,9 +108,9 @@ def test_indefinite_kernel_raises_a_clear_error_not_nans():
 
 def test_bad_ridges_kernels_and_targets_are_named():
     k, _, _ = psd_kernel(10)
-    with pytest.raises(UsageError, match="--ridge: -1"):
+    with pytest.raises(UsageError, match="ridges=: -1"):
         solve_cholesky(k, np.ones((10, 1)), [-1])
-    with pytest.raises(UsageError, match="--ridge: nan"):
+    with pytest.raises(UsageError, match="ridges=: nan"):
         solve_cholesky(k, np.ones((10, 1)), [float("nan")])
     with pytest.raises(UsageError, match="no ridge"):
         solve_cholesky(k, np.ones((10, 1)), [])
@@ -198,10 +198,10 @@ def test_solve_cg_on_a_vector_with_per_column_ridges():
 
 def test_cg_that_cannot_converge_in_time_says_what_to_change():
     k, _, _ = psd_kernel(60)
-    with pytest.raises(NotConvergedError, match="after 3 products.*--cg-maxiter") as err:
+    with pytest.raises(NotConvergedError, match="after 3 products.*cg_maxiter=") as err:
         solve_cg_ridges(k, np.ones((60, 1)), [1e-6], maxiter=3, kind="nngp")
     assert "nngp kernel with ridge 1e-06" in str(err.value) and err.value.exit_code == 1
-    with pytest.raises(UsageError, match="--cg-tol"):
+    with pytest.raises(UsageError, match="cg_tol="):
         solve_cg_ridges(k, np.ones((60, 1)), [1e-6], tol=0.0)
 
 
@@ -247,6 +247,6 @@ def test_solver_choice_follows_the_memory_and_names_the_alternative():
         choose_solver(60_000, "cholesky", available_bytes=16 * 2**30)
     msg = str(err.value)
     assert "60,000 x 60,000" in msg and "53.6 GiB" in msg and "26.8 GiB each" in msg
-    assert "16 GiB is available" in msg and "use --solver cg" in msg
-    with pytest.raises(UsageError, match="--solver: 'lu'.*auto, cholesky, cg"):
+    assert "16 GiB is available" in msg and "use solver= cg" in msg
+    with pytest.raises(UsageError, match="solver=: 'lu'.*auto, cholesky, cg"):
         choose_solver(10, "lu")

@@ -110,7 +110,7 @@ def test_cg_equals_cholesky(finished, tmp_path):
 
 def test_cholesky_that_does_not_fit_names_cg(finished, tmp_path):
     run = fresh_copy(finished, tmp_path)
-    with pytest.raises(BudgetError, match="use --solver cg"):
+    with pytest.raises(BudgetError, match="use solver= cg"):
         predict(run, solver="cholesky", available_bytes=1000)
     assert predict(run, ridges=[0.1], available_bytes=1000)["solver"] == "cg"
 

@@ -99,7 +99,7 @@ def test_without_ray_the_ray_executor_says_how_to_install_it(tmp_path, monkeypat
 def test_address_without_the_ray_executor_is_a_usage_error(tmp_path):
     from kernelcli.run import compute
 
-    with pytest.raises(UsageError, match="--address: 'x:1' is given but the executor is local"):
+    with pytest.raises(UsageError, match="address=: 'x:1' is given but the executor is local"):
         compute(write_case(tmp_path), address="x:1")
 
 

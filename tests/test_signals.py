@@ -332,7 +332,7 @@ def test_keyboard_interrupt_in_library_use_is_an_interrupt_and_no_handler_is_ins
     assert 1 <= len(tile_names(run))
     assert {s: signal.getsignal(s) for s in before} == before
     out = compute(cfg)  # continues
-    assert out["result"] is not None
+    assert out.result is not None
 
 
 def test_check_raises_interrupted_with_the_signal_exit_code():

@@ -71,13 +71,13 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged) -> 
         if products >= maxiter:
             rel = np.sqrt(rs) / scale
             worst = int(active[np.argmax(rel[active])])
-            raise NotConvergedError(not_converged(worst, products, float(rel[worst])))
+            raise NotConvergedError.naming(not_converged(worst, products, float(rel[worst])))
         pa = p[:, active]
         ap = apply(pa, active)
         products += 1
         pap = np.einsum("ij,ij->j", pa, ap)
         if (pap <= 0).any() or not np.isfinite(pap).all():
-            raise NotPositiveDefiniteError(not_pd(int(active[np.argmin(pap)]), n))
+            raise NotPositiveDefiniteError.naming(not_pd(int(active[np.argmin(pap)]), n))
         step = rs[active] / pap
         x[:, active] += step * pa
         r[:, active] -= step * ap
@@ -90,11 +90,13 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged) -> 
 
 def _check_tol(tol: float, maxiter: Optional[int], n: int) -> int:
     if not (np.isfinite(tol) and tol > 0):
-        raise UsageError(f"--cg-tol: {tol!r} is not accepted; give a number > 0 (e.g. 1e-10)")
+        raise UsageError.naming(f"<<cg_tol>>: {tol!r} is not accepted; give a number > 0 "
+                                f"(e.g. 1e-10)")
     if maxiter is None:
         return 2 * n + 10
     if int(maxiter) != maxiter or maxiter < 1:
-        raise UsageError(f"--cg-maxiter: {maxiter!r} is not accepted; give an integer >= 1")
+        raise UsageError.naming(f"<<cg_maxiter>>: {maxiter!r} is not accepted; give an "
+                                f"integer >= 1")
     return int(maxiter)
 
 
@@ -124,7 +126,7 @@ def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional
     def not_converged(col, products, res):
         return (f"conjugate gradients on the {kind} kernel (diagonal + {ridge[col]:.3g}) "
                 f"stopped after {products:,} products with K at relative residual {res:.2e} "
-                f"> --cg-tol {tol:g}; use a larger --ridge, --cg-maxiter or --cg-tol")
+                f"> <<cg_tol>> {tol:g}; use a larger <<ridges>>, <<cg_maxiter>> or <<cg_tol>>")
 
     out = _cg(_as_matvec(matvec), b2.copy(), ridge, tol, maxiter, on_iteration, not_pd,
               not_converged)
@@ -164,7 +166,7 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
         scale = " x trace/n" if trace_scaled else ""
         return (f"conjugate gradients on the {kind} kernel with ridge {ridges[i]:g}{scale} "
                 f"stopped after {products:,} products with K at relative residual {res:.2e} "
-                f"> --cg-tol {tol:g}; use a larger --ridge, --cg-maxiter or --cg-tol")
+                f"> <<cg_tol>> {tol:g}; use a larger <<ridges>>, <<cg_maxiter>> or <<cg_tol>>")
 
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged)
     return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}

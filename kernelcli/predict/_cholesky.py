@@ -35,20 +35,20 @@ _CHECK_ROWS = 1024  # rows per chunk of the finiteness check (bounds its tempora
 
 
 def check_ridges(ridges: Iterable[float]) -> tuple:
-    """The ridges as floats, each finite and >= 0; ``UsageError`` naming ``--ridge`` otherwise."""
+    """The ridges as floats, each finite and >= 0; ``UsageError`` naming ``ridges`` otherwise."""
     out = []
     for r in ridges:
         try:
             value = float(r)
         except (TypeError, ValueError):
-            raise UsageError(f"--ridge: {r!r} is not a number; "
-                             "accepted: finite numbers >= 0") from None
+            raise UsageError.naming(f"<<ridges>>: {r!r} is not a number; "
+                                    "accepted: finite numbers >= 0") from None
         if not math.isfinite(value) or value < 0:
-            raise UsageError(f"--ridge: {r!r} is not accepted; give finite numbers >= 0 "
-                             "(e.g. 1e-4)")
+            raise UsageError.naming(f"<<ridges>>: {r!r} is not accepted; give finite numbers "
+                                    ">= 0 (e.g. 1e-4)")
         out.append(value)
     if not out:
-        raise UsageError("--ridge: no ridge given; give at least one finite number >= 0")
+        raise UsageError.naming("<<ridges>>: no ridge given; give at least one finite number >= 0")
     return tuple(out)
 
 
@@ -94,11 +94,11 @@ def _factor(work: np.ndarray, reg: float, fail_message) -> np.ndarray:
         diag += reg
         chol = np.linalg.cholesky(work)
     except np.linalg.LinAlgError:
-        raise NotPositiveDefiniteError(fail_message()) from None
+        raise NotPositiveDefiniteError.naming(fail_message()) from None
     finally:
         diag[...] = saved  # bit-exact restore: the caller's kernel is unchanged
     if not np.isfinite(np.einsum("ii->i", chol)).all():
-        raise NotPositiveDefiniteError(fail_message())
+        raise NotPositiveDefiniteError.naming(fail_message())
     return chol
 
 

@@ -9,7 +9,7 @@ class NotPositiveDefiniteError(KernelcliError):
     """The regularised kernel ``K + reg I`` is not positive definite (exit status 1).
 
     Raised instead of returning NaNs; the message names the kernel, the ridge,
-    the matrix size and a larger ``--ridge`` to try.
+    the matrix size and a larger ``ridges`` to try.
     """
 
     exit_code = 1
@@ -31,4 +31,4 @@ def not_pd_message(kind: str, ridge: float, trace_scaled: bool, reg: float, n: i
     scale = " x trace/n" if trace_scaled else " (absolute)"
     return (f"the {kind} kernel plus ridge {ridge:g}{scale} (= {reg:.3g} on the diagonal) "
             f"is not positive definite ({where} at n={n:,}); "
-            f"use a larger --ridge (e.g. {suggest_ridge(ridge)})")
+            f"use a larger <<ridges>> (e.g. {suggest_ridge(ridge)})")

@@ -30,10 +30,11 @@ def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] =
     ``solver``: ``auto`` (Cholesky when it fits, else CG), ``cholesky`` or ``cg``.
     ``available_bytes`` defaults to the available RAM less kernelcli's usual
     headroom (as ``memory: auto``). Asking for Cholesky when it does not fit
-    raises ``BudgetError`` naming ``--solver cg``.
+    raises ``BudgetError`` naming ``solver`` cg.
     """
     if solver not in SOLVERS:
-        raise UsageError(f"--solver: {solver!r} is not a solver; accepted: {', '.join(SOLVERS)}")
+        raise UsageError.naming(f"<<solver>>: {solver!r} is not a solver; accepted: "
+                                f"{', '.join(SOLVERS)}")
     if solver == "cg":
         return "cg"
     if available_bytes is None:
@@ -43,8 +44,8 @@ def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] =
         return "cholesky"
     if solver == "auto":
         return "cg"
-    raise BudgetError(
-        f"--solver cholesky: a {n:,} x {n:,} Cholesky solve needs {format_size(need)} "
+    raise BudgetError.naming(
+        f"<<solver>> cholesky: a {n:,} x {n:,} Cholesky solve needs {format_size(need)} "
         f"(the float64 kernel and its factor, {format_size(need // 2)} each), but "
-        f"{format_size(available_bytes)} is available; use --solver cg, which streams the "
+        f"{format_size(available_bytes)} is available; use <<solver>> cg, which streams the "
         "kernel from kernels.h5 by row blocks (memory: one block)")

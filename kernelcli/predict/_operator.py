@@ -55,7 +55,8 @@ class H5KernelOperator:
         if block_rows is None:
             block_rows = max(1, DEFAULT_BLOCK_BYTES // (8 * self.shape[1]))
         if int(block_rows) != block_rows or block_rows < 1:
-            raise UsageError(f"--block-rows: {block_rows!r} is not accepted; give an integer >= 1")
+            raise UsageError.naming(f"<<block_rows>>: {block_rows!r} is not accepted; give an "
+                                    f"integer >= 1")
         self.block_rows = min(int(block_rows), self.shape[0])
 
     @property

@@ -1,11 +1,14 @@
 """The executor: run configurations through the engine into a resumable store."""
 
 from ._api import assemble, compute, load_run_config, resume, status
-from ._estimate import estimate
 from ._devices import configure_host_devices
+from ._estimate import estimate
 from ._executor import Progress
 from ._predict import predict
+from ._results import EstimateResult, RunResult, ShardProgress, StatusReport
+from ._shards import parse_shard
 from ._verify import VerifyReport, verify
 
-__all__ = ["assemble", "compute", "estimate", "load_run_config", "predict", "resume", "status",
-           "configure_host_devices", "Progress", "VerifyReport", "verify"]
+__all__ = ["assemble", "compute", "configure_host_devices", "estimate", "EstimateResult",
+           "load_run_config", "parse_shard", "predict", "Progress", "resume", "RunResult",
+           "ShardProgress", "status", "StatusReport", "VerifyReport", "verify"]

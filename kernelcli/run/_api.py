@@ -1,8 +1,9 @@
-"""The operations the CLI offers, as library calls: compute, resume, assemble, estimate,
-status.
+"""The operations the CLI offers, as library calls: compute, resume, assemble, status.
 
-Each returns plain data and raises only :mod:`kernelcli.errors`; progress is
-reported through a callback, so nothing here knows about terminals or click.
+Each returns a typed result (:mod:`kernelcli.run._results`) and raises only
+:mod:`kernelcli.errors`; progress is reported through a callback, so nothing here
+knows about terminals or click. A run goes one way: the configuration (loaded once),
+the job (:func:`~kernelcli.run._job.prepare_run`), the store, execution, assembly.
 """
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from ..errors import (ComputeError, DamagedFileError, DiskFullError, QuarantinedError,
                       RunDirError, UsageError)
-from ..spec import OutputSpec, RunConfig, load_config, parse_config
-from ..spec._config import EXECUTORS
-from ..store import LABELS, RunStore, preprocess_name
+from ..spec import EXECUTORS, OutputSpec, RunConfig, load_config, parse_config
+from ..store import RunStore
 from ._executor import Progress, execute, interrupted_error
-from ._job import Job, config_fingerprint, prepare
+from ._job import Job, adopts, config_fingerprint, prepare_run, side_files
 from ._manifest import check_manifest, plan_from_manifest, result_attrs
-from ._shards import check_shard_count, shard_blocks, shard_label
+from ._results import RunResult
+from ._shards import shard_blocks, shard_label
 from ._status import shard_counts, status
 
 __all__ = ["assemble", "compute", "load_run_config", "plan_from_manifest", "result_attrs",
@@ -36,55 +37,39 @@ def _with_run_dir(cfg: RunConfig, run_dir) -> RunConfig:
 
 
 def _with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[str]) -> RunConfig:
-    """``cfg`` with the command line's ``--executor`` / ``--address`` (which win)."""
+    """``cfg`` with the arguments ``executor`` / ``address`` (which win)."""
     if executor is None and address is None:
         return cfg
     compute = cfg.compute
     if executor is not None:
         if executor not in EXECUTORS:
-            raise UsageError(f"--executor: {executor!r} is not an executor; expected one of "
-                             f"{', '.join(EXECUTORS)}")
+            raise UsageError.naming(f"<<executor>>: {executor!r} is not an executor; expected "
+                                    f"one of {', '.join(EXECUTORS)}")
         compute = dataclasses.replace(compute, executor=executor)
     if address is not None:
         compute = dataclasses.replace(compute, address=address)
     if compute.address is not None and compute.executor != "ray":
-        raise UsageError(f"--address: {compute.address!r} is given but the executor is "
-                         f"{compute.executor}; add --executor ray, or drop --address")
+        raise UsageError.naming(f"<<address>>: {compute.address!r} is given but the executor "
+                                f"is {compute.executor}; add <<executor>> ray, or drop "
+                                f"<<address>>")
     return dataclasses.replace(cfg, compute=compute)
 
 
 def _check_combination(cfg: RunConfig, shard: Shard, overwrite: bool = False) -> None:
     """Refuse what cannot work, before anything is written."""
     if shard is not None and overwrite:
-        raise UsageError(f"--overwrite cannot be combined with --shard {shard_label(shard)}: "
-                         f"other processes of the job array may be writing the run "
-                         f"directory; remove it (or pick another --run-dir) before starting "
-                         f"the array")
+        raise UsageError.naming(f"<<overwrite>> cannot be combined with <<shard>> "
+                                f"{shard_label(shard)}: other processes of the job array may "
+                                f"be writing the run directory; remove it (or pick another "
+                                f"<<run_dir>>) before starting the array")
     if cfg.compute.executor == "ray":
         if shard is not None:
-            raise UsageError(f"--shard {shard_label(shard)} cannot be combined with the ray "
-                             f"executor: a Ray driver already spreads all tiles over the "
-                             f"cluster; use one or the other")
+            raise UsageError.naming(f"<<shard>> {shard_label(shard)} cannot be combined with "
+                                    f"the ray executor: a Ray driver already spreads all "
+                                    f"tiles over the cluster; use one or the other")
         from ._ray import require_ray
 
         require_ray()
-
-
-_WHAT = {"labels": "the labels (data.labels_key, data.test_labels_key)",
-         "preprocess": "the fitted data.preprocess"}
-
-
-def _check_same_data(job: Job, manifest: dict, run_dir: Path) -> None:
-    stored = manifest.get("data_fingerprints", {})
-    for key in sorted(set(stored) | set(job.fingerprints)):
-        value = job.fingerprints.get(key)
-        if stored.get(key) != value:
-            what = _WHAT.get(key) or f"data.{key} ({getattr(job.inputs, key).path})"
-            raise RunDirError(
-                f"{what} is not the data the run in "
-                f"{run_dir} started with (its content fingerprint changed); restore the "
-                f"original file, or start afresh with `kernelcli compute CONFIG "
-                f"--run-dir {run_dir} --overwrite` or another --run-dir")
 
 
 def _assemble_if_complete(store: RunStore, plan) -> tuple[Optional[Path], int]:
@@ -132,7 +117,7 @@ def _verified_result(store: RunStore) -> Optional[str]:
     return None
 
 
-def _finish(job: Job, store: RunStore, progress, shard: Shard = None) -> dict:
+def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) -> RunResult:
     """Compute this process's missing tiles, then assemble if the run is complete.
 
     Tiles (or a test diagonal) that fail verification at assembly are in quarantine
@@ -172,12 +157,10 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard = None) -> dict:
             raise interrupted_error(store.run_dir, shard, exc.signum) from None
         except KeyboardInterrupt:
             raise interrupted_error(store.run_dir, shard) from None
-    out = {"result": None if path is None else str(path), "already_finished": False,
-           "assembled": path is not None, "blocks_missing": missing,
-           "blocks_total": job.plan.blocks_total, "repaired": repaired}
-    if shard is not None:
-        out.update(shard=list(shard), shard_blocks=len(blocks))
-    return out
+    return RunResult(result=None if path is None else str(path), assembled=path is not None,
+                     blocks_missing=missing, blocks_total=job.plan.blocks_total,
+                     repaired=tuple(repaired), resumed=resumed,
+                     shard=None if shard is None else tuple(shard), shard_blocks=len(blocks))
 
 
 def _execute(job: Job, store: RunStore, progress, blocks, shard: Shard) -> None:
@@ -210,126 +193,86 @@ def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskF
         f"`kernelcli resume {store.run_dir}{again}`", exc.path)
 
 
-def side_files(job: Job) -> dict:
-    """What a new run directory holds beside its manifest (see :mod:`kernelcli.store`)."""
-    import io
-
-    import numpy as np
-
-    out = {}
-    inputs = job.inputs
-    if inputs.labels is not None or inputs.test_labels is not None:
-        arrays = {k: v for k, v in (("labels", inputs.labels),
-                                    ("test_labels", inputs.test_labels)) if v is not None}
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        out[LABELS] = buf.getvalue()
-    if inputs.preprocess is not None:
-        out[preprocess_name(job.fingerprints["preprocess"])] = inputs.preprocess.to_bytes()
-    return out
-
-
-def stored_preprocess(store: RunStore):
-    """The fitted preprocessing a run directory holds (``None`` when the run has none)."""
-    fp = store.manifest.get("data_fingerprints", {}).get("preprocess")
-    if fp is None:
-        return None
-    from ._inputs import check_preprocess_file
-
-    return check_preprocess_file(store.side_path(preprocess_name(fp)), fp)
-
-
-def _check_joined(job: Job, manifest: dict, run_dir: Path) -> None:
-    """A run directory another process created at the same moment must hold this run."""
-    if manifest.get("config_fingerprint") != config_fingerprint(job.cfg):
-        raise RunDirError(
-            f"{run_dir} holds a run of a different configuration ({manifest.get('name')!r}), "
-            f"just created by another process; every process of a job array must be given "
-            f"the same configuration and data")
-    check_manifest(manifest, run_dir)
-    _check_same_data(job, manifest, run_dir)
-
-
-def _same_plan(job: Job, stored: dict) -> bool:
-    return all(stored.get(k) == v for k, v in job.manifest()["plan"].items())
-
-
-def compute(config_path, run_dir=None, overwrite: bool = False,
+def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite: bool = False,
             progress: Optional[Callable[[Progress], None]] = None, shard: Shard = None,
-            executor: Optional[str] = None, address: Optional[str] = None) -> dict:
-    """Run (or continue) the configuration at ``config_path``; returns a summary dict.
+            executor: Optional[str] = None, address: Optional[str] = None) -> RunResult:
+    """Run (or continue) the configuration ``config`` (a YAML file's path, or one loaded
+    with :func:`kernelcli.spec.load_config`).
 
     ``shard = (I, N)`` computes only process I's share of the tiles (a job array of N
     processes writing one run directory). The run directory is created race-free by
     whichever process comes first and the others adopt its plan; the result is
     assembled by whichever process finds every tile done.
     """
-    cfg = _with_executor(_with_run_dir(load_config(config_path), run_dir), executor, address)
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    cfg = _with_executor(_with_run_dir(cfg, run_dir), executor, address)
     _check_combination(cfg, shard, overwrite)
-    run_dir = cfg.output.run_dir
-    existing = (run_dir / "manifest.json").exists() and not overwrite
-    if existing:
-        store = RunStore.open(run_dir)
-        manifest = check_manifest(store.manifest, run_dir)
-        check_recorded_config(store)
-        if manifest.get("config_fingerprint") != config_fingerprint(cfg):
-            raise RunDirError(
-                f"{run_dir} holds a run of a different configuration "
-                f"({manifest.get('name')!r}); continue that one with `kernelcli resume "
-                f"{run_dir}`, pick another --run-dir, or replace it with --overwrite")
-        job = prepare(cfg, stored_plan=manifest["plan"], preprocess=stored_preprocess(store))
-        try:
-            _check_same_data(job, manifest, run_dir)
-            check_shard_count(shard, job.plan)
-            result = _verified_result(store)
-        except BaseException:
-            job.inputs.close()
-            raise
-        if result is not None:
-            job.inputs.close()
-            return {"result": result, "already_finished": True}
-    elif overwrite:
-        job = prepare(cfg)
-        try:
-            check_shard_count(shard, job.plan)
-            store = RunStore(run_dir).create(job.manifest(), overwrite=True,
-                                             side_files=side_files(job))
-        except BaseException:
-            job.inputs.close()
-            raise
+    store = None if overwrite else _existing_run(cfg)
+    if store is None:
+        with prepare_run(cfg, None, shard) as job:
+            store, created = _create_run(job, overwrite)
+            if created or adopts(job, store):
+                return _continue(job, store, progress, shard, resumed=not created)
+        # another process of a job array created the run first, with another plan or
+        # fit: continue it as any existing run, with the data fingerprints known now
+        fingerprints = job.fingerprints
     else:
-        job = prepare(cfg)
-        try:
-            check_shard_count(shard, job.plan)
-            store, created = RunStore(run_dir).create_or_join(job.manifest(),
-                                                              side_files=side_files(job))
-            if not created:  # another process (of a job array) was first: use its plan
-                existing = True
-                fingerprints = dict(job.fingerprints)
-                stored_fp = store.manifest.get("data_fingerprints", {}).get("preprocess")
-                refit = stored_fp is not None and stored_fp != fingerprints.get("preprocess")
-                if refit:  # a fit that rounded differently: the run's own fit wins
-                    fingerprints["preprocess"] = stored_fp
-                    job.fingerprints = fingerprints
-                _check_joined(job, store.manifest, run_dir)
-                if refit or not _same_plan(job, store.manifest["plan"]):
-                    job.inputs.close()
-                    job = prepare(cfg, stored_plan=store.manifest["plan"],
-                                  fingerprints=fingerprints,
-                                  preprocess=stored_preprocess(store))
-            result = _verified_result(store)
-        except BaseException:
-            job.inputs.close()
-            raise
-        if result is not None:
-            job.inputs.close()
-            return {"result": result, "already_finished": True}
-    try:
-        out = _finish(job, store, progress, shard)
-    finally:
-        job.inputs.close()
-    out["resumed"] = existing
-    return out
+        fingerprints = None
+    with prepare_run(cfg, store, shard, fingerprints) as job:
+        return _continue(job, store, progress, shard, resumed=True)
+
+
+def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
+           shard: Shard = None, executor: Optional[str] = None,
+           address: Optional[str] = None, *,
+           loaded: Optional[tuple[RunStore, RunConfig]] = None) -> RunResult:
+    """Continue the run in ``run_dir`` where it stopped; bit-identical to an uninterrupted run.
+
+    ``shard = (I, N)`` continues only process I's share of a job array of N.
+    ``loaded``: what :func:`load_run_config` returned for ``run_dir`` (not read again).
+    """
+    store, cfg = loaded if loaded is not None else load_run_config(run_dir)
+    cfg = _with_executor(cfg, executor, address)
+    _check_combination(cfg, shard)
+    result = _verified_result(store)  # a finished run needs neither its data nor jax
+    if result is not None:
+        return RunResult(result=result, already_finished=True)
+    with prepare_run(cfg, store, shard) as job:
+        return _finish(job, store, progress, shard, resumed=True)
+
+
+def _existing_run(cfg: RunConfig) -> Optional[RunStore]:
+    """The store of the run ``cfg`` names when it holds a run already (of this
+    configuration, else RunDirError); ``None`` when there is none yet."""
+    run_dir = cfg.output.run_dir
+    if not (run_dir / "manifest.json").exists():
+        return None
+    store = RunStore.open(run_dir)
+    manifest = check_manifest(store.manifest, run_dir)
+    check_recorded_config(store)
+    if manifest.get("config_fingerprint") != config_fingerprint(cfg):
+        raise RunDirError.naming(
+            f"{run_dir} holds a run of a different configuration "
+            f"({manifest.get('name')!r}); continue that one with `kernelcli resume "
+            f"{run_dir}`, pick another <<run_dir>>, or replace it with <<overwrite>>")
+    return store
+
+
+def _create_run(job: Job, overwrite: bool) -> tuple[RunStore, bool]:
+    """The run directory of ``job``, made now: ``(store, True)``; or ``(store, False)``
+    when another process (of a job array) made it at the same moment."""
+    store = RunStore(job.cfg.output.run_dir)
+    if overwrite:
+        return store.create(job.manifest(), overwrite=True, side_files=side_files(job)), True
+    return store.create_or_join(job.manifest(), side_files=side_files(job))
+
+
+def _continue(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) -> RunResult:
+    """The run's result when it is complete already; else compute what is missing."""
+    result = _verified_result(store)
+    if result is not None:
+        return RunResult(result=result, already_finished=True)
+    return _finish(job, store, progress, shard, resumed)
 
 
 def load_run_config(run_dir) -> tuple[RunStore, RunConfig]:
@@ -372,31 +315,7 @@ def check_recorded_config(store: RunStore) -> RunConfig:
     return cfg
 
 
-def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
-           shard: Shard = None, executor: Optional[str] = None,
-           address: Optional[str] = None) -> dict:
-    """Continue the run in ``run_dir`` where it stopped; bit-identical to an uninterrupted run.
-
-    ``shard = (I, N)`` continues only process I's share of a job array of N.
-    """
-    store, cfg = load_run_config(run_dir)
-    cfg = _with_executor(cfg, executor, address)
-    _check_combination(cfg, shard)
-    result = _verified_result(store)
-    if result is not None:
-        return {"result": result, "already_finished": True}
-    job = prepare(cfg, stored_plan=store.manifest["plan"], preprocess=stored_preprocess(store))
-    try:
-        _check_same_data(job, store.manifest, Path(run_dir))
-        check_shard_count(shard, job.plan)
-        out = _finish(job, store, progress, shard)
-    finally:
-        job.inputs.close()
-    out["resumed"] = True
-    return out
-
-
-def assemble(run_dir) -> dict:
+def assemble(run_dir) -> RunResult:
     """Build ``kernels.h5`` of ``run_dir`` from its tiles (no jax, no data needed).
 
     Raises :class:`ComputeError` (exit 1) saying how many tiles are missing, and of
@@ -407,17 +326,17 @@ def assemble(run_dir) -> dict:
     check_recorded_config(store)
     result = _verified_result(store)
     if result is not None:
-        return {"result": result, "already_finished": True}
+        return RunResult(result=result, already_finished=True, computed=False)
     path, missing = _assemble_if_complete(store, plan)
     if path is None:
         where = ""
         per_shard = shard_counts(store, plan, None)
         if per_shard is not None:
-            short = [f"{r['index']}/{r['count']} lacks {r['blocks_total'] - r['blocks_done']}"
-                     for r in per_shard["shards"] if not r["finished"]]
+            short = [f"{r.index}/{r.count} lacks {r.blocks_total - r.blocks_done}"
+                     for r in per_shard["shards"] if not r.finished]
             where = f" (shard {'; '.join(short)})"
         raise ComputeError(
             f"cannot assemble {store.result_path}: {missing} of {plan.blocks_total} tiles "
             f"are missing{where}; compute them with `kernelcli resume {run_dir}` (or rerun "
             f"the unfinished shards, `--shard I/N`), then assemble again")
-    return {"result": str(path), "already_finished": False}
+    return RunResult(result=str(path), assembled=True, computed=False)

@@ -12,70 +12,65 @@ from typing import Optional
 from .. import _interrupt
 from .._system import peak_rss_bytes
 from ..errors import UsageError
-from ..spec import load_config
+from ..spec import RunConfig, load_config
 from ._job import Job, prepare
+from ._results import EstimateResult
 from ._shards import check_shard_count, worker_loads
 
 
-def estimate(config_path, run_time: bool = False, workers: Optional[int] = None) -> dict:
+def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> EstimateResult:
     """The plan of a run before anything runs (and, with ``run_time``, a timed batch).
 
-    ``workers = W``: how the work divides over W processes (``--shard I/N`` job arrays):
-    the most loaded worker's share of pair evaluations from the same split the shards
-    use, and with ``run_time`` the wall time when every worker is like this machine.
+    ``config``: a YAML file's path or a loaded :class:`~kernelcli.spec.RunConfig`.
+    ``workers = W``: how the work divides over W processes (``shard=(I, N)`` job
+    arrays): the most loaded worker's share of pair evaluations from the same split
+    the shards use, and with ``run_time`` the wall time when every worker is like
+    this machine.
     """
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-        raise UsageError(f"--workers: {workers!r} is not a worker count; expected a "
-                         f"positive integer")
+        raise UsageError.naming(f"<<workers>>: {workers!r} is not a worker count; expected a "
+                                f"positive integer")
     _interrupt.check()
-    cfg = load_config(config_path)
-    job = prepare(cfg, fit_preprocess=False)
-    try:
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    with prepare(cfg, fit_preprocess=False) as job:
         plan = job.plan
-        out = plan.to_dict()
-        if cfg.data.test is not None or cfg.data.has_labels:
-            out.update(_solve_memory(plan.n1))
-        out.update({
-            "name": cfg.name,
-            "kinds": list(plan.kinds),
-            "dtype": cfg.kernel.dtype,
-            "devices": len(job.devices),
-            "platform": job.devices[0].platform,
-            "stats_bytes": job.stats_bytes,
-            "cov_elements_per_pair": job.kfn.cov_elements,
-        })
+        solve = (_solve_memory(plan.n1) if cfg.data.test is not None or cfg.data.has_labels
+                 else {})
         # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
         # it frees stays with the process (malloc keeps it), so it adds up.
         from ._executor import STATS_ROWS
         stats_rows = min(STATS_ROWS, plan.n1, max(job.kfn.chunk, 1) * 8)
         _interrupt.check()
-        out["stats_peak_bytes"] = job.kfn.compiled_stats_memory(stats_rows)
+        stats_peak = job.kfn.compiled_stats_memory(stats_rows)
         _interrupt.check()
-        baseline = peak_rss_bytes()
-        out["process_peak_bytes_estimate"] = (baseline + job.stats_bytes
-                                              + out["stats_peak_bytes"]
-                                              + len(job.devices) * plan.peak_bytes_per_device)
+        process_peak = (peak_rss_bytes() + job.stats_bytes + stats_peak
+                        + len(job.devices) * plan.peak_bytes_per_device)
+        split = {}
         if workers is not None:
-            check_shard_count((0, int(workers)), plan, option="--workers")
+            check_shard_count((0, int(workers)), plan, argument="workers")
             loads = worker_loads(plan.blocks, int(workers))
-            out.update({
+            split = {
                 "workers": int(workers),
                 "worker_pairs_max": max(loads),
                 "worker_pairs_min": min(loads),
                 # 1.0 = a perfect split; the wall time follows the most loaded worker
                 "worker_balance": max(loads) * int(workers) / max(plan.pairs_total, 1),
-            })
+            }
+        timing = {}
         if run_time:
-            out.update(_time_one_batch(job))
+            timing = _time_one_batch(job)
             if workers is not None:
                 # Every worker also runs the per-input pass over all inputs.
                 n_inputs = plan.n1 + plan.n_test + (0 if plan.symmetric else plan.n2)
-                out["seconds_estimate_workers"] = (
-                    (out["worker_pairs_max"] + n_inputs) * out["seconds_per_pair"]
+                timing["seconds_estimate_workers"] = (
+                    (split["worker_pairs_max"] + n_inputs) * timing["seconds_per_pair"]
                     / len(job.devices))
-    finally:
-        job.inputs.close()
-    return out
+        return EstimateResult(
+            plan=plan, name=cfg.name, kinds=tuple(plan.kinds), dtype=cfg.kernel.dtype,
+            platform=job.devices[0].platform, stats_bytes=job.stats_bytes,
+            cov_elements_per_pair=job.kfn.cov_elements, stats_peak_bytes=stats_peak,
+            process_peak_bytes_estimate=process_peak, solve=solve, workers=split,
+            timing=timing)
 
 
 def _solve_memory(n: int) -> dict:

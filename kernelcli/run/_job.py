@@ -1,5 +1,9 @@
 """A prepared run: configuration, opened data, compiled kernel, plan and manifest.
 
+:func:`prepare_run` is the one place a run is prepared (inputs, fingerprints, plan,
+the checks against an existing run); :func:`side_files` is what a new run directory
+holds beside its manifest.
+
 ``prepare`` does everything that can fail on a user's mistake (configuration,
 data, memory budget) before a single file is written, so a bad run never
 leaves a half-made run directory behind.
@@ -7,6 +11,7 @@ leaves a half-made run directory behind.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -18,11 +23,14 @@ from typing import Optional
 from .. import __version__, _interrupt
 from .._system import available_ram_bytes
 from ..plan import EngineCosts, Plan, auto_budget, plan_run
+from ..errors import RunDirError
 from ..spec import RunConfig
+from ..store import LABELS, preprocess_name
 from ._devices import local_devices
-from ._inputs import Inputs, open_inputs
+from ._inputs import Inputs, check_preprocess_file, open_inputs
 from ._manifest import FORMAT as MANIFEST_FORMAT
-
+from ._manifest import check_manifest
+from ._shards import check_shard_count
 
 
 @dataclass
@@ -175,3 +183,99 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess) -> Job:
         inputs.close()
         raise
     return Job(cfg, inputs, kfn, plan, devices, fingerprints)
+
+
+def prepare_run(cfg: RunConfig, store=None, shard=None,
+                fingerprints: Optional[dict] = None) -> Job:
+    """The job of a run: against ``store``'s plan and fitted preprocessing when the run
+    exists (checking that its data did not change), else planned afresh; a ``shard``
+    count the plan cannot serve is refused. The one place a run is prepared: a new run,
+    a continued one and a job array's process that joins one all come here.
+
+    ``fingerprints``: the data's, known already (a process that joined a run).
+    """
+    if store is None:
+        job = prepare(cfg, fingerprints=fingerprints)
+    else:
+        job = prepare(cfg, stored_plan=store.manifest["plan"], fingerprints=fingerprints,
+                      preprocess=stored_preprocess(store))
+    with _closed_on_error(job):
+        if store is not None:
+            check_same_data(job, store.manifest, store.run_dir)
+        check_shard_count(shard, job.plan)
+    return job
+
+
+def adopts(job: Job, store) -> bool:
+    """Whether ``job`` can run in ``store``, a run directory another process (of a job
+    array) created at the same moment: same configuration and data (else RunDirError),
+    and the same plan and preprocessing fit. When it cannot, a job prepared against
+    the store (:func:`prepare_run`, given ``job.fingerprints``) can."""
+    manifest, run_dir = store.manifest, store.run_dir
+    stored_fp = manifest.get("data_fingerprints", {}).get("preprocess")
+    refit = stored_fp is not None and stored_fp != job.fingerprints.get("preprocess")
+    if refit:  # a fit that rounded differently: the run's own fit wins
+        job.fingerprints = dict(job.fingerprints, preprocess=stored_fp)
+    if manifest.get("config_fingerprint") != config_fingerprint(job.cfg):
+        raise RunDirError(
+            f"{run_dir} holds a run of a different configuration ({manifest.get('name')!r}), "
+            f"just created by another process; every process of a job array must be given "
+            f"the same configuration and data")
+    check_manifest(manifest, run_dir)
+    check_same_data(job, manifest, run_dir)
+    stored = manifest["plan"]
+    return not refit and all(stored.get(k) == v for k, v in job.manifest()["plan"].items())
+
+
+_WHAT = {"labels": "the labels (data.labels_key, data.test_labels_key)",
+         "preprocess": "the fitted data.preprocess"}
+
+
+def check_same_data(job: Job, manifest: dict, run_dir) -> None:
+    """RunDirError unless ``job``'s data has the fingerprints the run started with."""
+    stored = manifest.get("data_fingerprints", {})
+    for key in sorted(set(stored) | set(job.fingerprints)):
+        value = job.fingerprints.get(key)
+        if stored.get(key) != value:
+            what = _WHAT.get(key) or f"data.{key} ({getattr(job.inputs, key).path})"
+            raise RunDirError(
+                f"{what} is not the data the run in "
+                f"{run_dir} started with (its content fingerprint changed); restore the "
+                f"original file, or start afresh with `kernelcli compute CONFIG "
+                f"--run-dir {run_dir} --overwrite` or another --run-dir")
+
+
+def side_files(job: Job) -> dict:
+    """What a new run directory holds beside its manifest (see :mod:`kernelcli.store`)."""
+    import io
+
+    import numpy as np
+
+    out = {}
+    inputs = job.inputs
+    if inputs.labels is not None or inputs.test_labels is not None:
+        arrays = {k: v for k, v in (("labels", inputs.labels),
+                                    ("test_labels", inputs.test_labels)) if v is not None}
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        out[LABELS] = buf.getvalue()
+    if inputs.preprocess is not None:
+        out[preprocess_name(job.fingerprints["preprocess"])] = inputs.preprocess.to_bytes()
+    return out
+
+
+def stored_preprocess(store):
+    """The fitted preprocessing a run directory holds (``None`` when the run has none)."""
+    fp = store.manifest.get("data_fingerprints", {}).get("preprocess")
+    if fp is None:
+        return None
+    return check_preprocess_file(store.side_path(preprocess_name(fp)), fp)
+
+
+@contextlib.contextmanager
+def _closed_on_error(job: Job):
+    try:
+        yield
+    except BaseException:
+        job.close()
+        raise

@@ -66,7 +66,7 @@ def _kinds(asked: Optional[Iterable[str]], have: list, run_dir) -> list:
     out = []
     for k in asked:
         if k not in have:
-            raise UsageError(f"--kind: {k!r} is not in {run_dir}/kernels.h5; it holds "
+            raise UsageError.naming(f"<<kinds>>: {k!r} is not in {run_dir}/kernels.h5; it holds "
                              f"{', '.join(have)}")
         if k not in out:
             out.append(k)

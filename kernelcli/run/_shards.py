@@ -23,25 +23,26 @@ def parse_shard(text) -> tuple[int, int]:
                 "N the number of processes), e.g. 0/4")
     match = _SHARD.match(str(text))
     if match is None:
-        raise UsageError(f"--shard: {text!r} is not of the form I/N; {expected}")
+        raise UsageError.naming(f"<<shard>>: {text!r} is not of the form I/N; {expected}")
     index, count = int(match[1]), int(match[2])
     if count < 1:
-        raise UsageError(f"--shard: {text!r} has N = {count} processes; {expected}")
+        raise UsageError.naming(f"<<shard>>: {text!r} has N = {count} processes; {expected}")
     if index >= count:
-        raise UsageError(f"--shard: {text!r} has I = {index}, which is not below N = {count} "
-                         f"(I counts from 0); {expected}")
+        raise UsageError.naming(f"<<shard>>: {text!r} has I = {index}, which is not below "
+                                f"N = {count} (I counts from 0); {expected}")
     return index, count
 
 
-def check_shard_count(shard: Optional[tuple[int, int]], plan, option: str = "--shard") -> None:
+def check_shard_count(shard: Optional[tuple[int, int]], plan, argument: str = "shard") -> None:
     """A job array may not have more processes than the plan has blocks (each process
-    gets whole blocks, so the rest would idle); refused before anything is written."""
+    gets whole blocks, so the rest would idle); refused before anything is written.
+    ``argument`` names what gave the count (``shard``, ``workers``, ``shards``)."""
     if shard is None:
         return
     count = shard[1]
     if count > plan.blocks_total:
-        label = f"{shard[0]}/{count}" if option == "--shard" else str(count)
-        raise UsageError(f"{option}: {label} asks for {count:,} processes but the run has "
+        label = f"{shard[0]}/{count}" if argument == "shard" else str(count)
+        raise UsageError.naming(f"<<{argument}>>: {label} asks for {count:,} processes but the run has "
                          f"{plan.blocks_total:,} blocks; expected at most {plan.blocks_total:,} "
                          f"(a smaller compute.block gives more blocks)")
 

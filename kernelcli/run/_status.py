@@ -8,11 +8,12 @@ from ..errors import UsageError
 from ..plan import assign
 from ..store import RunStore
 from ._manifest import plan_from_manifest
+from ._results import ShardProgress, StatusReport
 from ._shards import check_shard_count
 
 
 def shard_counts(store: RunStore, plan, shards: Optional[int]) -> Optional[dict]:
-    """Per-shard progress for a job array of ``shards`` processes (default: the N of the
+    """Per-shard progress (``{"count", "shards": ShardProgress..., "counts_seen"}``) for a job array of ``shards`` processes (default: the N of the
     newest ``shards/<I>of<N>.json`` marker); ``None`` when there is no job array."""
     markers = store.shard_markers()
     if shards is None:
@@ -24,18 +25,13 @@ def shard_counts(store: RunStore, plan, shards: Optional[int]) -> Optional[dict]
     rows = []
     for index, part in enumerate(assign(plan.blocks, shards)):
         blocks_done = sum(1 for b in part if b.key in done)
-        rows.append({
-            "index": index,
-            "count": shards,
-            "blocks_done": blocks_done,
-            "blocks_total": len(part),
-            "pairs_done": sum(b.n_pairs for b in part if b.key in done),
-            "pairs_total": sum(b.n_pairs for b in part),
-            "finished": blocks_done == len(part),
-            "started": index in started,
-        })
-    return {"count": shards, "shards": rows,
-            "counts_seen": sorted({m["count"] for m in markers})}
+        rows.append(ShardProgress(
+            index=index, count=shards, blocks_done=blocks_done, blocks_total=len(part),
+            pairs_done=sum(b.n_pairs for b in part if b.key in done),
+            pairs_total=sum(b.n_pairs for b in part),
+            finished=blocks_done == len(part), started=index in started))
+    return {"count": shards, "shards": tuple(rows),
+            "counts_seen": tuple(sorted({m["count"] for m in markers}))}
 
 
 _STATUS_FULL_CHECK_BYTES = 1 << 30
@@ -48,40 +44,33 @@ def _result_bytes(store: RunStore) -> int:
         return 0
 
 
-def status(run_dir, shards: Optional[int] = None) -> dict:
+def status(run_dir, shards: Optional[int] = None) -> StatusReport:
     """Progress of the run in ``run_dir`` from its tiles alone (no jax import), whatever
     wrote them; per shard for a job array (``shards`` = N, else the N that the shard
     processes recorded in ``shards/<I>of<N>.json``)."""
     if shards is not None and (isinstance(shards, bool) or int(shards) < 1):
-        raise UsageError(f"--shards: {shards!r} is not a process count; expected a "
-                         f"positive integer")
+        raise UsageError.naming(f"<<shards>>: {shards!r} is not a process count; expected a "
+                                f"positive integer")
     store = RunStore.open(run_dir)
     m = store.manifest
     plan = plan_from_manifest(m, run_dir)
     if shards is not None:
-        check_shard_count((0, int(shards)), plan, option="--shards")
+        check_shard_count((0, int(shards)), plan, argument="shards")
     done = store.done_keys()
     # Reading every byte of a large result on each status call is too slow; its
     # identity and structure are checked always, its checksums up to this size
     # (`kernelcli verify` reads everything).
     problem = store.result_problem(full=_result_bytes(store) <= _STATUS_FULL_CHECK_BYTES)
     pairs_done = sum(b.n_pairs for b in plan.blocks if b.key in done)
-    out = {
-        "run_dir": str(store.run_dir),
-        "name": m.get("name"),
-        "pairs_done": pairs_done,
-        "pairs_total": plan.pairs_total,
-        "blocks_done": len(done & {b.key for b in plan.blocks}),
-        "blocks_total": plan.blocks_total,
-        "finished": problem is None,
-        "result": str(store.result_path) if problem is None else None,
-    }
+    result_problem = None
     if store.finished and problem is not None:
-        out["result_problem"] = (f"{store.result_path} does not verify: {problem}; "
-                                 f"`kernelcli verify {run_dir}` says more")
-    per_shard = shard_counts(store, plan, None if shards is None else int(shards))
-    if per_shard is not None:
-        out["shard_count"] = per_shard["count"]
-        out["shards"] = per_shard["shards"]
-        out["shard_counts_seen"] = per_shard["counts_seen"]
-    return out
+        result_problem = (f"{store.result_path} does not verify: {problem}; "
+                          f"`kernelcli verify {run_dir}` says more")
+    per_shard = shard_counts(store, plan, None if shards is None else int(shards)) or {}
+    return StatusReport(
+        run_dir=str(store.run_dir), name=m.get("name"), pairs_done=pairs_done,
+        pairs_total=plan.pairs_total, blocks_done=len(done & {b.key for b in plan.blocks}),
+        blocks_total=plan.blocks_total, finished=problem is None,
+        result=str(store.result_path) if problem is None else None,
+        result_problem=result_problem, shard_count=per_shard.get("count"),
+        shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()))

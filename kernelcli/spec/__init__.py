@@ -9,6 +9,7 @@ from ._check import check_architecture as check_architecture
 from ._check import layer_shapes as layer_shapes
 from ._check import spatial_out as spatial_out
 from ._config import DTYPES as DTYPES
+from ._config import EXECUTORS as EXECUTORS
 from ._config import KINDS as KINDS
 from ._config import LAYOUTS as LAYOUTS
 from ._config import PARAMETERIZATIONS as PARAMETERIZATIONS

@@ -1,0 +1,125 @@
+"""What the operations of :mod:`kernelcli.run` return: frozen value objects, each with
+the ``to_dict()`` that ``--json`` prints (its keys are a contract)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """The outcome of ``compute``, ``resume`` or ``assemble``.
+
+    ``result``: path of ``kernels.h5`` when the run is complete, else ``None`` (a shard
+    of a job array that finished its tiles while others have not). ``already_finished``:
+    it was complete before the call (nothing else is then known). ``repaired``: one
+    line per file that failed verification and was computed again. ``resumed``: the
+    run directory held the run already (``None`` for ``assemble``). ``shard``:
+    ``(I, N)`` of a job array and ``shard_blocks`` the tiles of that process.
+    """
+
+    result: Optional[str]
+    already_finished: bool = False
+    assembled: bool = False
+    blocks_missing: int = 0
+    blocks_total: int = 0
+    repaired: tuple = ()
+    resumed: Optional[bool] = None
+    shard: Optional[tuple] = None
+    shard_blocks: int = 0
+    computed: bool = True  # False for assemble: no tile was computed by this call
+
+    def to_dict(self) -> dict:
+        if self.already_finished or not self.computed:
+            return {"result": self.result, "already_finished": self.already_finished}
+        out = {"result": self.result, "already_finished": False, "assembled": self.assembled,
+               "blocks_missing": self.blocks_missing, "blocks_total": self.blocks_total,
+               "repaired": list(self.repaired)}
+        if self.shard is not None:
+            out.update(shard=list(self.shard), shard_blocks=self.shard_blocks)
+        if self.resumed is not None:
+            out["resumed"] = self.resumed
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardProgress:
+    """Progress of process ``index`` of a job array of ``count``."""
+
+    index: int
+    count: int
+    blocks_done: int
+    blocks_total: int
+    pairs_done: int
+    pairs_total: int
+    finished: bool
+    started: bool
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusReport:
+    """``status``: how far a run has got, from its files alone. ``result_problem``: why a
+    ``kernels.h5`` that exists does not verify; ``shards`` (with ``shard_count`` and the
+    counts the shard processes recorded) for a job array."""
+
+    run_dir: str
+    name: Optional[str]
+    pairs_done: int
+    pairs_total: int
+    blocks_done: int
+    blocks_total: int
+    finished: bool
+    result: Optional[str]
+    result_problem: Optional[str] = None
+    shard_count: Optional[int] = None
+    shards: tuple = ()
+    shard_counts_seen: tuple = ()
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
+                                             "blocks_done", "blocks_total", "finished",
+                                             "result")}
+        if self.result_problem is not None:
+            out["result_problem"] = self.result_problem
+        if self.shard_count is not None:
+            out.update(shard_count=self.shard_count,
+                       shards=[s.to_dict() for s in self.shards],
+                       shard_counts_seen=list(self.shard_counts_seen))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimateResult:
+    """``estimate``: the plan (``plan.to_dict()`` keys), what the process around it needs,
+    and the optional parts: ``solve`` (what ``predict`` will need), ``workers`` (how a job
+    array divides the work) and ``timing`` (a timed batch, extrapolated)."""
+
+    plan: object                 # kernelcli.plan.Plan
+    name: str
+    kinds: tuple
+    dtype: str
+    platform: str
+    stats_bytes: int
+    cov_elements_per_pair: int
+    stats_peak_bytes: int
+    process_peak_bytes_estimate: int
+    solve: dict = dataclasses.field(default_factory=dict)
+    workers: dict = dataclasses.field(default_factory=dict)
+    timing: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = self.plan.to_dict()
+        out.update(self.solve)
+        out.update(name=self.name, kinds=list(self.kinds), dtype=self.dtype,
+                   devices=self.plan.devices, platform=self.platform,
+                   stats_bytes=self.stats_bytes,
+                   cov_elements_per_pair=self.cov_elements_per_pair,
+                   stats_peak_bytes=self.stats_peak_bytes,
+                   process_peak_bytes_estimate=self.process_peak_bytes_estimate)
+        out.update(self.workers)
+        out.update(self.timing)
+        return out
