@@ -16,6 +16,7 @@ from ._cholesky import predict as predict
 from ._cholesky import predictive_variance as predictive_variance
 from ._cholesky import regularizer as regularizer
 from ._cholesky import solve_cholesky as solve_cholesky
+from ._cholesky import solve_with_factor as solve_with_factor
 from ._errors import NotConvergedError as NotConvergedError
 from ._errors import NotPositiveDefiniteError as NotPositiveDefiniteError
 from ._memory import SOLVERS as SOLVERS
@@ -34,5 +35,5 @@ __all__ = [
     "NotPositiveDefiniteError", "SOLVERS", "accuracy", "check_ridges", "choose_solver",
     "cholesky_factor", "evaluate", "load_kernel", "mse", "one_hot", "predict",
     "predictive_variance", "regularizer", "solve_cg", "solve_cg_ridges", "solve_cholesky",
-    "solve_memory_bytes",
+    "solve_memory_bytes", "solve_with_factor",
 ]

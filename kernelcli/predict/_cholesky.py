@@ -156,9 +156,15 @@ def solve_cholesky(k_train, targets, ridges: Iterable[float], *, trace_scaled: b
         reg = regularizer(ridge, trace, n, trace_scaled)
         chol = _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled, reg, n,
                                                          "Cholesky failed"))
-        alphas[ridge] = back_substitution(chol, forward_substitution(chol, y))
+        alphas[ridge] = solve_with_factor(chol, y)
         del chol
     return alphas
+
+
+def solve_with_factor(chol: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """``alpha = (L L^T)^{-1} Y`` from the factor ``chol`` (n, n) of ``cholesky_factor``
+    and ``targets`` (n, C); returns (n, C) float64."""
+    return back_substitution(chol, forward_substitution(chol, targets))
 
 
 def predict(k_test_train, alpha) -> np.ndarray:

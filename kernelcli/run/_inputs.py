@@ -159,8 +159,8 @@ def check_preprocess_file(path: Path, expected: str) -> Preprocess:
     if pp.fingerprint() != expected:
         from ..errors import RunDirError
 
-        raise RunDirError(f"{path} does not hold the preprocessing this run was fitted with "
-                          f"(fingerprint differs); start afresh with --overwrite")
+        raise RunDirError.naming(f"{path} does not hold the preprocessing this run was fitted "
+                                 f"with (fingerprint differs); start afresh with <<overwrite>>")
     return pp
 
 

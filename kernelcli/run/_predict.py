@@ -28,8 +28,9 @@ import numpy as np
 from ..errors import DamagedFileError, RunDirError, UsageError
 from ..predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
                        accuracy, check_ridges, choose_solver, cholesky_factor, load_kernel,
-                       mse, one_hot, solve_cg_ridges, solve_memory_bytes)
-from ..predict._cholesky import back_substitution, forward_substitution
+                       mse, one_hot, predictive_variance, solve_cg_ridges,
+                       solve_memory_bytes, solve_with_factor)
+from ..predict import predict as predict_mean
 from ..store import PREDICTIONS, RunStore, h5_written_whole
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
@@ -80,9 +81,8 @@ def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
     with h5py.File(test_op.path, "r") as f:
         ds = f[test_op.dataset]
         for s in range(0, m, _VAR_ROWS):
-            kt = ds[s:s + _VAR_ROWS].astype(np.float64)
-            v = forward_substitution(chol, np.ascontiguousarray(kt.T))
-            out[s:s + kt.shape[0]] = diag[s:s + kt.shape[0]] - np.einsum("ij,ij->j", v, v)
+            kt = ds[s:s + _VAR_ROWS]
+            out[s:s + kt.shape[0]] = predictive_variance(diag[s:s + kt.shape[0]], kt, chol)
     return out
 
 
@@ -103,10 +103,10 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
             except NotPositiveDefiniteError as exc:
                 out[ridge] = {"error": str(exc)}
                 continue
-            alpha = back_substitution(chol, forward_substitution(chol, y))
+            alpha = solve_with_factor(chol, y)
             var = None if diag is None else _variance(diag, test_op, chol)
             del chol
-            out[ridge] = {"mean": test_op.matmul(alpha), "variance": var}
+            out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": var}
         return out
     op = H5KernelOperator(result, kind)
     try:
@@ -119,7 +119,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
             except (NotPositiveDefiniteError, NotConvergedError) as exc:
                 out[ridge] = {"error": str(exc)}
     for ridge, alpha in alphas.items():
-        out[ridge] = {"mean": test_op.matmul(alpha), "variance": None}
+        out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": None}
     return {r: out[r] for r in ridges}
 
 

@@ -42,9 +42,10 @@ def check_shard_count(shard: Optional[tuple[int, int]], plan, argument: str = "s
     count = shard[1]
     if count > plan.blocks_total:
         label = f"{shard[0]}/{count}" if argument == "shard" else str(count)
-        raise UsageError.naming(f"<<{argument}>>: {label} asks for {count:,} processes but the run has "
-                         f"{plan.blocks_total:,} blocks; expected at most {plan.blocks_total:,} "
-                         f"(a smaller compute.block gives more blocks)")
+        raise UsageError.naming(f"<<{argument}>>: {label} asks for {count:,} processes but the "
+                                f"run has {plan.blocks_total:,} blocks; expected at most "
+                                f"{plan.blocks_total:,} (a smaller compute.block gives more "
+                                f"blocks)")
 
 
 def shard_blocks(blocks, shard: Optional[tuple[int, int]]) -> list:

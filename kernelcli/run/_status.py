@@ -13,7 +13,8 @@ from ._shards import check_shard_count
 
 
 def shard_counts(store: RunStore, plan, shards: Optional[int]) -> Optional[dict]:
-    """Per-shard progress (``{"count", "shards": ShardProgress..., "counts_seen"}``) for a job array of ``shards`` processes (default: the N of the
+    """Per-shard progress (``{"count", "shards": (ShardProgress, ...), "counts_seen"}``)
+    for a job array of ``shards`` processes (default: the N of the
     newest ``shards/<I>of<N>.json`` marker); ``None`` when there is no job array."""
     markers = store.shard_markers()
     if shards is None:
