@@ -434,26 +434,26 @@ def status(run_dir, shards, as_json):
     process or machine wrote them; per shard for a job array)."""
     from .run import status as run_status
 
-    out = _run(run_status, run_dir, shards=shards).to_dict()
+    report = _run(run_status, run_dir, shards=shards)
     if as_json:
-        click.echo(json.dumps(out, sort_keys=True))
+        click.echo(json.dumps(report.to_dict(), sort_keys=True))
         return
-    pct = 100.0 * out["pairs_done"] / max(out["pairs_total"], 1)
-    state = "finished" if out["finished"] else "not finished"
-    click.echo(f"{out['name']}: {state}, {pct:.1f}% of pairs "
-               f"({out['pairs_done']:,}/{out['pairs_total']:,}), "
-               f"blocks {out['blocks_done']}/{out['blocks_total']}")
-    for row in out.get("shards", ()):
-        pct = 100.0 * row["pairs_done"] / row["pairs_total"] if row["pairs_total"] else 100.0
-        note = "done" if row["finished"] else ("running or stopped" if row["started"]
-                                               else "not started")
-        click.echo(f"  shard {row['index']}/{row['count']}: {pct:5.1f}% of pairs "
-                   f"({row['pairs_done']:,}/{row['pairs_total']:,}), blocks "
-                   f"{row['blocks_done']}/{row['blocks_total']}, {note}")
-    if out["finished"]:
-        click.echo(f"result: {out['result']}")
-    elif out.get("result_problem"):
-        click.echo(f"result: {out['result_problem']}")
+    pct = 100.0 * report.pairs_done / max(report.pairs_total, 1)
+    state = "finished" if report.finished else "not finished"
+    click.echo(f"{report.name}: {state}, {pct:.1f}% of pairs "
+               f"({report.pairs_done:,}/{report.pairs_total:,}), "
+               f"blocks {report.blocks_done}/{report.blocks_total}")
+    for row in report.shards:
+        pct = 100.0 * row.pairs_done / row.pairs_total if row.pairs_total else 100.0
+        note = "done" if row.finished else ("running or stopped" if row.started
+                                            else "not started")
+        click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
+                   f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
+                   f"{row.blocks_done}/{row.blocks_total}, {note}")
+    if report.finished:
+        click.echo(f"result: {report.result}")
+    elif report.result_problem:
+        click.echo(f"result: {report.result_problem}")
 
 
 @main.command()

@@ -405,3 +405,19 @@ def test_run_package_leaves_jax_unimported_until_host_devices_are_configured():
             "print(sorted({'jax'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_library_error_names_the_argument_and_the_cli_names_the_flag(tmp_path):
+    from kernelcli.errors import UsageError
+    from kernelcli.run import compute
+
+    np.save(tmp_path / "x.npy", images(5))
+    cfg = write_config(tmp_path, "a")
+    with pytest.raises(UsageError) as info:
+        compute(cfg, executor="spark")
+    assert str(info.value) == "executor=: 'spark' is not an executor; expected one of local, ray"
+    result = invoke("compute", cfg, "--executor", "spark")
+    assert result.exit_code == 2
+    assert error_line(result) == ("Error: --executor: 'spark' is not an executor; expected one "
+                                  "of local, ray")
+    assert not (tmp_path / "runs").exists()
