@@ -214,6 +214,9 @@ def main():
     from .run import configure_host_devices
 
     configure_host_devices()
+    from ._cache import enable_compile_cache
+
+    enable_compile_cache()  # before jax is imported (README: "Compilation cache")
 
 
 @main.command()
