@@ -29,6 +29,31 @@ import pytest
 
 from kernelcli.spec import RunConfig, load_config
 
+# The CLI's persistent compilation cache (kernelcli/_cache.py): one folder per test
+# session, so subprocess tests share compiled programs but never touch the user's cache.
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the slow end-to-end tests (marked slow; CI runs them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``pytest -q`` is the fast loop; ``--slow`` (CI, the README's set-up) runs all."""
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_configure(config):
+    import os
+    import tempfile
+
+    if "KERNELCLI_CACHE_DIR" not in os.environ:
+        os.environ["KERNELCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernelcli-test-cache-")
+
+
 FIXTURES_DIR = Path(__file__).parent / "fixtures"
 FIXTURE_CASES = tuple(sorted(p.stem for p in FIXTURES_DIR.glob("*.yaml")))
 

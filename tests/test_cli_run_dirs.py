@@ -133,6 +133,7 @@ def test_resume_of_a_foreign_manifest_is_refused(tmp_path):
                                   f"with `kernelcli compute CONFIG --overwrite`")
 
 
+@pytest.mark.slow
 def test_resume_after_the_data_changed_or_vanished_is_refused(tmp_path):
     np.save(tmp_path / "x.npy", images(6, seed=10))
     a = write_config(tmp_path, "a", compute={"block": 4}, run_dir="run")

@@ -79,6 +79,7 @@ def test_every_fixture_is_exercised(fixtures_dir):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", FIXTURE_CASES)
+@pytest.mark.slow
 def test_off_diagonal_and_rectangular_entries_match_neural_tangents(name, dtype):
     c = case(name)
     got = ours(name, dtype)

@@ -36,6 +36,7 @@ REPEATED = {
     ("pool_between_runs", KINDS, "ntk"), ("circular_run", ("nngp",), "ntk"),
     ("flatten_run", KINDS, "ntk"), ("flatten_odd_run_gelu", KINDS, "standard"),
 ])
+@pytest.mark.slow
 def test_runs_of_identical_layers_as_one_loop_equal_the_layers_one_by_one(
         name, kinds, parameterization, monkeypatch):
     """The loop over identical (conv, nonlinearity) layers is an optimisation only:

@@ -213,6 +213,7 @@ def spatial_case(case):
 
 
 @pytest.mark.parametrize("case", sorted(SPATIAL_CASES))
+@pytest.mark.slow
 def test_spatial_cases_match_exact_numpy_reference(case):
     """Off-diagonal entries (pairs of distinct inputs), NNGP and NTK, float64, 1e-10.
     (Rectangular K(x1, x2) is the same pair evaluation; see the pair-batch tests.)"""
@@ -288,6 +289,7 @@ def pair_net(name):
 @settings(FEW, max_examples=3)
 @given(pairs=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 4)), min_size=1, max_size=12),
        pair_batch=st.integers(1, 7))
+@pytest.mark.slow
 def test_pair_batches_equal_full_rectangle(name, pairs, pair_batch):
     kfn, x1, x2, full, s1, s2 = pair_net(name)
     i = np.array([p[0] for p in pairs], np.int32)
@@ -310,6 +312,7 @@ def test_pairs_call_returns_one_value_per_pair(name):
 
 
 @pytest.mark.parametrize("name", sorted(PAIR_NETS))
+@pytest.mark.slow
 def test_symmetric_matrix_equals_rectangular_matrix_of_the_same_inputs(name):
     """The diagonal comes from ``stats`` (self pass), the rest from ``pairs``.
 
@@ -353,6 +356,7 @@ def full_and_diagonal_paths():
     return diag.matrix(x), full.matrix(x)
 
 
+@pytest.mark.slow
 def test_full_covariance_path_equals_diagonal_path():
     """Off-diagonal entries (NNGP and NTK) and the NNGP diagonal, to 1e-12."""
     a, b = full_and_diagonal_paths()
@@ -398,6 +402,7 @@ def test_nngp_alone_equals_nngp_of_both_kinds(name):
 
 
 @pytest.mark.parametrize("head", ["global_avg_pool", "flatten"])
+@pytest.mark.slow
 def test_float32_matches_float64_for_every_layer_kind(head):
     """float32 (polynomial angle, float32 arithmetic) within 1e-4 of float64, for
     every nonlinearity and layer_norm, with (pooled) and without the full covariance."""

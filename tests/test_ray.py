@@ -194,6 +194,7 @@ def _tile_workers(psutil, head_pid: int) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_ray_run_survives_a_killed_worker_and_is_bit_identical_to_a_local_run(tmp_path,
                                                                              ray_cluster):
     psutil = ray_cluster["psutil"]

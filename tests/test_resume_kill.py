@@ -188,6 +188,7 @@ KILL_PLANS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", sorted(KILL_PLANS))
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path, data, env,
                                                                 reference, seed):
     rng = random.Random(seed)
@@ -207,6 +208,7 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path, data, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow
 def test_interrupt_stops_with_128_plus_signum_and_says_how_to_resume(tmp_path, data, env,
                                                                      reference, sig):
     """Ctrl-C (or a scheduler's SIGTERM) during compute, and again during resume: each

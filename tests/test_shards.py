@@ -119,6 +119,7 @@ def tiles(run_dir: Path) -> set[str]:
 
 # -- concurrent shards, one killed and re-run ---------------------------------------
 
+@pytest.mark.slow
 def test_concurrent_shards_one_killed_and_rerun_match_a_single_process_run(tmp_path,
                                                                            reference):
     cfg = write_case(tmp_path)
@@ -171,6 +172,7 @@ def test_concurrent_shards_one_killed_and_rerun_match_a_single_process_run(tmp_p
 
 
 
+@pytest.mark.slow
 def test_the_same_shard_twice_at_once_then_the_other_shard_assembles(tmp_path, reference):
     cfg = write_case(tmp_path)
     run_dir = tmp_path / "run"

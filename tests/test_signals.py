@@ -225,6 +225,7 @@ def cache_env(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow
 def test_signal_at_random_moments_stops_cleanly_and_resume_is_bit_identical(
         tmp_path, reference, cache_env, sig):
     rng = random.Random(f"{sig.name}-{os.environ.get('KERNELCLI_SIGNAL_SEED', '0')}")

@@ -187,6 +187,7 @@ def test_test_diagonal_must_be_a_boolean(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_gives_the_same_bits(tmp_path, tt_run):
     ref_folder, _, _ = tt_run
     reference, _ = read_kernels(ref_folder / "run_tt" / "kernels.h5")

@@ -1,0 +1,215 @@
+"""docs/config.md and docs/cli.md against the code: every configuration key, layer
+parameter, command, argument and option the code accepts is documented, and
+everything documented exists.
+
+The names come from the code's own tables, one small function per source
+(``_code_*`` below), so a refactoring that moves a table only has to re-point
+that function. The documents are read by their structure: in config.md, one
+table per ``### `section``` heading whose rows start with a backticked key, and
+the first table under ``## Layers``; in cli.md, one ``## `kernelcli COMMAND
+ARGS``` heading per command whose option table rows start with backticked
+options.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import click
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+README = DOCS.parent / "README.md"
+
+
+# --- the code's names: re-point these when the tables move ------------------------
+
+def _code_sections() -> Dict[str, Set[str]]:
+    """``{section: keys}``; a scalar section (``name``) is its own one key, and
+    ``data.preprocess`` is a section of its own."""
+    from kernelcli.spec import _load
+
+    out = {s: set(_load._KEYS.get(s, (s,))) for s in _load.SECTIONS}
+    out["data.preprocess"] = set(_load._PREPROCESS_KEYS)
+    return out
+
+
+def _code_layers() -> Dict[str, Set[str]]:
+    """``{layer name: its parameters}``, ``repeat`` and ``residual`` included."""
+    from kernelcli.spec import _parse_layers
+
+    return {name: set(params) for name, params in _parse_layers.PARAMETERS.items()}
+
+
+def _code_commands() -> Dict[str, Tuple[Set[str], Set[str], Dict[str, Set[str]]]]:
+    """``{command: (ARGUMENTS, options, {option: choices})}`` from the click group;
+    the group itself is ``""`` (its options: --version, -h/--help). The help option
+    of a subcommand is documented once, with the group's."""
+    from kernelcli.cli import main
+
+    out = {}
+    group_ctx = click.Context(main, info_name="kernelcli", **main.context_settings)
+    commands = {"": main, **main.commands}
+    for name, cmd in commands.items():
+        ctx = group_ctx if not name else click.Context(cmd, info_name=name,
+                                                        parent=group_ctx)
+        help_opt = cmd.get_help_option(ctx)
+        args, opts, choices = set(), set(), {}
+        for param in cmd.get_params(ctx):
+            if isinstance(param, click.Argument):
+                args.add(param.human_readable_name)
+                continue
+            if name and param is help_opt:
+                continue
+            names = set(param.opts) | set(param.secondary_opts)
+            opts |= names
+            if isinstance(param.type, click.Choice):
+                for n in names:
+                    choices[n] = set(param.type.choices)
+        out[name] = (args, opts, choices)
+    return out
+
+
+# --- reading the documents ---------------------------------------------------------
+
+_TICKED = re.compile(r"`([^`]+)`")
+
+
+def _read(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def _sections(text: str, level: str) -> List[Tuple[str, str]]:
+    """``[(heading text, body)]`` for the headings of exactly ``level`` (``"##"``)."""
+    pattern = re.compile(rf"^{level} (.+)$", re.M)
+    marks = list(pattern.finditer(text))
+    out = []
+    for i, m in enumerate(marks):
+        end = len(text)
+        nxt = re.compile(r"^#+ ", re.M).search(text, m.end())
+        if nxt:
+            end = nxt.start()
+        out.append((m.group(1).strip(), text[m.end():end]))
+    return out
+
+
+def _rows(body: str, first_table_only: bool = False) -> List[List[str]]:
+    """Cells of the table rows (header and rule rows dropped) in ``body``."""
+    rows, started = [], False
+    for line in body.splitlines():
+        if line.startswith("|"):
+            started = True
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            if set(line.replace("|", "").strip()) <= {"-", ":", " "}:
+                continue
+            rows.append(cells)
+        elif started and first_table_only:
+            break
+    return rows[1:] if rows else rows  # the header row
+
+
+def _doc_sections() -> Dict[str, Set[str]]:
+    """``{section: keys}`` from the ``### `x``` / ``#### `x.y``` tables of config.md."""
+    text = _read("config.md")
+    out = {}
+    for level in ("###", "####"):
+        for heading, body in _sections(text, level):
+            m = re.fullmatch(r"`([a-z_.]+)`", heading)
+            if m:
+                out[m.group(1)] = {_TICKED.match(r[0]).group(1) for r in _rows(body)
+                                   if _TICKED.match(r[0])}
+    return out
+
+
+def _doc_layers() -> Dict[str, Set[str]]:
+    """``{layer: parameters}`` from the first table under ``## Layers``."""
+    (body,) = [b for h, b in _sections(_read("config.md"), "##") if h == "Layers"]
+    out = {}
+    for row in _rows(body, first_table_only=True):
+        name = _TICKED.fullmatch(row[0]).group(1)
+        out[name] = {t for t in _TICKED.findall(row[1]) if re.fullmatch(r"\w+", t)}
+    return out
+
+
+def _doc_commands() -> Dict[str, Tuple[Set[str], Set[str], Dict[str, str]]]:
+    """``{command: (ARGUMENTS, options, {option: its table row})}`` from cli.md;
+    the group's options are those of ``## Global options``."""
+    out = {}
+    for heading, body in _sections(_read("cli.md"), "##"):
+        m = re.fullmatch(r"`kernelcli (\w+)(.*)`", heading)
+        if m:
+            name, args = m.group(1), set(re.findall(r"\b[A-Z][A-Z_]*\b", m.group(2)))
+        elif heading == "Global options":
+            name, args = "", set()
+        else:
+            continue
+        opts, rows = set(), {}
+        for row in _rows(body):
+            for token in _TICKED.findall(row[0]):
+                opt = token.split()[0]
+                if opt.startswith("-"):
+                    opts.add(opt)
+                    rows[opt] = " | ".join(row)
+        out[name] = (args, opts, rows)
+    return out
+
+
+# --- the checks ----------------------------------------------------------------------
+
+def test_every_configuration_key_is_documented_and_every_documented_key_exists():
+    code, doc = _code_sections(), _doc_sections()
+    assert set(doc) == set(code), "sections: docs/config.md has a `### `section`` table per section"
+    for section in code:
+        assert doc[section] == code[section], (
+            f"{section}: undocumented {sorted(code[section] - doc[section])}, "
+            f"documented but unknown {sorted(doc[section] - code[section])}")
+
+
+def test_every_layer_and_parameter_is_documented_and_exists():
+    code, doc = _code_layers(), _doc_layers()
+    assert set(doc) == set(code), (f"layers: undocumented {sorted(set(code) - set(doc))}, "
+                                   f"documented but unknown {sorted(set(doc) - set(code))}")
+    for layer in code:
+        assert doc[layer] == code[layer], (
+            f"{layer}: undocumented {sorted(code[layer] - doc[layer])}, "
+            f"documented but unknown {sorted(doc[layer] - code[layer])}")
+
+
+def test_every_command_and_option_is_documented_and_exists():
+    code, doc = _code_commands(), _doc_commands()
+    assert set(doc) == set(code), (f"commands: undocumented {sorted(set(code) - set(doc))}, "
+                                   f"documented but unknown {sorted(set(doc) - set(code))}")
+    for name, (args, opts, choices) in code.items():
+        doc_args, doc_opts, rows = doc[name]
+        label = name or "kernelcli"
+        assert doc_args == args, f"{label}: arguments {sorted(args)}, documented {sorted(doc_args)}"
+        assert doc_opts == opts, (f"{label}: undocumented {sorted(opts - doc_opts)}, "
+                                  f"documented but unknown {sorted(doc_opts - opts)}")
+        for opt, values in choices.items():
+            missing = [v for v in values if v not in rows[opt]]
+            assert not missing, f"{label} {opt}: choices {missing} not in docs/cli.md"
+
+
+@pytest.mark.parametrize("name", ["config.md", "cli.md"])
+def test_links_between_the_documents_resolve(name):
+    for target in re.findall(r"\]\(([^)#:]+\.md)\)", _read(name)):
+        if target == "environment.md":  # written in another branch; linked, not owned here
+            continue
+        assert (DOCS / target).is_file(), f"docs/{name} links to missing {target}"
+
+
+def test_readme_links_the_documents():
+    text = README.read_text(encoding="utf-8")
+    for name in ("docs/config.md", "docs/cli.md", "docs/environment.md"):
+        assert f"]({name})" in text, f"README.md does not link {name}"
+
+
+def test_no_reference_points_at_a_missing_docs_file():
+    root = DOCS.parent
+    for path in [*root.glob("kernelcli/**/*.py"), *root.glob("tests/*.py"), README]:
+        for ref in re.findall(r"\bdocs/([\w.-]+\.md)", path.read_text(encoding="utf-8")):
+            if ref == "environment.md":
+                continue
+            assert (DOCS / ref).is_file(), f"{path.relative_to(root)} cites missing docs/{ref}"
