@@ -247,6 +247,7 @@ def test_estimate_text(tmp_path):
         assert label in result.stdout
 
 
+@pytest.mark.slow
 def test_smallest_budget_reported_is_the_smallest_that_works(tmp_path):
     np.save(tmp_path / "x.npy", images(N))
     small = write_config(tmp_path, "small", compute={"block": 4, "memory": "1KiB"})

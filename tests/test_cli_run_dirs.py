@@ -40,6 +40,7 @@ def finished(project, tmp_path):
     return a, b, run
 
 
+@pytest.mark.slow
 def test_run_dir_of_a_different_configuration_is_refused_then_overwritten(finished):
     a, b, run = finished
     before = snapshot(run)

@@ -448,6 +448,7 @@ def base_dir(tmp_path_factory):
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=documents())
+@pytest.mark.slow
 def test_random_documents_load_or_fail_with_one_short_line(base_dir, text):
     try:
         config = parse_config(text, base_dir=base_dir)

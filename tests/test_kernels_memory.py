@@ -110,6 +110,7 @@ def test_flatten_network_needs_far_less_memory_per_pair_in_flight():
 
 
 @pytest.mark.parametrize("depth", [2, 7, 21])
+@pytest.mark.slow
 def test_deep_pooling_network_compiled_memory_stays_within_the_live_pairs(depth):
     """Depth does not add buffers: consecutive layers reuse the dead input of the
     layer before (XLA gave each layer's loop buffers of its own: 11x at depth 21)."""

@@ -276,6 +276,7 @@ def _assert_layer_norm_matters(items, x):
     assert gap > 2 * MC_TOL, f"layer_norm changes the kernel by only {gap:.2%}"
 
 
+@pytest.mark.slow
 def test_layer_norm_before_global_avg_pool_nngp_matches_finite_width_networks():
     # layer_norm on an image normalises over channels at each pixel (full spatial
     # covariance here, since a pool lies ahead); erf keeps the pooled kernel from
@@ -288,6 +289,7 @@ def test_layer_norm_before_global_avg_pool_nngp_matches_finite_width_networks():
     assert_mc_close(arch_of(*items), x, draws=DRAWS)
 
 
+@pytest.mark.slow
 def test_layer_norm_before_flatten_nngp_matches_finite_width_networks():
     items = ("conv: {filter: [3, 3], padding: SAME, W_std: 1.5, b_std: 0.3}", "layer_norm",
              "relu", "conv: {filter: [3, 3], padding: SAME, W_std: 1.5, b_std: 0.3}",

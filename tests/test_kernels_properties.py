@@ -366,6 +366,7 @@ def test_full_covariance_path_equals_diagonal_path():
     assert rel(b["nngp"], a["nngp"]) <= 1e-12
 
 
+@pytest.mark.slow
 def test_full_covariance_path_equals_diagonal_path_on_the_ntk_diagonal():
     """The NTK diagonal, to 1e-12: where the FMA regression showed (see the note above
     ``test_spatial_cases_diagonal_matches_exact_numpy_reference``)."""
@@ -455,6 +456,7 @@ def image_architectures(draw):
 
 @FEW
 @given(spec=image_architectures(), seed=st.integers(0, 2 ** 16))
+@pytest.mark.slow
 def test_random_architectures_give_symmetric_psd_kernels(spec, seed):
     shape, items, param = spec
     arch = arch_of(*items, parameterization=param)

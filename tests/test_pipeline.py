@@ -41,6 +41,7 @@ def engine_matrix(cfg_path, x, x2=None):
 
 # --------------------------------------------------------------------------- tiled == whole
 
+@pytest.mark.slow
 def test_multi_block_float64_run_equals_the_engine_on_the_whole_data(tmp_path):
     x = images(21, seed=11, dtype=np.float64)    # block 8: 3 block rows, ragged last one
     np.save(tmp_path / "x.npy", x)
@@ -150,6 +151,7 @@ def test_uint8_nchw_h5_input_with_limit_equals_float_nhwc_npy(tmp_path):
 
 # --------------------------------------------------------------------------- devices
 
+@pytest.mark.slow
 def test_one_device_and_all_devices_give_the_same_result(tmp_path):
     """Subprocesses: the CLI exposes one host device per core (2 here). A small engine
     chunk makes pair batches of a few pairs, so every block is spread over all devices."""
@@ -183,6 +185,7 @@ def test_more_devices_than_exist_is_a_config_error(tmp_path):
 
 # --------------------------------------------------------------------------- the seed case
 
+@pytest.mark.slow
 def test_the_seed_case_is_plannable(tmp_path):
     """10,000 x 32x32x3 uint8 through conv+relu+global_avg_pool+dense: one untiled call
     would need hundreds of TiB, the plan fits the budget."""

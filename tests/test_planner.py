@@ -64,6 +64,7 @@ def test_rectangular_plan_evaluates_each_pair_exactly_once(n1, n2, block):
 @settings(max_examples=60, deadline=None)
 @given(n1=st.integers(1, 200), n2=st.integers(1, 200), block=st.integers(1, 80),
        symmetric=st.booleans())
+@pytest.mark.slow
 def test_any_plan_covers_the_matrix_exactly_once_with_ragged_last_blocks(n1, n2, block, symmetric):
     if symmetric:
         n2 = n1
