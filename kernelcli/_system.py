@@ -7,26 +7,30 @@ import os
 import resource
 
 
-def available_ram_bytes(meminfo: str = "/proc/meminfo") -> int:
-    """Host memory available to a new process now (``MemAvailable``), in bytes."""
+def _proc_kib(path: str, key: str) -> int | None:
+    """The ``key:  N kB`` line of a /proc file, in bytes; None where it cannot be read."""
     try:
-        with open(meminfo) as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def available_ram_bytes(meminfo: str = "/proc/meminfo") -> int:
+    """Host memory available to a new process now (``MemAvailable``), in bytes."""
+    found = _proc_kib(meminfo, "MemAvailable")
+    if found is not None:
+        return found
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def peak_rss_bytes(status: str = "/proc/self/status") -> int:
     """This process's peak resident memory, in bytes. VmHWM, not ru_maxrss: Linux
     carries ru_maxrss over from the parent process, VmHWM starts afresh at exec."""
-    try:
-        with open(status) as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    found = _proc_kib(status, "VmHWM")
+    if found is not None:
+        return found
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
