@@ -7,9 +7,11 @@ Loads ``bench/configs/<case>.yaml``, builds the kernel function for float32
 one JSON line (case, n, mode, seconds per call, warm-up seconds, entries
 evaluated, bytes_per_pair, peak RSS in bytes).
 
-``--mode rect`` times ``kfn.matrix(x1, x1_copy)``: all N*N entries, the same
-work as neural-tangents' single ``kernel_fn(x1)`` call. ``--mode tri`` times
-``kfn.matrix(x1)``: the symmetric matrix from its lower triangle. The kernels go
+``--mode rect`` times ``kernel_matrix(kfn, x1, x1_copy)``: all N*N entries, the
+same work as neural-tangents' single ``kernel_fn(x1)`` call. ``--mode tri`` times
+``kernel_matrix(kfn, x1)``: the symmetric matrix from its lower triangle.
+``kernel_matrix`` is ``kernelcli compute``'s own route (planner, per-input pass,
+blocks, pair batches) less the store, so this times what users run. The kernels go
 to ``--out`` as a ``(2, N, N)`` float32 array (nngp, ntk).
 """
 
@@ -43,6 +45,7 @@ def main(argv=None):
     configure_host_devices()  # one XLA host device per core, as `kernelcli compute` does
     import jax
     from kernelcli.kernels import build_kernel_fn
+    from kernelcli.run import kernel_matrix
     from kernelcli.spec import check_architecture, load_config
 
     cfg = load_config(CONFIGS / f"{a.case}.yaml")
@@ -56,12 +59,12 @@ def main(argv=None):
     args = (x1, x1.copy()) if a.mode == "rect" else (x1,)
 
     t0 = time.perf_counter()
-    out = kfn.matrix(*args)
+    out = kernel_matrix(kfn, *args)
     warmup = time.perf_counter() - t0
     times = []
     for _ in range(a.reps):
         t0 = time.perf_counter()
-        out = kfn.matrix(*args)  # returns host numpy arrays: already synchronised
+        out = kernel_matrix(kfn, *args)  # returns host numpy arrays: already synchronised
         times.append(time.perf_counter() - t0)
     if a.out:
         save_result(a.out, out)

@@ -34,6 +34,7 @@ from kernelcli.kernels import build_kernel_fn
 from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, Gelu, GlobalAvgPool,
                             Identity, LayerNorm, Relu, Residual, check_architecture,
                             parse_config)
+from kernelcli.run import kernel_matrix
 
 F32 = jnp.float32
 WIDTH = 256          # hidden channels / units
@@ -196,7 +197,7 @@ def our_kernels(arch, x: np.ndarray, kinds=("nngp", "ntk")):
     if key not in _OURS:
         check_architecture(arch, x.shape[1:])
         kfn = build_kernel_fn(arch, x.shape[1:], kinds, "float64")
-        _OURS[key] = kfn.matrix(np.float64(x))
+        _OURS[key] = kernel_matrix(kfn, np.float64(x))
     return _OURS[key]
 
 

@@ -24,6 +24,7 @@ from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, GlobalAvgPool, Identity,
                             Relu, check_architecture, parse_config)
+from kernelcli.run import kernel_matrix
 
 KINDS = ("nngp", "ntk")
 SQ2 = 1.4142135623730951
@@ -209,7 +210,7 @@ def spatial_case(case):
     x = inputs(5, shape, seed=1)
     kfn = kernel_fn(arch, shape)
     assert kfn.full_cov == (case in POOLED)
-    return reference_kernels(arch.layers, x), kfn.matrix(x)
+    return reference_kernels(arch.layers, x), kernel_matrix(kfn, x)
 
 
 @pytest.mark.parametrize("case", sorted(SPATIAL_CASES))
@@ -282,7 +283,7 @@ def pair_net(name):
     else:
         kfn = kernel_fn(arch_of(*items), shape)
     x1, x2 = inputs(6, shape, seed=2), inputs(5, shape, seed=3)
-    return kfn, x1, x2, kfn.matrix(x1, x2), kfn.stats(x1), kfn.stats(x2)
+    return kfn, x1, x2, kernel_matrix(kfn, x1, x2), kfn.stats(x1), kfn.stats(x2)
 
 
 @pytest.mark.parametrize("name", sorted(PAIR_NETS))
@@ -325,8 +326,8 @@ def test_symmetric_matrix_equals_rectangular_matrix_of_the_same_inputs(name):
     angle near 0 from rounded inputs, not an engine bug).
     """
     kfn, x1, _, _, _, _ = pair_net(name)
-    sym = kfn.matrix(x1)
-    rect = kfn.matrix(x1, x1.copy())
+    sym = kernel_matrix(kfn, x1)
+    rect = kernel_matrix(kfn, x1, x1.copy())
     off = ~np.eye(len(x1), dtype=bool)
     for kind in KINDS:
         scale = np.max(np.abs(sym[kind]))
@@ -353,7 +354,7 @@ def full_and_diagonal_paths():
     diag = kernel_fn(arch_of(*body, *head), shape)
     full = kernel_fn(arch_of(*body, "avg_pool: {window: [1, 1], strides: [1, 1]}", *head), shape)
     assert not diag.full_cov and full.full_cov
-    return diag.matrix(x), full.matrix(x)
+    return kernel_matrix(diag, x), kernel_matrix(full, x)
 
 
 @pytest.mark.slow
@@ -383,7 +384,7 @@ def test_flatten_first_equals_dense_network_on_flattened_vectors(parameterizatio
     x = inputs(5, shape)
     img = kernel_fn(arch_of("flatten", *layers, parameterization=parameterization), shape)
     vec = kernel_fn(arch_of(*layers, parameterization=parameterization), (24,))
-    a, b = img.matrix(x), vec.matrix(x.reshape(5, -1))
+    a, b = kernel_matrix(img, x), kernel_matrix(vec, x.reshape(5, -1))
     for kind in KINDS:
         assert rel(a[kind], b[kind]) <= 1e-12, kind
 
@@ -397,7 +398,7 @@ def test_nngp_alone_equals_nngp_of_both_kinds(name):
     cfg = parse_config(text, base_dir=Path("/cfg"))
     assert cfg.kernel.kinds == ("nngp",)
     alone_fn = kernel_fn(cfg.architecture, shape, cfg.kernel.kinds, cfg.kernel.dtype)
-    alone = alone_fn.matrix(x1, x2)
+    alone = kernel_matrix(alone_fn, x1, x2)
     assert set(alone) == {"nngp"}
     assert rel(alone["nngp"], both["nngp"]) <= 1e-13
 
@@ -416,8 +417,8 @@ def test_float32_matches_float64_for_every_layer_kind(head):
         items = items[:3] + ("avg_pool: {window: [2, 2], strides: [1, 1]}",) + items[3:]
     arch = arch_of(*items)
     x = inputs(4, shape)
-    k64 = kernel_fn(arch, shape, dtype="float64").matrix(x)
-    k32 = kernel_fn(arch, shape, dtype="float32").matrix(x)
+    k64 = kernel_matrix(kernel_fn(arch, shape, dtype="float64"), x)
+    k32 = kernel_matrix(kernel_fn(arch, shape, dtype="float32"), x)
     for kind in KINDS:
         assert k32[kind].dtype == np.float32
         assert rel(k32[kind], k64[kind]) <= 1e-4, (kind, rel(k32[kind], k64[kind]))
@@ -465,7 +466,7 @@ def test_random_architectures_give_symmetric_psd_kernels(spec, seed):
     except ConfigError:
         assume(False)        # e.g. a VALID window larger than the image
     x = inputs(5, shape, seed=seed)
-    k = build_kernel_fn(arch, shape, KINDS, "float64").matrix(x)
+    k = kernel_matrix(build_kernel_fn(arch, shape, KINDS, "float64"), x)
     for kind in KINDS:
         assert np.all(np.isfinite(k[kind]))
         assert np.array_equal(k[kind], k[kind].T)
@@ -485,7 +486,7 @@ def test_vector_inputs_give_symmetric_psd_kernels(d, depth, acts, param, seed):
     items.append("dense: {W_std: 1.0, b_std: 0.0}")
     arch = arch_of(*items, parameterization=param)
     x = inputs(5, (d,), seed=seed)
-    k = kernel_fn(arch, (d,)).matrix(x)
+    k = kernel_matrix(kernel_fn(arch, (d,)), x)
     for kind in KINDS:
         assert np.all(np.isfinite(k[kind]))
         assert np.array_equal(k[kind], k[kind].T)

@@ -15,6 +15,7 @@ import pytest
 
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.spec import load_config
+from kernelcli.run import kernel_matrix
 
 from helpers_cli import (invoke, FLATTEN_NET, GAP_NET, cli_env, images, read_kernels, run_cli,
                          tile_names, write_config)
@@ -33,10 +34,15 @@ def compute_ok(cfg, *extra):
     return result
 
 
-def engine_matrix(cfg_path, x, x2=None):
+def engine_matrix(cfg_path, x, x2=None, run_dir=None):
+    """``kernel_matrix`` of the config's network; with ``run_dir``, on that run's plan."""
     cfg = load_config(cfg_path)
     kfn = build_kernel_fn(cfg.architecture, x.shape[1:], cfg.kernel.kinds, cfg.kernel.dtype)
-    return kfn.matrix(x, x2)
+    plan = {}
+    if run_dir is not None:
+        stored = json.loads((run_dir / "manifest.json").read_text())["plan"]
+        plan = {"block": stored["block"], "pair_batch": stored["pair_batch"]}
+    return kernel_matrix(kfn, x, x2, **plan)
 
 
 # --------------------------------------------------------------------------- tiled == whole
@@ -49,10 +55,10 @@ def test_multi_block_float64_run_equals_the_engine_on_the_whole_data(tmp_path):
     compute_ok(cfg)
     assert len(tile_names(tmp_path / "run")) == 6
     got, _ = read_kernels(tmp_path / "run" / "kernels.h5")
-    want = engine_matrix(cfg, x)
+    want = engine_matrix(cfg, x, run_dir=tmp_path / "run")
     for k in ("nngp", "ntk"):
         assert got[k].dtype == np.float64
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=0)
+        assert np.array_equal(got[k], want[k]), k  # one route: the same bits
 
 
 def test_multi_block_float32_rectangular_run_equals_the_engine(tmp_path):
@@ -64,10 +70,24 @@ def test_multi_block_float32_rectangular_run_equals_the_engine(tmp_path):
                        compute={"block": 8})
     compute_ok(cfg)
     got, _ = read_kernels(tmp_path / "run" / "kernels.h5")
-    want = engine_matrix(cfg, x1, x2)
+    want = engine_matrix(cfg, x1, x2, run_dir=tmp_path / "run")
     for k in ("nngp", "ntk"):
         assert got[k].shape == (19, 10) and got[k].dtype == np.float32
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=0)
+        assert np.array_equal(got[k], want[k]), k  # one route: the same bits
+
+
+@pytest.mark.parametrize("layers", [GAP_NET, FLATTEN_NET], ids=["gap", "flatten"])
+def test_kernel_matrix_is_bit_for_bit_what_compute_writes(tmp_path, layers):
+    """``kernel_matrix`` (what the benchmarks time) runs ``compute``'s route: on the run's
+    plan, float32, the same bits as the run's kernels.h5."""
+    x = images(13, seed=17)
+    np.save(tmp_path / "x.npy", x)
+    cfg = write_config(tmp_path, "c", layers=layers, compute={"block": 8})
+    compute_ok(cfg)
+    got, _ = read_kernels(tmp_path / "run" / "kernels.h5")
+    want = engine_matrix(cfg, x, run_dir=tmp_path / "run")
+    for k in ("nngp", "ntk"):
+        assert np.array_equal(got[k], want[k]), k
 
 
 # --------------------------------------------------------------------------- paths

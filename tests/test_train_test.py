@@ -17,6 +17,7 @@ from kernelcli.data import fit_preprocess
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.plan import make_plan
 from kernelcli.spec import load_config
+from kernelcli.run import kernel_matrix
 
 from helpers_cli import (invoke, GAP_NET, assert_bit_identical, cli_env, finish, images,
                          read_kernels, run_cli, snapshot, start_cli, tile_names, wait_until)
@@ -89,9 +90,9 @@ def test_one_compute_gives_the_training_kernel_the_test_rectangle_and_diagonal(t
     assert sorted(arrays) == ["labels", "nngp", "nngp_test", "nngp_test_diag", "ntk",
                               "ntk_test", "ntk_test_diag", "test_labels"]
     kfn = engine(cfg, xtr.shape[1:])
-    train = kfn.matrix(xtr)
-    test = kfn.matrix(xte, xtr)
-    diag = kfn.matrix(xte)
+    train = kernel_matrix(kfn, xtr)
+    test = kernel_matrix(kfn, xte, xtr)
+    diag = kernel_matrix(kfn, xte)
     for k in ("nngp", "ntk"):
         assert arrays[k].shape == (N_TRAIN, N_TRAIN) and arrays[k].dtype == np.float32
         assert np.array_equal(arrays[k], arrays[k].T)
@@ -133,7 +134,7 @@ def test_preprocessing_is_fitted_on_the_training_set_and_kept_in_the_run(tmp_pat
     stored = list(run.glob("preprocess-*.npz"))
     assert [p.name for p in stored] == [f"preprocess-{pp.fingerprint()[:16]}.npz"]
     kfn = engine(cfg, xtr.shape[1:])
-    want = kfn.matrix(pp.apply(xte, np.float32), pp.apply(xtr, np.float32))
+    want = kernel_matrix(kfn, pp.apply(xte, np.float32), pp.apply(xtr, np.float32))
     arrays, attrs = read_kernels(run / "kernels.h5")
     np.testing.assert_allclose(arrays["nngp_test"], want["nngp"], rtol=1e-5)
     assert json.loads(attrs["data_fingerprints"])["preprocess"] == pp.fingerprint()

@@ -15,16 +15,17 @@ The work splits in two passes:
 
 Each is one ``jax.jit`` program, compiled once per array shape; callers keep
 shapes fixed (pad the last batch) so a long run compiles once. Networks that
-flatten the raw input first take a third route in ``matrix``, one Gram matrix
-per block (``_flat.py``).
+flatten the raw input first evaluate a pair batch from its block's Gram matrix
+(``_flat.py``). Calls are spread over devices by the one runner (``_runner.py``);
+whole matrices are assembled tile by tile in the run layer
+(:func:`kernelcli.run.kernel_matrix`), by the route ``compute`` takes.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import time
-from typing import Dict, NamedTuple, Sequence, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -36,8 +37,8 @@ from ._flat import FlatRoute
 from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances
-from ._xla import (SerialJit, compiler_options, default_chunk_bytes, on_devices,
-                   release_free_memory)
+from ._runner import pad_rows, run_on_devices
+from ._xla import SerialJit, compiler_options, default_chunk_bytes
 from ..spec._layers import Flatten
 
 
@@ -51,6 +52,17 @@ class Stats(NamedTuple):
     def take(self, rows) -> "Stats":
         return Stats(tuple(v[rows] for v in self.variances),
                      {k: v[rows] for k, v in self.diag.items()})
+
+    def pad(self, n: int) -> "Stats":
+        """The variances with their last row repeated up to ``n`` rows; no diagonal."""
+        return Stats(tuple(pad_rows(v, n) for v in self.variances), {})
+
+    @staticmethod
+    def concat(parts) -> "Stats":
+        """One ``Stats`` of consecutive rows from those of each part, in order."""
+        parts = list(parts)
+        return Stats(tuple(np.concatenate(vs) for vs in zip(*(p.variances for p in parts))),
+                     {k: np.concatenate([p.diag[k] for p in parts]) for k in parts[0].diag})
 
 
 class KernelFn(FlatRoute):
@@ -88,8 +100,6 @@ class KernelFn(FlatRoute):
         options = compiler_options(self.full_cov)
         self._stats_jit = SerialJit(self._stats_fn, compiler_options=options)
         self._pairs_jit = SerialJit(self._pairs_fn, compiler_options=options)
-        self._block_jit = SerialJit(self._flat_block_fn, compiler_options=options)
-        self._tri_jit = SerialJit(self._flat_tri_fn, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
@@ -113,8 +123,7 @@ class KernelFn(FlatRoute):
         n = rows[0].shape[0]
         c = min(self.chunk, n)
         m = -(-n // c) * c
-        padded = [jnp.concatenate([r, jnp.repeat(r[-1:], m - n, axis=0)]) if m > n else r
-                  for r in rows]
+        padded = [pad_rows(r, m) for r in rows]
         out = jax.lax.map(lambda args: fn(*args),
                           tuple(r.reshape((m // c, c) + r.shape[1:]) for r in padded))
         return jax.tree_util.tree_map(lambda a: a.reshape((m,) + a.shape[2:])[:n], out)
@@ -200,122 +209,87 @@ class KernelFn(FlatRoute):
     def _cast(self, x):
         return jnp.asarray(np.asarray(x, dtype=self.dtype))
 
-    def stats(self, x, batch: int = 64, devices=None) -> Stats:
-        """Per-input variances and self-kernels of ``x`` (``(n, *input_shape)``), in
-        batches of ``batch`` rows (the last one padded, so one compiled program).
+    @property
+    def stats_batch(self) -> int:
+        """Rows per call of the per-input pass: a few chunks."""
+        return max(self.chunk, 1) * 8
 
-        ``devices``: spread the batches over these devices (batch ``b`` on device
-        ``b mod D``, one thread each); the batches, and so the numbers, are the same
-        whatever the devices. Default: the default device.
-        """
+    def stats(self, x, devices=None, batch: Optional[int] = None) -> Stats:
+        """Per-input variances and self-kernels of ``x`` (``(n, *input_shape)``), in
+        calls of ``batch`` rows (default :attr:`stats_batch`; the last call padded, so
+        one compiled program), spread over ``devices`` (default: the default device).
+        The calls, and so the numbers, are the same whatever the devices."""
         x = np.asarray(x, dtype=self.dtype)
         n = x.shape[0]
-        batch = max(1, min(batch, n))
+        batch = max(1, min(batch or self.stats_batch, n))
         starts = list(range(0, n, batch))
         parts = [None] * len(starts)
-        devices = list(devices or [None])[:len(starts)] or [None]
 
-        def run(d: int, b: int) -> None:
-            chunk = x[starts[b]:starts[b] + batch]
-            m = chunk.shape[0]
-            if m < batch:
-                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - m, 0)])
-            arg = self._cast(chunk) if devices[d] is None else jax.device_put(chunk, devices[d])
-            v, diag = self._stats_jit(arg)
+        def work(device, b: int):
+            rows = pad_rows(x[starts[b]:starts[b] + batch], batch)
+            arg = self._cast(rows) if device is None else jax.device_put(rows, device)
+            return self._stats_jit(arg)
+
+        def done(b: int, got) -> None:
+            m = min(batch, n - starts[b])
+            v, diag = got
             parts[b] = ([np.asarray(a)[:m] for a in v],
                         {k: np.asarray(diag[k])[:m] for k in self.kinds})
 
-        on_devices(len(devices), list(range(len(starts))), run)
-        variances = tuple(np.concatenate([p[0][k] for p in parts])
-                          for k in range(self.n_variances))
-        return Stats(variances, {k: np.concatenate([p[1][k] for p in parts])
-                                 for k in self.kinds})
+        run_on_devices(list(devices or [None]), len(starts), work, done)
+        return Stats.concat([Stats(tuple(p[0]), p[1]) for p in parts])
 
     def pairs(self, x1, s1: Stats, x2, s2: Stats, i, j) -> Dict[str, jax.Array]:
-        """Kernels of the pairs ``(x1[i[p]], x2[j[p]])``, each of shape ``(P,)``.
-
-        ``x1``: ``(n1, *input_shape)``, ``s1`` its ``Stats``; likewise ``x2``, ``s2``;
-        ``i``, ``j``: ``(P,)`` int32 row indices. Compiled once per shape tuple.
+        """Kernels of the pairs ``(x1[i[p]], x2[j[p]])``, each of shape ``(P,)``, in one
+        call. ``x1``: ``(n1, *input_shape)``, ``s1`` its ``Stats``; likewise ``x2``,
+        ``s2``; ``i``, ``j``: ``(P,)`` int32 row indices. Compiled once per shape tuple.
         """
         return self._pairs_jit(self._cast(x1), tuple(map(self._cast, s1.variances)),
                                self._cast(x2), tuple(map(self._cast, s2.variances)),
                                jnp.asarray(i, jnp.int32), jnp.asarray(j, jnp.int32))
 
-    def matrix(self, x1, x2=None, pair_batch: int = 256) -> Dict[str, np.ndarray]:
-        """Whole kernel matrices in one go (no tiling, no store): ``(n1, n2)`` per kind.
+    def pair_values(self, x1, s1: Stats, x2, s2: Stats, i, j, pair_batch: int,
+                    devices=None, on_batch: Optional[Callable[[int], None]] = None,
+                    stop: Optional[Callable[[], object]] = None
+                    ) -> Optional[Dict[str, np.ndarray]]:
+        """``pairs`` over any number of pairs, in calls of exactly ``pair_batch`` pairs
+        (the last one padded with a repeat of its last pair: one compiled shape) spread
+        over ``devices`` (default: the default device). Call ``k`` is always pairs
+        ``[k*pair_batch, (k+1)*pair_batch)``, whichever device runs it, so the values
+        are the same bits whatever the devices.
 
-        With ``x2=None`` the matrix is symmetric: only the strict lower triangle
-        is evaluated, mirrored, and the diagonal comes from ``stats``.
+        ``on_batch(m)`` after each call of ``m`` real pairs; ``stop()`` true: no new
+        call starts, and the result is ``None`` (some pairs were not evaluated).
         """
-        t0 = time.perf_counter()
-        try:
-            return self._matrix(x1, x2, pair_batch)
-        finally:
-            release_free_memory(time.perf_counter() - t0)
-
-    def _matrix(self, x1, x2, pair_batch: int) -> Dict[str, np.ndarray]:
-        x1 = np.asarray(x1, dtype=self.dtype)
-        sym = x2 is None
-        x2 = x1 if sym else np.asarray(x2, dtype=self.dtype)
-        if self.flat_input:  # Gram matrices and the layers on them, in one program
-            return self._flat_matrix(x1, x2, sym)
-        s1, s2 = self._matrix_stats(x1, None if sym else x2)
-        if sym:
-            i, j = np.tril_indices(x1.shape[0], -1)
-        else:
-            i, j = (a.ravel() for a in np.meshgrid(np.arange(x1.shape[0]),
-                                                   np.arange(x2.shape[0]), indexing="ij"))
-        out = {k: np.zeros((x1.shape[0], x2.shape[0]), self.dtype) for k in self.kinds}
-        vals = self.pair_values(x1, s1, x2, s2, i, j, pair_batch)
-        for k in self.kinds:
-            out[k][i, j] = vals[k]
-            if x2 is x1:
-                out[k][j, i] = vals[k]
-                out[k][np.diag_indices(x1.shape[0])] = s1.diag[k]
-        return out
-
-    def _matrix_stats(self, x1, x2=None):
-        """``(s1, s2)`` for :meth:`matrix`: both sets in one per-input pass whose
-        batches are spread over every local device (``s2 is s1`` without ``x2``)."""
-        x = x1 if x2 is None else np.concatenate([x1, x2])
-        devices = jax.local_devices()
-        s = self.stats(x, batch=min(64, -(-x.shape[0] // len(devices))), devices=devices)
-        if x2 is None:
-            return s, s
-        n1 = x1.shape[0]
-        return s.take(slice(0, n1)), s.take(slice(n1, None))
-
-    def pair_values(self, x1, s1, x2, s2, i, j, pair_batch: int) -> Dict[str, np.ndarray]:
-        """``pairs`` over any number of pairs in fixed batches of ``pair_batch``."""
         total = len(i)
-        res = {k: np.empty(total, self.dtype) for k in self.kinds}
-        if total == 0:
-            return res
-        if self.flat_input:  # the Gram matrix is per call: make calls few
-            pair_batch = max(pair_batch, 1 << 22)
-        else:  # at least one batch per device
-            pair_batch = min(pair_batch, -(-total // len(jax.local_devices())))
-        pair_batch = max(1, min(pair_batch, total))
-        starts = list(range(0, total, pair_batch))
-        devices = jax.local_devices()[:max(1, len(starts))]
-        args = {}
+        out = {k: np.empty(total, self.dtype) for k in self.kinds}
+        pb = max(1, int(pair_batch))
+        i = np.asarray(i, np.int32)
+        j = np.asarray(j, np.int32)
+        cast = functools.partial(np.asarray, dtype=self.dtype)
+        inputs = (cast(x1), tuple(map(cast, s1.variances)),
+                  cast(x2), tuple(map(cast, s2.variances)))
+        placed: dict = {}  # device -> the inputs on it (each device has one thread)
 
-        def run(d: int, s: int) -> None:  # batches d, d + D, d + 2D, ... on device d
-            put = functools.partial(jax.device_put, device=devices[d])
-            if d not in args:
-                args[d] = (put(np.asarray(x1, self.dtype)), tuple(put(v) for v in s1.variances),
-                           put(np.asarray(x2, self.dtype)), tuple(put(v) for v in s2.variances))
-            ii, jj = i[s:s + pair_batch], j[s:s + pair_batch]
-            m = len(ii)
-            if m < pair_batch:  # pad with a repeat of the last pair: one compiled shape
-                ii = np.concatenate([ii, np.repeat(ii[-1:], pair_batch - m)])
-                jj = np.concatenate([jj, np.repeat(jj[-1:], pair_batch - m)])
-            got = self._pairs_jit(*args[d], put(ii.astype(np.int32)), put(jj.astype(np.int32)))
-            for k in self.kinds:
-                res[k][s:s + m] = np.asarray(got[k])[:m]
+        def work(device, k: int):
+            put = jnp.asarray if device is None else (lambda a: jax.device_put(a, device))
+            if device not in placed:
+                a1, v1, a2, v2 = inputs
+                placed[device] = (put(a1), tuple(map(put, v1)), put(a2), tuple(map(put, v2)))
+            ii = pad_rows(i[k * pb:(k + 1) * pb], pb)
+            jj = pad_rows(j[k * pb:(k + 1) * pb], pb)
+            return self._pairs_jit(*placed[device], put(ii), put(jj))
 
-        on_devices(len(devices), starts, run)
-        return res
+        def done(k: int, got) -> None:
+            s = k * pb
+            m = min(pb, total - s)
+            for kind in self.kinds:
+                out[kind][s:s + m] = np.asarray(got[kind])[:m]
+            if on_batch is not None:
+                on_batch(m)
+
+        complete = run_on_devices(list(devices or [None]), -(-total // pb), work, done, stop)
+        return out if complete else None
 
 
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],

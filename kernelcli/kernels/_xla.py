@@ -1,5 +1,5 @@
 """What kernelcli asks of XLA: per-program compiler options, the chunk size that fits
-a core's cache, and spreading independent calls over the local devices."""
+a core's cache, compilations one at a time, and giving freed memory back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import ctypes.util
 import os
 import sys
 import threading
-from typing import Sequence
 
 import jax
 
@@ -68,8 +67,8 @@ class SerialJit:
     """``jax.jit(fn, **options)`` whose compilations (one per device and argument
     shapes) run one at a time, then are called directly.
 
-    Threads that call it on different devices at once (``on_devices``, the
-    executor) would otherwise compile concurrently, and XLA's CPU compiler holds
+    Threads that call it on different devices at once (the device runner,
+    ``_runner.py``) would otherwise compile concurrently, and XLA's CPU compiler holds
     a working set per compiling thread that it keeps: two concurrent compiles
     of a 21-layer flatten network left the process 159 MiB larger, one after the
     other 91 MiB, in the same wall time (the compiles do not overlap usefully on
@@ -98,43 +97,3 @@ class SerialJit:
 
     def _compile(self, args):
         return self._jit.lower(*args).compile()
-
-
-def on_devices(n_devices: int, jobs: Sequence, run) -> None:
-    """``run(d, job)`` for every job, jobs ``d, d + D, d + 2D, ...`` on device ``d``,
-    one thread per device (XLA releases the GIL while it computes, and one XLA
-    computation alone leaves the other cores idle). Ctrl-C in the calling thread
-    lets each thread finish the job it is in, then re-raises; a thread's error is
-    raised in the caller."""
-    if n_devices <= 1:
-        for job in jobs:
-            run(0, job)
-        return
-    stop = threading.Event()
-    errors: list = []
-
-    def worker(d: int) -> None:
-        try:
-            for job in jobs[d::n_devices]:
-                if stop.is_set() or errors:
-                    return
-                run(d, job)
-        except BaseException as exc:  # surfaced in the calling thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(d,), daemon=True)
-               for d in range(n_devices)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)  # short waits keep the calling thread responsive to Ctrl-C
-    except BaseException:
-        stop.set()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
-        raise
-    if errors:
-        raise errors[0]

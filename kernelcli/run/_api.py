@@ -141,14 +141,14 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) ->
                     "blocks": len(blocks), "pairs": sum(b.n_pairs for b in blocks)})
             for attempt in (1, 2):
                 try:
-                    _execute(job, store, progress, todo, shard)
+                    execute(job, store, progress, blocks=todo)
                     _interrupt.check()
                     path, missing = _assemble_if_complete(store, job.plan)
                     break
                 except QuarantinedError as exc:  # moved aside: computing again replaces it
                     if attempt == 2:
                         raise
-                    # (the test diagonal has no blocks: begin() sees it missing)
+                    # (the test diagonal has no blocks: execute() sees it missing)
                     todo = exc.blocks
                     repaired.append(str(exc))
                 except DiskFullError as exc:
@@ -163,25 +163,12 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) ->
                      shard=None if shard is None else tuple(shard), shard_blocks=len(blocks))
 
 
-def _execute(job: Job, store: RunStore, progress, blocks, shard: Shard) -> None:
-    try:
-        if job.cfg.compute.executor == "ray":
-            from ._ray import execute_ray
-
-            execute_ray(job, store, job.cfg.compute.address, progress, blocks=blocks)
-        else:
-            execute(job, store, progress, blocks=blocks)
-    except KeyboardInterrupt:
-        raise interrupted_error(store.run_dir, shard) from None
-
-
 def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskFullError:
     """The disk-full error, saying how much the rest of the run needs and how to go on."""
     from ..spec import format_size
 
     done = store.done_keys()
-    itemsize = 8 if store.manifest["plan"]["dtype"] == "float64" else 4
-    per_value = itemsize * len(plan.kinds)
+    per_value = plan.itemsize * len(plan.kinds)
     tiles = sum((b.r1 - b.r0) * (b.c1 - b.c0) * per_value + 4096
                 for b in plan.blocks if b.key not in done)
     result = 0 if store.finished else (plan.n1 + plan.n_test) * plan.n2 * per_value

@@ -39,7 +39,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
         # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
         # it frees stays with the process (malloc keeps it), so it adds up.
         from ._executor import STATS_ROWS
-        stats_rows = min(STATS_ROWS, plan.n1, max(job.kfn.chunk, 1) * 8)
+        stats_rows = min(STATS_ROWS, plan.n1, job.kfn.stats_batch)
         _interrupt.check()
         stats_peak = job.kfn.compiled_stats_memory(stats_rows)
         _interrupt.check()
@@ -89,13 +89,13 @@ def _time_one_batch(job: Job) -> dict:
     """Time one real pair batch (after compiling) and extrapolate to the plan."""
     import numpy as np
 
-    from ._executor import _pad_rows
+    from ..kernels import pad_rows
 
     plan, kfn = job.plan, job.kfn
     block = plan.blocks[0]
     edge = plan.block
-    x1 = _pad_rows(job.inputs.rows.read(block.r0, block.r1, dtype=kfn.dtype), edge)
-    x2 = _pad_rows(job.inputs.columns.read(block.c0, block.c1, dtype=kfn.dtype), edge)
+    x1 = pad_rows(job.inputs.rows.read(block.r0, block.r1, dtype=kfn.dtype), edge)
+    x2 = pad_rows(job.inputs.columns.read(block.c0, block.c1, dtype=kfn.dtype), edge)
     _interrupt.check()
     s1 = kfn.stats(x1)
     _interrupt.check()

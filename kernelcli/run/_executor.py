@@ -1,27 +1,35 @@
-"""Compute the missing tiles of a run, spread over local devices, and assemble.
+"""The one executor driver: compute the missing tiles of a run, write them, report.
 
-Per block: read its rows of ``x1`` and columns of ``x2`` (padded to the block
-edge so every call has one shape and XLA compiles once), take their per-input
-variances, cut the block's pairs into batches of ``plan.pair_batch`` (the last
-one padded), and evaluate the batches on all devices at once, one Python thread
-per device (XLA releases the GIL while it computes). A diagonal block of a
+:func:`execute` is the same for every backend: it finds the blocks the store
+lacks, runs the per-input pass (through the backend), writes the test set's
+diagonal, then takes the backend's tiles as they come, checks and writes each,
+and tallies progress. A backend provides exactly two things -- the per-input
+pass of a row source and the tiles of a list of blocks -- so skipping a tile
+another process wrote meanwhile, the tally, the test diagonal and the interrupt
+message exist once:
+
+* :class:`LocalBackend` (here): blocks one after another in this process, each
+  block's pair batches spread over the local devices by the engine's runner;
+* :class:`~._ray.RayBackend`: one Ray task per block, on a cluster.
+
+Per block: its rows of ``x1`` and columns of ``x2`` and their per-input
+variances, padded to the block edge so every call has one shape and XLA compiles
+once (:func:`block_input`), the block's pairs in batches of ``plan.pair_batch``,
+and the tile from the values (:func:`block_tile`). A diagonal block of a
 symmetric run evaluates only its strict lower triangle; its diagonal is the
-inputs' self-kernels from the per-input pass. A block becomes a tile file
-only when all its pairs are done, so a kill loses at most the blocks in flight.
-
-The per-block computation (:func:`block_input`, then :func:`compute_tile`) is
-shared with the Ray executor (:mod:`._ray`), so a tile is the same bits whichever
-ran it. ``execute`` takes a subset of the blocks for a job array's shard.
+inputs' self-kernels from the per-input pass. Both backends run exactly this on
+exactly these inputs, so a tile is the same bits whichever ran it, and
+:func:`~._matrix.kernel_matrix` assembles an in-memory matrix by the same route.
+A block becomes a tile file only when all its pairs are done, so a kill loses
+at most the blocks in flight.
 """
 
 from __future__ import annotations
 
-import queue
 import signal
-import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -48,45 +56,9 @@ STATS_ROWS = 1024  # rows of an input read (and passed to the per-input pass) at
 
 
 def stats_slices(n: int, rows: int = STATS_ROWS) -> list[tuple[int, int]]:
-    """The ``[start, stop)`` row slices the per-input pass reads, in order."""
+    """The ``[start, stop)`` row slices the per-input pass reads, in order: every
+    backend reads exactly these, so the per-input numbers are the same bits."""
     return [(s, min(s + rows, n)) for s in range(0, n, rows)]
-
-
-def stats_of_slice(kfn, x, devices=None):
-    """Per-input variances of the rows ``x`` (one slice of :func:`stats_slices`),
-    its batches spread over ``devices`` (default: one).
-
-    Local and Ray executors both call exactly this on exactly these slices, with
-    the same batches whatever the devices, so their per-input numbers, and hence
-    their tiles, are bit-identical.
-    """
-    return kfn.stats(x, batch=max(kfn.chunk, 1) * 8, devices=devices)
-
-
-def concat_stats(kfn, parts):
-    """One :class:`~kernelcli.kernels.Stats` from those of consecutive slices."""
-    from ..kernels import Stats
-
-    variances = tuple(np.concatenate([p.variances[k] for p in parts])
-                      for k in range(kfn.n_variances))
-    diag = {k: np.concatenate([p.diag[k] for p in parts]) for k in kfn.kinds}
-    return Stats(variances, diag)
-
-
-def _stats_for(job: Job, src, batch_rows: int = STATS_ROWS):
-    """Per-input variances of every row of ``src``, streamed by slices (a requested stop
-    is honoured between slices)."""
-    parts = []
-    for s, e in stats_slices(src.n, batch_rows):
-        _interrupt.check()
-        parts.append(stats_of_slice(job.kfn, src.read(s, e, dtype=job.kfn.dtype), job.devices))
-    return concat_stats(job.kfn, parts)
-
-
-def _pad_rows(a: np.ndarray, n: int) -> np.ndarray:
-    if a.shape[0] == n:
-        return a
-    return np.concatenate([a, np.repeat(a[-1:], n - a.shape[0], axis=0)])
 
 
 def _block_pairs(block):
@@ -101,7 +73,7 @@ def _block_pairs(block):
 @dataclass
 class BlockInput:
     """Everything one block's computation needs, as plain arrays (picklable, so a Ray
-    task gets exactly what the local executor uses): the block's rows of ``x1`` and
+    task gets exactly what the local backend uses): the block's rows of ``x1`` and
     columns of ``x2`` and their per-input variances, padded to the block edge so
     every call has one shape; the local pairs to evaluate; and, for a diagonal
     block, the self-kernels of its rows (its diagonal)."""
@@ -122,97 +94,26 @@ class BlockInput:
 
 def block_input(kfn, x1_src, x2_src, s1, s2, block, edge: int) -> BlockInput:
     """Read and pad the inputs of ``block`` (``s1``, ``s2``: stats of all rows)."""
-    x1 = _pad_rows(x1_src.read(block.r0, block.r1, dtype=kfn.dtype), edge)
-    x2 = _pad_rows(x2_src.read(block.c0, block.c1, dtype=kfn.dtype), edge)
+    from ..kernels import pad_rows
+
+    x1 = pad_rows(x1_src.read(block.r0, block.r1, dtype=kfn.dtype), edge)
+    x2 = pad_rows(x2_src.read(block.c0, block.c1, dtype=kfn.dtype), edge)
     b1 = s1.take(slice(block.r0, block.r1))
-    b2 = s2.take(slice(block.c0, block.c1))
-    b1p = type(b1)(tuple(_pad_rows(v, edge) for v in b1.variances), {})
-    b2p = type(b2)(tuple(_pad_rows(v, edge) for v in b2.variances), {})
     i, j = _block_pairs(block)
     diag = {k: np.asarray(b1.diag[k]) for k in kfn.kinds} if block.diagonal else None
-    return BlockInput(block, x1, b1p, x2, b2p, i, j, diag)
+    return BlockInput(block, x1, b1.pad(edge), x2,
+                      s2.take(slice(block.c0, block.c1)).pad(edge), i, j, diag)
 
 
-def evaluate_pairs(kfn, pair_batch: int, bi: BlockInput, devices,
-                   on_batch: Optional[Callable[[int], None]] = None) -> dict:
-    """Values of the pairs ``bi.i, bi.j`` (kind -> 1-d array), in batches of
-    ``pair_batch`` (the last padded), one thread per device taking batches from a
-    queue (XLA releases the GIL while it computes). Batch ``k`` is always pairs
-    ``[k*pair_batch, (k+1)*pair_batch)``, whichever device evaluates it.
-
-    A stop requested by a signal (:mod:`kernelcli._interrupt`) is honoured between
-    batches: the threads take no new batch, the calling thread waits until each has
-    finished the one it is in (no thread is left inside XLA), then raises
-    :class:`~kernelcli.errors.Interrupted`."""
-    import jax
-
-    i, j, pb = bi.i, bi.j, pair_batch
-    kinds = kfn.kinds
-    out = {k: np.empty(len(i), kfn.dtype) for k in kinds}
-    todo: "queue.Queue" = queue.Queue()
-    for s in range(0, len(i), pb):
-        todo.put(s)
-    errors = []
-    stopped = []  # set (under ``lock``) when the caller leaves: no more reports after that
-    lock = threading.Lock()
-
-    def worker(dev, began):
-        began.set()
-        try:
-            put = lambda a: jax.device_put(a, dev)  # noqa: E731
-            args = (put(bi.x1), tuple(map(put, bi.s1.variances)),
-                    put(bi.x2), tuple(map(put, bi.s2.variances)))
-            while not errors and not stopped and _interrupt.requested() is None:
-                try:
-                    s = todo.get_nowait()
-                except queue.Empty:
-                    return
-                ii, jj = i[s:s + pb], j[s:s + pb]
-                m = len(ii)
-                ii = _pad_rows(ii, pb)
-                jj = _pad_rows(jj, pb)
-                got = kfn._pairs_jit(*args[:2], *args[2:], put(ii), put(jj))
-                for k in kinds:
-                    out[k][s:s + m] = np.asarray(got[k])[:m]
-                if on_batch is not None:
-                    with lock:
-                        if not stopped and _interrupt.requested() is None:
-                            on_batch(m)
-        except BaseException as exc:  # surfaced in the calling thread
-            errors.append(exc)
-
-    began = [threading.Event() for _ in devices]
-    threads = [threading.Thread(target=worker, args=(d, b), daemon=True)
-               for d, b in zip(devices, began)]
-    launched = []
-    try:
-        for t in threads:
-            launched.append(t)
-            t.start()  # a signal can arrive while start() waits for the thread
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)  # a requested stop: each thread ends after its batch
-    except BaseException:
-        # KeyboardInterrupt (a caller without kernelcli's handlers: a notebook), or an
-        # error in this thread: let each thread finish the batch it is in, unreported,
-        # and wait for it: no progress line follows the caller's error message, and no
-        # thread is still inside XLA when the interpreter exits (that aborts the
-        # process). A second Ctrl-C stops the wait.
-        with lock:
-            stopped.append(True)
-        for t, b in zip(launched, began):
-            b.wait(5.0)  # (not set only if start() was interrupted before the thread)
-            while t.is_alive():
-                t.join(0.2)
-        raise
-    if errors:
-        raise errors[0]
-    _interrupt.check()  # every thread is joined: safe to leave
-    return out
-
-
-def tile_from_values(kfn, bi: BlockInput, vals: dict) -> dict:
-    """The block's full tile per kind from its evaluated pairs (and its diagonal)."""
+def block_tile(kfn, pair_batch: int, bi: BlockInput, devices,
+               on_batch: Optional[Callable[[int], None]] = None,
+               stop: Optional[Callable[[], object]] = None) -> Optional[dict]:
+    """One block's tile (kind -> array of the block's shape), or ``None`` when
+    ``stop()`` turned true before all its pairs were evaluated."""
+    vals = kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i, bi.j, pair_batch, devices,
+                           on_batch, stop)
+    if vals is None:
+        return None
     block, i, j = bi.block, bi.i, bi.j
     tile = {}
     for k in kfn.kinds:
@@ -226,11 +127,52 @@ def tile_from_values(kfn, bi: BlockInput, vals: dict) -> dict:
     return tile
 
 
-def compute_tile(kfn, pair_batch: int, bi: BlockInput, devices,
-                 on_batch: Optional[Callable[[int], None]] = None) -> dict:
-    """One block's tile (kind -> array of the block's shape): the computation that
-    the local executor and a Ray task share, so both give the same bits."""
-    return tile_from_values(kfn, bi, evaluate_pairs(kfn, pair_batch, bi, devices, on_batch))
+Tiles = Iterator[tuple]  # (block, tile, pairs already reported through on_pairs)
+
+
+class LocalBackend:
+    """Blocks computed in this process, one after another, each block's pair batches
+    spread over ``devices``; a requested stop (:mod:`kernelcli._interrupt`) is honoured
+    between per-input slices and between pair batches."""
+
+    def __init__(self, kfn, devices, block: int, pair_batch: int):
+        self.kfn, self.devices, self.block, self.pair_batch = kfn, devices, block, pair_batch
+
+    def __enter__(self) -> "LocalBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def input_stats(self, src):
+        """Per-input variances of every row of ``src``, streamed by slices."""
+        from ..kernels import Stats
+
+        parts = []
+        for s, e in stats_slices(src.n):
+            _interrupt.check()
+            parts.append(self.kfn.stats(src.read(s, e, dtype=self.kfn.dtype), self.devices))
+        return Stats.concat(parts)
+
+    def tiles(self, blocks, rows, columns, s1, s2, wanted=lambda b: True,
+              on_pairs: Optional[Callable[[int], None]] = None) -> Tiles:
+        """``(block, tile, evaluated)`` for each block that ``wanted(block)`` (asked
+        just before it is computed) accepts."""
+        from ..kernels import release_free_memory
+
+        for block in blocks:
+            _interrupt.check()
+            if not wanted(block):
+                continue
+            t0 = time.perf_counter()
+            bi = block_input(self.kfn, rows, columns, s1, s2, block, self.block)
+            tile = block_tile(self.kfn, self.pair_batch, bi, self.devices, on_pairs,
+                              _interrupt.requested)
+            if tile is None:
+                _interrupt.check()  # the stop that ended the batches: raises
+            yield block, tile, bi.n_evaluated
+            del tile, bi
+            release_free_memory(time.perf_counter() - t0)  # freed buffers not resident
 
 
 class Tally:
@@ -270,52 +212,46 @@ def pending_blocks(store: RunStore, blocks) -> tuple[list, set]:
     return [b for b in blocks if b.key not in done], done
 
 
-def begin(job: Job, store: RunStore, progress, blocks=None) -> tuple:
-    """What an executor does first: ``(pending blocks, Tally)``, progress reported once;
-    ``pending`` is ``None`` when nothing is left to do (every tile there and, with a
-    test set, the test diagonal too). ``blocks`` default: all of ``job.plan``."""
-    blocks = job.plan.blocks if blocks is None else list(blocks)
-    pending, done = pending_blocks(store, blocks)
-    tally = Tally(blocks, done, progress)
-    tally.report()
-    if not pending and not needs_test_diagonal(job, store):
-        return None, tally
-    return pending, tally
+def backend_of(job: Job):
+    """The backend ``job.cfg.compute.executor`` names."""
+    if job.cfg.compute.executor == "ray":
+        from ._ray import RayBackend
+
+        return RayBackend(job)
+    return LocalBackend(job.kfn, job.devices, job.plan.block, job.plan.pair_batch)
 
 
 def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], None]] = None,
             after_tile: Optional[Callable[[object], None]] = None, blocks=None) -> None:
     """Compute every block of ``blocks`` (default: all of ``job.plan``) whose tile
-    ``store`` lacks. A block whose tile appears meanwhile (written by another
-    process of a job array) is skipped."""
-    from .. import kernels  # jax: only once the host devices are configured
-
-    plan, kfn = job.plan, job.kfn
-    pending, tally = begin(job, store, progress, blocks)
-    if pending is None:
+    ``store`` lacks, on the backend the configuration names. A block whose tile
+    appears meanwhile (written by another process of a job array) is skipped."""
+    blocks = job.plan.blocks if blocks is None else list(blocks)
+    pending, done = pending_blocks(store, blocks)
+    tally = Tally(blocks, done, progress)
+    tally.report()
+    if not pending and not needs_test_diagonal(job, store):
         return
     rows, columns = job.inputs.rows, job.inputs.columns
-    s1 = _stats_for(job, rows)
-    s2 = s1 if job.inputs.symmetric else _stats_for(job, columns)
-    write_test_diagonal(job, store, s1)
-    edge = plan.block
-    for block in pending:
-        _interrupt.check()
+
+    def wanted(block) -> bool:
         if store.has(block):  # another process wrote it meanwhile
             tally.block_done(block.n_pairs, computed=False)
-            continue
-        t0 = time.perf_counter()
-        bi = block_input(kfn, rows, columns, s1, s2, block, edge)
-        tile = compute_tile(kfn, plan.pair_batch, bi, job.devices, tally.pairs)
-        check_tile(block, tile)
-        store.write_tile(block, tile)
-        evaluated = bi.n_evaluated
-        del tile, bi
-        kernels.release_free_memory(time.perf_counter() - t0)  # freed buffers not resident
-        # the diagonal's pairs came from the per-input pass
-        tally.block_done(block.n_pairs - evaluated)
-        if after_tile is not None:
-            after_tile(block)
+            return False
+        return True
+
+    with backend_of(job) as backend:
+        s1 = backend.input_stats(rows)
+        s2 = s1 if job.inputs.symmetric else backend.input_stats(columns)
+        write_test_diagonal(job, store, s1)
+        for block, tile, reported in backend.tiles(pending, rows, columns, s1, s2, wanted,
+                                                   tally.pairs):
+            check_tile(block, tile)
+            store.write_tile(block, tile)
+            del tile
+            tally.block_done(block.n_pairs - reported)  # the rest: diagonal, or not reported
+            if after_tile is not None:
+                after_tile(block)
 
 
 def needs_test_diagonal(job: Job, store: RunStore) -> bool:

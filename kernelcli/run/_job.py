@@ -120,7 +120,7 @@ def config_fingerprint(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def engine_costs(kfn, layers: int) -> EngineCosts:
+def engine_costs(kfn) -> EngineCosts:
     """What the planner needs of the compiled kernel ``kfn``; each memory measurement is
     a compilation, and a requested stop (:mod:`kernelcli._interrupt`) is honoured
     before and after each."""
@@ -132,7 +132,7 @@ def engine_costs(kfn, layers: int) -> EngineCosts:
         return out
 
     return EngineCosts(chunk=kfn.chunk, flat_input=kfn.flat_input,
-                       cov_elements=kfn.cov_elements, layers=layers, kinds=tuple(kfn.kinds),
+                       cov_elements=kfn.cov_elements, layers=len(kfn.arch.layers), kinds=tuple(kfn.kinds),
                        itemsize=kfn.dtype.itemsize, compiled_memory=compiled_memory)
 
 
@@ -171,7 +171,7 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess) -> Job:
             budget = auto_budget(available_ram_bytes()) // len(devices)
         stored = stored_plan or {}
         plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
-                        costs=engine_costs(kfn, len(cfg.architecture.layers)),
+                        costs=engine_costs(kfn),
                         budget_bytes=budget, devices=len(devices), n_test=inputs.n_test,
                         block=stored.get("block", cfg.compute.block),
                         pair_batch=stored.get("pair_batch"))

@@ -7,10 +7,12 @@ for a local run and a killed driver loses only the tiles in flight. The cluster'
 workers need kernelcli (and Ray) installed, but neither the data nor the run
 directory: a task gets its block's rows and columns as arrays.
 
-Bit-identity with the local executor: the per-input pass runs as tasks on the
-same row slices the local executor reads (:func:`stats_slices`), and each tile
-task runs :func:`compute_tile`, the local executor's own per-block computation,
-on the same padded inputs and pair batches. A task asks for one GPU when the
+:class:`RayBackend` is one of the executor driver's two backends
+(:func:`~._executor.execute` checks, writes and tallies the tiles). Bit-identity
+with the local backend: the per-input pass runs as tasks on the same row slices
+the local backend reads (:func:`stats_slices`), and each tile task runs
+:func:`block_tile`, the local backend's own per-block computation, on the same
+padded inputs and pair batches. A task asks for one GPU when the
 cluster has GPUs, else one CPU; a task whose worker dies, or that raises, is
 retried (``max_retries``).
 
@@ -26,13 +28,11 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from typing import Callable, Optional
+from typing import Optional
 
 from .. import _interrupt
 from ..errors import ComputeError, ConfigError
-from ..store import RunStore
-from ._executor import (Progress, begin, block_input, compute_tile, concat_stats,
-                        stats_of_slice, stats_slices, write_test_diagonal)
+from ._executor import block_input, block_tile, stats_slices
 from ._job import Job
 
 MAX_RETRIES = 3
@@ -68,14 +68,11 @@ def _kernel_fn(spec):
 
 
 def _stats_task(spec, x):
-    return stats_of_slice(_kernel_fn(spec), x)
+    return _kernel_fn(spec).stats(x)
 
 
 def _tile_task(spec, pair_batch, bi):
-    import jax
-
-    kfn = _kernel_fn(spec)
-    return compute_tile(kfn, pair_batch, bi, jax.local_devices()[:1])
+    return block_tile(_kernel_fn(spec), pair_batch, bi, None)
 
 
 # -- the driver -----------------------------------------------------------------------
@@ -111,45 +108,67 @@ def _connect(ray, address: Optional[str]) -> bool:
     return True
 
 
-def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
-                progress: Optional[Callable[[Progress], None]] = None, blocks=None) -> None:
-    """Compute every block of ``blocks`` (default all) that ``store`` lacks, as Ray tasks."""
-    ray = require_ray()
-    plan, kfn, inputs = job.plan, job.kfn, job.inputs
-    pending, tally = begin(job, store, progress, blocks)
-    if pending is None:
-        return
-    started = _connect(ray, address)
-    inflight: dict = {}
-    try:
-        resources = ray.cluster_resources()
-        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
-        ask = {"num_gpus": 1} if gpus >= 1 else {"num_cpus": 1}
-        slots = max(1, gpus if gpus >= 1 else cpus)
-        opts = dict(max_retries=MAX_RETRIES, retry_exceptions=True, **ask)
-        stats_remote = ray.remote(_stats_task).options(name="kernelcli_stats", **opts)
-        tile_remote = ray.remote(_tile_task).options(name="kernelcli_tile", **opts)
-        spec = (job.cfg.architecture, tuple(inputs.x1.example_shape), tuple(kfn.kinds),
-                job.cfg.kernel.dtype)
-        spec_ref = ray.put(spec)
+class RayBackend:
+    """Tile jobs as Ray tasks (the executor driver's other backend): connected on
+    entry, and on the way out the tasks in flight cancelled and Ray shut down (when
+    this backend started it)."""
 
-        def stats(src):
-            refs = []
-            for s, e in stats_slices(src.n):
-                _interrupt.check()
-                refs.append(stats_remote.remote(spec_ref, src.read(s, e, dtype=kfn.dtype)))
-            inflight.update({r: None for r in refs})
-            parts = _get_all(ray, refs)
-            for r in refs:
-                inflight.pop(r, None)
-            return concat_stats(kfn, parts)
+    def __init__(self, job: Job):
+        self.ray = require_ray()
+        self.job = job
+        self.kfn = job.kfn
+        self.inflight: dict = {}
+        self.started = False
 
-        rows, columns = inputs.rows, inputs.columns
-        s1 = stats(rows)
-        s2 = s1 if inputs.symmetric else stats(columns)
-        write_test_diagonal(job, store, s1)
-        todo = iter(pending)
-        window = 2 * slots  # tasks queued at once: every slot busy, inputs bounded
+    def __enter__(self) -> "RayBackend":
+        ray, job = self.ray, self.job
+        self.started = _connect(ray, job.cfg.compute.address)
+        try:
+            resources = ray.cluster_resources()
+            gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+            ask = {"num_gpus": 1} if gpus >= 1 else {"num_cpus": 1}
+            self.slots = max(1, gpus if gpus >= 1 else cpus)
+            opts = dict(max_retries=MAX_RETRIES, retry_exceptions=True, **ask)
+            self.stats_remote = ray.remote(_stats_task).options(name="kernelcli_stats", **opts)
+            self.tile_remote = ray.remote(_tile_task).options(name="kernelcli_tile", **opts)
+            spec = (job.cfg.architecture, tuple(job.inputs.x1.example_shape),
+                    tuple(self.kfn.kinds), job.cfg.kernel.dtype)
+            self.spec_ref = ray.put(spec)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for ref in self.inflight:
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - best effort; the driver is leaving anyway
+                pass
+        self.inflight.clear()
+        if self.started:
+            self.started = False
+            self.ray.shutdown()
+
+    def input_stats(self, src):
+        from ..kernels import Stats
+
+        refs = []
+        for s, e in stats_slices(src.n):
+            _interrupt.check()
+            refs.append(self.stats_remote.remote(self.spec_ref,
+                                                 src.read(s, e, dtype=self.kfn.dtype)))
+            self.inflight[refs[-1]] = None
+        parts = _get_all(self.ray, refs)
+        for r in refs:
+            self.inflight.pop(r, None)
+        return Stats.concat(parts)
+
+    def tiles(self, blocks, rows, columns, s1, s2, wanted=lambda b: True, on_pairs=None):
+        """``(block, tile, 0)`` as tasks return (no per-batch progress from a task)."""
+        ray, inflight, plan = self.ray, self.inflight, self.job.plan
+        todo = iter(blocks)
+        window = 2 * self.slots  # tasks queued at once: every slot busy, inputs bounded
 
         def submit():
             while len(inflight) < window:
@@ -157,11 +176,10 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
                 block = next(todo, None)
                 if block is None:
                     return
-                if store.has(block):  # written meanwhile by another process
-                    tally.block_done(block.n_pairs, computed=False)
+                if not wanted(block):
                     continue
-                bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
-                inflight[tile_remote.remote(spec_ref, plan.pair_batch, bi)] = block
+                bi = block_input(self.kfn, rows, columns, s1, s2, block, plan.block)
+                inflight[self.tile_remote.remote(self.spec_ref, plan.pair_batch, bi)] = block
 
         submit()
         while inflight:
@@ -169,20 +187,8 @@ def execute_ray(job: Job, store: RunStore, address: Optional[str] = None,
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
             for ref in ready:
                 block = inflight.pop(ref)
-                tile = _get_all(ray, [ref])[0]
-                store.write_tile(block, tile)
-                tally.block_done(block.n_pairs)
+                yield block, _get_all(ray, [ref])[0], 0
             submit()
-    except BaseException:
-        for ref in inflight:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - best effort; the driver is leaving anyway
-                pass
-        raise
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def _get_all(ray, refs):

@@ -1,0 +1,69 @@
+"""Whole kernel matrices in memory, by the route ``kernelcli compute`` takes.
+
+:func:`kernel_matrix` plans the matrix as ``compute`` plans a run (block edge and
+pair batch from the planner, within the memory budget), runs the per-input pass
+and the blocks on the executor's local backend, and places each tile where
+assembly would: a benchmark of it is a benchmark of ``compute`` less the store,
+and its matrix is bit for bit the ``kernels.h5`` of a run with the same plan.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+
+from .._system import available_ram_bytes
+from ..plan import auto_budget, plan_run
+from ._executor import LocalBackend
+from ._job import engine_costs
+
+
+class _Rows:
+    """An in-memory array read by rows, like the run's data sources."""
+
+    def __init__(self, x: np.ndarray):
+        self.x = x
+        self.n = x.shape[0]
+
+    def read(self, start: int, stop: int, dtype=None) -> np.ndarray:
+        return np.asarray(self.x[start:stop], dtype=dtype)
+
+
+def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=None,
+                  block: Optional[int] = None,
+                  pair_batch: Optional[int] = None) -> Dict[str, np.ndarray]:
+    """The kernels of ``kfn`` (a :class:`~kernelcli.kernels.KernelFn`) between the rows
+    of ``x1`` (``(n1, *input_shape)``) and of ``x2`` (``(n2, ...)``): ``{kind: (n1, n2)}``.
+
+    With ``x2=None`` the matrix is ``K(x1, x1)``: only its lower triangle of blocks is
+    computed (a diagonal block's strict lower triangle; the diagonal from the
+    per-input pass) and mirrored, so it is exactly symmetric.
+
+    ``memory``: bytes per device (default: what ``compute.memory: auto`` gives);
+    ``devices``: default all local ones; ``block``, ``pair_batch``: as a run's plan
+    (default: the planner's choice, as in ``compute``).
+    """
+    import jax
+
+    devices = list(devices or jax.local_devices())
+    a1 = np.asarray(x1, dtype=kfn.dtype)
+    symmetric = x2 is None
+    a2 = a1 if symmetric else np.asarray(x2, dtype=kfn.dtype)
+    if memory is None:
+        memory = auto_budget(available_ram_bytes()) // len(devices)
+    plan = plan_run(a1.shape[0], a2.shape[0], symmetric=symmetric, costs=engine_costs(kfn),
+                    budget_bytes=memory, devices=len(devices), block=block,
+                    pair_batch=pair_batch)
+    rows = _Rows(a1)
+    columns = rows if symmetric else _Rows(a2)
+    out = {k: np.empty((a1.shape[0], a2.shape[0]), kfn.dtype) for k in kfn.kinds}
+    with LocalBackend(kfn, devices, plan.block, plan.pair_batch) as backend:
+        s1 = backend.input_stats(rows)
+        s2 = s1 if symmetric else backend.input_stats(columns)
+        for b, tile, _ in backend.tiles(plan.blocks, rows, columns, s1, s2):
+            for k in kfn.kinds:
+                out[k][b.r0:b.r1, b.c0:b.c1] = tile[k]
+                if symmetric and not b.diagonal:
+                    out[k][b.c0:b.c1, b.r0:b.r1] = tile[k].T
+    return out
