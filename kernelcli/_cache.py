@@ -22,7 +22,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-ENV = "KERNELCLI_CACHE_DIR"
+from . import _env
+
+ENV = _env.CACHE_DIR
+JAX_DIR = "JAX_COMPILATION_CACHE_DIR"
+MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 OFF = ("off", "0", "none", "false", "no", "")
 
 # Every program counts: kernelcli's small per-input programs compile in 0.2-1 s, under
@@ -33,15 +37,14 @@ MIN_COMPILE_SECS = "0"
 def cache_dir(environ=None) -> Optional[Path]:
     """The folder the CLI's compilation cache uses, or None when it is switched off
     (see the module docstring for the order of the variables)."""
-    env = os.environ if environ is None else environ
-    value = env.get(ENV)
+    value = _env.get(ENV, environ)
     if value is not None:
         if value.strip().lower() in OFF:
             return None
         return Path(value).expanduser()
-    if env.get("JAX_COMPILATION_CACHE_DIR"):
-        return Path(env["JAX_COMPILATION_CACHE_DIR"]).expanduser()
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    if _env.get(JAX_DIR, environ):
+        return Path(_env.get(JAX_DIR, environ)).expanduser()
+    base = _env.get("XDG_CACHE_HOME", environ) or str(Path.home() / ".cache")
     return Path(base).expanduser() / "kernelcli" / "jax"
 
 
@@ -58,10 +61,10 @@ def enable_compile_cache() -> Optional[Path]:
             path = None
     settings = ({"JAX_ENABLE_COMPILATION_CACHE": "false"} if path is None else
                 {"JAX_ENABLE_COMPILATION_CACHE": "true",
-                 "JAX_COMPILATION_CACHE_DIR": str(path),
-                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": MIN_COMPILE_SECS})
-    if path is not None and "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" in os.environ:
-        del settings["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]  # the user's wins
+                 JAX_DIR: str(path), MIN_TIME: MIN_COMPILE_SECS})
+    users_min = _env.get(MIN_TIME)
+    if path is not None and users_min is not None:
+        del settings[MIN_TIME]  # the user's wins
     if "jax" not in sys.modules:
         os.environ.update(settings)
         return path
@@ -71,6 +74,5 @@ def enable_compile_cache() -> Optional[Path]:
     if path is not None:
         jax.config.update("jax_compilation_cache_dir", str(path))
         jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                          float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-                                               MIN_COMPILE_SECS)))
+                          float(users_min or MIN_COMPILE_SECS))
     return path

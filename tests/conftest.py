@@ -110,9 +110,9 @@ def fixtures_dir() -> Path:
 
 @pytest.fixture
 def keep_process_state(monkeypatch):
-    """The CLI's group sets XLA_FLAGS and a SIGTERM handler, and a float64 run switches
-    JAX to 64-bit mode for the whole process; keep none of it after a test. Test
-    modules that drive the CLI in-process use it for every test (``pytestmark``)."""
+    """The CLI's group sets XLA_FLAGS and a SIGTERM handler; keep neither after a test.
+    A float64 run must leave JAX's process-wide 64-bit switch as it found it: checked
+    after every test that uses this (the modules that drive the CLI in-process)."""
     import os
     import signal
 
@@ -123,4 +123,4 @@ def keep_process_state(monkeypatch):
     handler = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, handler)
-    jax.config.update("jax_enable_x64", x64)
+    assert jax.config.jax_enable_x64 == x64, "jax_enable_x64 changed for the whole process"

@@ -54,12 +54,10 @@ def test_shipped_configuration_is_accepted_by_the_engine(path):
 
     cfg = load_config(path)
     x64 = jax.config.jax_enable_x64
-    try:
-        kfn = build_kernel_fn(cfg.architecture, input_shape(cfg), cfg.kernel.kinds,
-                              cfg.kernel.dtype)
-    finally:
-        jax.config.update("jax_enable_x64", x64)  # a float64 config switches it on
+    kfn = build_kernel_fn(cfg.architecture, input_shape(cfg), cfg.kernel.kinds,
+                          cfg.kernel.dtype)
     assert kfn.kinds == cfg.kernel.kinds
+    assert jax.config.jax_enable_x64 == x64  # a float64 config scopes its 64-bit mode
 
 
 def test_demo_data_is_shipped():

@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 from h5py import h5s, h5z
 
+from .. import _env
 from ..errors import DataError
 
 H5_ERRORS = (KeyError, OSError, ValueError, RuntimeError, TypeError, AttributeError)
@@ -144,7 +145,7 @@ def _check_external(dset, segments, where: str, key_name: str) -> None:
     # set, else against the working directory (not the file's folder). A file
     # shorter than its segment reads as zeros, without an error.
     origin = _file_of(dset).parent
-    prefix = os.environ.get("HDF5_EXTFILE_PREFIX")
+    prefix = _env.get("HDF5_EXTFILE_PREFIX")
     needed = int(dset.size) * dset.dtype.itemsize
     for name, offset, size in segments:
         if needed <= 0:
@@ -183,7 +184,7 @@ def _vds_candidates(fname: str, origin: Path) -> List[Path]:
     # then the folder of the virtual dataset's file, then the working directory.
     if os.path.isabs(fname):
         return [Path(fname)]
-    prefix = os.environ.get("HDF5_VDS_PREFIX")
+    prefix = _env.get("HDF5_VDS_PREFIX")
     out = [_prefixed(p, origin, fname) for p in prefix.split(":") if p] if prefix else []
     out += [origin / fname, Path.cwd() / fname]
     return [p for i, p in enumerate(out) if p not in out[:i]]

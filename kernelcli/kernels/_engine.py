@@ -24,13 +24,13 @@ whole matrices are assembled tile by tile in the run layer
 from __future__ import annotations
 
 import functools
-import os
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _env
 from ..errors import ConfigError
 from ..spec._config import Architecture
 from ._flat import FlatRoute
@@ -38,7 +38,7 @@ from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances
 from ._runner import pad_rows, run_on_devices
-from ._xla import SerialJit, compiler_options, default_chunk_bytes
+from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
 from ..spec._layers import Flatten
 
 
@@ -81,8 +81,6 @@ class KernelFn(FlatRoute):
         self.input_shape = tuple(int(s) for s in input_shape)
         self.kinds = tuple(k for k in ("nngp", "ntk") if k in kinds)
         self.dtype = np.dtype(dtype)
-        if self.dtype == np.float64:
-            jax.config.update("jax_enable_x64", True)
         self.full_cov = len(self.input_shape) == 3 and contains_pool(arch.layers)
         self.n_variances = count_variance_layers(arch.layers)
         self._standard = arch.parameterization == "standard"
@@ -93,13 +91,13 @@ class KernelFn(FlatRoute):
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
         self.flat_input = len(self.input_shape) == 1 or isinstance(arch.layers[0], Flatten)
         self.cov_elements = self._max_cov_elements()
-        chunk_bytes = int(os.environ.get("KERNELCLI_CHUNK_BYTES", default_chunk_bytes()))
+        chunk_bytes = _env.chunk_bytes() or default_chunk_bytes()
         per_pair = self.cov_elements * self.dtype.itemsize
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
         self.chunk = slab * max(1, chunk_bytes // (slab * per_pair))
         options = compiler_options(self.full_cov)
-        self._stats_jit = SerialJit(self._stats_fn, compiler_options=options)
-        self._pairs_jit = SerialJit(self._pairs_fn, compiler_options=options)
+        self._stats_jit = SerialJit(self._stats_fn, self.dtype, compiler_options=options)
+        self._pairs_jit = SerialJit(self._pairs_fn, self.dtype, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
@@ -146,10 +144,18 @@ class KernelFn(FlatRoute):
             out["ntk"] = jnp.broadcast_to(state.ntk, state.nngp.shape)
         return {k: out[k] for k in self.kinds}
 
+    def _scope(self):
+        """JAX's precision mode of this kernel, for this thread (see ``x64_scope``)."""
+        return x64_scope(self.dtype)
+
+    def _self_shapes(self):
+        """``(variances, outputs)`` of one input with itself, as shapes."""
+        with self._scope():
+            return jax.eval_shape(self._self_fn, jax.ShapeDtypeStruct(
+                (1,) + self.input_shape, self.dtype))
+
     def _check_output_is_flat(self):
-        shape = jax.eval_shape(self._self_fn, jax.ShapeDtypeStruct((1,) + self.input_shape,
-                                                                    self.dtype))[1]
-        for kind, s in shape.items():
+        for kind, s in self._self_shapes()[1].items():
             if s.shape != (1,):
                 raise ConfigError(
                     "architecture.layers: the network's output still has spatial axes "
@@ -166,8 +172,7 @@ class KernelFn(FlatRoute):
     @property
     def variance_shapes(self) -> Tuple[Tuple[int, ...], ...]:
         """Per-example shape of each recorded variance, e.g. ``((32, 32), (16, 16))``."""
-        spec = jax.ShapeDtypeStruct((1,) + self.input_shape, self.dtype)
-        return tuple(s.shape[1:] for s in jax.eval_shape(self._self_fn, spec)[0])
+        return tuple(s.shape[1:] for s in self._self_shapes()[0])
 
     @property
     def live_bytes_per_pair(self) -> int:
@@ -191,7 +196,8 @@ class KernelFn(FlatRoute):
                 spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v),
                 jax.ShapeDtypeStruct((pair_batch,), jnp.int32),
                 jax.ShapeDtypeStruct((pair_batch,), jnp.int32))
-        m = self._pairs_jit.lower(*args).compile().memory_analysis()
+        with self._scope():
+            m = self._pairs_jit.lower(*args).compile().memory_analysis()
         if m is None:  # backend without memory analysis: fall back to the live-tensor count
             return 3 * pair_batch * self.live_bytes_per_pair
         return int(arguments * m.argument_size_in_bytes + m.output_size_in_bytes
@@ -200,14 +206,16 @@ class KernelFn(FlatRoute):
     def compiled_stats_memory(self, rows: int) -> int:
         """XLA's peak estimate (bytes) for one per-input call on ``rows`` inputs."""
         spec = jax.ShapeDtypeStruct((rows,) + self.input_shape, self.dtype)
-        m = self._stats_jit.lower(spec).compile().memory_analysis()
+        with self._scope():
+            m = self._stats_jit.lower(spec).compile().memory_analysis()
         if m is None:
             return 3 * rows * self.live_bytes_per_pair
         return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
 
     # -- public API -------------------------------------------------------
     def _cast(self, x):
-        return jnp.asarray(np.asarray(x, dtype=self.dtype))
+        with self._scope():
+            return jnp.asarray(np.asarray(x, dtype=self.dtype))
 
     @property
     def stats_batch(self) -> int:
@@ -227,8 +235,9 @@ class KernelFn(FlatRoute):
 
         def work(device, b: int):
             rows = pad_rows(x[starts[b]:starts[b] + batch], batch)
-            arg = self._cast(rows) if device is None else jax.device_put(rows, device)
-            return self._stats_jit(arg)
+            with self._scope():  # per thread: the runner's threads are not the caller's
+                arg = jnp.asarray(rows) if device is None else jax.device_put(rows, device)
+                return self._stats_jit(arg)
 
         def done(b: int, got) -> None:
             m = min(batch, n - starts[b])
@@ -244,9 +253,10 @@ class KernelFn(FlatRoute):
         call. ``x1``: ``(n1, *input_shape)``, ``s1`` its ``Stats``; likewise ``x2``,
         ``s2``; ``i``, ``j``: ``(P,)`` int32 row indices. Compiled once per shape tuple.
         """
-        return self._pairs_jit(self._cast(x1), tuple(map(self._cast, s1.variances)),
-                               self._cast(x2), tuple(map(self._cast, s2.variances)),
-                               jnp.asarray(i, jnp.int32), jnp.asarray(j, jnp.int32))
+        with self._scope():
+            return self._pairs_jit(self._cast(x1), tuple(map(self._cast, s1.variances)),
+                                   self._cast(x2), tuple(map(self._cast, s2.variances)),
+                                   jnp.asarray(i, jnp.int32), jnp.asarray(j, jnp.int32))
 
     def pair_values(self, x1, s1: Stats, x2, s2: Stats, i, j, pair_batch: int,
                     devices=None, on_batch: Optional[Callable[[int], None]] = None,
@@ -273,12 +283,14 @@ class KernelFn(FlatRoute):
 
         def work(device, k: int):
             put = jnp.asarray if device is None else (lambda a: jax.device_put(a, device))
-            if device not in placed:
-                a1, v1, a2, v2 = inputs
-                placed[device] = (put(a1), tuple(map(put, v1)), put(a2), tuple(map(put, v2)))
             ii = pad_rows(i[k * pb:(k + 1) * pb], pb)
             jj = pad_rows(j[k * pb:(k + 1) * pb], pb)
-            return self._pairs_jit(*placed[device], put(ii), put(jj))
+            with self._scope():  # per thread: the runner's threads are not the caller's
+                if device not in placed:
+                    a1, v1, a2, v2 = inputs
+                    placed[device] = (put(a1), tuple(map(put, v1)), put(a2),
+                                      tuple(map(put, v2)))
+                return self._pairs_jit(*placed[device], put(ii), put(jj))
 
         def done(k: int, got) -> None:
             s = k * pb

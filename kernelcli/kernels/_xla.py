@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
 import threading
 
 import jax
+import numpy as np
+
+from .. import _env
 
 
 def default_chunk_bytes() -> int:
@@ -34,8 +36,8 @@ def compiler_options(full_cov: bool) -> dict:
     """
     if jax.default_backend() != "cpu":
         return {}
-    forced = os.environ.get("KERNELCLI_XLA_FUSION_EMITTERS")
-    use = (forced == "1") if forced in ("0", "1") else not full_cov
+    forced = _env.fusion_emitters()
+    use = forced if forced is not None else not full_cov
     return {} if use else {"xla_cpu_use_fusion_emitters": False}
 
 
@@ -63,9 +65,20 @@ def release_free_memory(work_seconds: float) -> None:
         pass
 
 
+def x64_scope(dtype):
+    """JAX's 64-bit mode for the computations of a float64 kernel, and not beyond:
+    a context manager (thread-local, like every JAX configuration context), entered
+    around each trace, compilation, transfer and call, so a float64 kernel never
+    switches the mode on for the rest of the process (a notebook's own arrays keep
+    their dtypes), and a float32 kernel is the same program whatever the caller's
+    global setting."""
+    return jax.enable_x64(bool(np.dtype(dtype) == np.float64))
+
+
 class SerialJit:
     """``jax.jit(fn, **options)`` whose compilations (one per device and argument
-    shapes) run one at a time, then are called directly.
+    shapes) run one at a time, then are called directly; every trace and call in the
+    JAX precision mode of ``dtype`` (:func:`x64_scope`).
 
     Threads that call it on different devices at once (the device runner,
     ``_runner.py``) would otherwise compile concurrently, and XLA's CPU compiler holds
@@ -75,15 +88,21 @@ class SerialJit:
     2 cores). ``lower`` passes through (for memory analysis).
     """
 
-    def __init__(self, fn, **options):
+    def __init__(self, fn, dtype="float32", **options):
         self._jit = jax.jit(fn, **options)
+        self._dtype = dtype
         self._compiled: dict = {}
         self._lock = threading.Lock()
 
     def lower(self, *args):
-        return self._jit.lower(*args)
+        with x64_scope(self._dtype):
+            return self._jit.lower(*args)
 
     def __call__(self, *args):
+        with x64_scope(self._dtype):
+            return self._call(args)
+
+    def _call(self, args):
         leaves, tree = jax.tree_util.tree_flatten(args)
         key = (tree, tuple((getattr(a, "shape", None), str(getattr(a, "dtype", type(a))),
                             getattr(a, "sharding", None)) for a in leaves))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from .. import _env
 from ..errors import ConfigError
 
 
@@ -12,7 +13,7 @@ def configure_host_devices() -> None:
     """On CPU, expose one XLA host device per core, so a pair batch per device keeps
     every core busy (one XLA computation alone leaves cores idle). Must run before
     jax is imported; a user's own ``XLA_FLAGS`` setting wins."""
-    flags = os.environ.get("XLA_FLAGS", "")
+    flags = _env.get("XLA_FLAGS") or ""
     if "xla_force_host_platform_device_count" in flags:
         return
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -1,0 +1,68 @@
+"""Every environment variable kernelcli reads, read and checked here and nowhere else.
+
+docs/environment.md documents each name in :data:`VARIABLES` (tests/test_docs.py
+keeps the two in step, and tests/test_env.py that no other module reads the
+environment). None of them changes a kernel's value. A value kernelcli cannot
+use is a :class:`~kernelcli.errors.ConfigError` (exit 2) naming the variable,
+the value and what is accepted -- never silently ignored, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+from .errors import ConfigError
+
+CACHE_DIR = "KERNELCLI_CACHE_DIR"
+CHUNK_BYTES = "KERNELCLI_CHUNK_BYTES"
+FUSION_EMITTERS = "KERNELCLI_XLA_FUSION_EMITTERS"
+
+#: name -> the module that uses it (as docs/environment.md's "read by" column says).
+VARIABLES = {
+    CACHE_DIR: "kernelcli/_cache.py",
+    "JAX_COMPILATION_CACHE_DIR": "kernelcli/_cache.py",
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "kernelcli/_cache.py",
+    "XDG_CACHE_HOME": "kernelcli/_cache.py",
+    "XLA_FLAGS": "kernelcli/run/_devices.py",
+    CHUNK_BYTES: "kernelcli/kernels/_engine.py",
+    FUSION_EMITTERS: "kernelcli/kernels/_xla.py",
+    "HDF5_EXTFILE_PREFIX": "kernelcli/data/_h5.py",
+    "HDF5_VDS_PREFIX": "kernelcli/data/_h5.py",
+}
+
+
+def get(name: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The raw value of one of :data:`VARIABLES` (``None`` when unset)."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not one of kernelcli's environment variables")
+    return (os.environ if environ is None else environ).get(name)
+
+
+def chunk_bytes(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """``KERNELCLI_CHUNK_BYTES``: covariance bytes per chunk of pairs, or ``None`` (the
+    engine's default) when unset or empty."""
+    value = get(CHUNK_BYTES, environ)
+    if value is None or not value.strip():
+        return None
+    try:
+        n = int(value.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"{CHUNK_BYTES}: {value!r} is not a byte count; expected a positive "
+                          f"integer (bytes), or unset it for the default")
+    return n
+
+
+def fusion_emitters(environ: Optional[Mapping[str, str]] = None) -> Optional[bool]:
+    """``KERNELCLI_XLA_FUSION_EMITTERS``: ``0`` / ``1`` force XLA:CPU's fusion emitters
+    off / on for every program; ``None`` (unset or empty): per program, kernelcli's
+    choice."""
+    value = get(FUSION_EMITTERS, environ)
+    if value is None or not value.strip():
+        return None
+    if value.strip() not in ("0", "1"):
+        raise ConfigError(f"{FUSION_EMITTERS}: {value!r} is not accepted; expected 0 (classic "
+                          f"loop emitter) or 1 (fusion emitters), or unset it")
+    return value.strip() == "1"
