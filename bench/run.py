@@ -273,8 +273,9 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=None, help="timed calls per measurement (2)")
     p.add_argument("--n", type=int, default=None, help="override every case's N")
     p.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
-    p.add_argument("--report", type=Path, default=BENCH / "out" / "latest.md",
-                   help="markdown output (raw JSON beside it, .json)")
+    p.add_argument("--report", type=Path, default=None,
+                   help="markdown output (raw JSON beside it, .json); default "
+                        "bench/out/latest.md, with --whole bench/out/whole.md")
     p.add_argument("--skip-nt", action="store_true", help="kernelcli only (no NT venv)")
     p.add_argument("--ref64", action="store_true",
                    help="also run NT in float64 and report each result's error against it")
@@ -296,6 +297,8 @@ def main(argv=None):
         p.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)} "
                 f"(whole-process: {', '.join(WHOLE)})")
     args.reps = args.reps or (1 if args.quick else 2)
+    # --whole alone must not replace the full report
+    args.report = args.report or BENCH / "out" / ("whole.md" if args.whole else "latest.md")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.whole:
         return write_report(*run_whole(whole_cases, args.whole_n or args.n, args.quick,
