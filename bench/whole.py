@@ -219,7 +219,8 @@ def report(results: dict, load: tuple) -> str:
     errors += [f"- {case} kc_warm: {r['kc_warm']['error']}" for case, r in results.items()
                if "error" in r.get("kc_warm", {})]
     out += ["", "A compute-only ratio near N=2 is noise (kernelcli's compute is a difference "
-            "of two short runs). Peak RSS: GNU time's maximum resident set size of each "
+            "of two short runs). Max rel diff of order 1e-4 is NT's own float32 error, not "
+            "kernelcli's (bench/README.md, `--ref64`). Peak RSS: GNU time's maximum resident set size of each "
             "process, jax runtime included."]
     if errors:
         out += ["", "Failed whole-process runs:", *errors]
