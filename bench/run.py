@@ -5,7 +5,8 @@
 Each measurement is a fresh subprocess (so its peak RSS is its own), run per
 case in the order neural-tangents, kernelcli rectangle, kernelcli triangle;
 each makes one warm-up call and then ``--reps`` timed calls, of which the best
-is reported. The report goes to stdout and to ``--report`` (default
+is reported. Table 4 (bench/whole.py; alone with ``--whole``) times whole
+``kernelcli compute`` processes against a neural-tangents script. The report goes to stdout and to ``--report`` (default
 ``bench/out/latest.md``; the raw measurements beside it as ``.json``).
 
 Table 1 compares the same N*N entries (NT ``kernel_fn(x1)``, kernelcli
@@ -33,6 +34,7 @@ import yaml
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from cases import CASES, CONFIGS, INPUT_SHAPE  # noqa: E402
+from whole import WHOLE, run_all as run_whole  # noqa: E402
 
 NT_PYTHON = os.environ.get("NT_PYTHON", str(BENCH / ".venv-nt" / "bin" / "python"))
 KC_PYTHON = os.environ.get("KC_PYTHON", sys.executable)
@@ -271,19 +273,39 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=None, help="timed calls per measurement (2)")
     p.add_argument("--n", type=int, default=None, help="override every case's N")
     p.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
-    p.add_argument("--report", type=Path, default=BENCH / "out" / "latest.md",
-                   help="markdown output (raw JSON beside it, .json)")
+    p.add_argument("--report", type=Path, default=None,
+                   help="markdown output (raw JSON beside it, .json); default "
+                        "bench/out/latest.md, with --whole bench/out/whole.md")
     p.add_argument("--skip-nt", action="store_true", help="kernelcli only (no NT venv)")
     p.add_argument("--ref64", action="store_true",
                    help="also run NT in float64 and report each result's error against it")
     p.add_argument("--bw", choices=("numpy", "jax"), default="numpy",
                    help="bandwidth reference: host numpy copy, or x+1 on jax's device (GPU)")
+    p.add_argument("--whole", action="store_true",
+                   help="only the whole-process table (bench/whole.py); --n then sets its N")
+    p.add_argument("--skip-whole", action="store_true",
+                   help="leave the whole-process table out of the full run")
+    p.add_argument("--whole-cases", default=",".join(WHOLE),
+                   help=f"whole-process cases, subset of: {', '.join(WHOLE)}")
+    p.add_argument("--whole-n", type=int, default=None, help="override the whole-process N")
     args = p.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
+    whole_cases = [c.strip() for c in args.whole_cases.split(",") if c.strip()]
+    unknown += [c for c in whole_cases if c not in WHOLE]
     if unknown:
-        p.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+        p.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)} "
+                f"(whole-process: {', '.join(WHOLE)})")
     args.reps = args.reps or (1 if args.quick else 2)
+    # --whole alone must not replace the full report
+    args.report = args.report or BENCH / "out" / ("whole.md" if args.whole else "latest.md")
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if args.whole:
+        return write_report(*run_whole(whole_cases, args.whole_n or args.n, args.quick,
+                                       args.reps, args.timeout, log), args,
+                            title="# kernelcli vs neural-tangents 0.6.5: whole process "
+                                  f"({datetime.datetime.now():%Y-%m-%d %H:%M}), "
+                                  f"{os.cpu_count()} CPUs\n\n")
 
     outdir = BENCH / "out"
     (outdir / "kernels").mkdir(parents=True, exist_ok=True)
@@ -314,10 +336,20 @@ def main(argv=None):
             print(f"[{time.perf_counter() - t_start:6.0f} s] {case} N={n} {tag}: "
                   f"{r[tag].get('error') or r[tag].get('seconds', r[tag].get('ratio'))}",
                   file=sys.stderr, flush=True)
+    raw = {"bandwidth": bw, "bw": args.bw, "floors": args.floors, "results": results}
     text = report(results, bw, args)
+    if not (args.skip_whole or args.skip_nt):  # the whole-process table needs NT
+        raw["whole"], whole_text = run_whole(whole_cases, args.whole_n, args.quick, args.reps,
+                                             args.timeout, log)
+        text += "\n" + whole_text
+    write_report(raw, text, args)
+
+
+def write_report(raw, text: str, args, title: str = "") -> None:
+    """Print the report and write it to ``args.report`` (raw measurements beside it)."""
+    text = title + text
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text)
-    raw = {"bandwidth": bw, "bw": args.bw, "floors": args.floors, "results": results}
     args.report.with_suffix(".json").write_text(json.dumps(raw, indent=1))
     print(text)
 
