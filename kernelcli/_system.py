@@ -34,3 +34,15 @@ def peak_rss_bytes(status: str = "/proc/self/status") -> int:
     if found is not None:
         return found
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def process_age_seconds(stat: str = "/proc/self/stat", uptime: str = "/proc/uptime") -> float:
+    """Seconds since this process started (0.0 where /proc cannot say)."""
+    try:
+        with open(stat) as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name
+        with open(uptime) as f:
+            up = float(f.read().split()[0])
+        return max(0.0, up - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22
+    except (OSError, ValueError, IndexError):
+        return 0.0

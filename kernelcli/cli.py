@@ -351,6 +351,12 @@ def estimate(config, memory, run_time, workers, as_json):
     if "seconds_estimate" in out:
         click.echo(f"  {'time per pair':<30} {out['seconds_per_pair'] * 1e3:.3f} ms")
         click.echo(f"  {'estimated wall time':<30} {_hms(out['seconds_estimate'])}")
+        parts = ", ".join(f"{name} {_hms(out[key])}" for name, key in (
+            ("start-up", "startup_seconds"), ("compiling", "compile_seconds"),
+            ("per-input pass", "stats_seconds"), ("pairs", "pairs_seconds"),
+            ("writing", "writes_seconds")))
+        click.echo(f"  {'  of which':<30} {parts}")
+        click.echo(f"  {'':<30} (a repeated run with the compilation cache skips compiling)")
     if "seconds_estimate_workers" in out:
         label = f"wall time on {out['workers']} workers"
         click.echo(f"  {label:<30} {_hms(out['seconds_estimate_workers'])}")

@@ -6,16 +6,16 @@ each compilation: :class:`~kernelcli.errors.Interrupted`.
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 from .. import _interrupt
-from .._system import peak_rss_bytes
+from .._system import peak_rss_bytes, process_age_seconds
 from ..errors import UsageError
 from ..spec import RunConfig, load_config
 from ._job import Job, prepare
 from ._results import EstimateResult
 from ._shards import check_shard_count, worker_loads
+from ._timing import time_run
 
 
 def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> EstimateResult:
@@ -33,6 +33,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
     _interrupt.check()
     cfg = config if isinstance(config, RunConfig) else load_config(config)
     with prepare(cfg, fit_preprocess=False) as job:
+        startup = process_age_seconds()  # what `compute` spends too before its first call
         plan = job.plan
         solve = (_solve_memory(plan.n1) if cfg.data.test is not None or cfg.data.has_labels
                  else {})
@@ -58,13 +59,15 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
             }
         timing = {}
         if run_time:
-            timing = _time_one_batch(job)
+            timing = time_run(job, startup)
             if workers is not None:
-                # Every worker also runs the per-input pass over all inputs.
-                n_inputs = plan.n1 + plan.n_test + (0 if plan.symmetric else plan.n2)
+                # Every worker starts, compiles and runs the per-input pass over all
+                # inputs; the pairs follow the most loaded worker's share.
+                t = timing
+                share = split["worker_pairs_max"] / max(plan.pairs_total, 1)
                 timing["seconds_estimate_workers"] = (
-                    (split["worker_pairs_max"] + n_inputs) * timing["seconds_per_pair"]
-                    / len(job.devices))
+                    t["startup_seconds"] + t["compile_seconds"] + t["stats_seconds"]
+                    + share * (t["pairs_seconds"] + t["writes_seconds"]))
         return EstimateResult(
             plan=plan, name=cfg.name, kinds=tuple(plan.kinds), dtype=cfg.kernel.dtype,
             platform=job.devices[0].platform, stats_bytes=job.stats_bytes,
@@ -83,40 +86,3 @@ def _solve_memory(n: int) -> dict:
     available = auto_budget(available_ram_bytes())
     return {"solve_bytes": solve_memory_bytes(n), "solve_available_bytes": available,
             "solver": choose_solver(n, "auto", available)}
-
-
-def _time_one_batch(job: Job) -> dict:
-    """Time one real pair batch (after compiling) and extrapolate to the plan."""
-    import numpy as np
-
-    from ..kernels import pad_rows
-
-    plan, kfn = job.plan, job.kfn
-    block = plan.blocks[0]
-    edge = plan.block
-    x1 = pad_rows(job.inputs.rows.read(block.r0, block.r1, dtype=kfn.dtype), edge)
-    x2 = pad_rows(job.inputs.columns.read(block.c0, block.c1, dtype=kfn.dtype), edge)
-    _interrupt.check()
-    s1 = kfn.stats(x1)
-    _interrupt.check()
-    s2 = kfn.stats(x2)
-    _interrupt.check()
-    i, j = block.local_pairs()
-    # A full batch when it is short; else a few chunks, to keep `estimate` quick.
-    n = min(plan.pair_batch, max(4 * kfn.chunk, 64))
-    i = np.resize(i, n)
-    j = np.resize(j, n)
-    for v in kfn.pairs(x1, s1, x2, s2, i, j).values():  # compile
-        v.block_until_ready()
-    _interrupt.check()
-    t = time.perf_counter()
-    res = kfn.pairs(x1, s1, x2, s2, i, j)
-    for v in res.values():
-        v.block_until_ready()
-    per_batch = time.perf_counter() - t
-    _interrupt.check()
-    per_pair = per_batch / n
-    # All devices work in parallel; the per-input pass costs one pair per input.
-    n_inputs = plan.n1 + plan.n_test + (0 if plan.symmetric else plan.n2)
-    seconds = (plan.pairs_total + n_inputs) * per_pair / len(job.devices)
-    return {"seconds_per_pair": per_pair, "seconds_estimate": seconds}

@@ -1,0 +1,107 @@
+"""``estimate --time``: the wall time of ``compute``, from the run's own route timed
+on a sample of its work.
+
+What a ``compute`` of the configuration spends, and how each part is found:
+
+* start-up: importing, opening and fingerprinting the data, building the kernel
+  and the planner's memory model -- the same steps ``estimate`` takes first, so
+  this process's age once they are done says what they cost;
+* compilation: the per-input program and the pair program, once per device;
+  the first calls below pay it, the second (warm) calls do not;
+* the per-input pass: warm calls of the per-input program on every device at
+  once, ``rounds`` of them for the whole run (a round is one call per device);
+* the pair batches: warm batches of exactly ``plan.pair_batch`` pairs of the first
+  block on every device at once, scaled to the rounds of every block;
+* tile writes and assembly: a tile serialised as the store writes it (HDF5, in
+  memory) per block, and the result's bytes moved three times (tiles written, read
+  back, ``kernels.h5`` written).
+
+A warm persistent compilation cache (which this very estimate fills) removes the
+compilation part from the next run: it is reported apart (``compile_seconds``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import _interrupt
+from ._executor import block_input, stats_slices
+from ._job import Job
+
+
+def _rounds(calls: int, devices: int) -> int:
+    return -(-calls // devices)
+
+
+def _timed(fn):
+    _interrupt.check()
+    t = time.perf_counter()
+    out = fn()
+    _interrupt.check()
+    return time.perf_counter() - t, out
+
+
+def time_run(job: Job, startup: float) -> dict:
+    """The parts of ``compute``'s wall time for ``job``, in seconds, and their sum;
+    ``startup``: this process's age when ``job`` was prepared."""
+    plan, kfn, devices = job.plan, job.kfn, job.devices
+    d = len(devices)
+    rows, columns = job.inputs.rows, job.inputs.columns
+
+    # The per-input pass: one round of calls on every device, cold then warm.
+    batch = kfn.stats_batch
+    sample = rows.read(0, min(rows.n, batch * d), dtype=kfn.dtype)
+    cold_stats, _ = _timed(lambda: kfn.stats(sample, devices))
+    warm_stats, _ = _timed(lambda: kfn.stats(sample, devices))
+    calls = [-(-(e - s) // batch) for src in ([rows] if job.inputs.symmetric else [rows, columns])
+             for s, e in stats_slices(src.n)]
+    stats_seconds = sum(_rounds(c, d) for c in calls) * warm_stats / _rounds(
+        -(-sample.shape[0] // batch), d)
+
+    # The pair batches of the first block (at row and column 0): up to two rounds of
+    # calls on every device, cold then warm.
+    block = plan.blocks[0]
+    s1 = kfn.stats(rows.read(0, block.r1, dtype=kfn.dtype), devices)
+    s2 = s1 if job.inputs.symmetric else kfn.stats(columns.read(0, block.c1, dtype=kfn.dtype),
+                                                   devices)
+    bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
+    pb = plan.pair_batch
+    take = min(len(bi.i), 2 * d * pb)
+    bi.i, bi.j = bi.i[:take], bi.j[:take]
+    sample_rounds = _rounds(-(-take // pb), d)
+    cold_pairs, _ = _timed(lambda: kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i, bi.j,
+                                                   pb, devices))
+    warm_pairs, _ = _timed(lambda: kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i, bi.j,
+                                                   pb, devices))
+    evaluated = [blk.n_pairs - (blk.r1 - blk.r0 if blk.diagonal else 0) for blk in plan.blocks]
+    pair_rounds = sum(_rounds(-(-n // pb), d) for n in evaluated if n)
+    pairs_seconds = pair_rounds * warm_pairs / sample_rounds
+
+    # A tile as the store serialises it, and the result's bytes moved three times.
+    write, tile_bytes = _tile_write_seconds(kfn, (block.r1 - block.r0, block.c1 - block.c0))
+    result_bytes = (plan.n1 + plan.n_test) * plan.n2 * kfn.dtype.itemsize * len(kfn.kinds)
+    writes_seconds = len(plan.blocks) * write + 3 * result_bytes * write / max(tile_bytes, 1)
+
+    compile_seconds = max(0.0, cold_stats - warm_stats) + max(0.0, cold_pairs - warm_pairs)
+    total = startup + compile_seconds + stats_seconds + pairs_seconds + writes_seconds
+    return {"seconds_estimate": total, "startup_seconds": startup,
+            "compile_seconds": compile_seconds, "stats_seconds": stats_seconds,
+            "pairs_seconds": pairs_seconds, "writes_seconds": writes_seconds,
+            "seconds_per_pair": warm_pairs * d / max(take, 1) if take else 0.0}
+
+
+def _tile_write_seconds(kfn, shape) -> tuple[float, int]:
+    """Seconds to serialise one tile of ``shape`` per kind as an HDF5 file (in memory:
+    ``estimate`` writes nothing; the store's fsyncs are not counted), and its bytes."""
+    import io
+
+    import h5py
+
+    tile = np.zeros(shape, kfn.dtype)
+    t = time.perf_counter()
+    with h5py.File(io.BytesIO(), "w") as f:
+        for kind in kfn.kinds:
+            f.create_dataset(kind, data=tile)
+    return time.perf_counter() - t, tile.nbytes * len(kfn.kinds)
