@@ -16,19 +16,12 @@ import kernelcli
 
 ROOT = Path(kernelcli.__file__).parent
 
-# Imports in files that another part of the redesign (issue 12, point 5: the layer
-# registry) rewrites; remove an entry once its import is gone. Any other is an error.
+# Imports in files being rewritten separately (the engine and the flat route); each
+# is one import line to re-point at ``kernelcli.spec``. Any other is an error.
 KNOWN = {
-    ("kernelcli.kernels._compose", "kernelcli.spec._layers"),
     ("kernelcli.kernels._engine", "kernelcli.spec._config.Architecture"),
     ("kernelcli.kernels._engine", "kernelcli.spec._layers.Flatten"),
     ("kernelcli.kernels._flat", "kernelcli.spec._layers.Flatten"),
-    ("kernelcli.kernels._fused", "kernelcli.spec._layers.Conv"),
-    ("kernelcli.kernels._linear", "kernelcli.spec._layers.AvgPool"),
-    ("kernelcli.kernels._linear", "kernelcli.spec._layers.Conv"),
-    ("kernelcli.kernels._linear", "kernelcli.spec._layers.Dense"),
-    ("kernelcli.kernels._repeat", "kernelcli.spec._layers"),
-    ("kernelcli.kernels._spatial", "kernelcli.spec._check.spatial_out"),
 }
 
 
