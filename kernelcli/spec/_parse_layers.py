@@ -6,6 +6,10 @@ Each item is a bare name (``relu``) or a one-key mapping ``{name: params}``.
 its YAML path in ``where``: ``architecture.layers[3].conv``, or inside a repeat
 ``architecture.layers[2].repeat.layers[0].conv`` (copies share it).
 
+Which names exist, which parameters each takes and how they are read is each
+layer's declaration (``_layers``); this module reads the list itself, and
+``repeat`` and the branch of ``residual``, which are lists of layers in turn.
+
 Every number has a bound, so that a hostile value fails here with its key named:
 filter, window and stride sizes 1..1024, widths 1..2**31, ``W_std``/``b_std``
 0..1000, the slopes of ``abrelu``/``leaky_relu`` -1000..1000, ``repeat.times``
