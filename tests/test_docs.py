@@ -199,7 +199,7 @@ def test_links_between_the_documents_resolve(name):
 
 def test_readme_links_the_documents():
     text = README.read_text(encoding="utf-8")
-    for name in ("docs/config.md", "docs/cli.md", "docs/environment.md"):
+    for name in ("docs/config.md", "docs/cli.md", "docs/environment.md", "CONTRIBUTING.md"):
         assert f"]({name})" in text, f"README.md does not link {name}"
 
 

@@ -16,20 +16,6 @@ import kernelcli
 
 ROOT = Path(kernelcli.__file__).parent
 
-# Imports in files that another part of the redesign (issue 12, point 5: the layer
-# registry) rewrites; remove an entry once its import is gone. Any other is an error.
-KNOWN = {
-    ("kernelcli.kernels._compose", "kernelcli.spec._layers"),
-    ("kernelcli.kernels._engine", "kernelcli.spec._config.Architecture"),
-    ("kernelcli.kernels._engine", "kernelcli.spec._layers.Flatten"),
-    ("kernelcli.kernels._flat", "kernelcli.spec._layers.Flatten"),
-    ("kernelcli.kernels._fused", "kernelcli.spec._layers.Conv"),
-    ("kernelcli.kernels._linear", "kernelcli.spec._layers.AvgPool"),
-    ("kernelcli.kernels._linear", "kernelcli.spec._layers.Conv"),
-    ("kernelcli.kernels._linear", "kernelcli.spec._layers.Dense"),
-    ("kernelcli.kernels._repeat", "kernelcli.spec._layers"),
-    ("kernelcli.kernels._spatial", "kernelcli.spec._check.spatial_out"),
-}
 
 
 def _modules():
@@ -87,8 +73,7 @@ def private_imports():
 
 
 def test_no_module_imports_a_private_name_of_another_package():
-    found = set(private_imports())
-    new = sorted(found - KNOWN)
+    new = sorted(set(private_imports()))
     assert not new, "private imports across packages:\n" + "\n".join(
         f"  {module}: {target}" for module, target in new)
 

@@ -1,11 +1,9 @@
 """Monte-Carlo oracle, independent of neural-tangents: finite-width random networks.
 
 Each architecture (the same YAML the engine reads) is also run as an actual
-network of width ``WIDTH`` in plain JAX, NTK parameterization:
-``z = W_std / sqrt(fan_in) * (W x) + b_std * b`` with standard normal ``W``, ``b``;
-conv through ``jax.lax.conv_general_dilated`` (SAME / VALID; CIRCULAR as a wrap
-pad then VALID). The empirical NNGP is the mean over output units and draws of
-``f(x1) f(x2)``; it must come within ``MC_TOL`` (of the kernel's max) of our
+network of width ``WIDTH`` in plain JAX, NTK parameterization, built layer by
+layer from ``tests/finite_nets.py`` (one finite network per layer type). The
+empirical NNGP is the mean over output units and draws of ``f(x1) f(x2)``; it must come within ``MC_TOL`` (of the kernel's max) of our
 NNGP. For an fc net the empirical NTK (sum over parameters of gradient outer
 products, ``jax.jacobian``) must come within 10% of our NTK.
 
@@ -19,22 +17,17 @@ generators, so every run draws the same networks.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import lax
-from jax.scipy.special import erf as jerf
 
+from finite_nets import apply, init_params
 from kernelcli.kernels import build_kernel_fn
-from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, Gelu, GlobalAvgPool,
-                            Identity, LayerNorm, Relu, Residual, check_architecture,
-                            parse_config)
 from kernelcli.run import kernel_matrix
+from kernelcli.spec import Dense, check_architecture, parse_config
 
 F32 = jnp.float32
 WIDTH = 256          # hidden channels / units
@@ -59,112 +52,6 @@ def images(n=4, shape=(6, 6, 2), seed=0) -> np.ndarray:
     return (x + 0.7 * rng.standard_normal((1,) + shape)).astype(np.float32)
 
 
-# --- finite-width networks ------------------------------------------------------------------
-
-def _pads(size: int, k: int, s: int):
-    out = -(-size // s)
-    total = max((out - 1) * s + k - size, 0)
-    return total // 2, total - total // 2
-
-
-def _act(layer, z):
-    if isinstance(layer, Relu):
-        return jnp.maximum(z, 0)
-    if isinstance(layer, ABRelu):
-        return layer.a * jnp.minimum(z, 0) + layer.b * jnp.maximum(z, 0)
-    if isinstance(layer, Erf):
-        return jerf(z)
-    if isinstance(layer, Gelu):
-        return z * 0.5 * (1 + jerf(z / math.sqrt(2)))    # exact GELU: x * Phi(x)
-    raise TypeError(layer)
-
-
-def _out_len(n: int, k: int, s: int, padding: str) -> int:
-    return (n - k) // s + 1 if padding == "VALID" else -(-n // s)
-
-
-def init_params(layers: Sequence, shape, rng: np.random.Generator, width: int, out: int,
-                top: bool = True):
-    """Standard-normal ``(W, b)`` (float32, numpy) for every dense/conv in ``layers``,
-    as a list aligned with them (``None`` for parameter-free layers, a nested list for
-    a residual branch); the last top-level layer, the readout, gets ``out`` units.
-    Returns ``(params, output shape)``; ``shape`` is one example's shape."""
-    params = []
-    for idx, layer in enumerate(layers):
-        p = None
-        if isinstance(layer, (Dense, Conv)):
-            c_in = shape[-1]
-            c_out = out if (top and idx == len(layers) - 1) else width
-            if isinstance(layer, Conv):
-                w_shape = tuple(layer.filter) + (c_in, c_out)
-                shape = tuple(_out_len(n, k, s, layer.padding) for n, k, s in
-                              zip(shape[:2], layer.filter, layer.strides)) + (c_out,)
-            else:
-                w_shape = (c_in, c_out)
-                shape = tuple(shape[:-1]) + (c_out,)
-            p = (rng.standard_normal(w_shape, dtype=np.float32),
-                 rng.standard_normal((c_out,), dtype=np.float32))
-        elif isinstance(layer, AvgPool):
-            shape = tuple(_out_len(n, k, s, layer.padding) for n, k, s in
-                          zip(shape[:2], layer.window, layer.strides)) + (shape[2],)
-        elif isinstance(layer, GlobalAvgPool):
-            shape = (shape[-1],)
-        elif isinstance(layer, Flatten):
-            shape = (int(np.prod(shape)),)
-        elif isinstance(layer, Residual):
-            p, branch_shape = init_params(layer.layers, shape, rng, width, out, top=False)
-            assert branch_shape == tuple(shape), (branch_shape, shape)
-        params.append(p)
-    return params, tuple(shape)
-
-
-def _apply(layers: Sequence, x, params):
-    """Forward pass of a batch ``x`` with the parameters from ``init_params``."""
-    for layer, p in zip(layers, params):
-        if isinstance(layer, (Dense, Conv)):
-            w, b = p
-            c_in = x.shape[-1]
-            if isinstance(layer, Dense):
-                z = x @ w
-                fan_in = c_in
-            else:
-                padding = layer.padding
-                if padding == "CIRCULAR":
-                    (ph, pw) = (_pads(x.shape[1], layer.filter[0], layer.strides[0]),
-                                _pads(x.shape[2], layer.filter[1], layer.strides[1]))
-                    x = jnp.pad(x, ((0, 0), ph, pw, (0, 0)), mode="wrap")
-                    padding = "VALID"
-                z = lax.conv_general_dilated(x, w, tuple(layer.strides), padding,
-                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
-                fan_in = c_in * layer.filter[0] * layer.filter[1]
-            x = (layer.W_std / math.sqrt(fan_in)) * z
-            if layer.b_std is not None:
-                x = x + layer.b_std * b
-        elif isinstance(layer, (Relu, ABRelu, Erf, Gelu)):
-            x = _act(layer, x)
-        elif isinstance(layer, LayerNorm):
-            mean = jnp.mean(x, axis=-1, keepdims=True)
-            var = jnp.var(x, axis=-1, keepdims=True)
-            x = (x - mean) / jnp.sqrt(var + 1e-12)
-        elif isinstance(layer, AvgPool):
-            window = (1,) + tuple(layer.window) + (1,)
-            strides = (1,) + tuple(layer.strides) + (1,)
-            s = lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, window, strides,
-                                  layer.padding)
-            x = s / (layer.window[0] * layer.window[1])     # zero padding counts
-        elif isinstance(layer, GlobalAvgPool):
-            x = jnp.mean(x, axis=(1, 2))
-        elif isinstance(layer, Flatten):
-            x = x.reshape(x.shape[0], -1)
-        elif isinstance(layer, Identity):
-            pass
-        elif isinstance(layer, Residual):
-            x = x + _apply(layer.layers, x, p)
-        else:
-            raise TypeError(layer)
-    return x
-
-
 def empirical_nngp(arch, x: np.ndarray, draws: int, seed: int = 0, width: int = WIDTH,
                    out: int = OUT) -> np.ndarray:
     """Mean over ``draws`` networks and ``out`` output units of ``f(x1) f(x2)``.
@@ -177,7 +64,7 @@ def empirical_nngp(arch, x: np.ndarray, draws: int, seed: int = 0, width: int = 
 
     @jax.jit
     def gram(params):
-        f = _apply(arch.layers, xj, params)
+        f = apply(arch.layers, xj, params)
         return f @ f.T / f.shape[1]
 
     total = np.zeros((len(x), len(x)))
@@ -317,7 +204,7 @@ def empirical_ntk(arch, x: np.ndarray, draws: int, width: int, seed: int = 0) ->
     rng = np.random.default_rng(seed)
 
     def f(params):
-        return _apply(arch.layers, xj, params)[:, 0]
+        return apply(arch.layers, xj, params)[:, 0]
 
     @jax.jit
     def ntk(params):

@@ -17,10 +17,11 @@ from typing import Sequence
 
 from jax import lax
 
-from ..spec import _layers as L
-from . import _linear, _nonlinear
+from ..spec import Conv, layer_type
+from . import _linear
 from ._fused import conv_pointwise
-from ._repeat import PAIR_ACTS, repeat_layers, repeats
+from ._maps import is_pointwise, kernel_map
+from ._repeat import repeat_layers, repeats
 from ._state import PairVariances, State, diagonal, to_diagonal
 
 
@@ -78,9 +79,8 @@ def _by_slabs(f, state: State, v1, v2) -> State:
 
 def contains_pool(layers: Sequence) -> bool:
     for layer in layers:
-        if isinstance(layer, L.POOLS):
-            return True
-        if isinstance(layer, L.Residual) and contains_pool(layer.layers):
+        t = layer_type(layer)
+        if t.pools or (t.branch and contains_pool(layer.layers)):
             return True
     return False
 
@@ -98,50 +98,27 @@ def count_variance_layers(layers: Sequence) -> int:
     """How many layers read per-input variances (nonlinearities and layer_norm)."""
     n = 0
     for layer in layers:
-        if isinstance(layer, L.NONLINEARITIES + (L.LayerNorm,)):
+        t = layer_type(layer)
+        if t.reads_variances:
             n += 1
-        elif isinstance(layer, L.Residual):
+        elif t.branch:
             n += count_variance_layers(layer.layers)
     return n
 
 
 def _apply(layer, state: State, variances, standard: bool, exact: bool) -> State:
-    if isinstance(layer, L.Dense):
-        return _linear.dense(state, layer, standard)
-    if isinstance(layer, L.Conv):
-        return _linear.conv(state, layer, standard)
-    if isinstance(layer, L.AvgPool):
-        return _linear.avg_pool(state, layer)
-    if isinstance(layer, L.GlobalAvgPool):
-        return _linear.global_avg_pool(state)
-    if isinstance(layer, L.Flatten):
-        return _linear.flatten(state)
-    if isinstance(layer, L.Identity):
-        return state
-    if isinstance(layer, L.Residual):
-        branch = forward(layer.layers, state, variances, standard, exact, top=False)
-        ntk = None if state.ntk is None else state.ntk + branch.ntk
-        return branch.replace(nngp=state.nngp + branch.nngp, ntk=ntk)
+    """One layer through its kernel map (``_maps``)."""
+    m = kernel_map(layer)
+    if m.linear is not None:
+        return m.linear(state, layer, standard)
+    if m.branch is not None:
+        return m.branch(state, forward(layer.layers, state, variances, standard, exact,
+                                       top=False))
     v1, v2 = variances(state)
-    return _by_slabs(_pointwise(layer, exact), state, v1, v2)
+    return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
 
 
-def _pointwise(layer, exact: bool):
-    """The map ``(state, v1, v2) -> state`` of a nonlinearity or ``layer_norm``."""
-    if isinstance(layer, L.Relu):
-        return lambda s, v1, v2: _nonlinear.abrelu(s, v1, v2, 0.0, 1.0, exact)
-    if isinstance(layer, L.ABRelu):
-        return lambda s, v1, v2: _nonlinear.abrelu(s, v1, v2, layer.a, layer.b, exact)
-    if isinstance(layer, L.Erf):
-        return lambda s, v1, v2: _nonlinear.erf(s, v1, v2, exact)
-    if isinstance(layer, L.Gelu):
-        return lambda s, v1, v2: _nonlinear.gelu(s, v1, v2, exact)
-    if isinstance(layer, L.LayerNorm):
-        return _nonlinear.layer_norm
-    raise TypeError(f"no kernel map for layer {layer!r}")  # unreachable after spec checks
-
-
-def _block(conv: L.Conv, act, standard: bool, exact: bool):
+def _block(conv: Conv, act, standard: bool, exact: bool):
     """One (convolution, nonlinearity) pair as ``(state, va, vb, spare) -> (state, v)``.
 
     ``va``, ``vb``: the nonlinearity's per-input variances; ``None`` in the
@@ -149,7 +126,7 @@ def _block(conv: L.Conv, act, standard: bool, exact: bool):
     maps the diagonal to itself) and are returned as ``v``. On a full covariance
     the two layers run row by row (``conv_pointwise``), writing into ``spare``.
     """
-    pointwise = _pointwise(act, exact)
+    pointwise = kernel_map(act).pointwise(act, exact)
 
     def run(state: State, va, vb, spare):
         self_pair = va is None
@@ -185,7 +162,7 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 variances.recorded.extend(recs[t] for t in range(m))
             k += 2 * m
             continue
-        if isinstance(layer, L.Conv) and isinstance(after, PAIR_ACTS) and state.full:
+        if isinstance(layer, Conv) and is_pointwise(after) and state.full:
             if isinstance(variances, PairVariances):
                 v1, v2 = variances(state)
             else:

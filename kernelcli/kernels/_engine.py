@@ -32,14 +32,13 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError
-from ..spec._config import Architecture
+from ..spec import Architecture, Flatten
 from ._flat import FlatRoute
 from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances
 from ._runner import pad_rows, run_on_devices
 from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
-from ..spec._layers import Flatten
 
 
 class Stats(NamedTuple):

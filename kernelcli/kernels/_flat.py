@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..spec._layers import Flatten
+from ..spec import Flatten
 from ._compose import forward
 from ._state import PairVariances, State
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from ..spec._layers import Conv
+from ..spec import Conv
 from ._linear import affine, map_ntk
 from ._spatial import joint_window, out_size, pads, tap
 from ._state import State, reusable

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..spec._layers import AvgPool, Conv, Dense
+from ..spec import AvgPool, Conv, Dense
 from ._spatial import avg_pool_cov, conv_cov
 from ._state import State, diagonal
 

@@ -17,11 +17,10 @@ from typing import Sequence
 import jax.numpy as jnp
 from jax import lax
 
-from ..spec import _layers as L
+from ..spec import Conv
+from ._maps import is_pointwise
 from ._spatial import out_size
 from ._state import State, diagonal, reusable
-
-PAIR_ACTS = L.NONLINEARITIES + (L.LayerNorm,)
 
 
 def repeats(layers: Sequence, k: int, state: State) -> int:
@@ -33,7 +32,7 @@ def repeats(layers: Sequence, k: int, state: State) -> int:
     and an NTK array (not the raw input's scalar zero).
     """
     conv, act = layers[k], layers[k + 1] if k + 1 < len(layers) else None
-    if not (isinstance(conv, L.Conv) and isinstance(act, PAIR_ACTS) and state.spatial
+    if not (isinstance(conv, Conv) and is_pointwise(act) and state.spatial
             and not isinstance(state.ntk, float) and state.channels == conv.width):
         return 0
     h, w = state.hw

@@ -18,7 +18,7 @@ from typing import Sequence, Tuple
 import jax.numpy as jnp
 from jax import lax
 
-from ..spec._check import spatial_out as out_size  # the shape rule the config check uses
+from ..spec import spatial_out as out_size  # the shape rule the config check uses
 
 
 def pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:

@@ -3,11 +3,14 @@
 ``load_config`` reads and validates a YAML file; ``check_architecture`` then
 checks the layers against the data's per-example shape. Everything raises
 :class:`kernelcli.errors.ConfigError` for a user's mistake.
+
+``layer_type(layer)`` is a layer's declaration (``LayerType``: YAML name,
+parameters, shape rule, flags); ``layer_types()`` lists them all, for the
+kernels' own table and the tests that check every layer is complete.
 """
 
 from ._check import check_architecture as check_architecture
 from ._check import layer_shapes as layer_shapes
-from ._check import spatial_out as spatial_out
 from ._config import DTYPES as DTYPES
 from ._config import EXECUTORS as EXECUTORS
 from ._config import KINDS as KINDS
@@ -39,5 +42,10 @@ from ._layers import Residual as Residual
 from ._load import load_config as load_config
 from ._load import parse_config as parse_config
 from ._parse_layers import LAYER_NAMES as LAYER_NAMES
+from ._registry import LayerType as LayerType
+from ._registry import Spelling as Spelling
+from ._registry import layer_type as layer_type
+from ._registry import layer_types as layer_types
+from ._shapes import spatial_out as spatial_out
 from ._sizes import format_size as format_size
 from ._sizes import parse_size as parse_size

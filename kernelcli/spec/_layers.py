@@ -1,9 +1,16 @@
-"""Layer value objects: the validated form of ``architecture.layers``.
+"""Layer value objects, each declared once: its dataclass and its :class:`LayerType`.
 
 Each layer is a frozen dataclass holding only static numbers; the kernel maths
 in :mod:`kernelcli.kernels` gives each one its meaning. ``where`` is the YAML
 path the layer came from (for example ``architecture.layers[3].conv``), kept
 only to name it in error messages; it takes no part in equality.
+
+Right after each dataclass comes the spec's whole knowledge of that layer, as
+one ``register(LayerType(...))``: its YAML name(s) and parameters with the
+reader that builds it, its shape rule (from ``_shapes``) and its order flags.
+Parsing (``_parse_layers``) and the shape check (``_check``) look layers up in
+the registry instead of testing classes, so adding a layer here (and its kernel
+map, see CONTRIBUTING.md) is all they need.
 
 ``repeat`` is expanded when the configuration is read, so it has no class here;
 ``leaky_relu: {alpha}`` becomes ``ABRelu(a=alpha, b=1)``.
@@ -13,6 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional, Tuple, Union
+
+from . import _shapes as S
+from ._registry import LayerType, Spelling, layer_types, register
 
 PADDINGS = ("SAME", "VALID", "CIRCULAR")
 
@@ -27,6 +37,11 @@ class Dense:
     where: str = field(default="", compare=False, repr=False)
 
 
+register(LayerType(
+    Dense, "dense", S.dense, ("W_std", "b_std", "width"), affine=True,
+    parse=lambda p: Dense(W_std=p.w_std(), b_std=p.b_std(), width=p.width(), where=p.path)))
+
+
 @dataclass(frozen=True)
 class Conv:
     """2-D convolution over (H, W); ``filter``/``strides`` are (height, width)."""
@@ -38,6 +53,18 @@ class Conv:
     b_std: Optional[float] = 0.0
     width: int = 1
     where: str = field(default="", compare=False, repr=False)
+
+
+def _conv(p) -> Conv:
+    return Conv(filter=p.pair("filter", (3, 3), "a filter size"),
+                strides=p.pair("strides", (1, 1), "a stride"),
+                padding=p.padding("SAME"), W_std=p.w_std(), b_std=p.b_std(),
+                width=p.width(), where=p.path)
+
+
+register(LayerType(Conv, "conv", S.conv,
+                   ("filter", "strides", "padding", "W_std", "b_std", "width"),
+                   parse=_conv, affine=True))
 
 
 @dataclass(frozen=True)
@@ -64,6 +91,18 @@ class ABRelu:
     where: str = field(default="", compare=False, repr=False)
 
 
+_ACTIVATION = dict(shape=S.nonlinearity, needs_gaussian=True, reads_variances=True)
+register(
+    LayerType(Relu, "relu", **_ACTIVATION),
+    LayerType(Erf, "erf", **_ACTIVATION),
+    LayerType(Gelu, "gelu", **_ACTIVATION),
+    LayerType(ABRelu, "abrelu", parameters=("a", "b"), **_ACTIVATION,
+              parse=lambda p: ABRelu(a=p.slope("a"), b=p.slope("b"), where=p.path),
+              also=(Spelling("leaky_relu", ("alpha",),
+                             lambda p: ABRelu(a=p.slope("alpha"), b=1.0, where=p.path)),)),
+)
+
+
 @dataclass(frozen=True)
 class AvgPool:
     window: Tuple[int, int] = (2, 2)
@@ -72,9 +111,22 @@ class AvgPool:
     where: str = field(default="", compare=False, repr=False)
 
 
+def _avg_pool(p) -> AvgPool:
+    window = p.pair("window", (2, 2), "a window size")
+    return AvgPool(window=window, strides=p.pair("strides", window, "a stride"),
+                   padding=p.padding("VALID"), where=p.path)
+
+
+register(LayerType(AvgPool, "avg_pool", S.avg_pool, ("window", "strides", "padding"),
+                   parse=_avg_pool, pools=True))
+
+
 @dataclass(frozen=True)
 class GlobalAvgPool:
     where: str = field(default="", compare=False, repr=False)
+
+
+register(LayerType(GlobalAvgPool, "global_avg_pool", S.global_avg_pool, pools=True))
 
 
 @dataclass(frozen=True)
@@ -82,14 +134,23 @@ class Flatten:
     where: str = field(default="", compare=False, repr=False)
 
 
+register(LayerType(Flatten, "flatten", S.flatten))
+
+
 @dataclass(frozen=True)
 class LayerNorm:
     where: str = field(default="", compare=False, repr=False)
 
 
+register(LayerType(LayerNorm, "layer_norm", S.keep, needs_gaussian=True, reads_variances=True))
+
+
 @dataclass(frozen=True)
 class Identity:
     where: str = field(default="", compare=False, repr=False)
+
+
+register(LayerType(Identity, "identity", S.keep))
 
 
 @dataclass(frozen=True)
@@ -100,9 +161,15 @@ class Residual:
     where: str = field(default="", compare=False, repr=False)
 
 
+# Parsed by _parse_layers (the branch is a layer list); `residual: [...]` works too.
+register(LayerType(Residual, "residual", S.residual, ("layers",), needs_gaussian=True,
+                   branch=True))
+
+
 Layer = Union[Dense, Conv, Relu, Erf, Gelu, ABRelu, AvgPool, GlobalAvgPool,
               Flatten, LayerNorm, Identity, Residual]
 
-NONLINEARITIES = (Relu, Erf, Gelu, ABRelu)
-POOLS = (AvgPool, GlobalAvgPool)
-AFFINE = (Dense, Conv)
+# Groups of classes, derived from the declarations (for tests and callers that filter).
+NONLINEARITIES = tuple(t.cls for t in layer_types() if t.shape is S.nonlinearity)
+POOLS = tuple(t.cls for t in layer_types() if t.pools)
+AFFINE = tuple(t.cls for t in layer_types() if t.affine)

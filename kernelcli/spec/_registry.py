@@ -1,0 +1,100 @@
+"""The layer registry: one :class:`LayerType` record per layer class.
+
+A layer type lives in several stages (parsing the YAML, the shape and order
+check, the kernel maths, the Monte-Carlo oracle); each stage used to recognise
+it with its own chain of ``isinstance`` tests, so adding a layer meant finding
+every chain. The spec's part of a layer is now declared once, in
+:mod:`kernelcli.spec._layer_types`, and every spec stage looks its layer up
+here. The kernels keep their own table keyed by the same classes
+(:mod:`kernelcli.kernels._maps`), because spec must not know about jax.
+
+This module holds only the record and the lookup, so that the modules the
+declarations draw on (parameter readers, shape rules) can import it without a
+cycle; the declarations register themselves when ``kernelcli.spec`` is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """One YAML name of a layer type: its parameters (in the order messages list them)
+    and the reader that turns them into the dataclass. ``parse`` is ``None`` for a
+    layer without parameters (``relu``) or one that holds a branch (``residual``)."""
+
+    name: str
+    parameters: Tuple[str, ...] = ()
+    parse: Optional[Callable[[Any], Any]] = None
+
+
+@dataclass(frozen=True)
+class LayerType:
+    """Everything the spec knows about one layer class.
+
+    ``shape``: ``(layer, state) -> state``, the layer's shape rule (what it does
+    to the shape and to whether its output is Gaussian; see ``_shapes``).
+    ``needs_gaussian``: the order rule of nonlinearities, ``layer_norm`` and
+    ``residual``, checked before ``shape``. ``affine``: its output is a fresh
+    Gaussian (``dense``/``conv``), which is what a residual branch must end in.
+    ``reads_variances``: its kernel map needs each input's own variance (the
+    kernels run a per-input pass for it). ``pools``: it mixes spatial positions,
+    so the full spatial covariance is needed up to it. ``branch``: it holds a
+    ``layers`` tuple that the stages walk too (``residual``). ``also``: further
+    YAML spellings (``leaky_relu`` is an ``ABRelu``).
+    """
+
+    cls: type
+    name: str
+    shape: Callable[[Any, Any], Any]
+    parameters: Tuple[str, ...] = ()
+    parse: Optional[Callable[[Any], Any]] = None
+    needs_gaussian: bool = False
+    affine: bool = False
+    reads_variances: bool = False
+    pools: bool = False
+    branch: bool = False
+    also: Tuple[Spelling, ...] = ()
+
+    @property
+    def spellings(self) -> Tuple[Spelling, ...]:
+        return (Spelling(self.name, self.parameters, self.parse),) + self.also
+
+
+_BY_CLASS: Dict[type, LayerType] = {}
+_BY_NAME: Dict[str, Tuple[LayerType, Spelling]] = {}
+
+
+def register(*types: LayerType) -> Tuple[LayerType, ...]:
+    """Add ``types`` to the registry; a class or YAML name declared twice is a bug."""
+    for t in types:
+        if t.cls in _BY_CLASS:
+            raise ValueError(f"layer class {t.cls.__name__} is declared twice")
+        for s in t.spellings:
+            if s.name in _BY_NAME:
+                raise ValueError(f"layer name {s.name!r} is declared twice")
+        _BY_CLASS[t.cls] = t
+        for s in t.spellings:
+            _BY_NAME[s.name] = (t, s)
+    return types
+
+
+def layer_type(layer: Any) -> LayerType:
+    """The record of a layer value object (or of its class)."""
+    cls = layer if isinstance(layer, type) else type(layer)
+    try:
+        return _BY_CLASS[cls]
+    except KeyError:
+        raise TypeError(f"{layer!r} is not a layer") from None  # a programming error
+
+
+def spelling(name: str) -> Tuple[LayerType, Spelling]:
+    """``(type, spelling)`` of a YAML layer name; KeyError when it names no layer."""
+    return _BY_NAME[name]
+
+
+def layer_types() -> Tuple[LayerType, ...]:
+    """Every registered type, in declaration order."""
+    return tuple(_BY_CLASS.values())

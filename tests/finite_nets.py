@@ -1,0 +1,163 @@
+"""The finite-width network of each layer type: the Monte-Carlo oracle's half of a
+layer's declaration (``tests/test_kernels_montecarlo.py``).
+
+Each layer class maps to a :class:`FiniteNet`: how to draw its parameters and how
+to run it on a batch, in plain JAX, NTK parameterization:
+``z = W_std / sqrt(fan_in) * (W x) + b_std * b`` with standard normal ``W``, ``b``;
+conv through ``jax.lax.conv_general_dilated`` (SAME / VALID; CIRCULAR as a wrap
+pad then VALID). A layer added to the registry without an entry here fails
+``tests/test_layer_registry.py``.
+
+Parameters come from a seeded numpy generator, drawn layer by layer in order
+(``W`` then ``b``), so every run draws the same networks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.scipy.special import erf as jerf
+
+from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, Gelu, GlobalAvgPool,
+                            Identity, LayerNorm, Relu, Residual)
+
+
+@dataclass(frozen=True)
+class FiniteNet:
+    """``forward(layer, x, p, run) -> x`` on a batch ``x`` with the layer's parameters
+    ``p`` (``run(layers, x, params)`` runs a branch). ``init(layer, shape, rng, c_out,
+    init_branch) -> (p, shape)`` draws ``p`` for one example's ``shape`` and returns the
+    output shape; ``c_out`` is the layer's output channels (the readout's for the last
+    layer), ``init_branch(layers, shape)`` draws a branch. ``None``: no parameters,
+    ``out_shape(layer, shape)`` gives the shape."""
+
+    forward: Callable
+    init: Optional[Callable] = None
+    out_shape: Callable[[Any, tuple], tuple] = lambda layer, shape: shape
+
+
+def _pads(size: int, k: int, s: int):
+    out = -(-size // s)
+    total = max((out - 1) * s + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def _out_len(n: int, k: int, s: int, padding: str) -> int:
+    return (n - k) // s + 1 if padding == "VALID" else -(-n // s)
+
+
+def _weights(rng: np.random.Generator, w_shape, c_out: int):
+    return (rng.standard_normal(w_shape, dtype=np.float32),
+            rng.standard_normal((c_out,), dtype=np.float32))
+
+
+def _affine(layer, z, b, fan_in: int):
+    x = (layer.W_std / math.sqrt(fan_in)) * z
+    if layer.b_std is not None:
+        x = x + layer.b_std * b
+    return x
+
+
+def _dense_init(layer, shape, rng, c_out, init_branch):
+    return _weights(rng, (shape[-1], c_out), c_out), tuple(shape[:-1]) + (c_out,)
+
+
+def _dense(layer, x, p, run):
+    w, b = p
+    return _affine(layer, x @ w, b, x.shape[-1])
+
+
+def _conv_init(layer, shape, rng, c_out, init_branch):
+    out = tuple(_out_len(n, k, s, layer.padding) for n, k, s in
+                zip(shape[:2], layer.filter, layer.strides)) + (c_out,)
+    return _weights(rng, tuple(layer.filter) + (shape[-1], c_out), c_out), out
+
+
+def _conv(layer, x, p, run):
+    w, b = p
+    c_in = x.shape[-1]
+    padding = layer.padding
+    if padding == "CIRCULAR":
+        (ph, pw) = (_pads(x.shape[1], layer.filter[0], layer.strides[0]),
+                    _pads(x.shape[2], layer.filter[1], layer.strides[1]))
+        x = jnp.pad(x, ((0, 0), ph, pw, (0, 0)), mode="wrap")
+        padding = "VALID"
+    z = lax.conv_general_dilated(x, w, tuple(layer.strides), padding,
+                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return _affine(layer, z, b, c_in * layer.filter[0] * layer.filter[1])
+
+
+def _avg_pool(layer, x, p, run):
+    window = (1,) + tuple(layer.window) + (1,)
+    strides = (1,) + tuple(layer.strides) + (1,)
+    s = lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, window, strides,
+                          layer.padding)
+    return s / (layer.window[0] * layer.window[1])     # zero padding counts
+
+
+def _layer_norm(layer, x, p, run):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.var(x, axis=-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + 1e-12)
+
+
+def _residual_init(layer, shape, rng, c_out, init_branch):
+    p, branch_shape = init_branch(layer.layers, shape)
+    assert branch_shape == tuple(shape), (branch_shape, shape)
+    return p, shape
+
+
+FINITE_NETS: Dict[type, FiniteNet] = {
+    Dense: FiniteNet(_dense, init=_dense_init),
+    Conv: FiniteNet(_conv, init=_conv_init),
+    Relu: FiniteNet(lambda layer, x, p, run: jnp.maximum(x, 0)),
+    ABRelu: FiniteNet(lambda layer, x, p, run:
+                      layer.a * jnp.minimum(x, 0) + layer.b * jnp.maximum(x, 0)),
+    Erf: FiniteNet(lambda layer, x, p, run: jerf(x)),
+    # exact GELU: x * Phi(x)
+    Gelu: FiniteNet(lambda layer, x, p, run: x * 0.5 * (1 + jerf(x / math.sqrt(2)))),
+    AvgPool: FiniteNet(_avg_pool, out_shape=lambda layer, shape: tuple(
+        _out_len(n, k, s, layer.padding)
+        for n, k, s in zip(shape[:2], layer.window, layer.strides)) + (shape[2],)),
+    GlobalAvgPool: FiniteNet(lambda layer, x, p, run: jnp.mean(x, axis=(1, 2)),
+                             out_shape=lambda layer, shape: (shape[-1],)),
+    Flatten: FiniteNet(lambda layer, x, p, run: x.reshape(x.shape[0], -1),
+                       out_shape=lambda layer, shape: (int(np.prod(shape)),)),
+    LayerNorm: FiniteNet(_layer_norm),
+    Identity: FiniteNet(lambda layer, x, p, run: x),
+    Residual: FiniteNet(lambda layer, x, p, run: x + run(layer.layers, x, p),
+                        init=_residual_init),
+}
+
+
+def init_params(layers: Sequence, shape, rng: np.random.Generator, width: int, out: int,
+                top: bool = True):
+    """Standard-normal ``(W, b)`` (float32, numpy) for every dense/conv in ``layers``,
+    as a list aligned with them (``None`` for parameter-free layers, a nested list for
+    a residual branch); the last top-level layer, the readout, gets ``out`` units.
+    Returns ``(params, output shape)``; ``shape`` is one example's shape."""
+    def init_branch(branch, shape):
+        return init_params(branch, shape, rng, width, out, top=False)
+
+    params = []
+    for idx, layer in enumerate(layers):
+        net = FINITE_NETS[type(layer)]
+        if net.init is None:
+            p, shape = None, net.out_shape(layer, shape)
+        else:
+            c_out = out if (top and idx == len(layers) - 1) else width
+            p, shape = net.init(layer, shape, rng, c_out, init_branch)
+        params.append(p)
+    return params, tuple(shape)
+
+
+def apply(layers: Sequence, x, params):
+    """Forward pass of a batch ``x`` with the parameters from ``init_params``."""
+    for layer, p in zip(layers, params):
+        x = FINITE_NETS[type(layer)].forward(layer, x, p, apply)
+    return x
