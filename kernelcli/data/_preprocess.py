@@ -170,8 +170,8 @@ class Preprocess:
                 zipfile.BadZipFile, zlib.error) as exc:
             problem = " ".join(str(exc).split())[:200]
         if problem:
-            raise DataError(f"{path}: cannot read the run's fitted preprocessing ({problem}); "
-                            "start the run afresh with --overwrite")
+            raise DataError.naming(f"{path}: cannot read the run's fitted preprocessing "
+                                   f"({problem}); start the run afresh with <<overwrite>>")
         return pp
 
     def _problem(self) -> Optional[str]:

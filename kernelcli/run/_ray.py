@@ -98,8 +98,8 @@ def _connect(ray, address: Optional[str]) -> bool:
         ray.init(address=address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "RAY_ADDRESS / a new local instance"
-        raise ComputeError(f"cannot connect to the Ray cluster at {where} "
-                           f"(compute.address / --address): {_describe(exc)}") from None
+        raise ComputeError.naming(f"cannot connect to the Ray cluster at {where} "
+                                  f"(compute.address / <<address>>): {_describe(exc)}") from None
     finally:
         # ray.init replaces the driver's SIGTERM handler with one that raises SystemExit
         # at any bytecode; this library installs no handlers, so the caller's stays.
