@@ -508,9 +508,9 @@ def test_damaged_stored_preprocessing_is_refused(tmp_path):
     good = fit_preprocess(x, "zca", zca_reg=0.1)
     bad = Preprocess("zca", good.feature_shape, whitening=np.full((3, 3), np.nan), zca_reg=0.1)
     (p := tmp_path / "pp.npz").write_bytes(bad.to_bytes())
-    assert refused(Preprocess.load, p) == (
+    assert refused(Preprocess.load, p) == (  # the library's argument; the CLI says --overwrite
         f"{p}: cannot read the run's fitted preprocessing (whitening is not finite); start the "
-        "run afresh with --overwrite")
+        "run afresh with overwrite=")
     q = tmp_path / "pp2.npz"
     q.write_bytes(Preprocess("standardize", (3,), mean=np.zeros(2), std=np.ones(3)).to_bytes())
     assert "mean is not a float array of shape (3,)" in refused(Preprocess.load, q)

@@ -97,6 +97,7 @@ class KernelFn(FlatRoute):
         options = compiler_options(self.full_cov)
         self._stats_jit = SerialJit(self._stats_fn, self.dtype, compiler_options=options)
         self._pairs_jit = SerialJit(self._pairs_fn, self.dtype, compiler_options=options)
+        self._memory: dict = {}  # compiled_memory's answers, by sizes
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
@@ -186,7 +187,17 @@ class KernelFn(FlatRoute):
         outputs and temporaries of the compiled program. ``arguments=False``
         leaves out the block's inputs and their variances, which all pairs of the
         block share: what remains grows with the pairs in flight.
+
+        Each new set of sizes is a compilation; its answer is kept, so planning the
+        same shapes again (every ``kernel_matrix`` call of a notebook) costs nothing.
         """
+        key = (int(n_rows), int(n_cols), int(pair_batch), bool(arguments))
+        if key not in self._memory:
+            self._memory[key] = self._compiled_memory(*key)
+        return self._memory[key]
+
+    def _compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
+                         arguments: bool) -> int:
         def spec(shape):
             return jax.ShapeDtypeStruct(shape, self.dtype)
 
@@ -218,17 +229,26 @@ class KernelFn(FlatRoute):
 
     @property
     def stats_batch(self) -> int:
-        """Rows per call of the per-input pass: a few chunks."""
+        """Most rows per call of the per-input pass: a few chunks."""
         return max(self.chunk, 1) * 8
+
+    def stats_rows(self, n: int) -> int:
+        """Rows per call for ``n`` inputs: :attr:`stats_batch`, or fewer so that a short
+        set still makes several calls (one per device, whatever the devices), but never
+        less than a chunk: a call's chunks then have one shape whatever ``n``, so each
+        input's numbers are the same bits whichever call it is in."""
+        spread = max(self.chunk, -(-n // 8))
+        return max(1, min(self.stats_batch, spread, n))
 
     def stats(self, x, devices=None, batch: Optional[int] = None) -> Stats:
         """Per-input variances and self-kernels of ``x`` (``(n, *input_shape)``), in
-        calls of ``batch`` rows (default :attr:`stats_batch`; the last call padded, so
-        one compiled program), spread over ``devices`` (default: the default device).
+        calls of ``batch`` rows (default: up to :attr:`stats_batch`, see ``stats_rows``;
+        the last call padded, so one compiled program), spread over ``devices``
+        (default: the default device).
         The calls, and so the numbers, are the same whatever the devices."""
         x = np.asarray(x, dtype=self.dtype)
         n = x.shape[0]
-        batch = max(1, min(batch or self.stats_batch, n))
+        batch = max(1, min(batch, n)) if batch else self.stats_rows(n)
         starts = list(range(0, n, batch))
         parts = [None] * len(starts)
 

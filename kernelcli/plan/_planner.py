@@ -217,11 +217,17 @@ def memory_line(costs: EngineCosts, block: int, batch: int) -> tuple[int, int]:
 
 def auto_block(costs: EngineCosts, n_max: int) -> int:
     """Block edge (multiple of 8, 64..1024, at most the data set rounded up to 8) for
-    about ``_BLOCK_WORK`` elementwise operations per block."""
+    about ``_BLOCK_WORK`` elementwise operations per block.
+
+    Networks on flat inputs (one Gram matrix per call) may take blocks up to 4096: a
+    pair costs them a few operations, so a 1024 block is milliseconds of work, and
+    the padding, index arrays and per-call costs of many small blocks would show
+    (BENCHMARKS.md: fc2)."""
     work = costs.cov_elements * max(1, costs.layers) * _OPS_PER_ENTRY
-    target = min(max(_BLOCK_WORK / work, 64 * 64), 1024 * 1024)
+    largest = 4096 if costs.flat_input else 1024
+    target = min(max(_BLOCK_WORK / work, 64 * 64), largest * largest)
     edge = int(round(target ** 0.5 / 8)) * 8
-    return max(8, min(max(edge, 64), 1024, -(-n_max // 8) * 8))
+    return max(8, min(max(edge, 64), largest, -(-n_max // 8) * 8))
 
 
 def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int) -> Optional[int]:

@@ -40,7 +40,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
         # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
         # it frees stays with the process (malloc keeps it), so it adds up.
         from ._executor import STATS_ROWS
-        stats_rows = min(STATS_ROWS, plan.n1, job.kfn.stats_batch)
+        stats_rows = job.kfn.stats_rows(min(STATS_ROWS, plan.n1))
         _interrupt.check()
         stats_peak = job.kfn.compiled_stats_memory(stats_rows)
         _interrupt.check()

@@ -117,12 +117,14 @@ def block_tile(kfn, pair_batch: int, bi: BlockInput, devices,
     block, i, j = bi.block, bi.i, bi.j
     tile = {}
     for k in kfn.kinds:
+        if not block.diagonal:  # every pair, in row-major order (Block.local_pairs)
+            tile[k] = vals[k].reshape(block.shape)
+            continue
         t = np.zeros(block.shape, kfn.dtype)
         t[i, j] = vals[k]
-        if block.diagonal:
-            t[j, i] = vals[k]
-            d = np.arange(block.shape[0])
-            t[d, d] = bi.diag[k]
+        t[j, i] = vals[k]
+        d = np.arange(block.shape[0])
+        t[d, d] = bi.diag[k]
         tile[k] = t
     return tile
 

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from .. import _interrupt
-from ._executor import block_input, stats_slices
+from ._executor import STATS_ROWS, block_input, stats_slices
 from ._job import Job
 
 
@@ -50,15 +50,19 @@ def time_run(job: Job, startup: float) -> dict:
     d = len(devices)
     rows, columns = job.inputs.rows, job.inputs.columns
 
-    # The per-input pass: one round of calls on every device, cold then warm.
-    batch = kfn.stats_batch
-    sample = rows.read(0, min(rows.n, batch * d), dtype=kfn.dtype)
-    cold_stats, _ = _timed(lambda: kfn.stats(sample, devices))
-    warm_stats, _ = _timed(lambda: kfn.stats(sample, devices))
-    calls = [-(-(e - s) // batch) for src in ([rows] if job.inputs.symmetric else [rows, columns])
-             for s, e in stats_slices(src.n)]
-    stats_seconds = sum(_rounds(c, d) for c in calls) * warm_stats / _rounds(
-        -(-sample.shape[0] // batch), d)
+    # The per-input pass: one round of calls (one per device) of the first slice's
+    # size, cold then warm; a call's time taken as proportional to its rows.
+    sets = [rows] if job.inputs.symmetric else [rows, columns]
+    b0 = kfn.stats_rows(min(rows.n, STATS_ROWS))
+    sample = rows.read(0, min(rows.n, b0 * d), dtype=kfn.dtype)
+    cold_stats, _ = _timed(lambda: kfn.stats(sample, devices, batch=b0))
+    warm_stats, _ = _timed(lambda: kfn.stats(sample, devices, batch=b0))
+    per_row_round = warm_stats / (b0 * _rounds(-(-sample.shape[0] // b0), d))
+    stats_seconds = 0.0
+    for src in sets:
+        for s, e in stats_slices(src.n):
+            b = kfn.stats_rows(e - s)
+            stats_seconds += _rounds(-(-(e - s) // b), d) * b * per_row_round
 
     # The pair batches of the first block (at row and column 0): up to two rounds of
     # calls on every device, cold then warm.
