@@ -190,7 +190,10 @@ def plan_run(n1: int, n2: int, *, symmetric: bool, costs: EngineCosts, budget_by
     """
     if block is None:
         block = auto_block(costs, max(n1, n2))
-    want = pair_batch or auto_pair_batch(costs, block, devices, 1 << 62)
+    largest = max(b.n_pairs for b in make_geometry(
+        n1, n2, symmetric=symmetric, block=block, pair_batch=1, kinds=costs.kinds,
+        itemsize=costs.itemsize, n_test=n_test).blocks)
+    want = pair_batch or auto_pair_batch(costs, block, devices, 1 << 62, largest)
     bytes_per_pair, fixed = memory_line(costs, block, want)
     if pair_batch is None:
         fit = (budget_bytes - fixed) // bytes_per_pair
@@ -230,18 +233,21 @@ def auto_block(costs: EngineCosts, n_max: int) -> int:
     return max(8, min(max(edge, 64), largest, -(-n_max // 8) * 8))
 
 
-def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int) -> Optional[int]:
+def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int,
+                    pairs: Optional[int] = None) -> Optional[int]:
     """Pairs per call: enough chunks to amortise a call, few enough that every device
-    gets several batches of a block; never more than the budget fits (``fit``;
-    ``None`` when it holds not one pair)."""
+    gets several batches of a block of ``pairs`` pairs (default: ``block^2 / 2``, a
+    diagonal block's); never more than the budget fits (``fit``; ``None`` when it
+    holds not one pair)."""
     if fit < 1:
         return None
     if costs.flat_input:  # one Gram matrix per call: one call per block
         return int(min(fit, block * block))
-    # Several batches per device in a block's (at least) block^2/2 pairs; a batch
-    # smaller than a chunk is fine (the engine shrinks the chunk), one larger than
-    # the block would only evaluate padding.
-    per_device = max(1, block * block // (2 * 4 * n_devices))
+    # Several batches per device in a block's pairs (a data set smaller than a block
+    # has fewer than block^2 / 2); a batch smaller than a chunk is fine (the engine
+    # shrinks the chunk), one larger than the block would only evaluate padding.
+    pairs = block * block // 2 if pairs is None else pairs
+    per_device = max(1, pairs // (4 * n_devices))
     want = min(64 * costs.chunk, per_device)
     return int(max(1, min(fit, want)))
 
