@@ -1,6 +1,7 @@
 """Networks whose first layer flattens the input (and vector inputs) depend on a
 pair only through the inputs' dot product: a pair batch computes its block's
-Gram matrix and the layers on the batch's entries. Through the route ``compute``
+Gram matrix and the layers on the batch's entries, and a batch of a whole block
+the layers on the whole Gram matrix (the grid program). Through the route ``compute``
 takes (:func:`kernelcli.run.kernel_matrix`: blocks, pair batches, mirrored
 triangle) the matrix must equal single pair evaluations, whatever the blocks and
 batches."""
@@ -18,7 +19,9 @@ FC = ("flatten", "dense: {W_std: 1.5, b_std: 0.1}", "relu", "dense: {W_std: 1.3,
 SHAPE = (3, 2, 2)
 
 
-@pytest.mark.parametrize("n, block, pair_batch", [(7, None, None), (40, 16, 5), (41, 8, 64)])
+# pair batches, and whole-block batches (block * block pairs: the grid program)
+@pytest.mark.parametrize("n, block, pair_batch", [(7, None, None), (40, 16, 5), (41, 8, 63),
+                                                  (41, 16, 256), (41, 8, 64)])
 def test_symmetric_flat_matrix_equals_pair_evaluations(n, block, pair_batch):
     kfn = kernel_fn(arch_of(*FC), SHAPE)
     x = inputs(n, SHAPE, seed=3)
@@ -32,7 +35,7 @@ def test_symmetric_flat_matrix_equals_pair_evaluations(n, block, pair_batch):
         assert np.array_equal(np.diag(sym[k]), s.diag[k]), k  # the per-input pass's own
 
 
-@pytest.mark.parametrize("block, pair_batch", [(None, None), (8, 3)])
+@pytest.mark.parametrize("block, pair_batch", [(None, None), (8, 3), (8, 64)])
 def test_rectangular_flat_matrix_equals_pair_evaluations(block, pair_batch):
     kfn = kernel_fn(arch_of(*FC), SHAPE)
     x1, x2 = inputs(19, SHAPE, seed=4), inputs(11, SHAPE, seed=5)

@@ -98,6 +98,7 @@ class KernelFn(FlatRoute):
         self._stats_jit = SerialJit(self._stats_fn, self.dtype, compiler_options=options)
         self._pairs_jit = SerialJit(self._pairs_fn, self.dtype, compiler_options=options)
         self._memory: dict = {}  # compiled_memory's answers, by sizes
+        self._grid_jit = SerialJit(self._flat_grid_fn, self.dtype, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
@@ -203,11 +204,13 @@ class KernelFn(FlatRoute):
 
         v = self.variance_shapes
         args = (spec((n_rows,) + self.input_shape), tuple(spec((n_rows,) + t) for t in v),
-                spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v),
-                jax.ShapeDtypeStruct((pair_batch,), jnp.int32),
-                jax.ShapeDtypeStruct((pair_batch,), jnp.int32))
+                spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v))
         with self._scope():
-            m = self._pairs_jit.lower(*args).compile().memory_analysis()
+            if self.uses_grid(n_rows, n_cols, pair_batch):
+                m = self._grid_jit.lower(*args).compile().memory_analysis()
+            else:
+                index = jax.ShapeDtypeStruct((pair_batch,), jnp.int32)
+                m = self._pairs_jit.lower(*args, index, index).compile().memory_analysis()
         if m is None:  # backend without memory analysis: fall back to the live-tensor count
             return 3 * pair_batch * self.live_bytes_per_pair
         return int(arguments * m.argument_size_in_bytes + m.output_size_in_bytes
@@ -276,6 +279,22 @@ class KernelFn(FlatRoute):
             return self._pairs_jit(self._cast(x1), tuple(map(self._cast, s1.variances)),
                                    self._cast(x2), tuple(map(self._cast, s2.variances)),
                                    jnp.asarray(i, jnp.int32), jnp.asarray(j, jnp.int32))
+
+    def uses_grid(self, n_rows: int, n_cols: int, pair_batch: int) -> bool:
+        """Whether batches of ``pair_batch`` pairs of an ``n_rows x n_cols`` block are
+        one call of the grid program (:meth:`grid_values`): a flat-input network whose
+        batch holds the whole block."""
+        return self.flat_input and pair_batch >= n_rows * n_cols
+
+    def grid_values(self, x1, s1: Stats, x2, s2: Stats, device=None) -> Dict[str, np.ndarray]:
+        """Every pair of ``x1`` and ``x2`` of a flat-input network, ``{kind: (n1, n2)}``,
+        in one call on ``device`` (default: the default device)."""
+        cast = functools.partial(np.asarray, dtype=self.dtype)
+        with self._scope():
+            put = jnp.asarray if device is None else (lambda a: jax.device_put(a, device))
+            got = self._grid_jit(put(cast(x1)), tuple(put(cast(v)) for v in s1.variances),
+                                 put(cast(x2)), tuple(put(cast(v)) for v in s2.variances))
+        return {k: np.asarray(got[k]) for k in self.kinds}
 
     def pair_values(self, x1, s1: Stats, x2, s2: Stats, i, j, pair_batch: int,
                     devices=None, on_batch: Optional[Callable[[int], None]] = None,

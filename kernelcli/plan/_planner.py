@@ -210,6 +210,10 @@ def memory_line(costs: EngineCosts, block: int, batch: int) -> tuple[int, int]:
     the compiled program at ``batch`` pairs and at half of it: exact at ``batch`` (the
     plan's peak) and a conservative line below it (memory is flat above a chunk, so a
     smaller batch that a tight budget forces needs at most that)."""
+    if costs.flat_input and batch >= block * block:
+        # one grid program per block, whatever the batch: its memory is all fixed, and
+        # bounds that of a smaller batch (arrays of the batch's length, not the block's)
+        return 1, costs.compiled_memory(block, block, block * block)
     p2 = max(2, batch)
     p1 = p2 // 2
     m1 = costs.compiled_memory(block, block, p1)
@@ -243,11 +247,14 @@ def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int,
         return None
     if costs.flat_input:  # one Gram matrix per call: one call per block
         return int(min(fit, block * block))
-    # Several batches per device in a block's pairs (a data set smaller than a block
-    # has fewer than block^2 / 2); a batch smaller than a chunk is fine (the engine
+    # Several (4) batches per device in a block's pairs, for the work queue to balance;
+    # but a block of few pairs (a small data set) is better served by one batch per
+    # device of up to 4 chunks: a call on a few pairs costs about what one on a single
+    # pair does (BENCHMARKS.md). A batch smaller than a chunk is fine (the engine
     # shrinks the chunk), one larger than the block would only evaluate padding.
     pairs = block * block // 2 if pairs is None else pairs
-    per_device = max(1, pairs // (4 * n_devices))
+    per_device = max(-(-pairs // (4 * n_devices)),
+                     min(-(-pairs // n_devices), 4 * costs.chunk))
     want = min(64 * costs.chunk, per_device)
     return int(max(1, min(fit, want)))
 

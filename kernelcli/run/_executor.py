@@ -110,11 +110,13 @@ def block_tile(kfn, pair_batch: int, bi: BlockInput, devices,
                stop: Optional[Callable[[], object]] = None) -> Optional[dict]:
     """One block's tile (kind -> array of the block's shape), or ``None`` when
     ``stop()`` turned true before all its pairs were evaluated."""
-    vals = kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i, bi.j, pair_batch, devices,
+    block, i, j = bi.block, bi.i, bi.j
+    if kfn.uses_grid(bi.x1.shape[0], bi.x2.shape[0], pair_batch):
+        return _grid_tile(kfn, bi, (devices or [None])[0], on_batch, stop)
+    vals = kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, i, j, pair_batch, devices,
                            on_batch, stop)
     if vals is None:
         return None
-    block, i, j = bi.block, bi.i, bi.j
     tile = {}
     for k in kfn.kinds:
         if not block.diagonal:  # every pair, in row-major order (Block.local_pairs)
@@ -126,6 +128,28 @@ def block_tile(kfn, pair_batch: int, bi: BlockInput, devices,
         d = np.arange(block.shape[0])
         t[d, d] = bi.diag[k]
         tile[k] = t
+    return tile
+
+
+def _grid_tile(kfn, bi: BlockInput, device, on_batch, stop) -> Optional[dict]:
+    """A flat-input block's tile from one grid call over its padded inputs; a diagonal
+    tile keeps its strict lower triangle, mirrored, and the per-input pass's diagonal,
+    as a tile from pair batches does."""
+    if stop is not None and stop():
+        return None
+    block = bi.block
+    grid = kfn.grid_values(bi.x1, bi.s1, bi.x2, bi.s2, device)
+    h, w = block.shape
+    tile = {}
+    for k in kfn.kinds:
+        t = np.ascontiguousarray(grid[k][:h, :w])
+        if block.diagonal:
+            low = np.tril(t, -1)
+            t = low + low.T
+            t[np.diag_indices(h)] = bi.diag[k]
+        tile[k] = t
+    if on_batch is not None:
+        on_batch(bi.n_evaluated)
     return tile
 
 

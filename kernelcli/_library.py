@@ -1,0 +1,218 @@
+"""kernelcli as a Python library: what a notebook needs, in neural-tangents' terms.
+
+* :func:`kernel_fn` -- an architecture (a config's path or YAML text, a mapping in the
+  ``architecture:`` form, or a :mod:`kernelcli.stax` network) to a function called like
+  neural-tangents' ``kernel_fn(x1, x2, get)``, tiled within a memory budget by the
+  route ``kernelcli compute`` takes;
+* :func:`open_run` -- a finished (or unfinished) run directory: its kernels without
+  loading them whole, labels, configuration and progress.
+
+``kernelcli.compute`` / ``resume`` / ``estimate`` are :mod:`kernelcli.run`'s own,
+returning the typed results the CLI prints. Nothing here changes process state: jax
+keeps the devices it was started with (call
+:func:`kernelcli.run.configure_host_devices` before jax is imported to get one CPU
+device per core, as the CLI does), and float64 kernels scope JAX's 64-bit mode.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from .errors import ConfigError, DataError, RunDirError
+
+_KINDS = ("nngp", "ntk")
+
+
+def _architecture_of(architecture):
+    """The validated :class:`~kernelcli.spec.Architecture` of any accepted form."""
+    from .spec import parse_architecture
+    from .stax import Network
+
+    if isinstance(architecture, Network):
+        return parse_architecture(architecture.to_dict())
+    if isinstance(architecture, dict):
+        return parse_architecture(architecture.get("architecture", architecture))
+    if isinstance(architecture, os.PathLike) or (
+            isinstance(architecture, str) and "\n" not in architecture
+            and architecture.endswith((".yaml", ".yml"))):
+        from .spec import load_config
+
+        return load_config(architecture).architecture
+    if isinstance(architecture, str):
+        return parse_architecture(architecture)
+    raise ConfigError(f"architecture: {type(architecture).__name__} is not accepted; expected "
+                      f"a YAML file's path, YAML text, a mapping in the config's "
+                      f"`architecture:` form, or a kernelcli.stax network")
+
+
+def _inputs(name: str, x, dtype) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu" or a.ndim not in (2, 4) or a.shape[0] < 1:
+        raise DataError(f"{name}: an array of shape {a.shape} and dtype {a.dtype} is not "
+                        f"accepted; expected real numbers of shape (N, H, W, C) or (N, D)")
+    a = a.astype(dtype, copy=False)
+    if not np.isfinite(a).all():
+        raise DataError(f"{name}: holds NaN or infinite values; expected finite numbers")
+    return a
+
+
+class KernelFunction:
+    """The NNGP/NTK of one architecture: ``kfn(x1, x2=None, get=("nngp", "ntk"))``.
+
+    Args (of a call):
+      x1: ``(N1, H, W, C)`` images (NHWC) or ``(N1, D)`` vectors.
+      x2: ``(N2, ...)`` of the same example shape; ``None``: ``K(x1, x1)``, computed
+        as its lower triangle of blocks and mirrored (exactly symmetric).
+      get: ``"nngp"`` or ``"ntk"`` returns that ``(N1, N2)`` numpy array; a tuple of
+        them returns a tuple of arrays in that order (neural-tangents' convention).
+      dtype: ``"float32"`` or ``"float64"`` (the computation's and the result's).
+      memory: bytes per device (an int, or a size such as ``"4GiB"``); ``"auto"``:
+        what ``compute.memory: auto`` gives.
+      devices: the jax devices to spread the work over (default: all local ones).
+    """
+
+    def __init__(self, architecture):
+        self.architecture = _architecture_of(architecture)
+        self._built: dict = {}
+
+    def __repr__(self) -> str:
+        return f"KernelFunction({len(self.architecture.layers)} layers, " \
+               f"{self.architecture.parameterization})"
+
+    def __call__(self, x1, x2=None, get: Union[str, Sequence[str]] = _KINDS, *,
+                 dtype: str = "float32", memory: Union[int, str] = "auto", devices=None):
+        from .run import kernel_matrix
+        from .spec import DTYPES, parse_size
+
+        if dtype not in DTYPES:
+            raise ConfigError(f"dtype: {dtype!r} is not accepted; expected one of {DTYPES}")
+        single = isinstance(get, str)
+        kinds = (get,) if single else tuple(get)
+        if not kinds or any(k not in _KINDS for k in kinds) or len(set(kinds)) != len(kinds):
+            raise ConfigError(f"get: {get!r} is not accepted; expected 'nngp', 'ntk' or a "
+                              f"tuple of them, each at most once")
+        a1 = _inputs("x1", x1, dtype)
+        a2 = None if x2 is None else _inputs("x2", x2, dtype)
+        if a2 is not None and a2.shape[1:] != a1.shape[1:]:
+            raise DataError(f"x2: examples of shape {a2.shape[1:]} do not match x1's "
+                            f"{a1.shape[1:]}")
+        budget = None
+        if memory != "auto":
+            try:
+                budget = parse_size(memory)
+            except ValueError as exc:
+                raise ConfigError(f"memory: {exc}") from None
+            if budget < 1:
+                raise ConfigError(f"memory: {memory!r} is not accepted; expected a positive "
+                                  f"size (bytes, or e.g. '4GiB'), or 'auto'")
+        kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype)
+        out = kernel_matrix(kfn, a1, a2, memory=budget, devices=devices)
+        arrays = tuple(out[k] for k in kinds)
+        return arrays[0] if single else arrays
+
+    def _kernel(self, shape, kinds, dtype):
+        key = (tuple(shape), kinds, dtype)
+        if key not in self._built:
+            from .kernels import build_kernel_fn
+            from .spec import check_architecture
+
+            check_architecture(self.architecture, tuple(shape))
+            self._built[key] = build_kernel_fn(self.architecture, shape, kinds, dtype)
+        return self._built[key]
+
+
+def kernel_fn(architecture) -> KernelFunction:
+    """The kernel function of ``architecture``: a config's path (its ``architecture:``),
+    YAML text (a whole config or its ``architecture:`` section), a mapping in that form,
+    or a :mod:`kernelcli.stax` network. See :class:`KernelFunction` for the call."""
+    return KernelFunction(architecture)
+
+
+class Run:
+    """A run directory, read only. ``run["ntk"]`` (or :meth:`kernel`) is a dataset of
+    ``kernels.h5`` as a read-only ``numpy.memmap`` where the file stores it contiguously
+    (always, for kernelcli's results), so ``run["ntk"][1000:2000]`` reads that band
+    only; ``names`` lists the datasets (``nngp``, ``ntk``, and with a test set
+    ``nngp_test``, ... and the test diagonals)."""
+
+    def __init__(self, run_dir):
+        from .run import load_run_config
+        from .store import RunStore
+
+        self.run_dir = Path(run_dir)
+        self._store = RunStore.open(self.run_dir)
+        _, self.config = load_run_config(self.run_dir)
+        self._names: Optional[tuple] = None
+
+    def __repr__(self) -> str:
+        state = "finished" if self.finished else "unfinished"
+        return f"Run({str(self.run_dir)!r}, {self.config.name!r}, {state})"
+
+    @property
+    def finished(self) -> bool:
+        return self._store.finished
+
+    def status(self):
+        """The run's :class:`~kernelcli.run.StatusReport` (what ``kernelcli status`` says)."""
+        from .run import status
+
+        return status(self.run_dir)
+
+    @property
+    def labels(self) -> dict:
+        """The stored labels (``labels``, ``test_labels``), or ``{}`` when none."""
+        return self._store.read_labels()
+
+    def _result(self) -> Path:
+        if not self.finished:
+            raise RunDirError(f"{self.run_dir} has no kernels.h5 yet (the run is not "
+                              f"finished); continue it with kernelcli.resume({str(self.run_dir)!r})")
+        problem = self._store.result_problem(full=False)
+        if problem is not None:
+            raise RunDirError(f"{self._store.result_path}: {problem}; run `kernelcli verify "
+                              f"{self.run_dir}` for details")
+        return self._store.result_path
+
+    @property
+    def names(self) -> tuple:
+        if self._names is None:
+            import h5py
+
+            with h5py.File(self._result(), "r") as f:
+                self._names = tuple(k for k in f.keys())
+        return self._names
+
+    def kernel(self, name: str) -> np.ndarray:
+        """The dataset ``name`` of ``kernels.h5``, memory-mapped (nothing read yet)."""
+        import h5py
+
+        path = self._result()
+        with h5py.File(path, "r") as f:
+            if name not in f:
+                raise ConfigError(f"{name!r} is not a dataset of {path}; it holds "
+                                  f"{sorted(f.keys())}")
+            ds = f[name]
+            offset = ds.id.get_offset()
+            if offset is None or ds.chunks is not None or ds.compression is not None:
+                return ds[...]  # not contiguous on disk (not written by kernelcli)
+            dtype, shape = ds.dtype, ds.shape
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.kernel(name)
+
+    def verify(self):
+        """Read every byte back against its checksum: :class:`~kernelcli.run.VerifyReport`."""
+        from .run import verify
+
+        return verify(self.run_dir)
+
+
+def open_run(run_dir) -> Run:
+    """The run in ``run_dir`` (see :class:`Run`); its manifest and configuration are
+    checked, and ``kernels.h5``'s identity and structure when a kernel is first read."""
+    return Run(run_dir)

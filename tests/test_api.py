@@ -1,0 +1,162 @@
+"""The Python API: ``kernelcli.kernel_fn`` against neural-tangents' fixtures, the ``stax``
+builders against their YAML, and ``open_run`` on a real run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import kernelcli
+from kernelcli import stax
+from kernelcli.errors import ConfigError, DataError, RunDirError
+from conftest import FIXTURE_CASES, FIXTURES_DIR, load_case
+from helpers_cli import GAP_NET, images, write_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SQ2 = 2 ** 0.5
+
+
+def _rel(got, want) -> float:
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+def _off_diagonal(a: np.ndarray) -> np.ndarray:
+    return a[~np.eye(*a.shape, dtype=bool)] if a.shape[0] == a.shape[1] else a.ravel()
+
+
+@pytest.mark.parametrize("name", FIXTURE_CASES)
+def test_kernel_fn_of_a_config_matches_neural_tangents(name):
+    """float64 1e-10 off the diagonal (neural-tangents' own diagonal is inexact for some
+    nets; tests/test_kernels_fixtures.py holds the diagonals to a closed form)."""
+    c = load_case(name)
+    kfn = kernelcli.kernel_fn(FIXTURES_DIR / f"{name}.yaml")
+    nngp, ntk = kfn(c.x1, c.x2, ("nngp", "ntk"), dtype="float64")
+    for got, want in ((nngp, c.nngp), (ntk, c.ntk)):
+        assert got.dtype == np.float64 and got.shape == want.shape
+        assert _rel(_off_diagonal(got), _off_diagonal(want)) < 1e-10
+
+
+def test_get_follows_neural_tangents_convention():
+    kfn = kernelcli.kernel_fn(FIXTURES_DIR / "cnn1_gap.yaml")
+    x = images(3, seed=1)
+    ntk = kfn(x, None, "ntk")
+    both = kfn(x, get=("ntk", "nngp"))
+    assert isinstance(ntk, np.ndarray) and ntk.shape == (3, 3) and ntk.dtype == np.float32
+    assert isinstance(both, tuple) and len(both) == 2
+    assert np.array_equal(both[0], ntk)
+    assert np.array_equal(ntk, ntk.T)  # the triangle, mirrored
+    assert kfn(x, images(2, seed=2), "nngp").shape == (3, 2)
+
+
+NETS = [
+    (stax.serial(stax.Conv(16, (3, 3), padding="SAME", W_std=SQ2, b_std=0.1), stax.Relu(),
+                 stax.GlobalAvgPool(), stax.Dense(1, W_std=1.0, b_std=0.0)),
+     "layers: [{conv: {filter: [3, 3], padding: SAME, W_std: 1.4142135623730951, b_std: 0.1,"
+     " width: 16}}, relu, global_avg_pool, {dense: {W_std: 1.0, b_std: 0.0}}]"),
+    (stax.serial(stax.Conv(8, (3, 3), W_std=1.5), stax.Erf(), stax.AvgPool((2, 2)),
+                 stax.Flatten(), stax.Dense(10)),
+     "layers: [{conv: {filter: [3, 3], padding: VALID, W_std: 1.5, b_std: null, width: 8}},"
+     " erf, {avg_pool: {window: [2, 2]}}, flatten, {dense: {b_std: null, width: 10}}]"),
+    (stax.serial(stax.Dense(4, parameterization="standard"), stax.LeakyRelu(0.1),
+                 stax.residual(stax.Dense(4, parameterization="standard"), stax.Gelu(),
+                               stax.Dense(4, parameterization="standard")),
+                 stax.LayerNorm(), stax.repeat(stax.serial(stax.Dense(4, parameterization=
+                                                                      "standard"),
+                                                           stax.ABRelu(-0.5, 1.0)), 2),
+                 stax.Identity(), stax.Dense(1, parameterization="standard")),
+     "parameterization: standard\nlayers: [{dense: {b_std: null, width: 4}}, "
+     "{leaky_relu: {alpha: 0.1}}, {residual: [{dense: {b_std: null, width: 4}}, gelu, "
+     "{dense: {b_std: null, width: 4}}]}, layer_norm, {repeat: {times: 2, layers: "
+     "[{dense: {b_std: null, width: 4}}, {abrelu: {a: -0.5, b: 1.0}}]}}, identity, "
+     "{dense: {b_std: null, width: 1}}]"),
+]
+
+
+@pytest.mark.parametrize("net, text", NETS, ids=["gap", "flatten", "standard"])
+def test_stax_builders_are_the_same_spec_as_their_yaml(net, text):
+    built = kernelcli.kernel_fn(net).architecture
+    assert built == kernelcli.kernel_fn(text).architecture
+    assert built == kernelcli.kernel_fn(net.to_yaml()).architecture  # notebook -> batch job
+    assert built == kernelcli.kernel_fn(net.to_dict()).architecture
+
+
+def test_a_stax_network_gives_the_kernels_of_its_yaml():
+    net, text = NETS[0]
+    x = images(4, seed=3)
+    a = kernelcli.kernel_fn(net)(x, get="ntk", dtype="float64")
+    b = kernelcli.kernel_fn(text)(x, get="ntk", dtype="float64")
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda k, x: k(x, get="ntkk"), "get: 'ntkk' is not accepted; expected 'nngp', 'ntk' or a "
+                                    "tuple of them, each at most once"),
+    (lambda k, x: k(x, dtype="float16"), "dtype: 'float16' is not accepted; expected one of "
+                                         "('float32', 'float64')"),
+    (lambda k, x: k(x, x[:, :3]), "x2: examples of shape (3, 6, 2) do not match x1's (6, 6, 2)"),
+    (lambda k, x: k(x[0]), "x1: an array of shape (6, 6, 2) and dtype float32 is not accepted; "
+                           "expected real numbers of shape (N, H, W, C) or (N, D)"),
+    (lambda k, x: k(x * np.nan), "x1: holds NaN or infinite values; expected finite numbers"),
+    (lambda k, x: k(x, memory="lots"), "memory: 'lots' is not a size; expected"),
+])
+def test_bad_calls_name_the_argument(call, message):
+    kfn = kernelcli.kernel_fn(FIXTURES_DIR / "cnn1_gap.yaml")
+    with pytest.raises((ConfigError, DataError)) as exc:
+        call(kfn, images(2, seed=4))
+    assert str(exc.value).startswith(message)
+
+
+def test_stax_refuses_what_kernelcli_cannot_compute():
+    with pytest.raises(ConfigError, match=r"^stax.Gelu: approximate=True is not supported"):
+        stax.Gelu(approximate=True)
+    with pytest.raises(ConfigError, match=r"^stax.serial: layers ask for both 'ntk' and "):
+        stax.serial(stax.Dense(1), stax.Dense(1, parameterization="standard"))
+    with pytest.raises(ConfigError, match=r"^architecture: int is not accepted"):
+        kernelcli.kernel_fn(3)
+
+
+def test_open_run_reads_bands_without_loading_the_matrix(tmp_path):
+    x = images(11, seed=5)
+    np.save(tmp_path / "x.npy", x)
+    cfg = write_config(tmp_path, "c", layers=GAP_NET, compute={"block": 4})
+    result = kernelcli.compute(cfg)
+    assert result.assembled
+    run = kernelcli.open_run(tmp_path / "run")
+    assert run.finished and run.status().finished
+    assert {"nngp", "ntk"} <= set(run.names)
+    ntk = run["ntk"]
+    assert isinstance(ntk, np.memmap) and ntk.shape == (11, 11)
+    with h5py.File(tmp_path / "run" / "kernels.h5", "r") as f:
+        assert np.array_equal(ntk[3:7], f["ntk"][3:7])
+    assert run.config.name == "c" and run.labels == {}
+    assert np.array_equal(run["nngp"], kernelcli.kernel_fn(cfg)(x, get="nngp"))
+
+
+def test_open_run_of_an_unfinished_run_says_how_to_continue(tmp_path):
+    np.save(tmp_path / "x.npy", images(9, seed=6))
+    cfg = write_config(tmp_path, "c", layers=GAP_NET, compute={"block": 4})
+    kernelcli.compute(cfg)
+    (tmp_path / "run" / "kernels.h5").unlink()
+    run = kernelcli.open_run(tmp_path / "run")
+    assert not run.finished
+    with pytest.raises(RunDirError, match=r"has no kernels.h5 yet \(the run is not finished\); "
+                                          r"continue it with kernelcli.resume"):
+        run["ntk"]
+
+
+def test_importing_kernelcli_leaves_jax_unimported():
+    code = "import kernelcli, kernelcli.stax, sys; print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_notebook_example_runs(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "notebook.py")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "max |K_python - K_run|: 0" in out.stdout
