@@ -46,7 +46,8 @@ class Network:
 
     def to_yaml(self) -> str:
         """The ``architecture:`` section as YAML text, ready to paste into a config."""
-        return yaml.safe_dump({"architecture": self.to_dict()}, sort_keys=False)
+        return yaml.safe_dump({"architecture": self.to_dict()}, sort_keys=False,
+                              default_flow_style=None)
 
 
 def _plain(item):

@@ -40,6 +40,7 @@ from ._layers import LayerNorm as LayerNorm
 from ._layers import Relu as Relu
 from ._layers import Residual as Residual
 from ._load import load_config as load_config
+from ._load import parse_architecture as parse_architecture
 from ._load import parse_config as parse_config
 from ._parse_layers import LAYER_NAMES as LAYER_NAMES
 from ._registry import LayerType as LayerType

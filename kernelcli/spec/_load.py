@@ -103,6 +103,23 @@ def parse_config(text: str, base_dir: Path, source: Optional[Path] = None) -> Ru
         raise ConfigError(f"{label}: {e}") from None
 
 
+def parse_architecture(section: Union[str, dict]) -> Architecture:
+    """Validate an architecture given as the ``architecture:`` section of a config: a
+    mapping (``{"layers": [...], "parameterization": ...}``), or YAML text of that
+    mapping or of a whole config. Errors name the keys as in a config file."""
+    if isinstance(section, str):
+        if len(section) > MAX_CHARS:
+            raise ConfigError(f"architecture: the YAML text is longer than "
+                              f"{MAX_CHARS // 1024} KiB")
+        try:
+            section = read_yaml(section)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"architecture: not valid YAML{_yaml_where(e)}") from None
+        if isinstance(section, dict) and "architecture" in section:
+            section = section["architecture"]
+    return _architecture(_section({"architecture": section}, "architecture"))
+
+
 def _yaml_where(error: yaml.YAMLError) -> str:
     """`` (line 3, column 7): mapping values are not allowed here``, on one line."""
     mark = getattr(error, "problem_mark", None)
