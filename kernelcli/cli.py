@@ -310,8 +310,9 @@ _ESTIMATE_ROWS = (
 
 @main.command()
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--memory", is_flag=True, required=True,
-              help="Report the plan and its memory (required; the plan is always shown).")
+@click.option("--memory", is_flag=True,
+              help="Report the plan and its memory (always shown; the flag is accepted for "
+                   "scripts that pass it).")
 @click.option("--time", "run_time", is_flag=True,
               help="Also run one real pair batch and extrapolate the wall time.")
 @click.option("--workers", type=click.IntRange(min=1), metavar="W",

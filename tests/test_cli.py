@@ -78,10 +78,14 @@ def test_unknown_option_is_a_usage_error(tmp_path):
     assert "Traceback" not in result.output
 
 
-def test_estimate_needs_the_memory_flag(tmp_path):
-    result = CliRunner().invoke(main, ["estimate", str(tmp_path / "c.yaml")])
-    assert result.exit_code == 2
-    assert "Missing option '--memory'" in result.stderr
+def test_estimate_shows_the_plan_with_or_without_the_memory_flag(tmp_path):
+    np.save(tmp_path / "x.npy", images(5, seed=1))
+    cfg = write_config(tmp_path, "c")
+    plain = CliRunner().invoke(main, ["estimate", str(cfg), "--json"])
+    flagged = CliRunner().invoke(main, ["estimate", str(cfg), "--memory", "--json"])
+    assert plain.exit_code == flagged.exit_code == 0, plain.stderr
+    a, b = json.loads(plain.stdout), json.loads(flagged.stdout)
+    assert a["blocks_total"] == b["blocks_total"] and "peak_bytes_per_device" in a
 
 
 # --------------------------------------------------------------------------- results

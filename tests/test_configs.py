@@ -8,6 +8,7 @@ else 32x32x3 for CIFAR-10 configurations (their data is not shipped).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -89,3 +90,30 @@ def test_demo_config_computes(tmp_path):
         assert np.all(np.isfinite(a))
         assert np.all(np.diag(a) > 0)
     assert attrs["config"] == (CONFIGS_DIR / "demo_digits.yaml").read_text()
+
+
+def test_the_cifar10_converter_reads_the_binary_record_layout(tmp_path):
+    """configs/data/cifar10_to_npy.py on batch files laid out like the official ones:
+    a label byte, then the red, green and blue planes of a 32x32 image."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "cifar-10-batches-bin"
+    src.mkdir()
+    want = {}
+    for name in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
+        img = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)  # NHWC
+        lab = rng.integers(0, 10, 3).astype(np.uint8)
+        rec = np.concatenate([lab[:, None], img.transpose(0, 3, 1, 2).reshape(3, -1)], axis=1)
+        rec.tofile(src / f"{name}.bin")
+        want[name] = (img, lab)
+    script = Path(__file__).resolve().parent.parent / "configs" / "data" / "cifar10_to_npy.py"
+    r = subprocess.run([sys.executable, str(script), str(src), str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    train = np.load(tmp_path / "cifar10_train.npy")
+    assert train.shape == (15, 32, 32, 3) and train.dtype == np.uint8
+    assert np.array_equal(train[:3], want["data_batch_1"][0])
+    assert np.array_equal(np.load(tmp_path / "cifar10_test_labels.npy"),
+                          want["test_batch"][1].astype(np.int64))

@@ -339,3 +339,19 @@ def test_data_package_imports_neither_jax_nor_click():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
+
+
+def test_an_npz_training_file_with_a_key_and_npy_second_files_go_together(tmp_path):
+    """``key`` is the default array name of ``x2`` and ``test`` only where those files
+    have names: a ``.npy`` second file needs none (an explicit null is the same)."""
+    from helpers_cli import images, invoke, write_config
+
+    np.savez(tmp_path / "train.npz", x=images(6, seed=1))
+    np.save(tmp_path / "other.npy", images(4, seed=2))
+    cfg = write_config(tmp_path, "c", x1="train.npz", key="x", x2="other.npy")
+    result = invoke("estimate", cfg, "--json")
+    assert result.exit_code == 0, result.stderr
+    text = (tmp_path / "c.yaml").read_text().replace("x2: other.npy", "test: other.npy\n  test_key: null")
+    (tmp_path / "t.yaml").write_text(text)
+    result = invoke("estimate", tmp_path / "t.yaml", "--json")
+    assert result.exit_code == 0, result.stderr

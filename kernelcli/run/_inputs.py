@@ -114,12 +114,12 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
         opened.append(x1)
         x2 = test = None
         if d.x2 is not None:
-            x2 = open_array(d.x2, d.x2_key if d.x2_key is not None else d.key,
+            x2 = open_array(d.x2, _key(d.x2, d.x2_key, d.key),
                             layout=d.layout, limit=None, what="data.x2")
             opened.append(x2)
             check_pair(x1, x2)
         if d.test is not None:
-            test = open_array(d.test, d.test_key if d.test_key is not None else d.key,
+            test = open_array(d.test, _key(d.test, d.test_key, d.key),
                               layout=d.layout, limit=d.test_limit, what="data.test")
             opened.append(test)
             check_pair(x1, test)
@@ -151,6 +151,15 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
             src.close()
         raise
     return Inputs(x1, x2, test, labels, test_labels, preprocess)
+
+
+def _key(path: Path, own: Optional[str], default: Optional[str]) -> Optional[str]:
+    """The array name of a second file (``x2``, ``test``): its own key, else ``data.key``
+    -- but only for a file that has names (a ``.npy`` holds one array, so an ``.npz``
+    training file with ``key: x`` and a ``.npy`` test file go together)."""
+    if own is not None:
+        return own
+    return None if Path(path).suffix.lower() == ".npy" else default
 
 
 def check_preprocess_file(path: Path, expected: str) -> Preprocess:
