@@ -453,6 +453,10 @@ def status(run_dir, shards, as_json):
     click.echo(f"{report.name}: {state}, {pct:.1f}% of pairs "
                f"({report.pairs_done:,}/{report.pairs_total:,}), "
                f"blocks {report.blocks_done}/{report.blocks_total}")
+    if report.shards and not any(row.started for row in report.shards):
+        n = report.shards[0].count
+        click.echo(f"  no process of a {n}-process job array (--shard I/{n}) has run here; "
+                   f"how the run's tiles divide over {n}:")
     for row in report.shards:
         pct = 100.0 * row.pairs_done / row.pairs_total if row.pairs_total else 100.0
         note = "done" if row.finished else ("running or stopped" if row.started

@@ -369,3 +369,14 @@ def test_other_machines_temporary_files_are_left_until_a_day_old(tmp_path):
     removed = remove_stale_tmp(tmp_path)
     assert sorted(p.name for p in removed) == sorted([ours_dead.name, theirs_old.name])
     assert theirs.exists()
+
+
+def test_status_of_an_unsharded_run_says_the_split_is_only_a_split(tmp_path):
+    from helpers_cli import GAP_NET, images, invoke, write_config
+
+    np.save(tmp_path / "x.npy", images(5, seed=3))
+    cfg = write_config(tmp_path, "c", layers=GAP_NET, compute={"block": 2})
+    assert invoke("compute", cfg, "--quiet").exit_code == 0
+    out = invoke("status", tmp_path / "run", "--shards", "2").stdout.splitlines()
+    assert out[1] == ("  no process of a 2-process job array (--shard I/2) has run here; how "
+                      "the run's tiles divide over 2:")
