@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from .. import _interrupt
-from ._executor import STATS_ROWS, block_input, stats_slices
+from ._executor import STATS_ROWS, block_input, block_tile, stats_slices
 from ._job import Job
 
 
@@ -72,16 +72,23 @@ def time_run(job: Job, startup: float) -> dict:
                                                    devices)
     bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
     pb = plan.pair_batch
-    take = min(len(bi.i), 2 * d * pb)
-    bi.i, bi.j = bi.i[:take], bi.j[:take]
-    sample_rounds = _rounds(-(-take // pb), d)
-    cold_pairs, _ = _timed(lambda: kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i, bi.j,
-                                                   pb, devices))
-    warm_pairs, _ = _timed(lambda: kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i, bi.j,
-                                                   pb, devices))
-    evaluated = [blk.n_pairs - (blk.r1 - blk.r0 if blk.diagonal else 0) for blk in plan.blocks]
-    pair_rounds = sum(_rounds(-(-n // pb), d) for n in evaluated if n)
-    pairs_seconds = pair_rounds * warm_pairs / sample_rounds
+    if kfn.uses_grid(plan.block, plan.block, pb):  # one grid call per block, one device
+        cold_pairs, _ = _timed(lambda: block_tile(kfn, pb, bi, devices))
+        warm_pairs, _ = _timed(lambda: block_tile(kfn, pb, bi, devices))
+        take = max(bi.n_evaluated, 1)
+        pairs_seconds = len(plan.blocks) * warm_pairs
+    else:
+        take = min(len(bi.i), 2 * d * pb)
+        bi.i, bi.j = bi.i[:take], bi.j[:take]
+        sample_rounds = _rounds(-(-take // pb), d)
+        cold_pairs, _ = _timed(lambda: kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i,
+                                                       bi.j, pb, devices))
+        warm_pairs, _ = _timed(lambda: kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i,
+                                                       bi.j, pb, devices))
+        evaluated = [blk.n_pairs - (blk.r1 - blk.r0 if blk.diagonal else 0)
+                     for blk in plan.blocks]
+        pair_rounds = sum(_rounds(-(-n // pb), d) for n in evaluated if n)
+        pairs_seconds = pair_rounds * warm_pairs / sample_rounds
 
     # A tile as the store serialises it, and the result's bytes moved three times.
     write, tile_bytes = _tile_write_seconds(kfn, (block.r1 - block.r0, block.c1 - block.c0))
@@ -93,7 +100,7 @@ def time_run(job: Job, startup: float) -> dict:
     return {"seconds_estimate": total, "startup_seconds": startup,
             "compile_seconds": compile_seconds, "stats_seconds": stats_seconds,
             "pairs_seconds": pairs_seconds, "writes_seconds": writes_seconds,
-            "seconds_per_pair": warm_pairs * d / max(take, 1) if take else 0.0}
+            "seconds_per_pair": warm_pairs * d / take if take else 0.0}
 
 
 def _tile_write_seconds(kfn, shape) -> tuple[float, int]:
