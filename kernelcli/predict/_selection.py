@@ -21,25 +21,31 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import DataError, UsageError
-from ._cholesky import forward_substitution
 from ._targets import accuracy, mse
 
-_INV_BLOCK = 512  # columns of L^{-1} per block of inverse_diagonal
+_INV_BLOCK = 256  # columns of L^{-1} per slab, rows per block, of inverse_diagonal
 
 
 def inverse_diagonal(chol: np.ndarray, block: int = _INV_BLOCK) -> np.ndarray:
     """``diag((L L^T)^{-1})`` (n,) float64 for the lower factor ``chol`` (n, n).
 
-    Columns ``j0:j1`` of ``L^{-1}`` vanish above row ``j0``, so each block solves
-    only with ``L[j0:, j0:]``; memory is one ``n x block`` slab.
+    Columns ``j0:j1`` of ``L^{-1}`` vanish above row ``j0``, so each slab of
+    ``block`` columns is a forward substitution from row ``j0`` on; memory is one
+    ``n x block`` slab. The diagonal blocks of ``L`` are inverted once and the
+    substitution is then matrix products only: a block solve per slab and row
+    block would cost more than the products themselves.
     """
     n = chol.shape[0]
+    step = max(1, int(block))
+    inv = {i0: np.linalg.inv(chol[i0:i0 + step, i0:i0 + step]) for i0 in range(0, n, step)}
     out = np.zeros(n)
-    for j0 in range(0, n, block):
-        j1 = min(j0 + block, n)
-        eye = np.zeros((n - j0, j1 - j0))
-        eye[np.arange(j1 - j0), np.arange(j1 - j0)] = 1.0
-        x = forward_substitution(chol[j0:, j0:], eye)
+    for j0 in range(0, n, step):
+        j1 = min(j0 + step, n)
+        x = np.zeros((n - j0, j1 - j0))
+        x[:j1 - j0] = inv[j0]
+        for i0 in range(j1, n, step):
+            i1 = min(i0 + step, n)
+            x[i0 - j0:i1 - j0] = -inv[i0] @ (chol[i0:i1, j0:i0] @ x[:i0 - j0])
         out[j0:j1] = np.einsum("ij,ij->j", x, x)
     return out
 
