@@ -275,3 +275,23 @@ def test_time_gives_the_gradient_flow_ensemble_mean_and_variance(finished, tmp_p
                         "neural-tangents' units; inf: the ridge solution):")
     assert [ln.split()[:3] for ln in lines[start + 2:start + 8]] == [
         [k, "0.01", t] for k in ("nngp", "ntk") for t in ("0", "25", "inf")]
+
+
+def test_without_test_labels_or_the_nngp_the_choice_stands_and_variances_are_absent(tmp_path):
+    write_data(tmp_path, n_train=30, n_test=9, seed=5)
+    cfg = write_cfg(tmp_path, data={"test_labels_key": None}, kernel={"kinds": ["ntk"]},
+                    layers=FLATTEN_NET, block=16)
+    assert invoke("compute", cfg, "--quiet").exit_code == 0
+    run = tmp_path / "run_tt"
+    result = invoke("predict", run, "--ridge", "1e-3,1", "--time", "10,inf", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    sel = out["selected"]["ntk"]
+    assert sel["selected_ridge"] in (1e-3, 1.0) and 0 <= sel["loo_accuracy"] <= 1
+    assert sel["test_accuracy"] is None and sel["test_mse"] is None
+    assert all(r["accuracy"] is None and r["mean_variance"] is None for r in out["flow"])
+    with h5py.File(run / "predictions.h5") as f:
+        assert list(f) == ["ntk"] and "flow_variance" not in f["ntk"]
+        assert f["ntk"]["flow_mean"].shape == (2, 2, 9, 3) and "accuracy" not in f["ntk"]
+    text = invoke("predict", run, "--ridge", "1e-3,1", "--time", "10,inf").stdout
+    assert "(no test labels)" in text and "nan" not in text.lower()
