@@ -24,7 +24,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # the argument (``shard=``), the CLI's message names the flag.
 FLAGS = {"shard": "--shard", "shards": "--shards", "workers": "--workers",
          "executor": "--executor", "address": "--address", "overwrite": "--overwrite",
-         "run_dir": "--run-dir", "ridges": "--ridge", "kinds": "--kind", "solver": "--solver"}
+         "run_dir": "--run-dir", "ridges": "--ridge", "kinds": "--kind", "solver": "--solver",
+         "times": "--time"}
 
 
 def _flag(argument: str) -> str:
@@ -369,27 +370,34 @@ def _hms(seconds: float) -> str:
     return format_duration(seconds)
 
 
-def _ridges(ctx, param, values):
-    """``--ridge 1e-4 --ridge 1e-2`` or ``--ridge 1e-4,1e-2``; malformed -> exit 2."""
-    if not values:
-        return None
-    out = []
-    for value in values:
-        for part in value.split(","):
-            try:
-                out.append(float(part))
-            except ValueError:
-                raise click.BadParameter(f"{part!r} is not a number; give finite numbers "
-                                         ">= 0, e.g. --ridge 1e-4,1e-2", ctx=ctx,
-                                         param=param) from None
-    return out
+def _numbers(example: str):
+    """A callback: ``--opt 1,2 --opt 3`` -> ``[1.0, 2.0, 3.0]``; a part that is not a
+    number is a usage error (exit 2); the library checks the range and names the flag."""
+
+    def parse(ctx, param, values):
+        if not values:
+            return None
+        out = []
+        for value in values:
+            for part in value.split(","):
+                try:
+                    out.append(float(part))
+                except ValueError:
+                    raise click.BadParameter(f"{part!r} is not a number; {example}",
+                                             ctx=ctx, param=param) from None
+        return out
+
+    return parse
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--ridge", "ridges", multiple=True, callback=_ridges, metavar="R[,R...]",
+@click.option("--ridge", "ridges", multiple=True, metavar="R[,R...]",
+              callback=_numbers("give finite numbers >= 0, e.g. --ridge 1e-4,1e-2"),
               help="Ridge(s) to sweep, each added to the diagonal as ridge * trace(K)/n "
-                   "(repeat the option or separate by commas). Default: 1e-6,1e-4,1e-2,0.1,1.")
+                   "(repeat the option or separate by commas); the one of each kind is "
+                   "chosen by leave-one-out on the training set (5-fold cross-validation "
+                   "with --solver cg). Default: 1e-6,1e-4,1e-2,0.1,1.")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["nngp", "ntk"]),
               help="Kernel(s) to predict with (repeatable; default: every kind of the run).")
 @click.option("--solver", type=click.Choice(["auto", "cholesky", "cg"]), default="auto",
@@ -397,40 +405,38 @@ def _ridges(ctx, param, values):
               help="cholesky: float64 factor in memory (16 N^2 bytes); cg: conjugate "
                    "gradients streaming K from kernels.h5 by row blocks; auto: Cholesky "
                    "when it fits in the available memory.")
+@click.option("--time", "times", multiple=True, metavar="T[,T...]",
+              callback=_numbers("give numbers >= 0 or inf, e.g. --time 1,10,inf"),
+              help="Also the gradient-flow ensemble after training time(s) T on the MSE "
+                   "loss (neural-tangents' gradient_descent_mse_ensemble: t x learning "
+                   "rate; inf: the ridge solution), every ridge; mean and variance. Needs "
+                   "an eigendecomposition in memory (not --solver cg).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def predict(run_dir, ridges, kinds, solver, as_json):
+def predict(run_dir, ridges, kinds, solver, times, as_json):
     """Kernel regression on a finished run: the NNGP posterior mean and the NTK's
     infinite-time gradient-descent prediction for the test set, per ridge.
 
     The run's configuration must name the training labels and a test set
     (data.labels_key, data.test, data.test_labels_key). Solves in float64 with
-    one-hot targets and writes RUN_DIR/predictions.h5; prints test accuracy and
-    MSE per kind and ridge (when the test set has labels).
+    one-hot targets and writes RUN_DIR/predictions.h5; prints, per kind, the
+    ridge chosen by leave-one-out on the training set with the test accuracy and
+    MSE there, then the whole sweep's test numbers (when the test set has labels).
 
     \b
     Example:
       kernelcli compute configs/demo_digits_predict.yaml
-      kernelcli predict runs/demo_digits_predict --ridge 1e-4,1e-2
+      kernelcli predict runs/demo_digits_predict --ridge 1e-4,1e-2 --time 100,inf
     """
+    from ._predict_report import predict_lines
     from .run import predict as run_predict
 
-    out = _run(run_predict, run_dir, ridges=ridges, kinds=kinds or None, solver=solver)
+    out = _run(run_predict, run_dir, ridges=ridges, kinds=kinds or None, solver=solver,
+               times=times).to_dict()
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
         return
-    click.echo(f"{out['n_train']:,} training and {out['n_test']:,} test examples, "
-               f"{out['classes']} classes; solver {out['solver']}; ridge x trace(K)/n")
-    click.echo(f"  {'kind':<6} {'ridge':>8}  {'test accuracy':>13}  {'test MSE':>10}")
-    for row in out["results"]:
-        if row["error"]:
-            click.echo(f"  {row['kind']:<6} {row['ridge']:>8g}  not positive definite at "
-                       f"this ridge: use a larger one")
-        elif row["accuracy"] is None:
-            click.echo(f"  {row['kind']:<6} {row['ridge']:>8g}  {'(no test labels)':>13}")
-        else:
-            click.echo(f"  {row['kind']:<6} {row['ridge']:>8g}  {row['accuracy']:>13.2%}  "
-                       f"{row['mse']:>10.4f}")
-    click.echo(f"wrote {out['predictions']}")
+    for line in predict_lines(out):
+        click.echo(line)
 
 
 @main.command()

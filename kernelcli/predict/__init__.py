@@ -4,11 +4,15 @@ numpy and h5py only; no jax, no click. The regulariser is ``ridge * trace(K)/n``
 (``trace_scaled=True``, the reference codes' convention) or ``ridge``; all
 solves are float64. ``solve_cholesky`` for kernels that fit in memory,
 ``solve_cg_ridges`` on an ``H5KernelOperator`` for those that do not;
-``choose_solver`` decides from the available RAM.
+``choose_solver`` decides from the available RAM. The ridge is chosen on the
+training set alone (``_selection``: closed-form leave-one-out from the Cholesky
+factor, k-fold cross-validation with CG), and ``_flow`` gives the finite-time
+gradient-flow predictions of neural-tangents' ``gradient_descent_mse_ensemble``.
 """
 
 from ._cg import CGResult as CGResult
 from ._cg import solve_cg as solve_cg
+from ._cg import solve_cg_folds as solve_cg_folds
 from ._cg import solve_cg_ridges as solve_cg_ridges
 from ._cholesky import check_ridges as check_ridges
 from ._cholesky import cholesky_factor as cholesky_factor
@@ -19,21 +23,43 @@ from ._cholesky import solve_cholesky as solve_cholesky
 from ._cholesky import solve_with_factor as solve_with_factor
 from ._errors import NotConvergedError as NotConvergedError
 from ._errors import NotPositiveDefiniteError as NotPositiveDefiniteError
+from ._flow import Eigen as Eigen
+from ._flow import FlowBasis as FlowBasis
+from ._flow import NTKCovariance as NTKCovariance
+from ._flow import check_times as check_times
+from ._flow import eigen as eigen
+from ._flow import flow_basis as flow_basis
+from ._flow import flow_mean as flow_mean
+from ._flow import flow_weights as flow_weights
+from ._flow import gradient_flow as gradient_flow
+from ._flow import nngp_flow_variance as nngp_flow_variance
+from ._flow import ntk_covariance as ntk_covariance
+from ._flow import ntk_flow_variance as ntk_flow_variance
 from ._memory import SOLVERS as SOLVERS
+from ._memory import check_flow_memory as check_flow_memory
+from ._memory import flow_memory_bytes as flow_memory_bytes
 from ._memory import choose_solver as choose_solver
 from ._memory import solve_memory_bytes as solve_memory_bytes
 from ._operator import ArrayOperator as ArrayOperator
 from ._operator import H5KernelOperator as H5KernelOperator
 from ._operator import load_kernel as load_kernel
+from ._selection import choose_ridge as choose_ridge
+from ._selection import fold_masks as fold_masks
+from ._selection import held_out_scores as held_out_scores
+from ._selection import inverse_diagonal as inverse_diagonal
+from ._selection import loo_predictions as loo_predictions
 from ._targets import accuracy as accuracy
 from ._targets import evaluate as evaluate
 from ._targets import mse as mse
 from ._targets import one_hot as one_hot
 
 __all__ = [
-    "ArrayOperator", "CGResult", "H5KernelOperator", "NotConvergedError",
-    "NotPositiveDefiniteError", "SOLVERS", "accuracy", "check_ridges", "choose_solver",
-    "cholesky_factor", "evaluate", "load_kernel", "mse", "one_hot", "predict",
-    "predictive_variance", "regularizer", "solve_cg", "solve_cg_ridges", "solve_cholesky",
-    "solve_memory_bytes", "solve_with_factor",
+    "ArrayOperator", "CGResult", "Eigen", "FlowBasis", "H5KernelOperator", "NTKCovariance",
+    "NotConvergedError", "NotPositiveDefiniteError", "SOLVERS", "accuracy", "check_flow_memory",
+    "check_ridges", "check_times", "choose_ridge", "choose_solver", "cholesky_factor", "eigen",
+    "evaluate", "flow_basis", "flow_mean", "flow_memory_bytes", "flow_weights", "fold_masks",
+    "gradient_flow", "held_out_scores", "inverse_diagonal", "load_kernel", "loo_predictions",
+    "mse", "nngp_flow_variance", "ntk_covariance", "ntk_flow_variance", "one_hot", "predict",
+    "predictive_variance", "regularizer", "solve_cg", "solve_cg_folds", "solve_cg_ridges",
+    "solve_cholesky", "solve_memory_bytes", "solve_with_factor",
 ]

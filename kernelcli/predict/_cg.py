@@ -10,13 +10,15 @@ column is at most ``tol``. When the recurrence claims it, the true residual is
 computed with one more product and a column that is not really there restarts
 from it; that product counts towards ``maxiter`` (products with ``K``).
 Failures raise (``NotPositiveDefiniteError``, ``NotConvergedError``), never
-return a half-solved ``x``.
+return a half-solved ``x``. ``solve_cg_folds`` adds k-fold cross-validation to the
+same run (CG has no factor for the closed-form leave-one-out of ``_selection``):
+each fold is a masked column, so the folds cost no extra pass over K per iteration.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from ..errors import DataError, UsageError
 from ._cholesky import _check_targets, check_ridges, regularizer
 from ._errors import NotConvergedError, NotPositiveDefiniteError, not_pd_message
 from ._operator import ArrayOperator
+from ._selection import fold_masks
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,11 +43,18 @@ def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
     return k.matmul if hasattr(k, "matmul") else k
 
 
-def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged) -> CGResult:
+def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
+        mask=None) -> CGResult:
+    """``mask`` (n, k) of 0/1: column j solves only on the rows where ``mask[:, j]`` is 1
+    (``(M K M + reg I) x = M b``, the system of a training subset, in place), so the
+    folds of a cross-validation share each product with K."""
     n = b.shape[0]
 
     def apply(v, cols):
-        return matvec(v) + v * ridge[cols]
+        if mask is None:
+            return matvec(v) + v * ridge[cols]
+        m = mask[:, cols]
+        return m * matvec(m * v) + v * ridge[cols]
 
     bnorm = np.linalg.norm(b, axis=0)
     target = tol * bnorm
@@ -170,3 +180,61 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
 
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged)
     return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}
+
+
+def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
+                   trace_scaled: bool = True, tol: float = 1e-10,
+                   maxiter: Optional[int] = None, kind: str = "kernel",
+                   on_iteration: Optional[Callable[[int, float], None]] = None,
+                   ) -> Tuple[Dict[float, np.ndarray], Dict[float, np.ndarray]]:
+    """``({ridge: alpha (n, C)}, {ridge: held-out predictions (n, C)})``: the fit of
+    ``solve_cg_ridges`` and k-fold cross-validation, in one CG run.
+
+    Row ``i`` is held out in fold ``i mod folds``; each fold is solved on the other
+    rows with the whole set's regulariser (``ridge * trace(K)/n``) and predicts its
+    own rows. The ``(folds + 1) x C x len(ridges)`` columns share every product
+    with K, plus one last product for the held-out predictions.
+    """
+    ridges = check_ridges(ridges)
+    op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
+    n = op.shape[0]
+    if op.shape != (n, n):
+        raise DataError(f"the {kind} training kernel must be square (n, n), got shape {op.shape}")
+    y = _check_targets(targets, n)
+    c = y.shape[1]
+    held = fold_masks(n, folds)
+    keep = np.vstack([np.ones((1, n), bool), ~held]).astype(np.float64)  # (F+1, n)
+    per_ridge = keep.shape[0] * c
+    trace = op.trace()
+    regs = [regularizer(r, trace, n, trace_scaled) for r in ridges]
+    mask = np.tile(np.repeat(keep.T, c, axis=1), (1, len(ridges)))  # (n, R (F+1) C)
+    b = mask * np.tile(y, (1, keep.shape[0] * len(ridges)))
+    ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), per_ridge)
+    maxiter = _check_tol(tol, maxiter, n)
+
+    def not_pd(col, n):
+        i = col // per_ridge
+        return not_pd_message(kind, ridges[i], trace_scaled, regs[i], n,
+                              "conjugate gradients met p^T (K + reg I) p <= 0")
+
+    def not_converged(col, products, res):
+        i = col // per_ridge
+        scale = " x trace/n" if trace_scaled else ""
+        return (f"conjugate gradients on the {kind} kernel with ridge {ridges[i]:g}{scale} "
+                f"stopped after {products:,} products with K at relative residual {res:.2e} "
+                f"> <<cg_tol>> {tol:g}; use a larger <<ridges>>, <<cg_maxiter>> or <<cg_tol>>")
+
+    out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
+              mask=mask)
+    fold_cols = np.concatenate([np.arange(i * per_ridge + c, (i + 1) * per_ridge)
+                                for i in range(len(ridges))])
+    fold_pred = op.matmul(out.x[:, fold_cols])  # every fold's alpha, one pass over K
+    alphas, held_out = {}, {}
+    for i, r in enumerate(ridges):
+        alphas[r] = out.x[:, i * per_ridge:i * per_ridge + c].copy()
+        pred = np.empty((n, c))
+        for f in range(held.shape[0]):
+            s = (i * held.shape[0] + f) * c
+            pred[held[f]] = fold_pred[held[f], s:s + c]
+        held_out[r] = pred
+    return alphas, held_out

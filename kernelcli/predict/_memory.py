@@ -4,7 +4,9 @@ A Cholesky solve holds the training kernel in float64 and its factor, two
 ``n x n`` float64 matrices: ``16 n^2`` bytes at the peak (the kernel read with
 ``load_kernel`` straight into float64; a float32 copy held by the caller comes
 on top). Conjugate gradients on an ``H5KernelOperator`` hold one row block
-(``block_rows x n x 8`` bytes) and a few ``n x C`` vectors per ridge.
+(``block_rows x n x 8`` bytes) and a few ``n x C`` vectors per ridge (and per
+fold of the cross-validation that chooses the ridge). Gradient-flow predictions
+need an eigendecomposition in memory (``flow_memory_bytes``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ SOLVERS = ("auto", "cholesky", "cg")
 def solve_memory_bytes(n: int) -> int:
     """Peak bytes of a Cholesky solve of an (n, n) kernel: float64 kernel + factor."""
     return 2 * 8 * n * n
+
+
+def flow_memory_bytes(n: int, m: int) -> int:
+    """Peak bytes of the gradient-flow predictions (``--time``) for (n, n) training and
+    (m, n) test kernels: the float64 kernel, its eigenvectors and LAPACK's ``2 n^2``
+    workspace (or, for the NTK variance, the NNGP kernel and its projection), plus
+    the two (m, n) test kernels in the eigenbasis."""
+    return 8 * (4 * n * n + 2 * m * n)
 
 
 def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] = None) -> str:
@@ -49,3 +59,18 @@ def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] =
         f"(the float64 kernel and its factor, {format_size(need // 2)} each), but "
         f"{format_size(available_bytes)} is available; use <<solver>> cg, which streams the "
         "kernel from kernels.h5 by row blocks (memory: one block)")
+
+
+def check_flow_memory(n: int, m: int, available_bytes: Optional[int] = None,
+                      times: str = "") -> None:
+    """``BudgetError`` naming ``times`` when ``flow_memory_bytes(n, m)`` exceeds the
+    available memory (default: as ``choose_solver``)."""
+    if available_bytes is None:
+        available_bytes = auto_budget(available_ram_bytes())
+    need = flow_memory_bytes(n, m)
+    if need > available_bytes:
+        raise BudgetError.naming(
+            f"<<times>> {times}: gradient-flow predictions for {n:,} training and {m:,} "
+            f"test rows need {format_size(need)} in memory (an eigendecomposition of "
+            f"K(x1, x1)), but {format_size(available_bytes)} is available; drop <<times>> "
+            "or predict on a machine with more memory")

@@ -6,10 +6,12 @@ from ._estimate import estimate
 from ._executor import Progress
 from ._matrix import kernel_matrix
 from ._predict import predict
-from ._results import EstimateResult, RunResult, ShardProgress, StatusReport
+from ._results import (EstimateResult, FlowRow, PredictChoice, PredictResult, PredictRow,
+                       RunResult, ShardProgress, StatusReport)
 from ._shards import parse_shard
 from ._verify import VerifyReport, verify
 
-__all__ = ["assemble", "compute", "configure_host_devices", "estimate", "EstimateResult", "kernel_matrix",
-           "load_run_config", "parse_shard", "predict", "Progress", "resume", "RunResult",
+__all__ = ["assemble", "compute", "configure_host_devices", "estimate", "EstimateResult",
+           "FlowRow", "kernel_matrix", "load_run_config", "parse_shard", "predict",
+           "PredictChoice", "PredictResult", "PredictRow", "Progress", "resume", "RunResult",
            "ShardProgress", "status", "StatusReport", "VerifyReport", "verify"]

@@ -7,18 +7,23 @@ The run must have a training set with labels and a test set (``data.labels_key``
 coefficients ``alpha = (K + ridge * trace(K)/n * I)^{-1} Y`` are solved in float64
 (``Y``: one-hot targets of the training labels), the test predictions are
 ``K(test, x1) @ alpha``, and, for the NNGP with the test diagonal and a Cholesky
-solve, the posterior variance ``k(t, t) - k_t^T (K + reg I)^{-1} k_t``. Results
-go to ``predictions.h5`` in the run directory (written whole, then renamed) and
-are returned as plain data.
+solve, the posterior variance ``k(t, t) - k_t^T (K + reg I)^{-1} k_t``.
 
-For the NTK the prediction is the infinite-time gradient-descent mean of an
+The ridge of each kind is chosen on the training set alone, by leave-one-out
+(closed form from the Cholesky factor) or, with CG, k-fold cross-validation
+(``kernelcli.predict._selection``): a ridge chosen by test accuracy would overstate
+it. The whole sweep's test numbers are still reported, as such. With ``times`` the
+gradient-flow ensemble of neural-tangents' ``gradient_descent_mse_ensemble`` is
+evaluated too (``_predict_flow``). Results go to ``predictions.h5`` in the run
+directory (written whole, then renamed).
+
+For the NTK the ridge prediction is the infinite-time gradient-descent mean of an
 infinitely wide network trained on MSE (Lee et al. 2019); for the NNGP the
 Bayesian posterior mean. numpy and h5py only; no jax.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -27,13 +32,18 @@ import numpy as np
 
 from ..errors import DamagedFileError, RunDirError, UsageError
 from ..predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
-                       accuracy, check_ridges, choose_solver, cholesky_factor, load_kernel,
-                       mse, one_hot, predictive_variance, solve_cg_ridges,
+                       accuracy, check_ridges, check_times, choose_ridge, choose_solver,
+                       check_flow_memory, cholesky_factor, held_out_scores, load_kernel,
+                       loo_predictions, mse, one_hot, predictive_variance, solve_cg_folds,
                        solve_memory_bytes, solve_with_factor)
 from ..predict import predict as predict_mean
-from ..store import PREDICTIONS, RunStore, h5_written_whole
+from ..store import PREDICTIONS, RunStore
+from ._predict_file import RIDGE_CONVENTION, write_predictions
+from ._predict_flow import flow_kind, flow_rows
+from ._results import PredictChoice, PredictResult, PredictRow
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
+CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG
 _VAR_ROWS = 1024  # test rows per block of the variance computation
 
 
@@ -88,7 +98,9 @@ def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
 
 def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 with_variance: bool, names: set) -> dict:
-    """``{ridge: {"mean": (m, C), "variance": (m,) or None} or {"error": text}}``."""
+    """``{ridge: {"mean": (m, C), "variance": (m,) or None, "held_out": (n, C) or None}
+    or {"error": text}}``; ``held_out``: each training row predicted without itself
+    (leave-one-out) or without its fold (CG)."""
     test_op = H5KernelOperator(result, f"{kind}_test")
     diag = None
     if with_variance and f"{kind}_test_diag" in names:
@@ -104,95 +116,106 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 out[ridge] = {"error": str(exc)}
                 continue
             alpha = solve_with_factor(chol, y)
+            held_out = loo_predictions(chol, alpha, y)
             var = None if diag is None else _variance(diag, test_op, chol)
             del chol
-            out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": var}
+            out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": var,
+                          "held_out": held_out}
         return out
     op = H5KernelOperator(result, kind)
+    folds = min(CV_FOLDS, op.shape[0])
+    fails = (NotPositiveDefiniteError, NotConvergedError)
     try:
-        alphas = solve_cg_ridges(op, y, ridges, kind=kind)
-    except (NotPositiveDefiniteError, NotConvergedError):
-        alphas = {}
+        alphas, held = solve_cg_folds(op, y, ridges, folds, kind=kind)
+    except fails:
+        alphas, held = {}, {}
         for ridge in ridges:  # find out which ridges fail, and solve the others
             try:
-                alphas.update(solve_cg_ridges(op, y, [ridge], kind=kind))
-            except (NotPositiveDefiniteError, NotConvergedError) as exc:
+                a, h = solve_cg_folds(op, y, [ridge], folds, kind=kind)
+                alphas.update(a)
+                held.update(h)
+            except fails as exc:
                 out[ridge] = {"error": str(exc)}
     for ridge, alpha in alphas.items():
-        out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": None}
+        out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": None,
+                      "held_out": held[ridge]}
     return {r: out[r] for r in ridges}
+
+
+def _check_flow(times, n: int, m: int, solver: str, asked: str,
+                available_bytes: Optional[int]) -> None:
+    """Gradient flow needs an eigendecomposition in memory: refuse (exit 2) before any
+    solve when it cannot have one, naming the times and what would work."""
+    shown = ",".join(f"{t:g}" for t in times)
+    if asked == "cg":
+        raise UsageError.naming(f"<<times>> {shown}: gradient-flow predictions need the "
+                                f"eigendecomposition of K(x1, x1) in memory; <<solver>> cg "
+                                f"streams the kernel and has none. Use <<solver>> auto or "
+                                f"cholesky, or drop <<times>>")
+    check_flow_memory(n, m, available_bytes, shown)
 
 
 def predict(run_dir, ridges: Optional[Iterable[float]] = None,
             kinds: Optional[Iterable[str]] = None, solver: str = "auto",
-            available_bytes: Optional[int] = None) -> dict:
+            available_bytes: Optional[int] = None,
+            times: Optional[Iterable[float]] = None) -> PredictResult:
     """Kernel regression with every requested kind and ridge on the run in ``run_dir``.
 
-    Returns ``{"run_dir", "n_train", "n_test", "classes", "solver", "ridge_convention",
-    "predictions", "results": [{"kind", "ridge", "accuracy", "mse", "error"}, ...]}``
-    (accuracy and MSE on the test set when it has labels, else None; ``error``
-    names a ridge at which the kernel is not positive definite). Raises
+    ``ridges``: the sweep (default ``DEFAULT_RIDGES``), ``ridge * trace(K)/n`` on the
+    diagonal; each kind's ridge is chosen by its held-out score on the training set
+    (``PredictResult.selected``). ``times``: also the gradient-flow ensemble at those
+    training times (neural-tangents' ``t`` with learning rate 1; ``inf`` allowed),
+    every ridge. Test accuracy and MSE are ``None`` without test labels. Raises
     ``NotPositiveDefiniteError`` when no ridge of any kind could be solved.
     """
     ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
+    times = () if times is None else check_times(times)
     store = RunStore.open(run_dir)
     names, have, labels, test_labels = _check_run(store, run_dir)
     kinds = _kinds(kinds, have, run_dir)
     n = int(labels.shape[0])
+    m = H5KernelOperator(store.result_path, f"{kinds[0]}_test").shape[0]
+    asked = solver
     solver = choose_solver(n, solver, available_bytes)
+    if times:
+        _check_flow(times, n, m, solver, asked, available_bytes)
     classes = int(max(labels.max(), -1 if test_labels is None else test_labels.max())) + 1
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
-    rows, solved = [], {}
+    rows, choices, solved, flows = [], [], {}, {}
     for kind in kinds:
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
                                    with_variance=kind == "nngp", names=names)
+        scores = {}
         for ridge, res in solved[kind].items():
-            row = {"kind": kind, "ridge": ridge, "accuracy": None, "mse": None,
-                   "error": res.get("error")}
-            if "mean" in res and test_labels is not None:
-                row["accuracy"] = accuracy(res["mean"], test_labels)
-                row["mse"] = mse(res["mean"], y_test)
-            rows.append(row)
-    if all(r["error"] for r in rows):
-        raise NotPositiveDefiniteError(rows[-1]["error"])
-    path = _write(store.run_dir / PREDICTIONS, solved, ridges, rows, solver)
-    m = H5KernelOperator(store.result_path, f"{kinds[0]}_test").shape[0]
-    return {"run_dir": str(store.run_dir), "n_train": n, "n_test": m, "classes": classes,
-            "solver": solver, "solve_bytes": solve_memory_bytes(n),
-            "ridge_convention": "ridge * trace(K) / n added to the diagonal",
-            "predictions": str(path), "results": rows}
+            row = {"kind": kind, "ridge": ridge, "error": res.get("error")}
+            if "mean" in res:
+                scores[ridge] = held_out_scores(res["held_out"], labels, y)
+                row.update(loo_accuracy=scores[ridge]["accuracy"],
+                           loo_mse=scores[ridge]["mse"])
+                if test_labels is not None:
+                    row.update(accuracy=accuracy(res["mean"], test_labels),
+                               mse=mse(res["mean"], y_test))
+            rows.append(PredictRow(**row))
+        choices.append(_choice(kind, choose_ridge(scores, ridges), rows))
+        if times:
+            flows[kind] = flow_kind(store.result_path, kind, y, ridges, times, names)
+    if all(r.error for r in rows):
+        raise NotPositiveDefiniteError(rows[-1].error)
+    flow = flow_rows(flows, ridges, times, test_labels, y_test)
+    selection = ("leave-one-out" if solver == "cholesky"
+                 else f"{min(CV_FOLDS, n)}-fold cross-validation")
+    path = write_predictions(store.run_dir / PREDICTIONS, solved, ridges, rows, choices,
+                             solver, selection, times, flows)
+    return PredictResult(
+        run_dir=str(store.run_dir), n_train=n, n_test=m, classes=classes, solver=solver,
+        solve_bytes=solve_memory_bytes(n), ridge_convention=RIDGE_CONVENTION,
+        predictions=str(path), selection=selection, results=tuple(rows),
+        selected=tuple(choices), times=times, flow=tuple(flow))
 
 
-def _write(path: Path, solved: dict, ridges, rows, solver: str) -> Path:
-    """``predictions.h5``: per kind ``<kind>/mean`` (R, m, C), ``<kind>/variance``
-    (R, m) when computed, ``<kind>/accuracy`` and ``<kind>/mse`` (R,); NaN where a
-    ridge failed. Attributes: ``ridges``, ``solver``, ``ridge_convention``."""
-    with h5_written_whole(path) as f:
-        f.attrs["ridges"] = np.asarray(ridges, dtype=np.float64)
-        f.attrs["solver"] = solver
-        f.attrs["ridge_convention"] = "ridge * trace(K) / n added to the diagonal"
-        for kind, per_ridge in solved.items():
-            shape = next((r["mean"].shape for r in per_ridge.values() if "mean" in r),
-                         None)
-            g = f.create_group(kind)
-            if shape is None:  # every ridge failed for this kind
-                continue
-            mean = np.full((len(ridges),) + shape, np.nan)
-            var = np.full((len(ridges), shape[0]), np.nan)
-            has_var = False
-            for i, ridge in enumerate(ridges):
-                res = per_ridge[ridge]
-                if "mean" in res:
-                    mean[i] = res["mean"]
-                    if res["variance"] is not None:
-                        var[i], has_var = res["variance"], True
-            g.create_dataset("mean", data=mean)
-            if has_var:
-                g.create_dataset("variance", data=var)
-            for metric in ("accuracy", "mse"):
-                vals = [r[metric] for r in rows if r["kind"] == kind]
-                if any(v is not None for v in vals):
-                    g.create_dataset(metric, data=np.asarray(
-                        [math.nan if v is None else v for v in vals]))
-    return path
+def _choice(kind: str, ridge: Optional[float], rows: list) -> PredictChoice:
+    if ridge is None:
+        return PredictChoice(kind, None)
+    row = next(r for r in rows if r.kind == kind and r.ridge == ridge)
+    return PredictChoice(kind, ridge, row.loo_accuracy, row.loo_mse, row.accuracy, row.mse)
