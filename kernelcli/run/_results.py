@@ -95,7 +95,7 @@ class StatusReport:
 @dataclasses.dataclass(frozen=True)
 class EstimateResult:
     """``estimate``: the plan (``plan.to_dict()`` keys), what the process around it needs,
-    and the optional parts: ``solve`` (what ``predict`` will need), ``workers`` (how a job
+    what bound the memory budget (``memory_source``), and the optional parts: ``solve`` (what ``predict`` will need), ``workers`` (how a job
     array divides the work) and ``timing`` (a timed batch, extrapolated)."""
 
     plan: object                 # kernelcli.plan.Plan
@@ -110,6 +110,7 @@ class EstimateResult:
     solve: dict = dataclasses.field(default_factory=dict)
     workers: dict = dataclasses.field(default_factory=dict)
     timing: dict = dataclasses.field(default_factory=dict)
+    memory_source: str = "compute.memory"  # "MemAvailable", "cgroup <folder>" or this
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -119,7 +120,8 @@ class EstimateResult:
                    stats_bytes=self.stats_bytes,
                    cov_elements_per_pair=self.cov_elements_per_pair,
                    stats_peak_bytes=self.stats_peak_bytes,
-                   process_peak_bytes_estimate=self.process_peak_bytes_estimate)
+                   process_peak_bytes_estimate=self.process_peak_bytes_estimate,
+                   memory_source=self.memory_source)
         out.update(self.workers)
         out.update(self.timing)
         return out
