@@ -170,6 +170,11 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
                     repaired.append(str(exc))
                 except DiskFullError as exc:
                     raise _disk_full(store, job.plan, exc, shard) from None
+                except ComputeError as exc:  # a tile gone while it was read
+                    if isinstance(exc, Interrupted) or not _assembled_elsewhere(store):
+                        raise
+                    path, missing = store.result_path, 0
+                    break
             if path is not None and not job.cfg.output.keep_tiles:
                 removed = remove_verified_tiles(store, job.plan).tiles_removed
         except Interrupted as exc:
@@ -181,6 +186,13 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
                      repaired=tuple(repaired), resumed=resumed,
                      shard=None if shard is None else tuple(shard), shard_blocks=len(blocks),
                      tiles_removed=removed)
+
+
+def _assembled_elsewhere(store: RunStore) -> bool:
+    """Whether another process of a job array assembled ``kernels.h5`` and removed the
+    tiles (``output.keep_tiles: false``) while this one read them to assemble too."""
+    return (store.tiles_removed is not None and store.finished
+            and store.result_problem() is None)
 
 
 def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskFullError:
