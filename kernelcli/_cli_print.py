@@ -49,7 +49,7 @@ def report_repairs(out) -> None:
 def memory_source_text(source: str) -> str:
     """What bound the memory budget, in words (``memory_source`` of a plan)."""
     if source == "MemAvailable":
-        return "MemAvailable of /proc/meminfo (no tighter cgroup limit), less headroom"
+        return "MemAvailable (no tighter cgroup limit), less headroom"
     if source.startswith("cgroup "):
         return f"{source} (its limit less its usage, below MemAvailable), less headroom"
     return "compute.memory of the configuration"
@@ -68,8 +68,8 @@ def print_run_summary(summary: dict) -> None:
         f"{summary['pairs_total']:,} pair evaluations in {summary['blocks_total']:,} "
         f"blocks of edge {summary['block']:,}, {summary['pair_batch']:,} pairs per call",
         f"  memory: peak {format_size(summary['peak_bytes_per_device'])} per device of a "
-        f"budget of {format_size(summary['memory_budget_bytes'])} "
-        f"({memory_source_text(summary['memory_source'])})",
+        f"budget of {format_size(summary['memory_budget_bytes'])} from "
+        f"{memory_source_text(summary['memory_source'])}",
     ]
     for line in lines:
         click.echo(line, err=True)

@@ -105,8 +105,8 @@ def test_verbose_prints_the_devices_and_the_plan_before_the_first_tile(project, 
                         f"blocks of edge {BLOCK}, " + lines[1].split(f"edge {BLOCK}, ")[1])
     assert lines[1].endswith(" pairs per call")
     assert lines[2].startswith("  memory: peak ")
-    assert lines[2].endswith("per device of a budget of 1 GiB (compute.memory of the "
-                             "configuration)")
+    assert lines[2].endswith("per device of a budget of 1 GiB from compute.memory of the "
+                             "configuration")
     assert lines[3].startswith("conv [")
 
 
