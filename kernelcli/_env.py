@@ -29,6 +29,7 @@ VARIABLES = {
     FUSION_EMITTERS: "kernelcli/kernels/_xla.py",
     "HDF5_EXTFILE_PREFIX": "kernelcli/data/_h5.py",
     "HDF5_VDS_PREFIX": "kernelcli/data/_h5.py",
+    "TF_CPP_MIN_LOG_LEVEL": "kernelcli/_cli_base.py",
 }
 
 

@@ -18,6 +18,9 @@ class ProgressPrinter:
 
     On a terminal it redraws one line (at most 5 times a second); otherwise it
     prints a line each time another ``step`` percent is done, so logs stay short.
+    The first line also says where the run computes (``on 2 cpu devices``), so a log
+    shows whether a job got the accelerator it asked for; it is ended with a newline
+    on a terminal too, to stay visible above the redrawn line.
     """
 
     def __init__(self, name: str, stream=None, step: float = 5.0):
@@ -27,6 +30,7 @@ class ProgressPrinter:
         self.step = step
         self._last_draw = 0.0
         self._last_pct = -1.0
+        self._first = True
 
     def line(self, p) -> str:
         pct = 100.0 * p.pairs_done / max(p.pairs_total, 1)
@@ -43,7 +47,13 @@ class ProgressPrinter:
     def __call__(self, p) -> None:
         pct = 100.0 * p.pairs_done / max(p.pairs_total, 1)
         finished = p.pairs_done >= p.pairs_total
-        if self.tty:
+        if self._first:
+            self._first = False
+            self._last_draw = time.monotonic()
+            self._last_pct = pct - pct % self.step
+            self.stream.write(self.line(p) + where(p) + "\n")
+            self.stream.flush()
+        elif self.tty:
             now = time.monotonic()
             if finished or now - self._last_draw >= 0.2:
                 self._last_draw = now
@@ -53,3 +63,11 @@ class ProgressPrinter:
             self._last_pct = pct - pct % self.step
             self.stream.write(self.line(p) + "\n")
             self.stream.flush()
+
+
+def where(p) -> str:
+    """``"  on 2 cpu devices"`` from a Progress that knows its devices, else ``""``."""
+    n, platform = getattr(p, "devices", 0), getattr(p, "platform", "")
+    if not n:
+        return ""
+    return f"  on {n} {platform} device{'' if n == 1 else 's'}"

@@ -1,7 +1,8 @@
 """The ``kernelcli`` command: a thin layer over :mod:`kernelcli.run`.
 
 Each command parses its options, calls one library function and prints the
-result. Library errors (:class:`kernelcli.errors.KernelcliError`) become one
+result (the text forms are in :mod:`kernelcli._cli_print`, the group's handling of
+signals, exit status and ``-v`` in :mod:`kernelcli._cli_base`). Library errors (:class:`kernelcli.errors.KernelcliError`) become one
 ``Error: ...`` line on stderr and the exit status the error carries (2 for a
 user's mistake, 1 otherwise); a mistake never prints a traceback.
 """
@@ -14,9 +15,10 @@ import sys
 
 import click
 
-from . import __version__
+from . import __version__, _cli_print
+from ._cli_base import Main, count_verbose, fail, verbose_option, verbosity, VERBOSE_HELP
 from .errors import KernelcliError
-from .spec import EXECUTORS, format_size
+from .spec import EXECUTORS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -32,20 +34,12 @@ def _flag(argument: str) -> str:
     return FLAGS.get(argument, f"{argument}=")
 
 
-def _fail(message: str, code: int) -> None:
-    from . import _interrupt
-
-    _interrupt.final(code)  # a signal from now on exits at once, with no second line
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(code)
-
-
 def _run(fn, *args, for_run=None, **kwargs):
     """Call ``fn``; turn kernelcli errors, signals and resource failures into exit codes.
 
-    SIGINT / SIGTERM (recorded by the handlers of :class:`_Main`) stop the library at
-    its next safe point with :class:`~kernelcli.errors.Interrupted` (exit 130 / 143).
-    A signal that came after the last safe point still fails the command: exit 128 +
+    SIGINT / SIGTERM (recorded by the handlers of :class:`~kernelcli._cli_base.Main`) stop
+    the library at its next safe point with :class:`~kernelcli.errors.Interrupted` (exit
+    130 / 143). A signal that came after the last safe point still fails the command: exit 128 +
     signum, saying that the result is complete when it is (or, given ``for_run``, how
     to resume that run); never exit 0 after a signal. Errors naming a library argument
     name this command line's flag (:data:`FLAGS`).
@@ -55,12 +49,12 @@ def _run(fn, *args, for_run=None, **kwargs):
     try:
         out = fn(*args, **kwargs)
     except KernelcliError as exc:  # Interrupted included: its exit code is 128 + signum
-        _fail(exc.render(_flag), exc.exit_code)
+        fail(exc.render(_flag), exc.exit_code)
     except KeyboardInterrupt:  # raised by code of the caller's (the handlers never raise)
         signum = _interrupt.requested() or signal.SIGINT
-        _fail(_interrupt.message(signum, *_interrupt.current_run()), 128 + signum)
+        fail(_interrupt.message(signum, *_interrupt.current_run()), 128 + signum)
     except MemoryError:
-        _fail("out of memory; lower `compute.memory` in the configuration", 1)
+        fail("out of memory; lower `compute.memory` in the configuration", 1)
     from .run import RunResult
 
     signum = _interrupt.requested()
@@ -76,48 +70,8 @@ def _run(fn, *args, for_run=None, **kwargs):
             text = _interrupt.message(signum, for_run)  # a run exists: resume it
         else:
             text = _interrupt.message(signum)
-        _fail(text, 128 + signum)
+        fail(text, 128 + signum)
     return out
-
-
-class _Main(click.Group):
-    """The ``kernelcli`` group: installs the SIGINT/SIGTERM handlers first thing (they
-    only record the signal; see :mod:`kernelcli._interrupt`) and never exits 0 once a
-    signal came, up to the process's very end.
-
-    Run as the console script (``main()`` without arguments) the process ends with
-    :func:`kernelcli._interrupt.exit_process`; called in-process (``CliRunner``, with
-    arguments) the handlers are put back afterwards and ``SystemExit`` propagates.
-    """
-
-    def main(self, *args, **kwargs):
-        from . import _interrupt
-
-        in_process = bool(args or kwargs)
-        saved = _interrupt.install()
-        try:
-            try:
-                rv = super().main(*args, **kwargs)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-                if exc.code is not None and not isinstance(exc.code, int):
-                    click.echo(exc.code, err=True)  # sys.exit("text"), as Python would
-            else:
-                if in_process:  # standalone_mode=False
-                    return rv
-                code = 0
-            signum = _interrupt.final(code)
-            if code == 0 and signum is not None:  # e.g. --help, or a command without _run
-                code = 128 + signum
-                _interrupt.final(code)
-                click.echo(f"Error: {_interrupt.message(signum, *_interrupt.current_run())}",
-                           err=True)
-            if in_process:
-                sys.exit(code)
-        finally:
-            if in_process:
-                _interrupt.uninstall(saved)
-        _interrupt.exit_process(code)
 
 
 def _progress(name: str, quiet: bool, shard=None):
@@ -160,33 +114,13 @@ def _executor_options(fn):
     return fn
 
 
-def _report(out, run_dir, quiet: bool, finished_text: str) -> None:
-    """What compute/resume print at the end (on stderr), from their RunResult."""
-    if out.already_finished:
-        click.echo(finished_text.format(result=out.result), err=True)
-    elif quiet:
-        return
-    elif out.result is None:
-        i, n = out.shard
-        click.echo(f"shard {i}/{n}: its {out.shard_blocks} tiles are done; "
-                   f"{out.blocks_missing} of the run's {out.blocks_total} tiles are "
-                   f"still missing (other shards). The last shard to finish assembles the "
-                   f"result; or run `kernelcli assemble {run_dir}` once all are done",
-                   err=True)
-    else:
-        click.echo(f"wrote {out.result}", err=True)
+_JSON_HELP = "Print one JSON object on stdout."
 
 
-def _report_repairs(out) -> None:
-    """Files that failed verification and were recomputed (always shown: it means the
-    disk or something else damaged a run file)."""
-    for line in out.repaired:
-        click.echo(f"Warning: {line.split('; moved to')[0]}; it was moved to quarantine and "
-                   f"computed again", err=True)
-
-
-@click.group(cls=_Main, context_settings=CONTEXT)
+@click.group(cls=Main, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="kernelcli")
+@click.option("-v", "--verbose", count=True, expose_value=False, callback=count_verbose,
+              help=VERBOSE_HELP + " Counted with a command's own -v.")
 def main():
     """Infinite-width NNGP and NTK kernel matrices of convolutional networks, for whole
     image data sets, computed in tiles that fit memory and survive interruption.
@@ -202,6 +136,7 @@ def main():
     Many machines (README.md, "Beyond one machine"):
       kernelcli compute CONFIG --shard I/N      # process I (0-based) of a job array of N
       kernelcli assemble RUN_DIR                # the result, once every tile exists
+      kernelcli clean RUN_DIR                   # drop the tiles once kernels.h5 verifies
       kernelcli compute CONFIG --executor ray --address HEAD:6379   # tiles as Ray tasks
 
     The configuration format is described in README.md (Configuration).
@@ -227,8 +162,10 @@ def main():
 @click.option("--overwrite", is_flag=True,
               help="Replace a run of another configuration (or a finished one) in the run directory.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @_executor_options
-def compute(config, run_dir, overwrite, quiet, shard, executor, address):
+@verbose_option
+def compute(config, run_dir, overwrite, quiet, as_json, shard, executor, address):
     """Compute the kernels that CONFIG (a YAML file) describes.
 
     Writes RUN_DIR/kernels.h5 with one (N1, N2) dataset per kind ("nngp", "ntk").
@@ -245,17 +182,19 @@ def compute(config, run_dir, overwrite, quiet, shard, executor, address):
     cfg = _run(load_config, config)  # once: the library is given it
     out = _run(run_compute, cfg, run_dir=run_dir, overwrite=overwrite,
                progress=_progress(cfg.name, quiet, shard), shard=shard,
-               executor=executor and executor.lower(), address=address)
-    _report_repairs(out)
-    _report(out, run_dir or cfg.output.run_dir, quiet,
-            "{result} is already complete; use --overwrite to recompute it")
+               executor=executor and executor.lower(), address=address,
+               on_start=_on_start(quiet))
+    _report_run(out, run_dir or cfg.output.run_dir, quiet, as_json,
+                "{result} is already complete; use --overwrite to recompute it")
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @_executor_options
-def resume(run_dir, quiet, shard, executor, address):
+@verbose_option
+def resume(run_dir, quiet, as_json, shard, executor, address):
     """Continue the interrupted run in RUN_DIR where it stopped.
 
     Only missing tiles are computed; the result is bit-identical to an
@@ -268,45 +207,66 @@ def resume(run_dir, quiet, shard, executor, address):
     loaded = _run(load_run_config, run_dir, for_run=run_dir)
     out = _run(run_resume, run_dir, progress=_progress(loaded[1].name, quiet, shard),
                shard=shard, executor=executor and executor.lower(), address=address,
-               loaded=loaded)
-    _report_repairs(out)
-    _report(out, run_dir, quiet, "{result} is already complete")
+               loaded=loaded, on_start=_on_start(quiet))
+    _report_run(out, run_dir, quiet, as_json, "{result} is already complete")
+
+
+def _on_start(quiet: bool):
+    """At -v, what compute and resume print once the run is planned."""
+    return None if quiet or verbosity() < 1 else _cli_print.print_run_summary
+
+
+def _report_run(out, run_dir, quiet: bool, as_json: bool, finished_text: str) -> None:
+    _cli_print.report_repairs(out)
+    _cli_print.report_run(out, run_dir, quiet, finished_text)
+    if as_json:
+        click.echo(json.dumps(out.to_dict(), sort_keys=True))
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def assemble(run_dir, quiet):
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+def assemble(run_dir, quiet, as_json):
     """Build RUN_DIR/kernels.h5 from the tiles once every tile exists.
 
     Needed only when no process did it (the shard of a job array that finds every
     tile done assembles by itself). Exit status 1, saying how many tiles are
-    missing, when the run is not complete. Needs neither the data nor JAX.
+    missing, when the run is not complete. A kernels.h5 that exists is verified
+    again (and rebuilt from the tiles when it fails). Needs neither the data nor JAX.
     """
     from .run import assemble as run_assemble
 
     out = _run(run_assemble, run_dir)
     if out.already_finished:
-        click.echo(f"{out.result} is already complete", err=True)
+        click.echo(f"{out.result} is already complete (verified)", err=True)
     elif not quiet:
         click.echo(f"wrote {out.result}", err=True)
+    if as_json:
+        click.echo(json.dumps(out.to_dict(), sort_keys=True))
 
 
-_ESTIMATE_ROWS = (
-    ("n1", "N1 (rows)", "{:,}"),
-    ("n2", "N2 (columns)", "{:,}"),
-    ("n_test", "test rows (K(test, x1))", "{:,}"),
-    ("pairs_total", "pair evaluations", "{:,}"),
-    ("blocks_total", "blocks (tiles)", "{:,}"),
-    ("block", "block edge", "{:,}"),
-    ("pair_batch", "pair batch", "{:,}"),
-    ("devices", "devices", "{}"),
-    ("peak_bytes_per_device", "peak memory per device", "size"),
-    ("memory_budget_bytes", "memory budget per device", "size"),
-    ("process_peak_bytes_estimate", "peak memory of the process", "size"),
-    ("untiled_peak_bytes", "one untiled call would need", "size"),
-    ("output_bytes", "result on disk", "size"),
-)
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+def clean(run_dir, quiet, as_json):
+    """Delete the tiles of the finished run in RUN_DIR, once kernels.h5 verifies.
+
+    The tiles are a second copy of the result, kept so that a damaged kernels.h5
+    can be assembled again without computing. kernels.h5 is checked as `kernelcli
+    verify` checks it (checksums, run identity, shapes, finite values, symmetry)
+    first; when it does not exist or does not verify, nothing is deleted (exit
+    status 1). Only tile files are deleted, and only inside RUN_DIR. Needs neither
+    the data nor JAX.
+    """
+    from .run import clean as run_clean
+
+    out = _run(run_clean, run_dir)
+    if as_json:
+        click.echo(json.dumps(out.to_dict(), sort_keys=True))
+    elif not quiet:
+        _cli_print.print_clean(out)
 
 
 @main.command()
@@ -319,55 +279,24 @@ _ESTIMATE_ROWS = (
 @click.option("--workers", type=click.IntRange(min=1), metavar="W",
               help="Also show how the work divides over W processes (--shard I/N): the most "
                    "loaded one's pair evaluations and, with --time, its wall time.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+@verbose_option
 def estimate(config, memory, run_time, workers, as_json):
     """Show the plan for CONFIG before anything runs: sizes, blocks, pair batch,
     peak memory per device against the budget, and what one untiled call would need.
 
-    The peak comes from XLA's own memory analysis of the compiled kernel call.
+    The peak comes from XLA's own memory analysis of the compiled kernel call. With
+    compute.memory: auto the budget is what this process can still take: the host's
+    MemAvailable or, when tighter, its cgroup's limit less its usage (a scheduler's
+    memory limit); the output says which.
     """
     from .run import estimate as run_estimate
 
     out = _run(run_estimate, config, run_time=run_time, workers=workers).to_dict()
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
-        return
-    click.echo(f"plan for {out['name']} ({', '.join(out['kinds'])}, {out['dtype']}, "
-               f"{out['platform']})")
-    for key, label, fmt in _ESTIMATE_ROWS:
-        value = out[key]
-        if key == "n_test" and not value:
-            continue
-        text = format_size(value) if fmt == "size" else fmt.format(value)
-        click.echo(f"  {label:<30} {text}")
-    if "solve_bytes" in out:
-        fits = out["solver"] == "cholesky"
-        click.echo(f"  {'predict: Cholesky solve needs':<30} {format_size(out['solve_bytes'])} "
-                   f"(float64 kernel + factor; {format_size(out['solve_available_bytes'])} "
-                   f"available: {'fits' if fits else 'does not fit, predict will use --solver cg'})")
-    if "workers" in out:
-        w = out["workers"]
-        click.echo(f"  {'workers':<30} {w}")
-        click.echo(f"  {'pairs of the busiest worker':<30} {out['worker_pairs_max']:,} "
-                   f"({out['worker_balance']:.2f}x an even share)")
-    if "seconds_estimate" in out:
-        click.echo(f"  {'time per pair':<30} {out['seconds_per_pair'] * 1e3:.3f} ms")
-        click.echo(f"  {'estimated wall time':<30} {_hms(out['seconds_estimate'])}")
-        parts = ", ".join(f"{name} {_hms(out[key])}" for name, key in (
-            ("start-up", "startup_seconds"), ("compiling", "compile_seconds"),
-            ("per-input pass", "stats_seconds"), ("pairs", "pairs_seconds"),
-            ("writing", "writes_seconds")))
-        click.echo(f"  {'  of which':<30} {parts}")
-        click.echo(f"  {'':<30} (a repeated run with the compilation cache skips compiling)")
-    if "seconds_estimate_workers" in out:
-        label = f"wall time on {out['workers']} workers"
-        click.echo(f"  {label:<30} {_hms(out['seconds_estimate_workers'])}")
-
-
-def _hms(seconds: float) -> str:
-    from ._progress import format_duration
-
-    return format_duration(seconds)
+    else:
+        _cli_print.print_estimate(out)
 
 
 def _numbers(example: str):
@@ -404,14 +333,15 @@ def _numbers(example: str):
               show_default=True,
               help="cholesky: float64 factor in memory (16 N^2 bytes); cg: conjugate "
                    "gradients streaming K from kernels.h5 by row blocks; auto: Cholesky "
-                   "when it fits in the available memory.")
+                   "when it fits in the available memory (MemAvailable, or the cgroup's "
+                   "limit less its usage when tighter).")
 @click.option("--time", "times", multiple=True, metavar="T[,T...]",
               callback=_numbers("give numbers >= 0 or inf, e.g. --time 1,10,inf"),
               help="Also the gradient-flow ensemble after training time(s) T on the MSE "
                    "loss (neural-tangents' gradient_descent_mse_ensemble: t x learning "
                    "rate; inf: the ridge solution), every ridge; mean and variance. Needs "
                    "an eigendecomposition in memory (not --solver cg).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 def predict(run_dir, ridges, kinds, solver, times, as_json):
     """Kernel regression on a finished run: the NNGP posterior mean and the NTK's
     infinite-time gradient-descent prediction for the test set, per ridge.
@@ -444,7 +374,7 @@ def predict(run_dir, ridges, kinds, solver, times, as_json):
 @click.option("--shards", type=click.IntRange(min=1), metavar="N",
               help="Count per shard of a job array of N processes (default: the N that "
                    "--shard processes recorded in RUN_DIR/shards/).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 def status(run_dir, shards, as_json):
     """Show how far the run in RUN_DIR has got (from its completed tiles, whichever
     process or machine wrote them; per shard for a job array)."""
@@ -453,32 +383,13 @@ def status(run_dir, shards, as_json):
     report = _run(run_status, run_dir, shards=shards)
     if as_json:
         click.echo(json.dumps(report.to_dict(), sort_keys=True))
-        return
-    pct = 100.0 * report.pairs_done / max(report.pairs_total, 1)
-    state = "finished" if report.finished else "not finished"
-    click.echo(f"{report.name}: {state}, {pct:.1f}% of pairs "
-               f"({report.pairs_done:,}/{report.pairs_total:,}), "
-               f"blocks {report.blocks_done}/{report.blocks_total}")
-    if report.shards and not any(row.started for row in report.shards):
-        n = report.shards[0].count
-        click.echo(f"  no process of a {n}-process job array (--shard I/{n}) has run here; "
-                   f"how the run's tiles divide over {n}:")
-    for row in report.shards:
-        pct = 100.0 * row.pairs_done / row.pairs_total if row.pairs_total else 100.0
-        note = "done" if row.finished else ("running or stopped" if row.started
-                                            else "not started")
-        click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
-                   f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
-                   f"{row.blocks_done}/{row.blocks_total}, {note}")
-    if report.finished:
-        click.echo(f"result: {report.result}")
-    elif report.result_problem:
-        click.echo(f"result: {report.result_problem}")
+    else:
+        _cli_print.print_status(report)
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 def verify(run_dir, as_json):
     """Check that RUN_DIR holds exactly what an uninterrupted run writes.
 
@@ -494,12 +405,7 @@ def verify(run_dir, as_json):
     report = _run(run_verify, run_dir)
     if as_json:
         click.echo(json.dumps(report.to_dict(), sort_keys=True))
-    elif report.ok:
-        click.echo(f"{run_dir}: verified: manifest, {report.tiles_present:,} of "
-                   f"{report.tiles_total:,} tiles and kernels.h5")
     else:
-        for problem in report.problems:
-            click.echo(f"Error: {problem}", err=True)
-        click.echo(f"then run: {report.next_step}", err=True)
+        _cli_print.print_verify(report, run_dir)
     if not report.ok:
         sys.exit(1)

@@ -63,7 +63,8 @@ def images(n: int, h: int = 6, w: int = 6, c: int = 2, seed: int = 0,
 def write_config(folder: Path, name: str = "cfg", *, x1="x.npy", key=None, x2=None,
                  x2_key=None, layout=None, limit=None, layers=None, parameterization=None,
                  kinds=None, dtype=None, compute: Optional[dict] = None,
-                 run_dir="run", run_name: Optional[str] = None) -> Path:
+                 run_dir="run", run_name: Optional[str] = None,
+                 keep_tiles: Optional[bool] = None) -> Path:
     """Write ``folder/<name>.yaml`` and return its path. ``None`` leaves a key out."""
     data = {"x1": str(x1)}
     for k, v in (("key", key), ("x2", x2), ("x2_key", x2_key), ("layout", layout),
@@ -85,6 +86,8 @@ def write_config(folder: Path, name: str = "cfg", *, x1="x.npy", key=None, x2=No
         doc["compute"] = dict(compute)
     if run_dir is not None:
         doc["output"] = {"run_dir": str(run_dir)}
+    if keep_tiles is not None:
+        doc.setdefault("output", {})["keep_tiles"] = keep_tiles
     path = Path(folder) / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -142,7 +142,8 @@ def edit_manifest(run, change, rechecksum=False):
     (run / "manifest.json").write_text(json.dumps(m, sort_keys=True, indent=2) + "\n")
 
 
-@pytest.mark.parametrize("command", ["resume", "assemble", "status", "verify", "predict"])
+@pytest.mark.parametrize("command", ["resume", "assemble", "status", "verify", "predict",
+                                     "clean"])
 def test_an_edited_manifest_is_refused_by_every_command(run, command):
     (run / "kernels.h5").unlink()
     edit_manifest(run, lambda m: m.update(config_text=m["config_text"].replace("1.0", "1.1")))
@@ -157,7 +158,7 @@ def test_an_edited_manifest_is_refused_by_every_command(run, command):
 def test_an_edited_manifest_with_a_fresh_checksum_is_still_refused(run):
     edit_manifest(run, lambda m: m.update(config_text=m["config_text"].replace("1.0", "1.1")),
                   rechecksum=True)
-    for command in ("resume", "assemble", "verify"):
+    for command in ("resume", "assemble", "verify", "clean"):
         result = invoke(command, run)
         assert result.exit_code == 2
         assert "does not have the fingerprint it was recorded with" in error_line(result)

@@ -1,17 +1,19 @@
 """The executor: run configurations through the engine into a resumable store."""
 
-from ._api import assemble, compute, load_run_config, resume, status
+from ._api import assemble, compute, load_run_config, resume, run_summary, status
+from ._clean import clean
 from ._devices import configure_host_devices
 from ._estimate import estimate
 from ._executor import Progress
 from ._matrix import kernel_matrix
 from ._predict import predict
-from ._results import (EstimateResult, FlowRow, PredictChoice, PredictResult, PredictRow,
-                       RunResult, ShardProgress, StatusReport)
+from ._results import (CleanResult, EstimateResult, FlowRow, PredictChoice, PredictResult,
+                       PredictRow, RunResult, ShardProgress, StatusReport)
 from ._shards import parse_shard
 from ._verify import VerifyReport, verify
 
-__all__ = ["assemble", "compute", "configure_host_devices", "estimate", "EstimateResult",
-           "FlowRow", "kernel_matrix", "load_run_config", "parse_shard", "predict",
-           "PredictChoice", "PredictResult", "PredictRow", "Progress", "resume", "RunResult",
-           "ShardProgress", "status", "StatusReport", "VerifyReport", "verify"]
+__all__ = ["assemble", "clean", "CleanResult", "compute", "configure_host_devices", "estimate",
+           "EstimateResult", "FlowRow", "kernel_matrix", "load_run_config", "parse_shard",
+           "predict", "PredictChoice", "PredictResult", "PredictRow", "Progress", "resume",
+           "RunResult", "run_summary", "ShardProgress", "status", "StatusReport",
+           "VerifyReport", "verify"]

@@ -15,9 +15,10 @@ from typing import Callable, Optional, Union
 
 from ..errors import (ComputeError, DamagedFileError, DiskFullError, QuarantinedError,
                       RunDirError, UsageError)
-from ..spec import EXECUTORS, OutputSpec, RunConfig, load_config, parse_config
+from ..spec import EXECUTORS, RunConfig, load_config, parse_config
 from ..store import RunStore
 from ._executor import Progress, execute, interrupted_error
+from ._clean import remove_verified_tiles
 from ._job import Job, adopts, config_fingerprint, prepare_run, side_files
 from ._manifest import check_manifest, plan_from_manifest, result_attrs
 from ._results import RunResult
@@ -25,7 +26,7 @@ from ._shards import shard_blocks, shard_label
 from ._status import shard_counts, status
 
 __all__ = ["assemble", "compute", "load_run_config", "plan_from_manifest", "result_attrs",
-           "resume", "status"]
+           "resume", "run_summary", "status"]
 
 Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 
@@ -33,7 +34,8 @@ Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 def _with_run_dir(cfg: RunConfig, run_dir) -> RunConfig:
     if run_dir is None:
         return cfg
-    return dataclasses.replace(cfg, output=OutputSpec(Path(run_dir)))
+    return dataclasses.replace(cfg, output=dataclasses.replace(cfg.output,
+                                                            run_dir=Path(run_dir)))
 
 
 def _with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[str]) -> RunConfig:
@@ -117,11 +119,22 @@ def _verified_result(store: RunStore) -> Optional[str]:
     return None
 
 
-def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) -> RunResult:
+def run_summary(job: Job) -> dict:
+    """What a run is about to do: the plan (``Plan.to_dict()`` keys), the devices'
+    ``platform``, the ``executor`` and what bound the memory budget
+    (``memory_source``); given to the ``on_start`` callback of :func:`compute` and
+    :func:`resume` before the first tile."""
+    return dict(job.plan.to_dict(), name=job.cfg.name, platform=job.devices[0].platform,
+                executor=job.cfg.compute.executor, memory_source=job.memory_source)
+
+
+def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
+            on_start=None) -> RunResult:
     """Compute this process's missing tiles, then assemble if the run is complete.
 
     Tiles (or a test diagonal) that fail verification at assembly are in quarantine
-    by then: they are computed once more and assembly tried again.
+    by then: they are computed once more and assembly tried again. With
+    ``output.keep_tiles: false`` the tiles are deleted once ``kernels.h5`` verifies.
 
     A signal's requested stop (:mod:`kernelcli._interrupt`, checked at the executors'
     safe points and before assembling) or a KeyboardInterrupt (a caller without the
@@ -132,10 +145,14 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) ->
     from ..errors import Interrupted
 
     blocks = shard_blocks(job.plan.blocks, shard)
-    todo, repaired = blocks, []
+    todo, repaired, removed = blocks, [], 0
+    if on_start is not None:
+        on_start(run_summary(job))
     with _interrupt.where(store.run_dir, shard):
         try:
             _interrupt.check()
+            if store.tiles_removed is not None:  # the result is gone: tiles are computed again
+                store.forget_tiles_removed()
             if shard is not None:
                 store.mark_shard(shard[0], shard[1], {
                     "blocks": len(blocks), "pairs": sum(b.n_pairs for b in blocks)})
@@ -153,6 +170,13 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) ->
                     repaired.append(str(exc))
                 except DiskFullError as exc:
                     raise _disk_full(store, job.plan, exc, shard) from None
+                except ComputeError as exc:  # a tile gone while it was read
+                    if isinstance(exc, Interrupted) or not _assembled_elsewhere(store):
+                        raise
+                    path, missing = store.result_path, 0
+                    break
+            if path is not None and not job.cfg.output.keep_tiles:
+                removed = remove_verified_tiles(store, job.plan).tiles_removed
         except Interrupted as exc:
             raise interrupted_error(store.run_dir, shard, exc.signum) from None
         except KeyboardInterrupt:
@@ -160,7 +184,15 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) ->
     return RunResult(result=None if path is None else str(path), assembled=path is not None,
                      blocks_missing=missing, blocks_total=job.plan.blocks_total,
                      repaired=tuple(repaired), resumed=resumed,
-                     shard=None if shard is None else tuple(shard), shard_blocks=len(blocks))
+                     shard=None if shard is None else tuple(shard), shard_blocks=len(blocks),
+                     tiles_removed=removed)
+
+
+def _assembled_elsewhere(store: RunStore) -> bool:
+    """Whether another process of a job array assembled ``kernels.h5`` and removed the
+    tiles (``output.keep_tiles: false``) while this one read them to assemble too."""
+    return (store.tiles_removed is not None and store.finished
+            and store.result_problem() is None)
 
 
 def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskFullError:
@@ -182,9 +214,13 @@ def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskF
 
 def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite: bool = False,
             progress: Optional[Callable[[Progress], None]] = None, shard: Shard = None,
-            executor: Optional[str] = None, address: Optional[str] = None) -> RunResult:
+            executor: Optional[str] = None, address: Optional[str] = None,
+            on_start: Optional[Callable[[dict], None]] = None) -> RunResult:
     """Run (or continue) the configuration ``config`` (a YAML file's path, or one loaded
     with :func:`kernelcli.spec.load_config`).
+
+    ``on_start(summary)`` is called once the run is planned, before its first tile, with
+    :func:`run_summary` (the plan, platform and memory source); not for a finished run.
 
     ``shard = (I, N)`` computes only process I's share of the tiles (a job array of N
     processes writing one run directory). The run directory is created race-free by
@@ -199,24 +235,26 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
         with prepare_run(cfg, None, shard) as job:
             store, created = _create_run(job, overwrite)
             if created or adopts(job, store):
-                return _continue(job, store, progress, shard, resumed=not created)
+                return _continue(job, store, progress, shard, not created, on_start)
         # another process of a job array created the run first, with another plan or
         # fit: continue it as any existing run, with the data fingerprints known now
         fingerprints = job.fingerprints
     else:
         fingerprints = None
     with prepare_run(cfg, store, shard, fingerprints) as job:
-        return _continue(job, store, progress, shard, resumed=True)
+        return _continue(job, store, progress, shard, True, on_start)
 
 
 def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
            shard: Shard = None, executor: Optional[str] = None,
            address: Optional[str] = None, *,
-           loaded: Optional[tuple[RunStore, RunConfig]] = None) -> RunResult:
+           loaded: Optional[tuple[RunStore, RunConfig]] = None,
+           on_start: Optional[Callable[[dict], None]] = None) -> RunResult:
     """Continue the run in ``run_dir`` where it stopped; bit-identical to an uninterrupted run.
 
     ``shard = (I, N)`` continues only process I's share of a job array of N.
     ``loaded``: what :func:`load_run_config` returned for ``run_dir`` (not read again).
+    ``on_start``: as for :func:`compute`.
     """
     store, cfg = loaded if loaded is not None else load_run_config(run_dir)
     cfg = _with_executor(cfg, executor, address)
@@ -225,7 +263,7 @@ def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
     if result is not None:
         return RunResult(result=result, already_finished=True)
     with prepare_run(cfg, store, shard) as job:
-        return _finish(job, store, progress, shard, resumed=True)
+        return _finish(job, store, progress, shard, True, on_start)
 
 
 def _existing_run(cfg: RunConfig) -> Optional[RunStore]:
@@ -254,12 +292,13 @@ def _create_run(job: Job, overwrite: bool) -> tuple[RunStore, bool]:
     return store.create_or_join(job.manifest(), side_files=side_files(job))
 
 
-def _continue(job: Job, store: RunStore, progress, shard: Shard, resumed: bool) -> RunResult:
+def _continue(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
+              on_start=None) -> RunResult:
     """The run's result when it is complete already; else compute what is missing."""
     result = _verified_result(store)
     if result is not None:
         return RunResult(result=result, already_finished=True)
-    return _finish(job, store, progress, shard, resumed)
+    return _finish(job, store, progress, shard, resumed, on_start)
 
 
 def load_run_config(run_dir) -> tuple[RunStore, RunConfig]:
@@ -311,9 +350,16 @@ def assemble(run_dir) -> RunResult:
     store = RunStore.open(run_dir)
     plan = plan_from_manifest(store.manifest, run_dir)
     check_recorded_config(store)
+    existed = store.finished
     result = _verified_result(store)
     if result is not None:
         return RunResult(result=result, already_finished=True, computed=False)
+    if store.tiles_removed is not None:
+        what = "did not verify (it was moved to quarantine/)" if existed else "does not exist"
+        raise ComputeError(
+            f"cannot assemble {store.result_path}: it {what} and the tiles were removed "
+            f"after the run was assembled (`kernelcli clean` or output.keep_tiles: false); "
+            f"compute them again with `kernelcli resume {run_dir}`")
     path, missing = _assemble_if_complete(store, plan)
     if path is None:
         where = ""

@@ -73,7 +73,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
             platform=job.devices[0].platform, stats_bytes=job.stats_bytes,
             cov_elements_per_pair=job.kfn.cov_elements, stats_peak_bytes=stats_peak,
             process_peak_bytes_estimate=process_peak, solve=solve, workers=split,
-            timing=timing)
+            timing=timing, memory_source=job.memory_source)
 
 
 def _solve_memory(n: int) -> dict:

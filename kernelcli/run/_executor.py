@@ -50,6 +50,8 @@ class Progress:
     blocks_total: int
     elapsed: float        # seconds since this process started computing
     pairs_this_run: int   # pairs computed by this process (for the rate)
+    platform: str = ""    # of the local devices computing ("" when not known: Ray)
+    devices: int = 0      # how many of them
 
 
 STATS_ROWS = 1024  # rows of an input read (and passed to the per-input pass) at once
@@ -204,8 +206,9 @@ class LocalBackend:
 class Tally:
     """Progress over a set of blocks, reported through a callback."""
 
-    def __init__(self, blocks, done: set, progress):
+    def __init__(self, blocks, done: set, progress, devices=()):
         self.blocks = list(blocks)
+        self.where = (devices[0].platform, len(devices)) if devices else ("", 0)
         self.progress = progress
         self.pairs_total = sum(b.n_pairs for b in self.blocks)
         self.pairs_done = sum(b.n_pairs for b in self.blocks if b.key in done)
@@ -217,7 +220,7 @@ class Tally:
         if self.progress is not None:
             self.progress(Progress(self.pairs_done, self.pairs_total, self.blocks_done,
                                    len(self.blocks), time.monotonic() - self.t0,
-                                   self.this_run))
+                                   self.this_run, *self.where))
 
     def pairs(self, m: int, computed: bool = True):
         self.pairs_done += m
@@ -254,7 +257,8 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
     appears meanwhile (written by another process of a job array) is skipped."""
     blocks = job.plan.blocks if blocks is None else list(blocks)
     pending, done = pending_blocks(store, blocks)
-    tally = Tally(blocks, done, progress)
+    local = job.cfg.compute.executor != "ray"  # Ray tasks run on the cluster's devices
+    tally = Tally(blocks, done, progress, job.devices if local else ())
     tally.report()
     if not pending and not needs_test_diagonal(job, store):
         return

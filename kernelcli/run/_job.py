@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import __version__, _interrupt
-from .._system import available_ram_bytes
+from .._system import memory_available
 from ..plan import EngineCosts, Plan, auto_budget, plan_run
 from ..errors import RunDirError
 from ..spec import RunConfig
@@ -41,6 +41,9 @@ class Job:
     plan: Plan
     devices: list
     fingerprints: dict
+    # what bound the memory budget: "compute.memory" (given), else what
+    # kernelcli._system.memory_available says ("MemAvailable" or "cgroup <folder>")
+    memory_source: str = "compute.memory"
 
     def close(self) -> None:
         """Close the inputs' files (idempotent)."""
@@ -167,9 +170,10 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess) -> Job:
         kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
                               cfg.kernel.kinds, cfg.kernel.dtype)
         _interrupt.check()
-        budget = cfg.compute.memory
+        budget, source = cfg.compute.memory, "compute.memory"
         if budget is None:
-            budget = auto_budget(available_ram_bytes()) // len(devices)
+            available, source = memory_available()
+            budget = auto_budget(available) // len(devices)
         stored = stored_plan or {}
         plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
                         costs=engine_costs(kfn),
@@ -183,7 +187,7 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess) -> Job:
     except BaseException:
         inputs.close()
         raise
-    return Job(cfg, inputs, kfn, plan, devices, fingerprints)
+    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source)
 
 
 def prepare_run(cfg: RunConfig, store=None, shard=None,

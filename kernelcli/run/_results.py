@@ -17,6 +17,8 @@ class RunResult:
     line per file that failed verification and was computed again. ``resumed``: the
     run directory held the run already (``None`` for ``assemble``). ``shard``:
     ``(I, N)`` of a job array and ``shard_blocks`` the tiles of that process.
+    ``tiles_removed``: tiles deleted after the result verified (``output.keep_tiles:
+    false``).
     """
 
     result: Optional[str]
@@ -29,18 +31,33 @@ class RunResult:
     shard: Optional[tuple] = None
     shard_blocks: int = 0
     computed: bool = True  # False for assemble: no tile was computed by this call
+    tiles_removed: int = 0
 
     def to_dict(self) -> dict:
         if self.already_finished or not self.computed:
             return {"result": self.result, "already_finished": self.already_finished}
         out = {"result": self.result, "already_finished": False, "assembled": self.assembled,
                "blocks_missing": self.blocks_missing, "blocks_total": self.blocks_total,
-               "repaired": list(self.repaired)}
+               "repaired": list(self.repaired), "tiles_removed": self.tiles_removed}
         if self.shard is not None:
             out.update(shard=list(self.shard), shard_blocks=self.shard_blocks)
         if self.resumed is not None:
             out["resumed"] = self.resumed
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanResult:
+    """``clean``: the tiles deleted (``tiles_removed`` files, ``bytes_removed`` bytes)
+    once ``result`` (``kernels.h5``) verified."""
+
+    run_dir: str
+    result: str
+    tiles_removed: int
+    bytes_removed: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +81,8 @@ class ShardProgress:
 class StatusReport:
     """``status``: how far a run has got, from its files alone. ``result_problem``: why a
     ``kernels.h5`` that exists does not verify; ``shards`` (with ``shard_count`` and the
-    counts the shard processes recorded) for a job array."""
+    counts the shard processes recorded) for a job array; ``tiles_removed``: the tiles
+    were deleted once the result verified (the counts then come from the result)."""
 
     run_dir: str
     name: Optional[str]
@@ -78,11 +96,12 @@ class StatusReport:
     shard_count: Optional[int] = None
     shards: tuple = ()
     shard_counts_seen: tuple = ()
+    tiles_removed: bool = False  # deleted on purpose after assembly (kernelcli clean)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
                                              "blocks_done", "blocks_total", "finished",
-                                             "result")}
+                                             "result", "tiles_removed")}
         if self.result_problem is not None:
             out["result_problem"] = self.result_problem
         if self.shard_count is not None:
@@ -95,7 +114,7 @@ class StatusReport:
 @dataclasses.dataclass(frozen=True)
 class EstimateResult:
     """``estimate``: the plan (``plan.to_dict()`` keys), what the process around it needs,
-    and the optional parts: ``solve`` (what ``predict`` will need), ``workers`` (how a job
+    what bound the memory budget (``memory_source``), and the optional parts: ``solve`` (what ``predict`` will need), ``workers`` (how a job
     array divides the work) and ``timing`` (a timed batch, extrapolated)."""
 
     plan: object                 # kernelcli.plan.Plan
@@ -110,6 +129,7 @@ class EstimateResult:
     solve: dict = dataclasses.field(default_factory=dict)
     workers: dict = dataclasses.field(default_factory=dict)
     timing: dict = dataclasses.field(default_factory=dict)
+    memory_source: str = "compute.memory"  # "MemAvailable", "cgroup <folder>" or this
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -119,7 +139,8 @@ class EstimateResult:
                    stats_bytes=self.stats_bytes,
                    cov_elements_per_pair=self.cov_elements_per_pair,
                    stats_peak_bytes=self.stats_peak_bytes,
-                   process_peak_bytes_estimate=self.process_peak_bytes_estimate)
+                   process_peak_bytes_estimate=self.process_peak_bytes_estimate,
+                   memory_source=self.memory_source)
         out.update(self.workers)
         out.update(self.timing)
         return out

@@ -12,17 +12,20 @@ from ._results import ShardProgress, StatusReport
 from ._shards import check_shard_count
 
 
-def shard_counts(store: RunStore, plan, shards: Optional[int]) -> Optional[dict]:
+def shard_counts(store: RunStore, plan, shards: Optional[int],
+                 done: Optional[set] = None) -> Optional[dict]:
     """Per-shard progress (``{"count", "shards": (ShardProgress, ...), "counts_seen"}``)
     for a job array of ``shards`` processes (default: the N of the
-    newest ``shards/<I>of<N>.json`` marker); ``None`` when there is no job array."""
+    newest ``shards/<I>of<N>.json`` marker); ``None`` when there is no job array.
+    ``done``: the keys of the blocks done (default: the tiles present)."""
     markers = store.shard_markers()
     if shards is None:
         if not markers:
             return None
         shards = markers[0]["count"]
     started = {m["index"] for m in markers if m["count"] == shards}
-    done = store.done_keys()
+    if done is None:
+        done = store.done_keys()
     rows = []
     for index, part in enumerate(assign(plan.blocks, shards)):
         blocks_done = sum(1 for b in part if b.key in done)
@@ -62,16 +65,24 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
     # identity and structure are checked always, its checksums up to this size
     # (`kernelcli verify` reads everything).
     problem = store.result_problem(full=_result_bytes(store) <= _STATUS_FULL_CHECK_BYTES)
+    removed = store.tiles_removed is not None
+    if removed and problem is None:  # the result holds every block
+        done = {b.key for b in plan.blocks}
     pairs_done = sum(b.n_pairs for b in plan.blocks if b.key in done)
     result_problem = None
     if store.finished and problem is not None:
         result_problem = (f"{store.result_path} does not verify: {problem}; "
                           f"`kernelcli verify {run_dir}` says more")
-    per_shard = shard_counts(store, plan, None if shards is None else int(shards)) or {}
+    if removed and problem is not None:
+        result_problem = (f"{result_problem or f'{store.result_path} does not exist'}; its "
+                          f"tiles were removed after assembly, so `kernelcli resume "
+                          f"{run_dir}` computes them again")
+    per_shard = shard_counts(store, plan, None if shards is None else int(shards), done) or {}
     return StatusReport(
         run_dir=str(store.run_dir), name=m.get("name"), pairs_done=pairs_done,
         pairs_total=plan.pairs_total, blocks_done=len(done & {b.key for b in plan.blocks}),
         blocks_total=plan.blocks_total, finished=problem is None,
         result=str(store.result_path) if problem is None else None,
         result_problem=result_problem, shard_count=per_shard.get("count"),
-        shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()))
+        shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
+        tiles_removed=removed)

@@ -32,6 +32,7 @@ class VerifyReport:
     result: str = "missing"          # "verified", "missing", or what is wrong with it
     problems: list = field(default_factory=list)
     next_step: Optional[str] = None
+    tiles_removed: bool = False      # deleted on purpose once kernels.h5 verified
 
     @property
     def ok(self) -> bool:
@@ -51,7 +52,8 @@ def verify(run_dir) -> VerifyReport:
     kinds = tuple(p["kinds"])
     done = store.done_keys()
     planned = {b.key for b in plan.blocks}
-    report = VerifyReport(str(store.run_dir), plan.blocks_total, len(done & planned))
+    report = VerifyReport(str(store.run_dir), plan.blocks_total, len(done & planned),
+                          tiles_removed=store.tiles_removed is not None)
     for exc_block, exc in store.damaged_tiles(plan.blocks, kinds):
         report.tiles_damaged.append(exc_block.key)
         report.problems.append(str(exc))
@@ -63,9 +65,7 @@ def verify(run_dir) -> VerifyReport:
         if problem is not None and (store.has_test_diagonal() or not store.finished):
             report.problems.append(problem)
     if store.finished:
-        problem = store.result_problem()
-        if problem is None:
-            problem = _check_values(store, plan, kinds, p)
+        problem = result_problem(store, plan)
         report.result = "verified" if problem is None else problem
         if problem is not None:
             report.problems.append(f"{store.result_path} does not verify: {problem}")
@@ -75,11 +75,28 @@ def verify(run_dir) -> VerifyReport:
             f"the run is not finished: {missing:,} of {plan.blocks_total:,} tiles are missing"
             if missing else "the run is not finished: every tile is there but kernels.h5 "
                             "has not been assembled")
+    if report.tiles_removed and report.result != "verified":
+        report.problems.append("its tiles were removed after assembly (kernelcli clean or "
+                               "output.keep_tiles: false): resume computes them again")
     if report.problems:
         # resume recomputes missing tiles, moves damaged ones (and a result that fails)
         # to quarantine/, recomputes those and assembles again
         report.next_step = f"kernelcli resume {store.run_dir}"
     return report
+
+
+def result_problem(store: RunStore, plan=None) -> Optional[str]:
+    """``None`` when ``kernels.h5`` is whole and what the plan says it is: this run's,
+    every dataset matching its checksum, the plan's shapes and dtype, finite, exactly
+    symmetric with a positive diagonal; else what is wrong. What must hold before
+    anything relies on ``kernels.h5`` alone (the tiles are removed)."""
+    if plan is None:
+        plan = plan_from_manifest(store.manifest, store.run_dir)
+    problem = store.result_problem()
+    if problem is None:
+        p = store.manifest["plan"]
+        problem = _check_values(store, plan, tuple(p["kinds"]), p)
+    return problem
 
 
 def _check_values(store: RunStore, plan, kinds, p) -> Optional[str]:

@@ -76,6 +76,9 @@ class ComputeSpec:
 @dataclass(frozen=True)
 class OutputSpec:
     run_dir: Path
+    # False: delete the tiles once kernels.h5 is written and verifies (they are kept by
+    # default so that a damaged result can be assembled again without computing)
+    keep_tiles: bool = True
 
 
 @dataclass(frozen=True)

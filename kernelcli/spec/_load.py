@@ -42,7 +42,7 @@ _KEYS = {
     "architecture": ("parameterization", "layers"),
     "kernel": ("kinds", "dtype", "test_diagonal"),
     "compute": ("memory", "devices", "block", "executor", "address"),
-    "output": ("run_dir",),
+    "output": ("run_dir", "keep_tiles"),
 }
 _DEFAULT_NAME = "run"  # only when the text has no file to take a name from
 
@@ -329,6 +329,9 @@ def _compute(d: dict) -> ComputeSpec:
 
 def _output(d: dict, base_dir: Path, name: str) -> OutputSpec:
     run_dir = d.get("run_dir")
+    keep = d.get("keep_tiles")
+    keep = True if keep is None else f.boolean(keep, "output.keep_tiles")
     if run_dir is None:
-        return OutputSpec(run_dir=Path(os.path.normpath(base_dir / "runs" / name)))
-    return OutputSpec(run_dir=f.file_path(run_dir, "output.run_dir", base_dir))
+        return OutputSpec(run_dir=Path(os.path.normpath(base_dir / "runs" / name)),
+                          keep_tiles=keep)
+    return OutputSpec(run_dir=f.file_path(run_dir, "output.run_dir", base_dir), keep_tiles=keep)

@@ -15,6 +15,8 @@ Layout::
                                    written before the first tile is computed
     <run_dir>/quarantine/          files that failed verification, moved aside (never
                                    read again; a resume recomputes what they held)
+    <run_dir>/tiles_removed.json   the tiles were deleted once kernels.h5 verified
+                                   (:mod:`._cleanup`; ``kernelcli clean``)
 
 Why this design (and not a journal plus one big HDF5 file):
 
@@ -70,7 +72,8 @@ import numpy as np
 
 from ..errors import DamagedFileError, QuarantinedError, RunDirError
 from ._assemble import assemble as _assemble
-from ._assemble import check_tiles, verify_result
+from ._assemble import check_tiles, result_digests, verify_result
+from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
@@ -89,7 +92,7 @@ PREDICTIONS = "predictions.h5"
 QUARANTINE = "quarantine"
 _SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
 _SIDE_FILE = re.compile(r"^(labels\.npz|preprocess-[0-9a-f]{16}\.npz|test_diag\.h5|"
-                        r"predictions\.h5)$")
+                        r"predictions\.h5|tiles_removed\.json)$")
 
 
 def preprocess_name(fingerprint: str) -> str:
@@ -382,6 +385,20 @@ class RunStore:
     def read_tile(self, block, kinds=None) -> dict:
         """``block``'s arrays, kind -> ``(r1 - r0, c1 - c0)``, verified (see :func:`read_tile`)."""
         return _read_tile(self.tiles_dir, block, kinds, self.run_id)
+
+    def remove_tiles(self) -> tuple[int, int]:
+        """Delete every tile, recording that they were removed: ``(tiles, bytes)``. The
+        caller has verified ``kernels.h5`` (the tiles are its only other copy)."""
+        return remove_tiles(self.run_dir, self.tiles_dir, result_digests(self.result_path))
+
+    @property
+    def tiles_removed(self) -> Optional[dict]:
+        """The record of :meth:`remove_tiles` (``None``: the tiles were never removed)."""
+        return tiles_removed(self.run_dir)
+
+    def forget_tiles_removed(self) -> None:
+        """Drop that record, when the tiles are computed again."""
+        forget_tiles_removed(self.run_dir)
 
     def damaged_tiles(self, blocks, kinds) -> list:
         """``[(block, DamagedFileError)]`` for each existing tile of ``blocks`` that fails

@@ -1,0 +1,50 @@
+"""``kernelcli clean``: delete the tiles of a finished run, once ``kernels.h5`` verifies.
+
+The tiles are the second copy of every number in ``kernels.h5`` (kept so that a
+damaged result is assembled again without computing); on a large run they double
+the disk used. They are deleted only after the result passes the checks of
+``kernelcli verify`` (checksums, run identity, shapes, finite values, symmetry), so
+the one copy left is known to be whole; otherwise nothing is deleted.
+``output.keep_tiles: false`` does the same at the end of ``compute`` and ``resume``.
+"""
+
+from __future__ import annotations
+
+from ..errors import ComputeError
+from ..store import RunStore
+from ._manifest import plan_from_manifest
+from ._results import CleanResult
+from ._verify import result_problem
+
+
+def clean(run_dir) -> CleanResult:
+    """Delete the tiles of the finished run in ``run_dir`` (no jax, no data needed).
+
+    Raises :class:`ComputeError` (exit 1), deleting nothing, when ``kernels.h5`` does
+    not exist or does not verify.
+    """
+    from ._api import check_recorded_config  # the manifest checks every command makes
+
+    store = RunStore.open(run_dir)
+    plan = plan_from_manifest(store.manifest, run_dir)
+    check_recorded_config(store)
+    return remove_verified_tiles(store, plan)
+
+
+def remove_verified_tiles(store: RunStore, plan) -> CleanResult:
+    """Verify ``kernels.h5`` of ``store`` against ``plan``, then delete the tiles."""
+    run_dir = store.run_dir
+    if not store.finished:
+        raise ComputeError(
+            f"cannot clean {run_dir}: {store.result_path} does not exist (the run is not "
+            f"finished); nothing was deleted. Finish it with `kernelcli resume {run_dir}` "
+            f"(or `kernelcli assemble {run_dir}`), then clean")
+    problem = result_problem(store, plan)
+    if problem is not None:
+        raise ComputeError(
+            f"cannot clean {run_dir}: {store.result_path} does not verify ({problem}); "
+            f"nothing was deleted. `kernelcli resume {run_dir}` assembles it again from "
+            f"the tiles")
+    removed, size = store.remove_tiles()
+    return CleanResult(run_dir=str(run_dir), result=str(store.result_path),
+                       tiles_removed=removed, bytes_removed=size)

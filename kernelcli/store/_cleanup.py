@@ -1,0 +1,87 @@
+"""Removing the tiles of a finished run, and the record that they were removed.
+
+Tiles are the run's own copy of every number in ``kernels.h5``: kept, a damaged
+result is assembled again without computing anything. On a large run they double
+the disk used, so a user may drop them once the result is known to be whole; the
+caller (``kernelcli clean``, ``output.keep_tiles: false``) verifies ``kernels.h5``
+first. This module only deletes, and records that it did.
+
+``tiles_removed.json`` is written (atomically) before the first tile goes, so that a
+run whose tiles are missing because they were removed on purpose is told apart from
+one that lost them: ``status``, ``assemble`` and ``verify`` read it. A kill half-way
+leaves the record and some tiles; removing again finishes the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from ._atomic import fsync_dir, storage_error, write_bytes_atomic
+from ._tiles import done_keys, tile_path
+
+TILES_REMOVED = "tiles_removed.json"
+
+
+def remove_tiles(run_dir: Path, tiles_dir: Path, result_digests: dict) -> tuple[int, int]:
+    """Delete every completed tile under ``tiles_dir``: ``(tiles, bytes)`` removed.
+
+    ``result_digests`` (dataset -> sha256 of the verified ``kernels.h5``) goes into the
+    record, which names what the tiles were removed in favour of. Only tile files are
+    deleted (never a file a user put there); the folder goes when that leaves it empty.
+    """
+    keys = sorted(done_keys(tiles_dir))
+    record = {"removed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tiles": len(keys),
+              "result_sha256": dict(sorted(result_digests.items()))}
+    write_bytes_atomic(Path(run_dir) / TILES_REMOVED,
+                       (json.dumps(record, sort_keys=True) + "\n").encode())
+    removed = size = 0
+    try:
+        for key in keys:
+            path = tile_path(tiles_dir, key)
+            try:
+                size += path.stat().st_size
+                path.unlink()
+            except FileNotFoundError:  # another process removed it first
+                continue
+            removed += 1
+        if removed:
+            fsync_dir(tiles_dir)
+        try:
+            os.rmdir(tiles_dir)
+            fsync_dir(Path(run_dir))
+        except OSError:  # not empty (a user's file, a writer's temporary file), or gone
+            pass
+    except OSError as exc:
+        raise storage_error(exc, tiles_dir) from None
+    return removed, size
+
+
+def tiles_removed(run_dir: Path) -> Optional[dict]:
+    """The record :func:`remove_tiles` wrote (``removed``, ``tiles``,
+    ``result_sha256``), or ``None`` when the tiles were never removed. An unreadable
+    record still says they were: ``{}``."""
+    path = Path(run_dir) / TILES_REMOVED
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def forget_tiles_removed(run_dir: Path) -> None:
+    """Drop the record: the tiles are being computed again."""
+    path = Path(run_dir) / TILES_REMOVED
+    try:
+        path.unlink()
+        fsync_dir(Path(run_dir))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise storage_error(exc, path) from None
