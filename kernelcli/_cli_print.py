@@ -7,9 +7,22 @@ with ``click.echo``: results on stdout, messages on stderr, as docs/cli.md says.
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from .spec import format_size
+
+
+def shown(path) -> str:
+    """A path as a user reads it: relative to the working folder when it is inside it
+    (as the README's examples show it), else absolute."""
+    text = str(path)
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:  # another drive (Windows)
+        return text
+    return rel if not rel.startswith("..") else text
 
 
 def hms(seconds: float) -> str:
@@ -32,7 +45,7 @@ def report_run(out, run_dir, quiet: bool, finished_text: str) -> None:
                    f"result; or run `kernelcli assemble {run_dir}` once all are done",
                    err=True)
     else:
-        click.echo(f"wrote {out.result}", err=True)
+        click.echo(f"wrote {shown(out.result)}", err=True)
         if out.tiles_removed:
             click.echo(f"removed its {out.tiles_removed:,} tiles (output.keep_tiles: false)",
                        err=True)
@@ -151,7 +164,7 @@ def print_status(report) -> None:
                    f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
     if report.finished:
-        click.echo(f"result: {report.result}")
+        click.echo(f"result: {shown(report.result)}")
     elif report.result_problem:
         click.echo(f"result: {report.result_problem}")
 

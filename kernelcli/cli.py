@@ -239,9 +239,9 @@ def assemble(run_dir, quiet, as_json):
 
     out = _run(run_assemble, run_dir)
     if out.already_finished:
-        click.echo(f"{out.result} is already complete (verified)", err=True)
+        click.echo(f"{_cli_print.shown(out.result)} is already complete (verified)", err=True)
     elif not quiet:
-        click.echo(f"wrote {out.result}", err=True)
+        click.echo(f"wrote {_cli_print.shown(out.result)}", err=True)
     if as_json:
         click.echo(json.dumps(out.to_dict(), sort_keys=True))
 

@@ -11,10 +11,15 @@ modules exercise code that is not written for them -- applied around each test:
 ``jax_numpy_rank_promotion = "raise"`` is deliberately NOT set: the engine
 broadcasts per-input variances against covariances on purpose.
 
-64-bit mode is not switched on here: the engine turns it on itself when a
-float64 kernel is built, and no test builds float64 JAX arrays of its own (the
-references are numpy). Test code that runs JAX in either mode (the Monte-Carlo
-networks) passes float32 explicitly.
+64-bit mode is not switched on here: a float64 kernel scopes it to its own
+computations, and no test builds float64 JAX arrays of its own (the references
+are numpy). Test code that runs JAX in either mode (the Monte-Carlo networks)
+passes float32 explicitly.
+
+The test process has the CLI's devices (one XLA host device per core, set before
+jax starts its backend), so a run made in-process plans what a ``kernelcli``
+subprocess plans: a plan's pair batch depends on the device count, and the last
+bits of a kernel on the pair batch.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ def pytest_configure(config):
     import os
     import tempfile
 
+    from kernelcli.run import configure_host_devices
+
+    configure_host_devices()  # before the first jax call starts the backend
     if "KERNELCLI_CACHE_DIR" not in os.environ:
         os.environ["KERNELCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernelcli-test-cache-")
 

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 import kernelcli
 from kernelcli.cli import main
 
-from helpers_cli import (invoke, GAP_NET, ROOT, error_line, images, read_kernels, snapshot,
-                         write_config)
+from helpers_cli import (invoke, GAP_NET, ROOT, error_line, images, read_kernels, run_cli,
+                         snapshot, write_config)
 
 COMMANDS = ("compute", "resume", "estimate", "status")  # docs/cli.md; more may be added
 ALL_COMMANDS = tuple(sorted(main.commands))
@@ -426,3 +426,14 @@ def test_a_library_error_names_the_argument_and_the_cli_names_the_flag(tmp_path)
     assert error_line(result) == ("Error: --executor: 'spark' is not an executor; expected one "
                                   "of local, ray")
     assert not (tmp_path / "runs").exists()
+
+
+def test_paths_inside_the_working_folder_are_printed_relative(tmp_path):
+    """As the README shows them: `wrote runs/x/kernels.h5`, not the absolute path."""
+    np.save(tmp_path / "x.npy", images(4, seed=2))
+    write_config(tmp_path, "c", run_dir="runs/c")
+    r = run_cli("compute", "c.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "wrote runs/c/kernels.h5"
+    r = run_cli("status", "runs/c", cwd=tmp_path)
+    assert r.stdout.strip().splitlines()[-1] == "result: runs/c/kernels.h5"

@@ -70,7 +70,6 @@ def test_demo_data_is_shipped():
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_demo_config_computes(tmp_path):
     run = tmp_path / "demo"
     t0 = time.monotonic()

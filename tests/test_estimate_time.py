@@ -31,18 +31,18 @@ def _config(tmp_path: Path, limit: int) -> Path:
 def test_estimated_time_is_within_a_quarter_of_the_measured_run(tmp_path, limit):
     cfg = _config(tmp_path, limit)
     env = cli_env(KERNELCLI_CACHE_DIR="off")  # both compile, as a first run does
-    r = run_cli("estimate", cfg, "--memory", "--time", "--json", env=env)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
     parts = ("startup_seconds", "compile_seconds", "stats_seconds", "pairs_seconds",
              "writes_seconds")
-    assert out["seconds_estimate"] == pytest.approx(sum(out[p] for p in parts))
-    walls = []
-    for _ in range(2):  # the better of two runs: this machine's speed varies
+    estimates, walls = [], []
+    for _ in range(2):  # estimate and run in turn, the better of each: the load varies
+        r = run_cli("estimate", cfg, "--time", "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["seconds_estimate"] == pytest.approx(sum(out[p] for p in parts))
+        estimates.append(out["seconds_estimate"])
         shutil.rmtree(tmp_path / "run", ignore_errors=True)
         t = time.perf_counter()
         r = run_cli("compute", cfg, "--quiet", env=env)
         walls.append(time.perf_counter() - t)
         assert r.returncode == 0, r.stderr
-    wall = min(walls)
-    assert 0.75 * wall <= out["seconds_estimate"] <= 1.25 * wall, (out, walls)
+    assert 0.75 * min(walls) <= min(estimates) <= 1.25 * min(walls), (estimates, walls)
