@@ -1,6 +1,6 @@
 """``SerialJit``: one compilation per device and argument shapes, never two at once,
 and the same numbers as ``jax.jit``. Runs in a subprocess with two XLA host
-devices (the test process has one), as ``kernelcli compute`` sets up."""
+devices, as ``kernelcli compute`` sets up, whatever the test process has."""
 
 from __future__ import annotations
 

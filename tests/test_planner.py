@@ -117,7 +117,7 @@ def test_auto_pair_batch_amortises_a_call_and_keeps_devices_busy():
     # A data set smaller than a block: its pairs, spread over the devices too.
     assert auto_pair_batch(costs(chunk=1), 8, 2, 1 << 62, pairs=4) == 2  # one per device
     assert auto_pair_batch(costs(chunk=1), 64, 2, 1 << 62, pairs=400) == 50
-    assert auto_pair_batch(costs(chunk=128), 64, 2, 1 << 62, pairs=10) == 5
+    assert auto_pair_batch(costs(chunk=128), 64, 2, 1 << 62, pairs=10) == 4
 
 
 def test_plan_run_measures_the_memory_line_and_fits_the_budget():

@@ -199,18 +199,21 @@ class KernelFn(FlatRoute):
 
     def _compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
                          arguments: bool) -> int:
-        def spec(shape):
-            return jax.ShapeDtypeStruct(shape, self.dtype)
+        # Compiled for the first local device, where a run's first pair batches go:
+        # the executable is kept and that device's calls of this shape reuse it.
+        on = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+        def spec(shape, dtype=self.dtype):
+            return jax.ShapeDtypeStruct(shape, dtype, sharding=on)
 
         v = self.variance_shapes
         args = (spec((n_rows,) + self.input_shape), tuple(spec((n_rows,) + t) for t in v),
                 spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v))
-        with self._scope():
-            if self.uses_grid(n_rows, n_cols, pair_batch):
-                m = self._grid_jit.lower(*args).compile().memory_analysis()
-            else:
-                index = jax.ShapeDtypeStruct((pair_batch,), jnp.int32)
-                m = self._pairs_jit.lower(*args, index, index).compile().memory_analysis()
+        if self.uses_grid(n_rows, n_cols, pair_batch):
+            m = self._grid_jit.compile(*args).memory_analysis()
+        else:
+            index = spec((pair_batch,), jnp.int32)
+            m = self._pairs_jit.compile(*args, index, index).memory_analysis()
         if m is None:  # backend without memory analysis: fall back to the live-tensor count
             return 3 * pair_batch * self.live_bytes_per_pair
         return int(arguments * m.argument_size_in_bytes + m.output_size_in_bytes
@@ -240,6 +243,8 @@ class KernelFn(FlatRoute):
         set still makes several calls (one per device, whatever the devices), but never
         less than a chunk: a call's chunks then have one shape whatever ``n``, so each
         input's numbers are the same bits whichever call it is in."""
+        if self.flat_input:  # a squared norm per input: not worth a compile per device
+            return max(1, min(self.stats_batch, n))
         spread = max(self.chunk, -(-n // 8))
         return max(1, min(self.stats_batch, spread, n))
 

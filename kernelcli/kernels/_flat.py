@@ -37,25 +37,17 @@ class FlatRoute:
 
     def _flat_grid_fn(self, x1, v1, x2, v2):
         """Every pair of ``x1`` and ``x2``, as ``(n1, n2)`` arrays: the layers on the
-        Gram matrix, the variances broadcast along rows and columns (no index arrays
-        and no gathers: on a whole block this is what a batch costs less). In row
-        bands (up to 8, of at least 256 rows), so a band's intermediates stay small."""
+        whole Gram matrix, the variances broadcast along rows and columns (no index
+        arrays and no gathers: on a whole block this is what a batch costs less).
+        One piece, not row bands: bands ran no faster and compiled once per band."""
         d = int(np.prod(self.input_shape))
-        n = x1.shape[0]
-        b = -(-n // max(1, min(8, n // 256)))
-        right = x2.reshape(x2.shape[0], d).T
-        bands = []
-        for r0 in range(0, n, b):
-            r1 = min(r0 + b, n)
-            gram = jnp.matmul(x1[r0:r1].reshape(r1 - r0, d), right, precision="highest") / d
-            state = forward(self._flat_layers(), self._flat_state(gram),
-                            PairVariances(tuple(v[r0:r1, None] for v in v1),
-                                          tuple(v[None, :] for v in v2)),
-                            self._standard, self._exact)
-            bands.append(self._outputs(state))
-        if len(bands) == 1:
-            return bands[0]
-        return {k: jnp.concatenate([band[k] for band in bands]) for k in bands[0]}
+        gram = jnp.matmul(x1.reshape(x1.shape[0], d), x2.reshape(x2.shape[0], d).T,
+                          precision="highest") / d
+        state = forward(self._flat_layers(), self._flat_state(gram),
+                        PairVariances(tuple(v[:, None] for v in v1),
+                                      tuple(v[None, :] for v in v2)),
+                        self._standard, self._exact)
+        return self._outputs(state)
 
     def _flat_pairs_fn(self, x1, v1, x2, v2, i, j):
         """The pairs ``(x1[i], x2[j])`` from entries of the block's Gram matrix

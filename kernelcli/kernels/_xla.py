@@ -103,6 +103,17 @@ class SerialJit:
             return self._call(args)
 
     def _call(self, args):
+        return self._executable(args)(*args)
+
+    def compile(self, *args):
+        """The executable for arguments like ``args`` (arrays, or ``ShapeDtypeStruct``s
+        with the sharding the real arguments will have), compiled once and kept: a
+        call with matching arguments reuses it (the planner's memory analysis of a
+        program is then the compilation of the program the run calls)."""
+        with x64_scope(self._dtype):
+            return self._executable(args)
+
+    def _executable(self, args):
         leaves, tree = jax.tree_util.tree_flatten(args)
         key = (tree, tuple((getattr(a, "shape", None), str(getattr(a, "dtype", type(a))),
                             getattr(a, "sharding", None)) for a in leaves))
@@ -112,7 +123,7 @@ class SerialJit:
                 exe = self._compiled.get(key)
                 if exe is None:
                     exe = self._compiled[key] = self._compile(args)
-        return exe(*args)
+        return exe
 
     def _compile(self, args):
         return self._jit.lower(*args).compile()

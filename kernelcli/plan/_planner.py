@@ -248,13 +248,12 @@ def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int,
     if costs.flat_input:  # one Gram matrix per call: one call per block
         return int(min(fit, block * block))
     # Several (4) batches per device in a block's pairs, for the work queue to balance;
-    # but a block of few pairs (a small data set) is better served by one batch per
-    # device of up to 4 chunks: a call on a few pairs costs about what one on a single
-    # pair does (BENCHMARKS.md). A batch smaller than a chunk is fine (the engine
-    # shrinks the chunk), one larger than the block would only evaluate padding.
+    # but never fewer than 4 pairs a batch when the block has them (a small data set):
+    # a call on a few pairs costs about what one on a single pair does (BENCHMARKS.md).
+    # A batch smaller than a chunk is fine (the engine shrinks the chunk), one larger
+    # than the block would only evaluate padding.
     pairs = block * block // 2 if pairs is None else pairs
-    per_device = max(-(-pairs // (4 * n_devices)),
-                     min(-(-pairs // n_devices), 4 * costs.chunk))
+    per_device = max(-(-pairs // (4 * n_devices)), min(-(-pairs // n_devices), 4))
     want = min(64 * costs.chunk, per_device)
     return int(max(1, min(fit, want)))
 
