@@ -198,7 +198,7 @@ def report(results: dict, bw: float, args) -> str:
            f"{bw / 1e9:.1f} GB/s (read + write, 512 MiB, best of several). "
            f"float32 inputs `(N, 32, 32, 3)`, seed 0; best of {args.reps} timed calls after one "
            "warm-up; each measurement its own process.", "",
-           "## Same N*N entries: NT `kernel_fn(x1)` vs kernelcli `matrix(x1, x1_copy)`", "",
+           "## Same N*N entries: NT `kernel_fn(x1)` vs kernelcli `kernel_matrix(kfn, x1, x1_copy)`", "",
            "| case | N | NT ms/entry | kc ms/entry | speed-up | NT peak RSS | kc peak RSS "
            "| RSS kc/NT | above jax floor NT / kc | max rel diff nngp / ntk | model MB/entry "
            "| model elem ops/entry | kc GB/s (model) | kc fraction of copy BW |",
@@ -218,7 +218,7 @@ def report(results: dict, bw: float, args) -> str:
             f"| {rel_diff(kc, nt)} | {nbytes / 1e6:.3g} | {ops:.3g} "
             f"| {fmt(None if kc_bw is None else kc_bw / 1e9, '.2f')} "
             f"| {fmt(ratio(kc_bw, bw), '.1%')} |")
-    out += ["", "## Whole symmetric N x N matrix: NT square vs kernelcli triangle `matrix(x1)`", "",
+    out += ["", "## Whole symmetric N x N matrix: NT square vs kernelcli triangle `kernel_matrix(kfn, x1)`", "",
             "| case | N | NT s | kc triangle s | speed-up | kc triangle peak RSS "
             "| max rel diff nngp / ntk | first call s (compile): NT / kc triangle |",
             "|---|---|---|---|---|---|---|---|"]
