@@ -166,20 +166,27 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
     ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), c)
     maxiter = _check_tol(tol, maxiter, n)
 
+    not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, tol, c)
+    out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged)
+    return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}
+
+
+def _failures(kind, ridges, regs, trace_scaled, tol, per_ridge):
+    """``(not_pd, not_converged)`` messages for CG columns, ``per_ridge`` columns a ridge."""
+
     def not_pd(col, n):
-        i = col // c
+        i = col // per_ridge
         return not_pd_message(kind, ridges[i], trace_scaled, regs[i], n,
                               "conjugate gradients met p^T (K + reg I) p <= 0")
 
     def not_converged(col, products, res):
-        i = col // c
+        i = col // per_ridge
         scale = " x trace/n" if trace_scaled else ""
         return (f"conjugate gradients on the {kind} kernel with ridge {ridges[i]:g}{scale} "
                 f"stopped after {products:,} products with K at relative residual {res:.2e} "
                 f"> <<cg_tol>> {tol:g}; use a larger <<ridges>>, <<cg_maxiter>> or <<cg_tol>>")
 
-    out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged)
-    return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}
+    return not_pd, not_converged
 
 
 def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
@@ -212,18 +219,7 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), per_ridge)
     maxiter = _check_tol(tol, maxiter, n)
 
-    def not_pd(col, n):
-        i = col // per_ridge
-        return not_pd_message(kind, ridges[i], trace_scaled, regs[i], n,
-                              "conjugate gradients met p^T (K + reg I) p <= 0")
-
-    def not_converged(col, products, res):
-        i = col // per_ridge
-        scale = " x trace/n" if trace_scaled else ""
-        return (f"conjugate gradients on the {kind} kernel with ridge {ridges[i]:g}{scale} "
-                f"stopped after {products:,} products with K at relative residual {res:.2e} "
-                f"> <<cg_tol>> {tol:g}; use a larger <<ridges>>, <<cg_maxiter>> or <<cg_tol>>")
-
+    not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, tol, per_ridge)
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
               mask=mask)
     fold_cols = np.concatenate([np.arange(i * per_ridge + c, (i + 1) * per_ridge)
