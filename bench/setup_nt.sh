@@ -24,6 +24,6 @@ fi
 python3 -m venv "$VENV"
 "$PY" -m pip install -q --upgrade pip
 "$PY" -m pip install -q "jax[${JAX_EXTRA:-cpu}]==0.4.30" "jaxlib==0.4.30" frozendict "numpy<2" \
-  scipy opt_einsum ml_dtypes psutil
+  scipy opt_einsum ml_dtypes psutil pyyaml
 "$PY" -m pip install -q --no-deps "neural-tangents==0.6.5"
 "$PY" -c "$CHECK"
