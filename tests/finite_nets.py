@@ -149,7 +149,7 @@ FINITE_NETS: Dict[type, FiniteNet] = {
     Gaussian: FiniteNet(lambda layer, x, p, run: layer.a * jnp.exp(layer.b * x * x)),
     Monomial: FiniteNet(lambda layer, x, p, run: x ** layer.degree),
     RectifiedMonomial: FiniteNet(lambda layer, x, p, run:
-                                 jnp.where(x >= 0, x, 0) ** layer.degree * (x >= 0)),
+                                 jnp.where(x >= 0, jnp.maximum(x, 0) ** layer.degree, 0)),
     Sign: FiniteNet(lambda layer, x, p, run: jnp.sign(x)),
     Hermite: FiniteNet(_hermite),
 }
