@@ -298,3 +298,35 @@ def test_conv_rectified_monomial_flatten_matches_finite_width_networks():
                    "rectified_monomial: {degree: 2}", "flatten",
                    "dense: {W_std: 1.0, b_std: 0.1}")
     assert_mc_close(arch, images(), draws=DRAWS, out=FLAT_OUT, tol=MC_TOL)
+
+
+# --- routes --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("act", ["rectified_monomial: {degree: 2}", "sign",
+                                 "gaussian: {a: 1.0, b: 0.1}"])
+@pytest.mark.slow
+def test_a_run_of_identical_blocks_as_one_loop_equals_the_blocks_one_by_one(act, monkeypatch):
+    """Pooled (full covariance: the fused conv + nonlinearity rows, and the per-input
+    pass that writes the variances over the diagonal), pairs and self-kernels."""
+    from kernelcli.kernels import _compose
+    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.run import kernel_matrix
+    from kernelcli.spec import check_architecture
+
+    shape = (4, 4, 1)
+    arch = arch_of(*["conv: {filter: [3, 3], W_std: 1.1, b_std: 0.1}", act] * 3,
+                   "global_avg_pool", "dense: {W_std: 1.0}")
+    check_architecture(arch, shape)
+    x1, x2 = images(n=3, shape=shape, seed=1), images(n=2, shape=shape, seed=2)
+
+    def both():
+        k = build_kernel_fn(arch, shape, ("nngp", "ntk"), "float64")
+        return kernel_matrix(k, x1, x2), k.stats(x1).diag
+
+    looped, looped_diag = both()
+    monkeypatch.setattr(_compose, "repeats", lambda layers, k, state: 0)
+    unrolled, unrolled_diag = both()
+    for kind in ("nngp", "ntk"):
+        np.testing.assert_allclose(looped[kind], unrolled[kind], rtol=1e-13)
+        np.testing.assert_allclose(looped_diag[kind], unrolled_diag[kind], rtol=1e-13)
+        assert np.all(np.isfinite(looped_diag[kind])) and np.all(looped_diag[kind] > 0)
