@@ -26,9 +26,10 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["ABRelu", "AvgPool", "Conv", "Dense", "Erf", "Flatten", "Gelu", "GlobalAvgPool",
-           "Identity", "LayerNorm", "LeakyRelu", "Network", "Relu", "repeat", "residual",
-           "serial"]
+__all__ = ["ABRelu", "Abs", "AvgPool", "Conv", "Cos", "Dense", "Erf", "Exp", "Flatten",
+           "Gaussian", "Gelu", "GlobalAvgPool", "Hermite", "Identity", "LayerNorm",
+           "LeakyRelu", "Monomial", "Network", "Rbf", "RectifiedMonomial", "Relu", "Sigmoid_like",
+           "Sign", "Sin", "repeat", "residual", "serial"]
 
 
 @dataclass(frozen=True)
@@ -112,10 +113,67 @@ def Relu() -> Network:
 
 
 def Erf(a: float = 1.0, b: float = 1.0, c: float = 0.0) -> Network:
-    """``stax.Erf``: ``a * erf(b * x) + c``; kernelcli has the kernel of ``erf(x)``."""
-    if (a, b, c) != (1.0, 1.0, 0.0):
-        _refuse("Erf", "(a, b, c)", (a, b, c), "(1.0, 1.0, 0.0), the plain erf")
-    return _one("erf")
+    """``stax.Erf``: ``a * erf(b * x) + c``; the defaults give bare ``erf``."""
+    if (a, b, c) == (1.0, 1.0, 0.0):
+        return _one("erf")
+    return _one({"erf": {"a": a, "b": b, "c": c}})
+
+
+def Sigmoid_like() -> Network:
+    """``stax.Sigmoid_like``: ``Erf(0.5, 1 / 2.4020563531719796, 0.5)``."""
+    return _one("sigmoid_like")
+
+
+def Sin(a: float = 1.0, b: float = 1.0, c: float = 0.0) -> Network:
+    """``stax.Sin``: ``a * sin(b * x + c)``."""
+    return _one({"sin": {"a": a, "b": b, "c": c}})
+
+
+def Cos(a: float = 1.0, b: float = 1.0, c: float = 0.0) -> Network:
+    """``stax.Cos``: ``a * cos(b * x + c)``."""
+    return _one({"cos": {"a": a, "b": b, "c": c}})
+
+
+def Rbf(gamma: float = 1.0) -> Network:
+    """``stax.Rbf``: NNGP ``exp(-gamma * |x - x'|**2 / d)`` after a dense layer."""
+    return _one({"rbf": {"gamma": gamma}})
+
+
+def Exp(a: float = 1.0, b: float = 1.0) -> Network:
+    """``stax.Exp``: ``a * exp(b * x)``."""
+    return _one({"exp": {"a": a, "b": b}})
+
+
+def Gaussian(a: float = 1.0, b: float = -1.0) -> Network:
+    """``stax.Gaussian``: ``a * exp(b * x**2)``."""
+    return _one({"gaussian": {"a": a, "b": b}})
+
+
+def Monomial(degree: int) -> Network:
+    """``stax.Monomial``: ``x**degree``, degree 0..5."""
+    return _one({"monomial": {"degree": degree}})
+
+
+def RectifiedMonomial(degree: int) -> Network:
+    """``stax.RectifiedMonomial``: ``max(x, 0)**degree``."""
+    return _one({"rectified_monomial": {"degree": degree}})
+
+
+def Sign() -> Network:
+    """``stax.Sign``."""
+    return _one("sign")
+
+
+def Abs() -> Network:
+    """``stax.Abs``: ``ABRelu(-1, 1)``."""
+    return _one("abs")
+
+
+def Hermite(degree: int) -> Network:
+    """``stax.Hermite``: the normalised Hermite polynomial of ``degree``; kernelcli
+    requires it to follow ``LayerNorm`` (unit-variance inputs, which neural-tangents
+    assumes)."""
+    return _one({"hermite": {"degree": degree}})
 
 
 def Gelu(approximate: bool = False) -> Network:

@@ -23,8 +23,9 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import erf as jerf
 
-from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, Gelu, GlobalAvgPool,
-                            Identity, LayerNorm, Relu, Residual)
+from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Exp, Flatten, Gaussian, Gelu,
+                            GlobalAvgPool, Hermite, Identity, LayerNorm, Monomial, Rbf,
+                            RectifiedMonomial, Relu, Residual, Sign, Sin)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,15 @@ def _layer_norm(layer, x, p, run):
     return (x - mean) / jnp.sqrt(var + 1e-12)
 
 
+def _hermite(layer, x, p, run):
+    """``He_n(x) / sqrt(n!)``, the probabilists' Hermite polynomial of unit norm."""
+    coeffs = np.polynomial.hermite_e.herme2poly([0] * layer.degree + [1])
+    y = jnp.zeros_like(x)
+    for k in reversed(range(len(coeffs))):
+        y = y * x + float(coeffs[k])
+    return y / math.sqrt(math.factorial(layer.degree))
+
+
 def _residual_init(layer, shape, rng, c_out, init_branch):
     p, branch_shape = init_branch(layer.layers, shape)
     assert branch_shape == tuple(shape), (branch_shape, shape)
@@ -118,7 +128,7 @@ FINITE_NETS: Dict[type, FiniteNet] = {
     Relu: FiniteNet(lambda layer, x, p, run: jnp.maximum(x, 0)),
     ABRelu: FiniteNet(lambda layer, x, p, run:
                       layer.a * jnp.minimum(x, 0) + layer.b * jnp.maximum(x, 0)),
-    Erf: FiniteNet(lambda layer, x, p, run: jerf(x)),
+    Erf: FiniteNet(lambda layer, x, p, run: layer.a * jerf(layer.b * x) + layer.c),
     # exact GELU: x * Phi(x)
     Gelu: FiniteNet(lambda layer, x, p, run: x * 0.5 * (1 + jerf(x / math.sqrt(2)))),
     AvgPool: FiniteNet(_avg_pool, out_shape=lambda layer, shape: tuple(
@@ -132,6 +142,16 @@ FINITE_NETS: Dict[type, FiniteNet] = {
     Identity: FiniteNet(lambda layer, x, p, run: x),
     Residual: FiniteNet(lambda layer, x, p, run: x + run(layer.layers, x, p),
                         init=_residual_init),
+    Sin: FiniteNet(lambda layer, x, p, run: layer.a * jnp.sin(layer.b * x + layer.c)),
+    Rbf: FiniteNet(lambda layer, x, p, run:
+                   math.sqrt(2) * jnp.sin(math.sqrt(2 * layer.gamma) * x + math.pi / 4)),
+    Exp: FiniteNet(lambda layer, x, p, run: layer.a * jnp.exp(layer.b * x)),
+    Gaussian: FiniteNet(lambda layer, x, p, run: layer.a * jnp.exp(layer.b * x * x)),
+    Monomial: FiniteNet(lambda layer, x, p, run: x ** layer.degree),
+    RectifiedMonomial: FiniteNet(lambda layer, x, p, run:
+                                 jnp.where(x >= 0, jnp.maximum(x, 0) ** layer.degree, 0)),
+    Sign: FiniteNet(lambda layer, x, p, run: jnp.sign(x)),
+    Hermite: FiniteNet(_hermite),
 }
 
 

@@ -43,8 +43,9 @@ def test_each_kernel_map_is_of_the_kind_the_spec_flags_call_for(t):
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
 def test_every_spelling_with_parameters_has_a_reader(t):
+    """(A spelling without parameters may have one too, fixing them: ``abs``.)"""
     for s in t.spellings:
-        assert t.branch or bool(s.parameters) == (s.parse is not None), s.name
+        assert t.branch or not s.parameters or s.parse is not None, s.name
 
 
 def test_no_table_holds_a_layer_the_spec_does_not_declare():

@@ -27,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
-from ..spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, Gelu, GlobalAvgPool,
-                    Identity, LayerNorm, Relu, Residual)
-from . import _linear, _nonlinear
+from ..spec import (ABRelu, AvgPool, Conv, Dense, Erf, Exp, Flatten, Gaussian, Gelu,
+                    GlobalAvgPool, Hermite, Identity, LayerNorm, Monomial, Rbf,
+                    RectifiedMonomial, Relu, Residual, Sign, Sin)
+from . import _elementwise, _linear, _nonlinear
 from ._state import State
 
 
@@ -46,6 +47,13 @@ def _residual_sum(state: State, out: State) -> State:
     return out.replace(nngp=state.nngp + out.nngp, ntk=ntk)
 
 
+def _erf(layer: Erf, exact: bool) -> Callable:
+    """Bare ``erf`` keeps the map (and compiled program) it always had."""
+    if (layer.a, layer.b, layer.c) == (1.0, 1.0, 0.0):
+        return lambda s, v1, v2: _nonlinear.erf(s, v1, v2, exact)
+    return lambda s, v1, v2: _elementwise.erf(s, v1, v2, layer.a, layer.b, layer.c, exact)
+
+
 KERNEL_MAPS: Dict[type, KernelMap] = {
     Dense: KernelMap(linear=_linear.dense),
     Conv: KernelMap(linear=_linear.conv),
@@ -58,11 +66,27 @@ KERNEL_MAPS: Dict[type, KernelMap] = {
                     _nonlinear.abrelu(s, v1, v2, 0.0, 1.0, exact)),
     ABRelu: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
                       _nonlinear.abrelu(s, v1, v2, layer.a, layer.b, exact)),
-    Erf: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                   _nonlinear.erf(s, v1, v2, exact)),
+    Erf: KernelMap(pointwise=lambda layer, exact: _erf(layer, exact)),
     Gelu: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
                     _nonlinear.gelu(s, v1, v2, exact)),
     LayerNorm: KernelMap(pointwise=lambda layer, exact: _nonlinear.layer_norm),
+    Sin: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                   _elementwise.sin(s, v1, v2, layer.a, layer.b, layer.c)),
+    Rbf: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                   _elementwise.rbf(s, v1, v2, layer.gamma)),
+    Exp: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                   _elementwise.exp(s, v1, v2, layer.a, layer.b)),
+    Gaussian: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                        _elementwise.gaussian(s, v1, v2, layer.a, layer.b)),
+    Monomial: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                        _elementwise.monomial(s, v1, v2, layer.degree)),
+    RectifiedMonomial: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                                 _elementwise.rectified_monomial(s, v1, v2, layer.degree,
+                                                                 exact)),
+    Sign: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                    _elementwise.sign(s, v1, v2, exact)),
+    Hermite: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                       _elementwise.hermite(s, v1, v2, layer.degree)),
     Residual: KernelMap(branch=_residual_sum),
 }
 

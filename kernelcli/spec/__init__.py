@@ -31,6 +31,14 @@ from ._layers import AvgPool as AvgPool
 from ._layers import Conv as Conv
 from ._layers import Dense as Dense
 from ._layers import Erf as Erf
+from ._layers import Exp as Exp
+from ._layers import Gaussian as Gaussian
+from ._layers import Hermite as Hermite
+from ._layers import Monomial as Monomial
+from ._layers import Rbf as Rbf
+from ._layers import RectifiedMonomial as RectifiedMonomial
+from ._layers import Sign as Sign
+from ._layers import Sin as Sin
 from ._layers import Flatten as Flatten
 from ._layers import Gelu as Gelu
 from ._layers import GlobalAvgPool as GlobalAvgPool

@@ -13,7 +13,8 @@ nonlinearity or ``layer_norm`` needs a Gaussian input, that is the output of
 ``identity``, ``layer_norm`` or a ``residual``. The raw input is not Gaussian,
 nor is anything after a nonlinearity or ``flatten`` until the next
 ``dense``/``conv``. A ``residual`` needs a Gaussian input and a branch that ends
-in ``dense``/``conv`` and keeps the shape.
+in ``dense``/``conv`` and keeps the shape. ``hermite`` must follow ``layer_norm``
+(through ``identity`` at most): its kernel assumes unit-variance inputs.
 
 Each layer's rules are part of its declaration (``_layers``; the rules
 themselves are in ``_shapes``): this module only walks the layers.

@@ -271,6 +271,20 @@ def positive_int(value: Any, path: str, noun: str, *, maximum: int) -> int:
     return value
 
 
+def integer(value: Any, path: str, *, minimum: int, maximum: int) -> int:
+    """An int from ``minimum`` to ``maximum`` (a polynomial degree). YAML ``true`` and
+    ``2.0`` are refused, like every count."""
+    expected = f"expected an integer from {minimum} to {maximum}"
+    if not _is_int(value):
+        raise fail(path, f"{show(value)} is not an integer; {expected}")
+    if value < minimum:
+        what = "is negative" if minimum == 0 else f"is below {minimum}"
+        raise fail(path, f"{show(value)} {what}; {expected}")
+    if value > maximum:
+        raise fail(path, f"{show(value)} is too large; {expected}")
+    return value
+
+
 def count_or(value: Any, path: str, word: str, noun: str, *, maximum: int) -> Optional[int]:
     """``word`` (``auto``, ``all``; case-insensitive) -> None, else an int 1..``maximum``."""
     if isinstance(value, str) and value.lower() == word:

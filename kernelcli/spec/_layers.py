@@ -13,7 +13,10 @@ the registry instead of testing classes, so adding a layer here (and its kernel
 map, see CONTRIBUTING.md) is all they need.
 
 ``repeat`` is expanded when the configuration is read, so it has no class here;
-``leaky_relu: {alpha}`` becomes ``ABRelu(a=alpha, b=1)``.
+``leaky_relu: {alpha}`` becomes ``ABRelu(a=alpha, b=1)``, ``abs`` ``ABRelu(a=-1, b=1)``,
+``sigmoid_like`` neural-tangents' ``Erf(0.5, 1/2.4020563531719796, 0.5)``. The other
+elementwise nonlinearities (``sin``, ``exp``, ``hermite``...) are declared in
+``_layers_elementwise``.
 """
 
 from __future__ import annotations
@@ -74,7 +77,16 @@ class Relu:
 
 @dataclass(frozen=True)
 class Erf:
+    """``a * erf(b * x) + c``; bare ``erf`` is ``a=1, b=1, c=0``."""
+
+    a: float = 1.0
+    b: float = 1.0
+    c: float = 0.0
     where: str = field(default="", compare=False, repr=False)
+
+
+# neural-tangents' Sigmoid_like: 0.5 * erf(x / 2.4020563531719796) + 0.5
+SIGMOID_LIKE = dict(a=0.5, b=1 / 2.4020563531719796, c=0.5)
 
 
 @dataclass(frozen=True)
@@ -94,12 +106,17 @@ class ABRelu:
 _ACTIVATION = dict(shape=S.nonlinearity, needs_gaussian=True, reads_variances=True)
 register(
     LayerType(Relu, "relu", **_ACTIVATION),
-    LayerType(Erf, "erf", **_ACTIVATION),
+    LayerType(Erf, "erf", parameters=("a", "b", "c"), **_ACTIVATION,
+              parse=lambda p: Erf(a=p.scale("a", 1.0), b=p.scale("b", 1.0),
+                                  c=p.scale("c", 0.0), where=p.path),
+              also=(Spelling("sigmoid_like", (),
+                             lambda p: Erf(**SIGMOID_LIKE, where=p.path)),)),
     LayerType(Gelu, "gelu", **_ACTIVATION),
     LayerType(ABRelu, "abrelu", parameters=("a", "b"), **_ACTIVATION,
               parse=lambda p: ABRelu(a=p.slope("a"), b=p.slope("b"), where=p.path),
               also=(Spelling("leaky_relu", ("alpha",),
-                             lambda p: ABRelu(a=p.slope("alpha"), b=1.0, where=p.path)),)),
+                             lambda p: ABRelu(a=p.slope("alpha"), b=1.0, where=p.path)),
+                    Spelling("abs", (), lambda p: ABRelu(a=-1.0, b=1.0, where=p.path)))),
 )
 
 
@@ -142,7 +159,8 @@ class LayerNorm:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(LayerType(LayerNorm, "layer_norm", S.keep, needs_gaussian=True, reads_variances=True))
+register(LayerType(LayerNorm, "layer_norm", S.normalize, needs_gaussian=True,
+                   reads_variances=True))
 
 
 @dataclass(frozen=True)
@@ -166,10 +184,16 @@ register(LayerType(Residual, "residual", S.residual, ("layers",), needs_gaussian
                    branch=True))
 
 
+# The further elementwise nonlinearities register here, before the groups below.
+from ._layers_elementwise import (Exp, Gaussian, Hermite, Monomial,  # noqa: E402
+                                  RectifiedMonomial, Rbf, Sign, Sin)
+
 Layer = Union[Dense, Conv, Relu, Erf, Gelu, ABRelu, AvgPool, GlobalAvgPool,
-              Flatten, LayerNorm, Identity, Residual]
+              Flatten, LayerNorm, Identity, Residual, Sin, Rbf, Exp, Gaussian, Monomial,
+              RectifiedMonomial, Sign, Hermite]
 
 # Groups of classes, derived from the declarations (for tests and callers that filter).
-NONLINEARITIES = tuple(t.cls for t in layer_types() if t.shape is S.nonlinearity)
+NONLINEARITIES = tuple(t.cls for t in layer_types()
+                       if t.shape in (S.nonlinearity, S.unit_variance_nonlinearity))
 POOLS = tuple(t.cls for t in layer_types() if t.pools)
 AFFINE = tuple(t.cls for t in layer_types() if t.affine)

@@ -16,7 +16,7 @@ from ._layers import PADDINGS
 MAX_WINDOW = 1024        # filter, window and stride sizes
 MAX_WIDTH = 2 ** 31      # channels of dense/conv
 MAX_STD = 1000.0         # W_std, b_std: larger ones overflow float32 in a deep net
-MAX_SLOPE = 1000.0       # |a|, |b| of abrelu, |alpha| of leaky_relu
+MAX_SLOPE = 1000.0       # |a|, |b| of abrelu, |alpha| of leaky_relu, the scales of sin, erf...
 
 
 class Params:
@@ -45,6 +45,18 @@ class Params:
         if key not in self.raw:
             self.required(key, "a number")
         return f.number(self.raw[key], self.at(key), minimum=-MAX_SLOPE, maximum=MAX_SLOPE)
+
+    def scale(self, key: str, default: float, minimum: float = -MAX_SLOPE) -> float:
+        """An optional scale or shift of an elementwise nonlinearity (``sin``'s ``a``,
+        ``b``, ``c``, ``rbf``'s ``gamma`` from 0): a number from ``minimum`` to 1000,
+        ``default`` when absent."""
+        return f.number(self.raw.get(key, default), self.at(key), minimum=minimum,
+                        maximum=MAX_SLOPE)
+
+    def degree(self, maximum: int, default: int = 2) -> int:
+        """A polynomial degree, an integer from 0 to ``maximum``."""
+        return f.integer(self.raw.get("degree", default), self.at("degree"), minimum=0,
+                         maximum=maximum)
 
     def w_std(self) -> float:
         return f.number(self.raw.get("W_std", 1.0), self.at("W_std"), minimum=0.0,

@@ -23,7 +23,9 @@ from typing import Any, Callable, Dict, Optional, Tuple
 class Spelling:
     """One YAML name of a layer type: its parameters (in the order messages list them)
     and the reader that turns them into the dataclass. ``parse`` is ``None`` for a
-    layer without parameters (``relu``) or one that holds a branch (``residual``)."""
+    layer without parameters (``relu``) or one that holds a branch (``residual``); a
+    spelling without parameters may still have one, to fix them (``abs`` is the
+    ``abrelu`` with ``a=-1, b=1``)."""
 
     name: str
     parameters: Tuple[str, ...] = ()

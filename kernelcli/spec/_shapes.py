@@ -47,6 +47,7 @@ class State:
     gaussian: bool
     not_gaussian: str = "the raw input"    # what made it non-Gaussian, for messages
     vector_by: str = ""                    # the flatten/global_avg_pool that made it a vector
+    follows: Any = None                    # the last layer but identity (None: the input)
 
 
 def label(layer: Any) -> str:
@@ -85,7 +86,9 @@ def step(layer: Any, st: State) -> State:
     t = layer_type(layer)
     if t.needs_gaussian:
         needs_gaussian(layer, st)
-    return t.shape(layer, st)
+    out = t.shape(layer, st)
+    # identity is transparent to the order rules that look one layer back (hermite's)
+    return out if t.shape is keep else replace(out, follows=layer)
 
 
 def _window(layer: Any, st: State, window: Sequence[int], strides: Sequence[int],
@@ -136,8 +139,25 @@ def nonlinearity(layer: Any, st: State) -> State:
                    not_gaussian=f"the output of {yaml_name(layer)} at {label(layer)}")
 
 
+def unit_variance_nonlinearity(layer: Any, st: State) -> State:
+    """``hermite``: its kernel (neural-tangents') assumes inputs of unit variance, which
+    only ``layer_norm`` guarantees, so it must follow one (through identity at most)."""
+    before = st.follows
+    if before is None or layer_type(before).shape is not normalize:
+        what = f"{yaml_name(before)} at {label(before)}" if before is not None else "the input"
+        raise fail(layer, f"{yaml_name(layer)} follows {what}; expected it to follow "
+                          "layer_norm directly (identity may stand between), since its kernel "
+                          "assumes inputs of unit variance")
+    return nonlinearity(layer, st)
+
+
 def keep(layer: Any, st: State) -> State:
-    """``identity``, and ``layer_norm`` (whose order rule is ``needs_gaussian``)."""
+    """``identity``: changes nothing, not even what the next layer follows."""
+    return st
+
+
+def normalize(layer: Any, st: State) -> State:
+    """``layer_norm`` (whose order rule is ``needs_gaussian``): keeps shape and Gaussianity."""
     return st
 
 
