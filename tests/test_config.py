@@ -46,7 +46,11 @@ def test_fixture_copies_match_the_shared_fixtures():
     if not shared.is_dir():
         pytest.skip("no shared/ checkout beside this one")
     for original in shared.iterdir():
-        assert (FIXTURES / original.name).read_bytes() == original.read_bytes()
+        ours = (FIXTURES / original.name).read_bytes()
+        if original.name == "CHECKS.md":  # our own fixtures' rows follow the shared ones
+            assert ours.startswith(original.read_bytes())
+        else:
+            assert ours == original.read_bytes()
 
 
 @pytest.mark.parametrize("path", FIXTURE_CONFIGS, ids=lambda p: p.stem)
