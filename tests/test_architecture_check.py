@@ -144,7 +144,7 @@ def test_nonlinearity_on_the_raw_input_is_refused():
     assert error_of(arch("relu", "flatten", "dense")) == (
         "architecture.layers[0].relu: relu acts on the raw input, which is not Gaussian; "
         "it must follow dense or conv (possibly through avg_pool, global_avg_pool, identity, "
-        "layer_norm or residual)")
+        "layer_norm, residual or a parallel with merge sum)")
 
 
 def test_two_nonlinearities_in_a_row_are_refused():
