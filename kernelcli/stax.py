@@ -233,10 +233,12 @@ def _join(items: Sequence) -> list:
         while len(run) < 3 - stage and k + len(run) < len(out):
             run.append(out[k + len(run)])
         stages = [_stage(p) for p in run]
-        complete = stage == 0 and stages == [0, 1, 2]
-        if not complete and stages == list(range(stage, stage + len(run))) and (
-                (stage > 0 and k == 0) or k + len(run) == len(out)):
-            k += len(run)  # cut short by an end of this serial: an outer one may join it
+        complete = stages == [0, 1, 2]
+        # cut short by the ends of this serial only: an outer serial may complete it
+        partial = (stages == list(range(stage, stage + len(run))) and (stage == 0 or k == 0)
+                   and (stages[-1] == 2 or k + len(run) == len(out)))
+        if partial and not complete:
+            k += len(run)
             continue
         if not complete:
             got = ", ".join(p.name if isinstance(p, _Piece) else repr(_plain(p)) for p in run)
