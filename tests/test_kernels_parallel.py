@@ -187,6 +187,22 @@ def test_live_states_and_layer_counts_include_the_branches():
     assert wide.live_bytes_per_pair == 7 / 2 * plain.live_bytes_per_pair
 
 
+@pytest.mark.parametrize("items", [
+    ("parallel: {branches: [[relu, conv], [relu, dense], []], merge: sum}", "relu"),
+    ("parallel: {branches: [[relu, conv], [relu, dense], []], merge: concat}",),
+    ("residual: [relu, conv]", "relu"),
+], ids=["sum", "concat", "residual"])
+def test_compiled_memory_of_branches_stays_within_the_live_states(items):
+    """XLA's estimate for the pairs in flight at CIFAR size against ``live_bytes_per_pair``
+    (the planner's figure where a backend has no memory analysis), within the 2.5x that
+    tests/test_kernels_memory.py holds networks without branches to."""
+    arch = arch_of(CONV, *items, "global_avg_pool", READOUT)
+    kfn = build_kernel_fn(arch, (32, 32, 3), ("nngp", "ntk"), "float32")
+    live = min(kfn.chunk, 8) * kfn.live_bytes_per_pair
+    ratio = kfn.compiled_memory(n_rows=4, n_cols=4, pair_batch=8) / live
+    assert 1 / 2.5 <= ratio <= 2.5, ratio
+
+
 @pytest.mark.parametrize("merge", ["sum", "concat"])
 def test_parallel_kernels_are_finite_symmetric_and_float32_close(merge):
     arch = arch_of(CONV, f"parallel: {{branches: [[relu, conv], [gelu, dense]], "
