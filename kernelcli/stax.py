@@ -39,10 +39,12 @@ __all__ = ["ABRelu", "AvgPool", "Conv", "Dense", "Erf", "FanInConcat", "FanInSum
 
 @dataclass(frozen=True)
 class _Piece:
-    """``FanOut(num)``, ``parallel(*branches)`` (``branches``: each a list of YAML items)
-    or a fan-in (``merge``): a third of a YAML ``parallel`` item, which ``serial`` joins."""
+    """A third of a YAML ``parallel`` item, which ``serial`` joins: ``FanOut(num)``
+    (``stage`` 0), ``parallel(*branches)`` (1; ``branches``: each a list of YAML items)
+    or a fan-in (2; ``merge``)."""
 
     name: str
+    stage: int
     num: int = 0
     branches: Tuple[list, ...] = ()
     merge: str = ""
@@ -209,14 +211,9 @@ def _merged(networks: Sequence, who: str) -> Network:
     return Network(tuple(items), chosen)
 
 
-_ORDER = ("FanOut", "parallel", "FanIn")  # a parallel item's pieces, in order
-
-
 def _stage(item) -> int:
     """Which third of a parallel item ``item`` is (0, 1, 2), or -1 for a whole layer."""
-    if not isinstance(item, _Piece):
-        return -1
-    return _ORDER.index(item.name if item.name in _ORDER[:2] else "FanIn")
+    return item.stage if isinstance(item, _Piece) else -1
 
 
 def _join(items: Sequence) -> list:
@@ -267,7 +264,7 @@ def FanOut(num: int) -> Network:
     ``parallel`` that must follow (then ``FanInSum()`` or ``FanInConcat()``)."""
     if isinstance(num, bool) or not isinstance(num, int) or num < 1:
         _refuse("FanOut", "num", num, "a positive integer, the number of branches")
-    return _one(_Piece("FanOut", num=num))
+    return _one(_Piece("FanOut", 0, num=num))
 
 
 def parallel(*layers: Network) -> Network:
@@ -279,20 +276,20 @@ def parallel(*layers: Network) -> Network:
     branches = [serial(layer) for layer in layers]
     for branch in branches:
         branch.to_dict()  # a branch holds whole layers only
-    return _one(_Piece("parallel", branches=tuple(list(b.layers) for b in branches)),
+    return _one(_Piece("parallel", 1, branches=tuple(list(b.layers) for b in branches)),
                 parameterization)
 
 
 def FanInSum() -> Network:
     """``stax.FanInSum``: the sum of the branches' outputs (``merge: sum``)."""
-    return _one(_Piece("FanInSum", merge="sum"))
+    return _one(_Piece("FanInSum", 2, merge="sum"))
 
 
 def FanInConcat(axis: int = -1) -> Network:
     """``stax.FanInConcat`` on the channel axis (``merge: concat``)."""
     if axis != -1:
         _refuse("FanInConcat", "axis", axis, "-1 (the channel axis)")
-    return _one(_Piece("FanInConcat", merge="concat"))
+    return _one(_Piece("FanInConcat", 2, merge="concat"))
 
 
 def residual(*layers: Network) -> Network:

@@ -40,7 +40,6 @@ from ._layers import GlobalAvgPool as GlobalAvgPool
 from ._layers import Identity as Identity
 from ._layers import Layer as Layer
 from ._layers import LayerNorm as LayerNorm
-from ._layers import MERGES as MERGES
 from ._layers import Parallel as Parallel
 from ._layers import Relu as Relu
 from ._layers import Residual as Residual
