@@ -24,7 +24,7 @@ from jax import lax
 from jax.scipy.special import erf as jerf
 
 from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Exp, Flatten, Gaussian, Gelu,
-                            GlobalAvgPool, Hermite, Identity, LayerNorm, Monomial, Rbf,
+                            GlobalAvgPool, Hermite, Identity, LayerNorm, Monomial, Parallel, Rbf,
                             RectifiedMonomial, Relu, Residual, Sign, Sin)
 
 
@@ -122,6 +122,18 @@ def _residual_init(layer, shape, rng, c_out, init_branch):
     return p, shape
 
 
+def _parallel_init(layer, shape, rng, c_out, init_branch):
+    params, shapes = zip(*(init_branch(branch, shape) for branch in layer.branches))
+    if layer.merge == "sum":
+        return list(params), shapes[0]
+    return list(params), shapes[0][:-1] + (sum(s[-1] for s in shapes),)
+
+
+def _parallel(layer, x, p, run):
+    outs = [run(branch, x, q) for branch, q in zip(layer.branches, p)]
+    return sum(outs[1:], outs[0]) if layer.merge == "sum" else jnp.concatenate(outs, -1)
+
+
 FINITE_NETS: Dict[type, FiniteNet] = {
     Dense: FiniteNet(_dense, init=_dense_init),
     Conv: FiniteNet(_conv, init=_conv_init),
@@ -152,6 +164,7 @@ FINITE_NETS: Dict[type, FiniteNet] = {
                                  jnp.where(x >= 0, jnp.maximum(x, 0) ** layer.degree, 0)),
     Sign: FiniteNet(lambda layer, x, p, run: jnp.sign(x)),
     Hermite: FiniteNet(_hermite),
+    Parallel: FiniteNet(_parallel, init=_parallel_init),
 }
 
 
@@ -159,7 +172,10 @@ def init_params(layers: Sequence, shape, rng: np.random.Generator, width: int, o
                 top: bool = True):
     """Standard-normal ``(W, b)`` (float32, numpy) for every dense/conv in ``layers``,
     as a list aligned with them (``None`` for parameter-free layers, a nested list for
-    a residual branch); the last top-level layer, the readout, gets ``out`` units.
+    a residual branch, a list of those for the branches of a parallel); a hidden
+    dense/conv gets ``width`` times its own ``width`` units (1 unless set, so the
+    ratios of widths that a concat weighs its branches by carry over), the last
+    top-level layer, the readout, ``out`` units.
     Returns ``(params, output shape)``; ``shape`` is one example's shape."""
     def init_branch(branch, shape):
         return init_params(branch, shape, rng, width, out, top=False)
@@ -170,7 +186,8 @@ def init_params(layers: Sequence, shape, rng: np.random.Generator, width: int, o
         if net.init is None:
             p, shape = None, net.out_shape(layer, shape)
         else:
-            c_out = out if (top and idx == len(layers) - 1) else width
+            last = top and idx == len(layers) - 1
+            c_out = out if last else width * getattr(layer, "width", 1)
             p, shape = net.init(layer, shape, rng, c_out, init_branch)
         params.append(p)
     return params, tuple(shape)

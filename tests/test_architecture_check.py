@@ -42,7 +42,9 @@ def test_spatial_out_follows_lax_rules(size, k, s, padding, expected):
 @pytest.mark.parametrize("name, shape", [
     ("cnn1_flatten", IMAGE), ("cnn1_gap", IMAGE), ("cnn3_flatten", IMAGE), ("cnn3_gap", IMAGE),
     ("erf_net", IMAGE), ("fc3", IMAGE), ("myrtle5", (32, 32, 3)), ("rect", IMAGE),
-    ("residual", IMAGE), ("standard_param", IMAGE),
+    ("residual", IMAGE), ("standard_param", IMAGE), ("parallel_sum", IMAGE),
+    ("parallel_concat", IMAGE), ("parallel_concat_standard", IMAGE), ("parallel_rect", IMAGE),
+    ("parallel_nested", IMAGE),
 ])
 def test_every_fixture_architecture_passes_on_its_data(name, shape):
     config = load_config(FIXTURES / f"{name}.yaml")
@@ -144,7 +146,7 @@ def test_nonlinearity_on_the_raw_input_is_refused():
     assert error_of(arch("relu", "flatten", "dense")) == (
         "architecture.layers[0].relu: relu acts on the raw input, which is not Gaussian; "
         "it must follow dense or conv (possibly through avg_pool, global_avg_pool, identity, "
-        "layer_norm or residual)")
+        "layer_norm, residual or a parallel with merge sum)")
 
 
 def test_two_nonlinearities_in_a_row_are_refused():

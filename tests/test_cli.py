@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 import kernelcli
 from kernelcli.cli import main
+from kernelcli.spec import LAYER_NAMES  # pinned by test_config's unknown-layer test
 
 from helpers_cli import (invoke, GAP_NET, ROOT, error_line, images, read_kernels, run_cli,
                          snapshot, write_config)
@@ -310,8 +311,7 @@ CONFIG_ERRORS = [
      "but got ':'"),
     ("unknown_layer", "data: {x1: x.npy}\narchitecture:\n  layers: [conv, relu, flaten, dense]\n",
      2, "Error: unknown_layer.yaml: architecture.layers[2]: unknown layer 'flaten'; expected one "
-        "of abrelu, avg_pool, conv, dense, erf, flatten, gelu, global_avg_pool, identity, "
-        "layer_norm, leaky_relu, relu, repeat, residual; did you mean 'flatten'?"),
+        f"of {', '.join(LAYER_NAMES)}; did you mean 'flatten'?"),
     ("missing_data_file", "data: {x1: nope.npy}\n" + LAYERS_TEXT, 2,
      "Error: data.x1: {d}/nope.npy does not exist; give the path to a .npy, .npz, .h5, .hdf5 "
      "file"),

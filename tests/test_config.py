@@ -279,8 +279,8 @@ def test_unknown_layer_names_path_value_and_choices():
     assert error_of(with_layers("conv", "rellu")) == (
         "config.yaml: architecture.layers[1]: unknown layer 'rellu'; expected one of abrelu, "
         "abs, avg_pool, conv, cos, dense, erf, exp, flatten, gaussian, gelu, global_avg_pool, "
-        "hermite, identity, layer_norm, leaky_relu, monomial, rbf, rectified_monomial, relu, "
-        "repeat, residual, sigmoid_like, sign, sin; did you mean 'relu'?")
+        "hermite, identity, layer_norm, leaky_relu, monomial, parallel, rbf, rectified_monomial, "
+        "relu, repeat, residual, sigmoid_like, sign, sin; did you mean 'relu'?")
 
 
 def test_unknown_layer_parameter_lists_the_accepted_ones():

@@ -340,7 +340,8 @@ def test_parse_size_is_bounded_and_linear_on_long_text():
 _SIMPLE_KEYS = ([
     "name", "data", "architecture", "kernel", "compute", "output", "x1", "key", "limit",
     "test", "test_limit", "preprocess", "kind", "zca_reg", "layers", "parameterization",
-    "conv", "dense", "relu", "repeat", "residual", "times", "filter", "strides", "window",
+    "conv", "dense", "relu", "repeat", "residual", "parallel", "branches", "merge", "times",
+    "filter", "strides", "window",
     "W_std", "b_std", "width", "alpha", "a", "b", "kinds", "dtype", "block", "memory",
     "devices", "executor", "address", "run_dir", "<<", "1", "null", "~", "true", "1.5",
     "''", "2001-12-14"])
@@ -354,7 +355,8 @@ ODD = st.sampled_from([
     "!!binary aGVsbG8=", "!!binary '@@'", "!!python/object:os.system x",
     "!!python/tuple [1]", "!!set {a}", "!!omap [{a: 1}]", "!!int x", "!!float y",
     "!!timestamp z", "!!str 5", "!custom x", "0x1F", "0o17", "1_000", "'\\0'", '"a\\0b"',
-    "relu", "conv", "dense", "flatten", "global_avg_pool", "ntk", "nngp", "float64", "auto",
+    "relu", "conv", "dense", "flatten", "global_avg_pool", "sum", "concat", "[]", "[[]]",
+    "ntk", "nngp", "float64", "auto",
     "all", "8GiB", "a.npy", "x" * 300, "9" * 400, "9" * 5000, "*a", "*b", "*undefined"])
 SCALAR = st.one_of(ODD, st.integers(-2 ** 70, 2 ** 70).map(str),
                    st.floats().map(lambda x: repr(x) if x == x and abs(x) != float("inf")
@@ -386,6 +388,12 @@ architecture:
     - relu
     - repeat: {times: 2, layers: [{dense: {width: 3}}, erf]}
     - residual: [dense]
+    - parallel: {branches: [[dense], [], [{conv: {width: 2}}, relu]], merge: concat}
+    - parallel:
+        branches:
+          - [{dense: {width: 5}}]
+          - [{residual: [relu, dense]}, {avg_pool: {window: 1}}]
+        merge: sum
     - avg_pool: {window: 2}
     - leaky_relu: {alpha: 0.1}
     - flatten

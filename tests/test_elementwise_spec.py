@@ -177,7 +177,7 @@ def test_the_new_nonlinearities_end_gaussianity_like_relu(act):
     assert check_error("dense", act, act, "dense") == (
         f"architecture.layers[2].{name}: {name} acts on the output of {name} at "
         f"architecture.layers[1].{name}, which is not Gaussian; it must follow dense or conv "
-        "(possibly through avg_pool, global_avg_pool, identity, layer_norm or residual)")
+        "(possibly through avg_pool, global_avg_pool, identity, layer_norm, residual or a parallel with merge sum)")
     assert check_error(act, "dense").startswith(
         f"architecture.layers[0].{name}: {name} acts on the raw input, which is not Gaussian")
 

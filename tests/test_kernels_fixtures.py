@@ -21,8 +21,8 @@ import pytest
 
 from conftest import FIXTURE_CASES, FixtureCase, load_case
 from kernelcli.kernels import build_kernel_fn
-from kernelcli.spec import (POOLS, ABRelu, Conv, Dense, Flatten, Relu, Residual,
-                            check_architecture)
+from kernelcli.spec import (POOLS, ABRelu, Conv, Dense, Flatten, Relu, check_architecture,
+                            walk)
 from kernelcli.run import kernel_matrix
 
 KINDS = ("nngp", "ntk")
@@ -59,12 +59,7 @@ def off_diagonal(a: np.ndarray) -> np.ndarray:
 
 
 def has(layers, kinds) -> bool:
-    for layer in layers:
-        if isinstance(layer, kinds):
-            return True
-        if isinstance(layer, Residual) and has(layer.layers, kinds):
-            return True
-    return False
+    return any(isinstance(layer, kinds) for layer in walk(layers))
 
 
 def nt_diagonal_is_inexact(layers) -> bool:

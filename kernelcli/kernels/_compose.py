@@ -1,14 +1,17 @@
 """Serial composition of layer maps, and which covariance each layer needs.
 
 ``forward`` walks the layers in order, exactly like neural-tangents' ``serial``;
-``residual`` is FanOut(2) -> parallel(identity, serial(branch)) -> FanInSum,
-whose kernel is the sum of the two branches' kernels.
+a layer holding branches (``parallel``; ``residual``, which is FanOut(2) ->
+parallel(identity, serial(branch)) -> FanInSum) runs each branch from its input,
+in order, and merges their outputs by its kernel map.
 
 Memory rule: the full spatial covariance (``(H*W)^2`` numbers per pair) is only
-needed while a pooling layer lies ahead; a convolution or a nonlinearity maps
-the spatial diagonal to itself, so after the last pooling layer the state is
-cut down to its diagonal (``H*W`` numbers per pair), and networks without
-pooling never hold more than the diagonal.
+needed while a pooling layer lies ahead, in any branch; a convolution or a
+nonlinearity maps the spatial diagonal to itself, so after the last pooling
+layer the state is cut down to its diagonal (``H*W`` numbers per pair), and
+networks without pooling never hold more than the diagonal. Inside the branches
+of the last layer that pools, each branch is cut after its own last pool (at
+once when it has none), so the branches end in one layout.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Sequence
 
 from jax import lax
 
-from ..spec import Conv, layer_type
+from ..spec import Conv, branches, layer_type, walk
 from . import _linear
 from ._fused import conv_pointwise
 from ._maps import is_pointwise, kernel_map
@@ -78,11 +81,7 @@ def _by_slabs(f, state: State, v1, v2) -> State:
 
 
 def contains_pool(layers: Sequence) -> bool:
-    for layer in layers:
-        t = layer_type(layer)
-        if t.pools or (t.branch and contains_pool(layer.layers)):
-            return True
-    return False
+    return any(layer_type(layer).pools for layer in walk(layers))
 
 
 def last_pool_index(layers: Sequence) -> int:
@@ -96,24 +95,26 @@ def last_pool_index(layers: Sequence) -> int:
 
 def count_variance_layers(layers: Sequence) -> int:
     """How many layers read per-input variances (nonlinearities and layer_norm)."""
-    n = 0
-    for layer in layers:
-        t = layer_type(layer)
-        if t.reads_variances:
-            n += 1
-        elif t.branch:
-            n += count_variance_layers(layer.layers)
-    return n
+    return sum(layer_type(layer).reads_variances for layer in walk(layers))
 
 
-def _apply(layer, state: State, variances, standard: bool, exact: bool) -> State:
-    """One layer through its kernel map (``_maps``)."""
+def live_states(layers: Sequence) -> int:
+    """States alive at once while ``layers`` run, at most: a layer's input and output;
+    while branch ``j`` of a layer runs, the layer's input (each branch starts from it),
+    the ``j`` outputs before it and what the branch holds."""
+    return max([2] + [1 + j + live_states(branch) for layer in layers
+                      for j, branch in enumerate(branches(layer))])
+
+
+def _apply(layer, state: State, variances, standard: bool, exact: bool, cut: bool) -> State:
+    """One layer through its kernel map (``_maps``); ``cut``: as for ``forward``, for
+    the branches of a layer that holds some."""
     m = kernel_map(layer)
     if m.linear is not None:
         return m.linear(state, layer, standard)
-    if m.branch is not None:
-        return m.branch(state, forward(layer.layers, state, variances, standard, exact,
-                                       top=False))
+    if m.merge is not None:
+        return m.merge(layer, [forward(branch, state, variances, standard, exact, cut)
+                               for branch in branches(layer)])
     v1, v2 = variances(state)
     return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
 
@@ -145,9 +146,12 @@ def _block(conv: Conv, act, standard: bool, exact: bool):
 
 
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
-            top: bool = True) -> State:
-    """Apply ``layers`` in order; at top level, drop to the diagonal after the last pool."""
-    last = last_pool_index(layers) if top else None
+            cut: bool = True) -> State:
+    """Apply ``layers`` in order. ``cut``: nothing after ``layers`` pools, so the state
+    drops to its diagonal after their last pool (at once when none pools)."""
+    last = last_pool_index(layers) if cut else len(layers)
+    if last < 0:
+        state = to_diagonal(state)
     spare = None  # the covariances of the input of the layer before: dead, reusable
     k = 0
     while k < len(layers):
@@ -172,8 +176,8 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too
         else:
-            state = _apply(layer, state, variances, standard, exact)
-        if top and k == last:
+            state = _apply(layer, state, variances, standard, exact, cut and k >= last)
+        if k == last:
             state = to_diagonal(state)
         spare = (before.nngp, before.ntk) if before.full else None
         k += 1

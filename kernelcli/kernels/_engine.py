@@ -32,9 +32,9 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError
-from ..spec import Architecture, Flatten
+from ..spec import Architecture, Flatten, walk
 from ._flat import FlatRoute
-from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
+from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward, live_states
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances
 from ._runner import pad_rows, run_on_devices
@@ -82,6 +82,7 @@ class KernelFn(FlatRoute):
         self.dtype = np.dtype(dtype)
         self.full_cov = len(self.input_shape) == 3 and contains_pool(arch.layers)
         self.n_variances = count_variance_layers(arch.layers)
+        self.n_layers = sum(1 for _ in walk(arch.layers))  # branches' layers included
         self._standard = arch.parameterization == "standard"
         self._exact = self.dtype == np.float64
         self._want_ntk = "ntk" in self.kinds
@@ -177,8 +178,9 @@ class KernelFn(FlatRoute):
 
     @property
     def live_bytes_per_pair(self) -> int:
-        """Bytes that must be alive per pair: each kind's covariance in and out of a layer."""
-        arrays = 2 * (2 if self._want_ntk else 1)
+        """Bytes that must be alive per pair: each kind's covariance in and out of a layer
+        (and, where the network branches, the branches' inputs and outputs too)."""
+        arrays = live_states(self.arch.layers) * (2 if self._want_ntk else 1)
         return arrays * self.cov_elements * self.dtype.itemsize
 
     def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,

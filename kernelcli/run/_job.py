@@ -136,7 +136,7 @@ def engine_costs(kfn) -> EngineCosts:
 
     return EngineCosts(chunk=kfn.chunk, flat_input=kfn.flat_input,
                        cov_elements=1 if kfn.flat_input else kfn.cov_elements,
-                       layers=len(kfn.arch.layers), kinds=tuple(kfn.kinds),
+                       layers=kfn.n_layers, kinds=tuple(kfn.kinds),
                        itemsize=kfn.dtype.itemsize, compiled_memory=compiled_memory)
 
 

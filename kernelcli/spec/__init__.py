@@ -7,6 +7,9 @@ checks the layers against the data's per-example shape. Everything raises
 ``layer_type(layer)`` is a layer's declaration (``LayerType``: YAML name,
 parameters, shape rule, flags); ``layer_types()`` lists them all, for the
 kernels' own table and the tests that check every layer is complete.
+``branches(layer)`` are the layer lists a ``residual`` or ``parallel`` holds,
+and ``walk(layers)`` every layer, nested ones included: the one way any stage
+looks inside a layer.
 """
 
 from ._check import check_architecture as check_architecture
@@ -45,6 +48,7 @@ from ._layers import GlobalAvgPool as GlobalAvgPool
 from ._layers import Identity as Identity
 from ._layers import Layer as Layer
 from ._layers import LayerNorm as LayerNorm
+from ._layers import Parallel as Parallel
 from ._layers import Relu as Relu
 from ._layers import Residual as Residual
 from ._load import load_config as load_config
@@ -53,8 +57,10 @@ from ._load import parse_config as parse_config
 from ._parse_layers import LAYER_NAMES as LAYER_NAMES
 from ._registry import LayerType as LayerType
 from ._registry import Spelling as Spelling
+from ._registry import branches as branches
 from ._registry import layer_type as layer_type
 from ._registry import layer_types as layer_types
+from ._registry import walk as walk
 from ._shapes import spatial_out as spatial_out
 from ._sizes import format_size as format_size
 from ._sizes import parse_size as parse_size

@@ -10,10 +10,15 @@ channel count after ``dense``/``conv`` is the layer's ``width``.
 Order rules (``docs/config.md``, as neural-tangents 0.6.5 enforces them): a
 nonlinearity or ``layer_norm`` needs a Gaussian input, that is the output of
 ``dense``/``conv`` possibly passed through ``avg_pool``, ``global_avg_pool``,
-``identity``, ``layer_norm`` or a ``residual``. The raw input is not Gaussian,
-nor is anything after a nonlinearity or ``flatten`` until the next
+``identity``, ``layer_norm``, a ``residual`` or a ``parallel`` with ``merge:
+sum``. The raw input is not Gaussian, nor is anything after a nonlinearity,
+``flatten`` or a ``parallel`` with ``merge: concat`` until the next
 ``dense``/``conv``. A ``residual`` needs a Gaussian input and a branch that ends
-in ``dense``/``conv`` and keeps the shape. ``hermite`` must follow ``layer_norm``
+in ``dense``/``conv`` and keeps the shape. The branches of a ``parallel`` are
+checked like any layer list from its input; ``merge: sum`` needs Gaussian
+outputs of one shape, at most one of them from a branch without a
+``dense``/``conv`` of its own, and ``merge: concat`` outputs that differ in
+their channel (last) axis at most. ``hermite`` must follow ``layer_norm``
 (through ``identity`` at most): its kernel assumes unit-variance inputs.
 
 Each layer's rules are part of its declaration (``_layers``; the rules

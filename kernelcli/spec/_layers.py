@@ -179,9 +179,32 @@ class Residual:
     where: str = field(default="", compare=False, repr=False)
 
 
-# Parsed by _parse_layers (the branch is a layer list); `residual: [...]` works too.
+# `residual: [...]` is `residual: {layers: [...]}`. As in neural-tangents, FanOut(2),
+# parallel(Identity, serial(layers)), FanInSum: its branches are the identity and f.
 register(LayerType(Residual, "residual", S.residual, ("layers",), needs_gaussian=True,
-                   branch=True))
+                   parse=lambda p: Residual(layers=p.layers("layers"), where=p.path),
+                   branches=lambda layer: ((), layer.layers), bare="layers"))
+
+
+MERGES = ("sum", "concat")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """neural-tangents' ``serial(FanOut(k), parallel(*branches), FanInSum())`` (``merge:
+    sum``) or ``FanInConcat(axis=-1)`` (``merge: concat``); an empty branch is the
+    identity."""
+
+    branches: Tuple[Tuple["Layer", ...], ...] = ()
+    merge: str = "sum"
+    where: str = field(default="", compare=False, repr=False)
+
+
+register(LayerType(Parallel, "parallel", S.parallel, ("branches", "merge"),
+                   parse=lambda p: Parallel(branches=p.branches("branches"),
+                                            merge=p.choice("merge", MERGES, "a merge"),
+                                            where=p.path),
+                   branches=lambda layer: layer.branches))
 
 
 # The further elementwise nonlinearities register here, before the groups below.
@@ -190,7 +213,7 @@ from ._layers_elementwise import (Exp, Gaussian, Hermite, Monomial,  # noqa: E40
 
 Layer = Union[Dense, Conv, Relu, Erf, Gelu, ABRelu, AvgPool, GlobalAvgPool,
               Flatten, LayerNorm, Identity, Residual, Sin, Rbf, Exp, Gaussian, Monomial,
-              RectifiedMonomial, Sign, Hermite]
+              RectifiedMonomial, Sign, Hermite, Parallel]
 
 # Groups of classes, derived from the declarations (for tests and callers that filter).
 NONLINEARITIES = tuple(t.cls for t in layer_types()

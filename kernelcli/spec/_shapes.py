@@ -17,12 +17,13 @@ from typing import Any, Sequence, Tuple
 
 from ..errors import ConfigError
 from ._fields import short_path
-from ._registry import layer_type
+from ._registry import branches, layer_type
 
 Shape = Tuple[int, ...]
 
-GAUSSIAN_HINT = ("it must follow dense or conv (possibly through avg_pool, global_avg_pool, "
-                 "identity, layer_norm or residual)")
+_KEEPERS = ("avg_pool, global_avg_pool, identity, layer_norm, residual or a parallel with "
+            "merge sum")
+GAUSSIAN_HINT = f"it must follow dense or conv (possibly through {_KEEPERS})"
 
 
 def spatial_out(size: int, k: int, s: int, padding: str) -> int:
@@ -161,12 +162,17 @@ def normalize(layer: Any, st: State) -> State:
     return st
 
 
+def _through(layers: Sequence[Any], st: State) -> State:
+    """The state after a branch: ``layers`` in order (none: the identity)."""
+    for inner in layers:
+        st = step(inner, st)
+    return st
+
+
 def residual(layer: Any, st: State) -> State:
     if not layer.layers:
         raise fail(layer, "the branch is empty; expected a list of at least one layer")
-    out = st
-    for inner in layer.layers:
-        out = step(inner, out)
+    out = _through(layer.layers, st)
     last = layer.layers[-1]
     if not layer_type(last).affine:
         raise fail(layer, f"the branch ends in {yaml_name(last)}; expected it to end in "
@@ -175,3 +181,51 @@ def residual(layer: Any, st: State) -> State:
         raise fail(layer, f"the branch maps shape {st.shape} to {out.shape}; expected it "
                           "to keep the shape, since its output is added to its input")
     return st  # x + f(x): Gaussian, and of the input's shape
+
+
+def fresh(layers: Sequence[Any]) -> bool:
+    """Whether a branch's output is independent of its input: it holds a dense or conv
+    of its own, or a layer all of whose branches do (a residual's identity does not)."""
+    return any(layer_type(inner).affine
+               or (layer_type(inner).branch and all(fresh(b) for b in branches(inner)))
+               for inner in layers)
+
+
+def parallel(layer: Any, st: State) -> State:
+    outs = [_through(branch, st) for branch in layer.branches]
+    vector_by = next((o.vector_by for o in outs if o.vector_by), st.vector_by)
+    if layer.merge == "concat":
+        return _concat(layer, outs, vector_by)
+    if len(outs) == 1:  # a sum of one: the branch itself (neural-tangents' FanInSum)
+        return outs[0]
+    for i, out in enumerate(outs):
+        if not out.gaussian:
+            given = "" if layer.branches[i] else " (empty: the identity)"
+            raise fail(layer, f"merge sum needs Gaussian branch outputs, but branches[{i}]"
+                              f"{given} gives {out.not_gaussian}, which is not Gaussian; "
+                              "expected each branch to end in dense or conv (possibly "
+                              f"through {_KEEPERS})")
+    for i, out in enumerate(outs[1:], 1):
+        if out.shape != outs[0].shape:
+            raise fail(layer, f"merge sum adds outputs of shape {outs[0].shape} from "
+                              f"branches[0] and {out.shape} from branches[{i}]; expected "
+                              "one shape, since the outputs are added")
+    shared = [f"branches[{i}]" for i, b in enumerate(layer.branches) if not fresh(b)]
+    if len(shared) > 1:
+        names = ", ".join(shared[:-1]) + " and " + shared[-1]
+        raise fail(layer, f"merge sum adds {names}, which have no dense or "
+                          "conv of their own; expected at most one such branch, since the "
+                          "sum would count copies of one signal as independent")
+    return replace(outs[0], vector_by=vector_by)  # a sum of Gaussians
+
+
+def _concat(layer: Any, outs: Sequence[State], vector_by: str) -> State:
+    for i, out in enumerate(outs[1:], 1):
+        if out.shape[:-1] != outs[0].shape[:-1]:
+            raise fail(layer, f"merge concat joins outputs of shape {outs[0].shape} from "
+                              f"branches[0] and {out.shape} from branches[{i}]; expected "
+                              "the same shape but for the channel (last) axis")
+    channels = sum(out.shape[-1] for out in outs)
+    return State(shape=outs[0].shape[:-1] + (channels,), gaussian=False,
+                 not_gaussian=f"the output of parallel (merge concat) at {label(layer)}",
+                 vector_by=vector_by)
