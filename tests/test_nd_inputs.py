@@ -14,6 +14,8 @@ import json
 import numpy as np
 import pytest
 
+import kernelcli
+from kernelcli import stax
 from kernelcli.data import open_array
 from kernelcli.errors import ConfigError, DataError
 from kernelcli.kernels import build_kernel_fn
@@ -199,3 +201,35 @@ def test_estimate_and_compute_run_1d_and_3d_configs(tmp_path, name, shape, layer
         got = arrays[kind]
         assert got.shape == (11, 11) and np.array_equal(got, got.T)
         np.testing.assert_allclose(got, want[kind], rtol=1e-12, atol=1e-14)
+
+
+# --- kernelcli.stax -----------------------------------------------------------------------------
+
+def test_stax_builders_take_one_size_per_spatial_axis():
+    seq = stax.serial(stax.Conv(4, (3,), padding="SAME", W_std=1.4, b_std=0.1), stax.Relu(),
+                      stax.AvgPool((2,)), stax.Conv(2, (2,), (2,), "CIRCULAR", W_std=1.4),
+                      stax.Relu(), stax.GlobalAvgPool(), stax.Dense(1))
+    assert seq.to_dict()["layers"][:3] == [
+        {"conv": {"filter": [3], "strides": 1, "padding": "SAME", "W_std": 1.4,
+                  "b_std": 0.1, "width": 4}}, "relu",
+        {"avg_pool": {"window": [2], "padding": "VALID"}}]
+    vol = stax.serial(stax.Conv(2, (3, 1, 2), (1, 2, 1), dimension_numbers=(
+        "NABDC", "ABDIO", "NABDC")), stax.Relu(), stax.Flatten(), stax.Dense(1))
+    assert vol.to_dict()["layers"][0]["conv"]["strides"] == [1, 2, 1]
+    x = _data(3, (8, 2), seed=1)
+    a = kernelcli.kernel_fn(seq)(x, get="nngp", dtype="float64")
+    b = kernelcli.kernel_fn(seq.to_yaml())(x, get="nngp", dtype="float64")
+    assert a.shape == (3, 3) and np.array_equal(a, b)
+    assert kernelcli.kernel_fn(vol)(_data(2, (3, 4, 2, 1)), get="ntk").shape == (2, 2)
+
+
+def test_stax_refuses_four_spatial_axes_and_channels_first():
+    with pytest.raises(ConfigError) as e:
+        stax.Conv(1, (3, 3, 3, 3))
+    assert str(e.value) == ("stax: filter_shape (3, 3, 3, 3) is not accepted; kernelcli's "
+                            "layers take 1 to 3 spatial axes: give one size per axis, e.g. "
+                            "(3,), (3, 3) or (3, 3, 3)")
+    with pytest.raises(ConfigError) as e:
+        stax.Conv(1, (3,), dimension_numbers=("NCA", "AIO", "NCA"))
+    assert str(e.value).startswith("stax.Conv: dimension_numbers=('NCA', 'AIO', 'NCA') is not "
+                                   "supported by kernelcli; accepted: None or channels last")
