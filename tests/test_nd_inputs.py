@@ -233,3 +233,21 @@ def test_stax_refuses_four_spatial_axes_and_channels_first():
         stax.Conv(1, (3,), dimension_numbers=("NCA", "AIO", "NCA"))
     assert str(e.value).startswith("stax.Conv: dimension_numbers=('NCA', 'AIO', 'NCA') is not "
                                    "supported by kernelcli; accepted: None or channels last")
+
+
+def test_run_fingerprints_of_image_configs_are_those_of_before_n_d_inputs(tmp_path):
+    """A one-int size is recorded as the pair it meant when every input was an image,
+    so runs made then can still be resumed: ``filter: 3`` and ``filter: [3, 3]`` (and
+    a default) are one configuration; ``[3]`` (sequences) is another."""
+    from kernelcli.run._job import config_fingerprint
+
+    def fp(conv, pool):
+        cfg = write_config(tmp_path, x1="x.npy", layers=[conv, "relu", pool, "flatten",
+                                                          "dense"])
+        return config_fingerprint(load_config(cfg))
+
+    pair = fp({"conv": {"filter": [3, 3], "strides": [1, 1]}},
+              {"avg_pool": {"window": [2, 2], "strides": [2, 2]}})
+    assert fp({"conv": {"filter": 3}}, "avg_pool") == pair
+    assert fp("conv", {"avg_pool": {"window": [2, 2]}}) == pair
+    assert fp({"conv": {"filter": [3]}}, "avg_pool") != pair
