@@ -41,13 +41,14 @@ _FITS = {2: "NHWC (the default) for rank 2 rows", 3: "NLC or NCL for rank 3 sequ
          4: "NHWC or NCHW for rank 4 images", 5: "NDHWC or NCDHW for rank 5 volumes"}
 _HOLDS = {3: "sequences", 4: "images", 5: "volumes"}
 
+# A failed slice read of a damaged file (a corrupt chunk, a CRC error in a .npz
+# member, a short external file that lost its end after opening).
+_READ_ERRORS = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
+
 
 def channels_first(layout: str) -> bool:
     """Whether ``layout`` (one of :data:`LAYOUTS`) puts the channels right after N."""
     return layout[1] == "C"
-# A failed slice read of a damaged file (a corrupt chunk, a CRC error in a .npz
-# member, a short external file that lost its end after opening).
-_READ_ERRORS = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
 
 
 def _key_name(what: str) -> str:
