@@ -47,7 +47,11 @@ def test_fixture_copies_match_the_shared_fixtures():
     if not shared.is_dir():
         pytest.skip("no shared/ checkout beside this one")
     for original in shared.iterdir():
-        assert (FIXTURES / original.name).read_bytes() == original.read_bytes()
+        copy = (FIXTURES / original.name).read_bytes()
+        if original.name == "CHECKS.md":  # rows of fixtures added since may follow
+            assert copy.startswith(original.read_bytes())
+        else:
+            assert copy == original.read_bytes()
 
 
 @pytest.mark.parametrize("path", FIXTURE_CONFIGS, ids=lambda p: p.stem)
