@@ -88,16 +88,31 @@ def _one(item, parameterization: Optional[str] = None) -> Network:
     return Network((item,), parameterization)
 
 
-def _pair(value, what: str, default=None) -> list:
+def _pair(value, what: str, default=None):
+    """Sizes along the spatial axes: a tuple of 1 to 3 (one per axis: ``(k,)`` on
+    sequences, ``(k, k)`` on images, ``(k, k, k)`` on volumes) as a YAML list, or an int
+    (the same along every axis) as it is; ``None``: ``default``."""
     if value is None:
-        return list(default)
-    if isinstance(value, int):
-        return [value, value]
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     value = list(value)
-    if len(value) != 2:
+    if not 1 <= len(value) <= 3:
         raise ConfigError(f"stax: {what} {tuple(value)} is not accepted; kernelcli's "
-                          f"layers take 2-D images: give (height, width)")
+                          f"layers take 1 to 3 spatial axes: give one size per axis, e.g. "
+                          f"(3,), (3, 3) or (3, 3, 3)")
     return value
+
+
+def _channels_last(dimension_numbers, n) -> bool:
+    """Whether ``dimension_numbers`` is neural-tangents' channels-last default for ``n``
+    spatial axes (``('NHWC', 'HWIO', 'NHWC')``, ``('NABC', 'ABIO', 'NABC')``, ...)."""
+    try:
+        lhs, rhs, out = dimension_numbers
+        return (isinstance(lhs, str) and lhs == out and len(lhs) == n + 2
+                and lhs[0] == "N" and lhs[-1] == "C" and rhs == lhs[1:-1] + "IO")
+    except (TypeError, ValueError):
+        return False
 
 
 def _refuse(layer: str, argument: str, value, accepted: str) -> None:
@@ -121,12 +136,18 @@ def Dense(out_dim: int = 1, W_std: float = 1.0, b_std: Optional[float] = None,
 def Conv(out_chan: int, filter_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
          padding: str = "VALID", W_std: float = 1.0, b_std: Optional[float] = None,
          dimension_numbers=None, parameterization: str = "ntk") -> Network:
-    """``stax.Conv``: 2-D convolution over (H, W) of NHWC images."""
-    if dimension_numbers not in (None, ("NHWC", "HWIO", "NHWC")):
-        _refuse("Conv", "dimension_numbers", dimension_numbers, "None or ('NHWC', 'HWIO', "
-                "'NHWC') (kernelcli reads NCHW files with data.layout instead)")
-    return _one({"conv": {"filter": _pair(filter_shape, "filter_shape"),
-                          "strides": _pair(strides, "strides", (1, 1)),
+    """``stax.Conv``: convolution over the spatial axes of channels-last inputs, as many
+    as ``filter_shape`` has entries: ``(k,)`` on sequences ``(N, L, C)``, ``(k, k)`` on
+    images ``(N, H, W, C)``, ``(k, k, k)`` on volumes ``(N, D, H, W, C)``."""
+    filt = _pair(filter_shape, "filter_shape")
+    n = 2 if isinstance(filt, int) else len(filt)
+    if dimension_numbers is not None and not _channels_last(dimension_numbers, n):
+        _refuse("Conv", "dimension_numbers", dimension_numbers, "None or channels last, "
+                "such as ('NHWC', 'HWIO', 'NHWC') (kernelcli reads channels-first files "
+                "with data.layout instead)")
+    return _one({"conv": {"filter": filt,
+                          # absent strides: 1 along every axis, as the YAML's default
+                          "strides": _pair(strides, "strides", 1),
                           "padding": str(padding).upper(), "W_std": W_std, "b_std": b_std,
                           "width": out_chan}},
                 _parameterization("Conv", parameterization))
@@ -220,12 +241,15 @@ def LeakyRelu(alpha: float) -> Network:
 
 def AvgPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
             padding: str = "VALID", normalize_edges: bool = False) -> Network:
-    """``stax.AvgPool`` over (H, W); ``strides`` default: the window."""
+    """``stax.AvgPool`` over the spatial axes (one ``window_shape`` entry per axis);
+    ``strides`` default: the window."""
     if normalize_edges:
         _refuse("AvgPool", "normalize_edges", normalize_edges, "False")
-    window = _pair(window_shape, "window_shape")
-    return _one({"avg_pool": {"window": window, "strides": _pair(strides, "strides", window),
-                              "padding": str(padding).upper()}})
+    params = {"window": _pair(window_shape, "window_shape")}
+    if strides is not None:  # absent: the window, as the YAML's default
+        params["strides"] = _pair(strides, "strides")
+    params["padding"] = str(padding).upper()
+    return _one({"avg_pool": params})
 
 
 def GlobalAvgPool() -> Network:

@@ -5,7 +5,9 @@ Each layer class maps to a :class:`FiniteNet`: how to draw its parameters and ho
 to run it on a batch, in plain JAX, NTK parameterization:
 ``z = W_std / sqrt(fan_in) * (W x) + b_std * b`` with standard normal ``W``, ``b``;
 conv through ``jax.lax.conv_general_dilated`` (SAME / VALID; CIRCULAR as a wrap
-pad then VALID). A layer added to the registry without an entry here fails
+pad then VALID), over 1 to 3 spatial axes (channels last). The layers are bound to
+the input's rank first (``kernelcli.spec.bind_layers``), so every ``filter``,
+``window`` and ``strides`` has one entry per spatial axis. A layer added to the registry without an entry here fails
 ``tests/test_layer_registry.py``.
 
 Parameters come from a seeded numpy generator, drawn layer by layer in order
@@ -25,7 +27,11 @@ from jax.scipy.special import erf as jerf
 
 from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Exp, Flatten, Gaussian, Gelu,
                             GlobalAvgPool, Hermite, Identity, LayerNorm, Monomial, Parallel, Rbf,
-                            RectifiedMonomial, Relu, Residual, Sign, Sin)
+                            RectifiedMonomial, Relu, Residual, Sign, Sin, bind_layers)
+
+# lax dimension numbers of channels-last inputs with 1, 2, 3 spatial axes
+_DIMENSIONS = {1: ("NWC", "WIO", "NWC"), 2: ("NHWC", "HWIO", "NHWC"),
+               3: ("NDHWC", "DHWIO", "NDHWC")}
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ def _dense(layer, x, p, run):
 
 def _conv_init(layer, shape, rng, c_out, init_branch):
     out = tuple(_out_len(n, k, s, layer.padding) for n, k, s in
-                zip(shape[:2], layer.filter, layer.strides)) + (c_out,)
+                zip(shape[:-1], layer.filter, layer.strides)) + (c_out,)
     return _weights(rng, tuple(layer.filter) + (shape[-1], c_out), c_out), out
 
 
@@ -84,13 +90,12 @@ def _conv(layer, x, p, run):
     c_in = x.shape[-1]
     padding = layer.padding
     if padding == "CIRCULAR":
-        (ph, pw) = (_pads(x.shape[1], layer.filter[0], layer.strides[0]),
-                    _pads(x.shape[2], layer.filter[1], layer.strides[1]))
-        x = jnp.pad(x, ((0, 0), ph, pw, (0, 0)), mode="wrap")
+        pads = [_pads(n, k, s) for n, k, s in zip(x.shape[1:-1], layer.filter, layer.strides)]
+        x = jnp.pad(x, [(0, 0)] + pads + [(0, 0)], mode="wrap")
         padding = "VALID"
     z = lax.conv_general_dilated(x, w, tuple(layer.strides), padding,
-                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    return _affine(layer, z, b, c_in * layer.filter[0] * layer.filter[1])
+                                 dimension_numbers=_DIMENSIONS[x.ndim - 2])
+    return _affine(layer, z, b, c_in * math.prod(layer.filter))
 
 
 def _avg_pool(layer, x, p, run):
@@ -98,7 +103,7 @@ def _avg_pool(layer, x, p, run):
     strides = (1,) + tuple(layer.strides) + (1,)
     s = lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, window, strides,
                           layer.padding)
-    return s / (layer.window[0] * layer.window[1])     # zero padding counts
+    return s / math.prod(layer.window)     # zero padding counts
 
 
 def _layer_norm(layer, x, p, run):
@@ -145,8 +150,9 @@ FINITE_NETS: Dict[type, FiniteNet] = {
     Gelu: FiniteNet(lambda layer, x, p, run: x * 0.5 * (1 + jerf(x / math.sqrt(2)))),
     AvgPool: FiniteNet(_avg_pool, out_shape=lambda layer, shape: tuple(
         _out_len(n, k, s, layer.padding)
-        for n, k, s in zip(shape[:2], layer.window, layer.strides)) + (shape[2],)),
-    GlobalAvgPool: FiniteNet(lambda layer, x, p, run: jnp.mean(x, axis=(1, 2)),
+        for n, k, s in zip(shape[:-1], layer.window, layer.strides)) + (shape[-1],)),
+    GlobalAvgPool: FiniteNet(lambda layer, x, p, run:
+                             jnp.mean(x, axis=tuple(range(1, x.ndim - 1))),
                              out_shape=lambda layer, shape: (shape[-1],)),
     Flatten: FiniteNet(lambda layer, x, p, run: x.reshape(x.shape[0], -1),
                        out_shape=lambda layer, shape: (int(np.prod(shape)),)),
@@ -180,6 +186,7 @@ def init_params(layers: Sequence, shape, rng: np.random.Generator, width: int, o
     def init_branch(branch, shape):
         return init_params(branch, shape, rng, width, out, top=False)
 
+    layers = bind_layers(layers, shape)
     params = []
     for idx, layer in enumerate(layers):
         net = FINITE_NETS[type(layer)]
@@ -195,6 +202,6 @@ def init_params(layers: Sequence, shape, rng: np.random.Generator, width: int, o
 
 def apply(layers: Sequence, x, params):
     """Forward pass of a batch ``x`` with the parameters from ``init_params``."""
-    for layer, p in zip(layers, params):
+    for layer, p in zip(bind_layers(layers, x.shape[1:]), params):
         x = FINITE_NETS[type(layer)].forward(layer, x, p, apply)
     return x

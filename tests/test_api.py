@@ -112,8 +112,10 @@ def test_a_stax_network_gives_the_kernels_of_its_yaml():
     (lambda k, x: k(x, dtype="float16"), "dtype: 'float16' is not accepted; expected one of "
                                          "('float32', 'float64')"),
     (lambda k, x: k(x, x[:, :3]), "x2: examples of shape (3, 6, 2) do not match x1's (6, 6, 2)"),
-    (lambda k, x: k(x[0]), "x1: an array of shape (6, 6, 2) and dtype float32 is not accepted; "
-                           "expected real numbers of shape (N, H, W, C) or (N, D)"),
+    (lambda k, x: k(x[None, None]), "x1: an array of shape (1, 1, 2, 6, 6, 2) and dtype "
+                                    "float32 is not accepted; expected real numbers of shape "
+                                    "(N, H, W, C), (N, L, C), (N, D, H, W, C) (channels last) "
+                                    "or (N, D)"),
     (lambda k, x: k(x * np.nan), "x1: holds NaN or infinite values; expected finite numbers"),
     (lambda k, x: k(x, memory="lots"), "memory: 'lots' is not a size; expected"),
 ])

@@ -104,14 +104,14 @@ def test_large_filters_are_fine_with_same_or_circular_padding(padding):
 
 def test_spatial_layer_after_flatten_is_refused():
     assert error_of(arch("conv", "relu", "flatten", "conv", "flatten", "dense")) == (
-        "architecture.layers[3].conv: conv needs an image (H, W, C) but gets a vector of "
+        "architecture.layers[3].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets a vector of "
         "shape (64,) made by architecture.layers[2].flatten; spatial layers cannot follow "
         "flatten or global_avg_pool")
 
 
 def test_spatial_layer_after_global_avg_pool_is_refused():
     assert error_of(arch("conv", "relu", "global_avg_pool", "avg_pool", "dense")) == (
-        "architecture.layers[3].avg_pool: avg_pool needs an image (H, W, C) but gets a "
+        "architecture.layers[3].avg_pool: avg_pool needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets a "
         "vector of shape (1,) made by architecture.layers[2].global_avg_pool; spatial layers "
         "cannot follow flatten or global_avg_pool")
 
@@ -123,7 +123,7 @@ def test_flatten_after_global_avg_pool_is_fine():
 
 def test_spatial_layer_on_vector_input_is_refused():
     assert error_of(arch("conv", "relu", "dense"), (10,)) == (
-        "architecture.layers[0].conv: conv needs an image (H, W, C) but the input is a "
+        "architecture.layers[0].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but the input is a "
         "vector of shape (10,); expected no spatial layer for vector data")
 
 
@@ -134,10 +134,11 @@ def test_image_output_is_refused():
     assert check_architecture(arch("conv"), IMAGE, require_vector_output=False) == (8, 8, 1)
 
 
-@pytest.mark.parametrize("shape", [(8, 8), (0,), (2, 8, 8, 3)])
+@pytest.mark.parametrize("shape", [(8, 0), (0,), (2, 2, 8, 8, 3)])
 def test_unsupported_input_shape_is_refused(shape):
-    assert "is not supported; expected (H, W, C) images or (D,) vectors" in error_of(
-        arch("flatten", "dense"), shape)
+    assert error_of(arch("flatten", "dense"), shape) == (
+        f"input shape {shape} is not supported; expected (D,) vectors, (L, C) sequences, "
+        "(H, W, C) images or (D, H, W, C) volumes of positive sizes")
 
 
 # --- order rules ----------------------------------------------------------------------

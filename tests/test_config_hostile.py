@@ -234,7 +234,8 @@ def test_show_does_bounded_work_on_huge_shared_and_cyclic_values():
 # --- bounds on every number -------------------------------------------------------------
 
 L0, L1 = "architecture.layers[0]", "architecture.layers[1]"
-PAIR = "expected a positive integer or a list of 2 positive integers, each no larger than 1024"
+PAIR = ("expected a positive integer or a list of 1 to 3 positive integers, each no larger "
+        "than 1024")
 STD = "is too large; expected a number from 0 to 1000"
 SLOPE = "expected a number from -1000 to 1000"
 CAP = "expected at most 1000 layers in all, once repeats are expanded"
@@ -493,7 +494,7 @@ def demo_config(folder: Path, extra: str = "", edit=lambda t: t) -> Path:
      "1000"),
     ("", lambda t: t.replace("filter: [3, 3], padding", "filter: 1000000000000, padding", 1),
      "architecture.layers[0].conv.filter: 1000000000000 is too large; expected a positive "
-     "integer or a list of 2 positive integers, each no larger than 1024"),
+     "integer or a list of 1 to 3 positive integers, each no larger than 1024"),
     ("", lambda t: t.replace("- dense: {W_std: 1.0, b_std: 0.0}",
                              "- dense: {W_std: 1.0, b_std: 0.0, width: 1.0e+30}"),
      "architecture.layers[5].dense.width: 1e+30 is not a width; expected a positive integer"),

@@ -5,8 +5,9 @@ a layer holding branches (``parallel``; ``residual``, which is FanOut(2) ->
 parallel(identity, serial(branch)) -> FanInSum) runs each branch from its input,
 in order, and merges their outputs by its kernel map.
 
-Memory rule: the full spatial covariance (``(H*W)^2`` numbers per pair) is only
-needed while a pooling layer lies ahead, in any branch; a convolution or a
+Memory rule: the full spatial covariance (``(H*W)^2`` numbers per pair; the
+square of the product of the spatial sizes for any number of spatial axes) is
+only needed while a pooling layer lies ahead, in any branch; a convolution or a
 nonlinearity maps the spatial diagonal to itself, so after the last pooling
 layer the state is cut down to its diagonal (``H*W`` numbers per pair), and
 networks without pooling never hold more than the diagonal. Inside the branches
@@ -33,8 +34,9 @@ SLAB_BYTES = 128 << 10  # one slab of a covariance: fits a core's L2 cache
 
 def _by_slabs(f, state: State, v1, v2) -> State:
     """Apply the pointwise map ``f(state, v1, v2)`` one cache-sized slab at a time,
-    in place: one row ``h`` of a full covariance (``(P, 1, H', W, W')``), or a
-    group of pairs of a diagonal one (``(S, H, W)``).
+    in place: one row ``h`` of a full covariance (``(P, 1, H', W, W')``; a row
+    along the first spatial axis whatever their number), or a group of pairs of a
+    diagonal one (``(S, H, W)``).
 
     A nonlinearity is a chain of elementwise operations with expensive links
     (sqrt, divide) that XLA's CPU backend will not duplicate, so it splits the

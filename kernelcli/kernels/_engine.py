@@ -24,6 +24,7 @@ whole matrices are assembled tile by tile in the run layer
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
@@ -32,7 +33,7 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError
-from ..spec import Architecture, Flatten, walk
+from ..spec import Architecture, Flatten, bind_architecture, walk
 from ._flat import FlatRoute
 from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward, live_states
 from ._linear import input_state
@@ -42,7 +43,8 @@ from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
 
 
 class Stats(NamedTuple):
-    """Per-input quantities. ``variances[k]``: ``(n, H_k, W_k)`` or ``(n,)``;
+    """Per-input quantities. ``variances[k]``: ``(n, H_k, W_k)`` (one size per spatial
+    axis) or ``(n,)``;
     ``diag[kind]``: ``(n,)``, the kernel of each input with itself."""
 
     variances: Tuple[np.ndarray, ...]
@@ -69,18 +71,20 @@ class KernelFn(FlatRoute):
 
     Args:
       arch: the validated architecture.
-      input_shape: one example's shape, ``(H, W, C)`` or ``(D,)``.
+      input_shape: one example's shape: spatial sizes then channels, ``(L, C)``,
+        ``(H, W, C)`` or ``(D, H, W, C)``; or ``(D,)`` for vectors.
       kinds: subset of ``("nngp", "ntk")``.
       dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (exact).
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
                  kinds: Sequence[str] = ("nngp", "ntk"), dtype: str = "float32"):
-        self.arch = arch
         self.input_shape = tuple(int(s) for s in input_shape)
+        # every filter/window/strides with one entry per spatial axis of the input
+        self.arch = arch = bind_architecture(arch, self.input_shape)
         self.kinds = tuple(k for k in ("nngp", "ntk") if k in kinds)
         self.dtype = np.dtype(dtype)
-        self.full_cov = len(self.input_shape) == 3 and contains_pool(arch.layers)
+        self.full_cov = len(self.input_shape) >= 2 and contains_pool(arch.layers)
         self.n_variances = count_variance_layers(arch.layers)
         self.n_layers = sum(1 for _ in walk(arch.layers))  # branches' layers included
         self._standard = arch.parameterization == "standard"
@@ -166,10 +170,10 @@ class KernelFn(FlatRoute):
 
     def _max_cov_elements(self) -> int:
         """Largest number of covariance entries one pair holds in any layer."""
-        if len(self.input_shape) != 3:
+        if len(self.input_shape) < 2:
             return 1
-        h, w = self.input_shape[:2]
-        return (h * w) ** 2 if self.full_cov else h * w
+        positions = math.prod(self.input_shape[:-1])  # H * W for images
+        return positions ** 2 if self.full_cov else positions
 
     @property
     def variance_shapes(self) -> Tuple[Tuple[int, ...], ...]:

@@ -5,7 +5,9 @@ mean of ``K(p + d, q + d)`` over the k^2 filter offsets ``d`` (the same weight
 multiplies both positions). The offsets factor per axis, so the map is one
 k-tap pass over the (h, h') axis pair and one over (w, w'): 2k summands per
 output instead of k^2. Average pooling shifts the two positions independently,
-so it is one k-tap pass per single axis.
+so it is one k-tap pass per single axis. Inputs with 1 or 3 spatial axes take
+the same passes over their 1 or 3 axis pairs (``(1 + 2i, 2 + 2i)`` of a full
+covariance, ``1 + i`` of a diagonal one, for spatial axis ``i``).
 
 Every pass is a sum of strided slices of a padded array; XLA fuses the pad,
 the slices and the sum (and the elementwise consumer) into one loop.
@@ -89,20 +91,21 @@ def joint_window(x, axes: Sequence[int], k: int, s: int, padding: str):
     return total * (1.0 / k)
 
 
-def conv_cov(x, filt: Tuple[int, int], strides: Tuple[int, int], padding: str, full: bool):
-    """Convolution of a covariance. ``x``: ``(P, H, H', W, W')`` if ``full``
-    else ``(P, H, W)``; returns the same layout at the output resolution."""
-    if full:
-        x = joint_window(x, (1, 2), filt[0], strides[0], padding)
-        return joint_window(x, (3, 4), filt[1], strides[1], padding)
-    x = joint_window(x, (1,), filt[0], strides[0], padding)
-    return joint_window(x, (2,), filt[1], strides[1], padding)
+def conv_cov(x, filt: Sequence[int], strides: Sequence[int], padding: str, full: bool):
+    """Convolution of a covariance. ``x``: ``(P, a1, a1', ..., an, an')`` if ``full``
+    else ``(P, a1, ..., an)`` (``(P, H, H', W, W')``, ``(P, H, W)`` for images), with
+    ``filt`` and ``strides`` one entry per spatial axis; returns the same layout at
+    the output resolution."""
+    for i, (k, s) in enumerate(zip(filt, strides)):
+        axes = (1 + 2 * i, 2 + 2 * i) if full else (1 + i,)
+        x = joint_window(x, axes, k, s, padding)
+    return x
 
 
-def avg_pool_cov(x, window: Tuple[int, int], strides: Tuple[int, int], padding: str):
-    """Average pooling of a full covariance ``(P, H, H', W, W')``; zero padding
+def avg_pool_cov(x, window: Sequence[int], strides: Sequence[int], padding: str):
+    """Average pooling of a full covariance ``(P, a1, a1', ..., an, an')``; zero padding
     counts in the mean (neural-tangents' default ``normalize_edges=False``)."""
-    for axis, k, s in ((1, window[0], strides[0]), (2, window[0], strides[0]),
-                       (3, window[1], strides[1]), (4, window[1], strides[1])):
-        x = joint_window(x, (axis,), k, s, padding)
+    for i, (k, s) in enumerate(zip(window, strides)):
+        x = joint_window(x, (1 + 2 * i,), k, s, padding)
+        x = joint_window(x, (2 + 2 * i,), k, s, padding)
     return x

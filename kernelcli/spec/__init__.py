@@ -1,7 +1,9 @@
 """The run specification: YAML configuration -> validated, frozen value objects.
 
 ``load_config`` reads and validates a YAML file; ``check_architecture`` then
-checks the layers against the data's per-example shape. Everything raises
+checks the layers against the data's per-example shape, and
+``bind_architecture`` gives the layers one ``filter``/``window``/``strides``
+entry per spatial axis of that shape (what the kernels take). Everything raises
 :class:`kernelcli.errors.ConfigError` for a user's mistake.
 
 ``layer_type(layer)`` is a layer's declaration (``LayerType``: YAML name,
@@ -55,6 +57,10 @@ from ._load import load_config as load_config
 from ._load import parse_architecture as parse_architecture
 from ._load import parse_config as parse_config
 from ._parse_layers import LAYER_NAMES as LAYER_NAMES
+from ._rank import SPATIAL_FIELDS as SPATIAL_FIELDS
+from ._rank import as_pairs as as_pairs
+from ._rank import bind_architecture as bind_architecture
+from ._rank import bind_layers as bind_layers
 from ._registry import LayerType as LayerType
 from ._registry import Spelling as Spelling
 from ._registry import branches as branches

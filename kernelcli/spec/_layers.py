@@ -29,6 +29,12 @@ from ._registry import LayerType, Spelling, layer_types, register
 
 PADDINGS = ("SAME", "VALID", "CIRCULAR")
 
+# Sizes along the spatial axes (``filter``, ``window``, ``strides``): a tuple with one
+# entry per spatial axis, or, as parsed before the input's rank is known, one int
+# meaning that size along every axis. The shape check and the kernels see the
+# layers bound to the input (``_rank.bind_layer``): tuples of the input's length.
+Axes = Union[int, Tuple[int, ...]]
+
 
 @dataclass(frozen=True)
 class Dense:
@@ -47,10 +53,12 @@ register(LayerType(
 
 @dataclass(frozen=True)
 class Conv:
-    """2-D convolution over (H, W); ``filter``/``strides`` are (height, width)."""
+    """Convolution over the spatial axes (1 to 3 of them: ``(L,)``, ``(H, W)``,
+    ``(D, H, W)``); ``filter``/``strides`` give one size per axis, or one int for
+    every axis (see :data:`Axes`)."""
 
-    filter: Tuple[int, int] = (3, 3)
-    strides: Tuple[int, int] = (1, 1)
+    filter: Axes = 3
+    strides: Axes = 1
     padding: str = "SAME"
     W_std: float = 1.0
     b_std: Optional[float] = 0.0
@@ -59,8 +67,8 @@ class Conv:
 
 
 def _conv(p) -> Conv:
-    return Conv(filter=p.pair("filter", (3, 3), "a filter size"),
-                strides=p.pair("strides", (1, 1), "a stride"),
+    return Conv(filter=p.pair("filter", 3, "a filter size"),
+                strides=p.pair("strides", 1, "a stride"),
                 padding=p.padding("SAME"), W_std=p.w_std(), b_std=p.b_std(),
                 width=p.width(), where=p.path)
 
@@ -122,14 +130,14 @@ register(
 
 @dataclass(frozen=True)
 class AvgPool:
-    window: Tuple[int, int] = (2, 2)
-    strides: Tuple[int, int] = (2, 2)
+    window: Axes = 2
+    strides: Axes = 2
     padding: str = "VALID"
     where: str = field(default="", compare=False, repr=False)
 
 
 def _avg_pool(p) -> AvgPool:
-    window = p.pair("window", (2, 2), "a window size")
+    window = p.pair("window", 2, "a window size")
     return AvgPool(window=window, strides=p.pair("strides", window, "a stride"),
                    padding=p.padding("VALID"), where=p.path)
 

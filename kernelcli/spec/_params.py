@@ -8,7 +8,7 @@ number has a bound, so that a hostile value fails here with its key named.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from . import _fields as f
 from ._layers import PADDINGS
@@ -108,8 +108,13 @@ class Params:
         return f.positive_int(self.raw.get("width", 1), self.at("width"), "a width",
                               maximum=MAX_WIDTH)
 
-    def pair(self, key: str, default: Tuple[int, int], noun: str) -> Tuple[int, int]:
+    def pair(self, key: str, default, noun: str) -> Union[int, Tuple[int, ...]]:
+        """Sizes along the spatial axes (``_fields.pair``): an int ``k`` (``k`` along every
+        axis) or a tuple of 1 to 3 ints, one per axis. An absent key gives ``default``,
+        where a default written for images, ``(k, k)``, means ``k`` along every axis."""
         if key not in self.raw:
+            if isinstance(default, tuple) and default and len(set(default)) == 1:
+                return default[0]
             return default
         return f.pair(self.raw[key], self.at(key), noun, maximum=MAX_WINDOW)
 

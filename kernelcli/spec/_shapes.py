@@ -1,12 +1,14 @@
 """Shape rules: what each kind of layer does to one example's shape, and to
 whether what flows is Gaussian (the order rules of ``docs/config.md``).
 
-Shapes are per example: ``(H, W, C)`` for images, ``(D,)`` for vectors. A rule
-is ``(layer, state) -> state`` and raises ConfigError, naming the layer's YAML
-path, when the layer cannot take the state. The layer declarations
-(``_layer_types``) pick one rule per layer type; ``step`` applies the right one
-(and the ``needs_gaussian`` order rule before it), so the check itself
-(``_check``) knows no layer by name.
+Shapes are per example: spatial sizes then channels, ``(L, C)``, ``(H, W, C)`` or
+``(D, H, W, C)``, or ``(D,)`` for vectors. A rule is ``(layer, state) -> state``
+and raises ConfigError, naming the layer's YAML path, when the layer cannot take
+the state. The layer declarations (``_layer_types``) pick one rule per layer
+type; ``step`` applies the right one (and the ``needs_gaussian`` order rule
+before it) to the layer bound to its input's rank (``_rank.bind_layer``: its
+``filter``, ``window`` and ``strides`` have one entry per spatial axis), so the
+check itself (``_check``) knows no layer by name.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Sequence, Tuple
 
 from ..errors import ConfigError
 from ._fields import short_path
+from ._rank import bind_layer
 from ._registry import branches, layer_type
 
 Shape = Tuple[int, ...]
@@ -64,16 +67,21 @@ def fail(layer: Any, message: str) -> ConfigError:
     return ConfigError(f"{label(layer)}: {message}")
 
 
-def needs_image(layer: Any, st: State) -> Tuple[int, int, int]:
-    if len(st.shape) == 3:
-        return st.shape  # type: ignore[return-value]
+SPATIAL_SHAPES = "a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)"
+
+
+def needs_image(layer: Any, st: State) -> Shape:
+    """The input's shape (spatial sizes, then channels) when it has spatial axes
+    (1 to 3 of them); else the error that a spatial layer gets a vector."""
+    if len(st.shape) >= 2:
+        return st.shape
     name = yaml_name(layer)
     if st.vector_by:
-        raise fail(layer, f"{name} needs an image (H, W, C) but gets a vector of shape "
-                          f"{st.shape} made by {st.vector_by}; spatial layers cannot "
+        raise fail(layer, f"{name} needs spatial axes ({SPATIAL_SHAPES}) but gets a vector "
+                          f"of shape {st.shape} made by {st.vector_by}; spatial layers cannot "
                           "follow flatten or global_avg_pool")
-    raise fail(layer, f"{name} needs an image (H, W, C) but the input is a vector of "
-                      f"shape {st.shape}; expected no spatial layer for vector data")
+    raise fail(layer, f"{name} needs spatial axes ({SPATIAL_SHAPES}) but the input is a "
+                      f"vector of shape {st.shape}; expected no spatial layer for vector data")
 
 
 def needs_gaussian(layer: Any, st: State) -> None:
@@ -87,20 +95,21 @@ def step(layer: Any, st: State) -> State:
     t = layer_type(layer)
     if t.needs_gaussian:
         needs_gaussian(layer, st)
-    out = t.shape(layer, st)
+    out = t.shape(bind_layer(layer, st.shape), st)
     # identity is transparent to the order rules that look one layer back (hermite's)
     return out if t.shape is keep else replace(out, follows=layer)
 
 
 def _window(layer: Any, st: State, window: Sequence[int], strides: Sequence[int],
             padding: str, channels: int, noun: str) -> Shape:
-    """The shape after a windowed layer (conv, avg_pool), checking that the window fits."""
-    h, w, _ = needs_image(layer, st)
-    out = tuple(spatial_out(n, k, s, padding) for n, k, s in zip((h, w), window, strides))
+    """The shape after a windowed layer (conv, avg_pool), checking that the window fits.
+    ``window``, ``strides``: one entry per spatial axis (the layer bound by ``step``)."""
+    sizes = needs_image(layer, st)[:-1]
+    out = tuple(spatial_out(n, k, s, padding) for n, k, s in zip(sizes, window, strides))
     if min(out) < 1:
         raise fail(layer, f"{noun} {tuple(window)} does not fit the input of shape "
                           f"{st.shape} under VALID padding; expected a {noun} no larger "
-                          f"than {(h, w)}, or padding SAME or CIRCULAR")
+                          f"than {sizes}, or padding SAME or CIRCULAR")
     return out + (channels,)
 
 
@@ -124,7 +133,7 @@ def avg_pool(layer: Any, st: State) -> State:
 
 
 def global_avg_pool(layer: Any, st: State) -> State:
-    channels = needs_image(layer, st)[2]
+    channels = needs_image(layer, st)[-1]
     return replace(st, shape=(channels,), vector_by=label(layer))
 
 
