@@ -81,7 +81,8 @@ def test_repeat_expands_inside_a_branch():
      "a mapping of branches, merge"),
     ("parallel: {branches: [[], [relu, {conv: {strides: 0}}]], merge: sum}",
      "architecture.layers[0].parallel.branches[1][1].conv.strides: 0 is not a stride; "
-     "expected a positive integer or a list of 2 positive integers"),
+     "expected a positive integer (the same along every spatial axis) or a list of 1 to 3 "
+     "positive integers (one per spatial axis)"),
     ("parallel: {branches: [[{parallel: {branches: [[flaten]], merge: sum}}]], merge: sum}",
      "architecture.layers[0].parallel.branches[0][0].parallel.branches[0][0]: unknown layer "
      f"'flaten'; expected one of {', '.join(LAYER_NAMES)}; did you mean 'flatten'?"),
@@ -208,13 +209,13 @@ def test_concat_output_is_not_gaussian():
 
 def test_no_spatial_layer_after_a_flatten_in_a_branch():
     assert check_error("conv", par("[flatten, conv]"), "dense") == (
-        f"{L1}.parallel.branches[0][1].conv: conv needs an image (H, W, C) but gets a vector "
-        f"of shape (64,) made by {L1}.parallel.branches[0][0].flatten; spatial layers cannot "
+        f"{L1}.parallel.branches[0][1].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets "
+        f"a vector of shape (64,) made by {L1}.parallel.branches[0][0].flatten; spatial layers cannot "
         "follow flatten or global_avg_pool")
     assert check_error("conv", par("[global_avg_pool]", "[global_avg_pool]", merge="concat"),
                        "avg_pool", "dense") == (
-        "architecture.layers[2].avg_pool: avg_pool needs an image (H, W, C) but gets a "
-        f"vector of shape (2,) made by {L1}.parallel.branches[0][0].global_avg_pool; "
+        "architecture.layers[2].avg_pool: avg_pool needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) "
+        f"but gets a vector of shape (2,) made by {L1}.parallel.branches[0][0].global_avg_pool; "
         "spatial layers cannot follow flatten or global_avg_pool")
 
 
