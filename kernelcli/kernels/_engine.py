@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError
-from ..spec import Architecture, Flatten, bind_architecture, walk
+from ..spec import Architecture, Flatten, base_kind, bind_architecture, walk
 from ._flat import FlatRoute
 from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward, live_states
 from ._linear import input_state
@@ -82,14 +82,23 @@ class KernelFn(FlatRoute):
         self.input_shape = tuple(int(s) for s in input_shape)
         # every filter/window/strides with one entry per spatial axis of the input
         self.arch = arch = bind_architecture(arch, self.input_shape)
-        self.kinds = tuple(k for k in ("nngp", "ntk") if k in kinds)
+        # ``kinds`` may name readouts' datasets (``nngp_d3``): their kinds are meant
+        self.base_kinds = tuple(k for k in ("nngp", "ntk")
+                                if any(base_kind(n) == k for n in kinds))
+        # the datasets computed: the kinds, or with readouts each readout's of each kind
+        self.kinds = arch.kernel_names(self.base_kinds)
         self.dtype = np.dtype(dtype)
-        self.full_cov = len(self.input_shape) >= 2 and contains_pool(arch.layers)
-        self.n_variances = count_variance_layers(arch.layers)
-        self.n_layers = sum(1 for _ in walk(arch.layers))  # branches' layers included
+        ro = arch.readouts
+        # the layers one pass evaluates: with readouts the body up to the last readout,
+        # and the head once per readout
+        evaluated = list(arch.layers if ro is None
+                         else arch.layers[:ro.after[-1]] + ro.head * len(ro.after))
+        self.full_cov = len(self.input_shape) >= 2 and contains_pool(evaluated)
+        self.n_variances = count_variance_layers(evaluated)
+        self.n_layers = sum(1 for _ in walk(evaluated))  # branches' layers included
         self._standard = arch.parameterization == "standard"
         self._exact = self.dtype == np.float64
-        self._want_ntk = "ntk" in self.kinds
+        self._want_ntk = "ntk" in self.base_kinds
         self._check_output_is_flat()
         # Networks that flatten the raw input first (or take vectors) depend on a pair
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
@@ -108,8 +117,27 @@ class KernelFn(FlatRoute):
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
         state = input_state(xa, xb, self.full_cov, self._want_ntk)
-        state = forward(self.arch.layers, state, variances, self._standard, self._exact)
-        return self._outputs(state)
+        return self._forward(self.arch.layers, state, variances)
+
+    def _forward(self, layers, state, variances, skipped: int = 0):
+        """The outputs of ``layers`` (the body, its first ``skipped`` layers already
+        applied) from ``state``: with readouts, one pass over the body that applies the
+        head after each readout's layers, the state kept full while a pool lies ahead in
+        the body or the head (whose output is dropped once read)."""
+        ro = self.arch.readouts
+        if ro is None:
+            return self._outputs(forward(layers, state, variances, self._standard,
+                                         self._exact))
+        out, start = {}, 0
+        for after in ro.after:
+            stop = after - skipped
+            full_ahead = contains_pool(list(layers[stop:])) or contains_pool(ro.head)
+            state = forward(layers[start:stop], state, variances, self._standard,
+                            self._exact, cut=not full_ahead)
+            head = forward(ro.head, state, variances, self._standard, self._exact)
+            out.update(self._outputs(head, f"_d{after}"))
+            start = stop
+        return out
 
     def _self_fn(self, x):
         rec = SelfVariances()
@@ -144,11 +172,11 @@ class KernelFn(FlatRoute):
 
         return self._chunked(chunk, i, j)
 
-    def _outputs(self, state):
+    def _outputs(self, state, suffix: str = ""):
         out = {"nngp": state.nngp}
         if self._want_ntk:
             out["ntk"] = jnp.broadcast_to(state.ntk, state.nngp.shape)
-        return {k: out[k] for k in self.kinds}
+        return {k + suffix: out[k] for k in self.base_kinds}
 
     def _scope(self):
         """JAX's precision mode of this kernel, for this thread (see ``x64_scope``)."""
@@ -184,7 +212,10 @@ class KernelFn(FlatRoute):
     def live_bytes_per_pair(self) -> int:
         """Bytes that must be alive per pair: each kind's covariance in and out of a layer
         (and, where the network branches, the branches' inputs and outputs too)."""
-        arrays = live_states(self.arch.layers) * (2 if self._want_ntk else 1)
+        live = live_states(self.arch.layers)
+        if self.arch.readouts is not None:  # a head's input is kept for the body's next layer
+            live = max(live, 1 + live_states(self.arch.readouts.head))
+        arrays = live * (2 if self._want_ntk else 1)
         return arrays * self.cov_elements * self.dtype.itemsize
 
     def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,

@@ -5,7 +5,7 @@ entries, with no per-pair covariances at all.
 
 ``FlatRoute`` holds that route for :class:`~kernelcli.kernels._engine.KernelFn`,
 which provides ``arch``, ``input_shape``, ``_want_ntk``, ``_standard``, ``_exact``
-and ``_outputs``. A pair batch computes the Gram matrix of its block's inputs
+and ``_forward`` (the layers, and readouts' heads, to the outputs). A pair batch computes the Gram matrix of its block's inputs
 and the layers on the batch's entries of it; the per-input variances come from
 the same per-input pass as every other network. A batch that is a whole block
 (what the planner gives a flat network when it fits) takes the grid program
@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..spec import Flatten
-from ._compose import forward
 from ._state import PairVariances, State
 
 
@@ -29,6 +28,10 @@ class FlatRoute:
     def _flat_layers(self):
         layers = self.arch.layers
         return layers[1:] if isinstance(layers[0], Flatten) else layers
+
+    def _flat_forward(self, state, variances):
+        layers = self._flat_layers()
+        return self._forward(layers, state, variances, len(self.arch.layers) - len(layers))
 
     def _flat_state(self, nngp) -> State:
         d = int(np.prod(self.input_shape))
@@ -43,11 +46,9 @@ class FlatRoute:
         d = int(np.prod(self.input_shape))
         gram = jnp.matmul(x1.reshape(x1.shape[0], d), x2.reshape(x2.shape[0], d).T,
                           precision="highest") / d
-        state = forward(self._flat_layers(), self._flat_state(gram),
-                        PairVariances(tuple(v[:, None] for v in v1),
-                                      tuple(v[None, :] for v in v2)),
-                        self._standard, self._exact)
-        return self._outputs(state)
+        return self._flat_forward(self._flat_state(gram),
+                                  PairVariances(tuple(v[:, None] for v in v1),
+                                                tuple(v[None, :] for v in v2)))
 
     def _flat_pairs_fn(self, x1, v1, x2, v2, i, j):
         """The pairs ``(x1[i], x2[j])`` from entries of the block's Gram matrix
@@ -55,7 +56,5 @@ class FlatRoute:
         d = int(np.prod(self.input_shape))
         gram = jnp.matmul(x1.reshape(x1.shape[0], d), x2.reshape(x2.shape[0], d).T,
                           precision="highest") / d
-        state = forward(self._flat_layers(), self._flat_state(gram[i, j]),
-                        PairVariances(tuple(v[i] for v in v1), tuple(v[j] for v in v2)),
-                        self._standard, self._exact)
-        return self._outputs(state)
+        return self._flat_forward(self._flat_state(gram[i, j]),
+                                  PairVariances(tuple(v[i] for v in v1), tuple(v[j] for v in v2)))

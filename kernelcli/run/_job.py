@@ -121,7 +121,10 @@ def config_fingerprint(cfg: RunConfig) -> str:
         del kernel["test_diagonal"]
     # as_pairs: a one-int filter is recorded as the pair it meant before inputs of other
     # ranks were accepted, so runs made then keep their fingerprint
-    what = {"data": data, "architecture": repr(as_pairs(cfg.architecture)), "kernel": kernel}
+    arch = as_pairs(cfg.architecture)
+    what = {"data": data, "architecture": repr(arch), "kernel": kernel}
+    if arch.readouts is not None:  # only when set: runs without readouts keep theirs
+        what["readouts"] = repr(arch.readouts)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 

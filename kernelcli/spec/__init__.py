@@ -22,6 +22,10 @@ from ._config import KINDS as KINDS
 from ._config import LAYOUTS as LAYOUTS
 from ._config import PARAMETERIZATIONS as PARAMETERIZATIONS
 from ._config import Architecture as Architecture
+from ._config import Readouts as Readouts
+from ._config import base_kind as base_kind
+from ._config import is_kernel_name as is_kernel_name
+from ._config import readout_name as readout_name
 from ._config import ComputeSpec as ComputeSpec
 from ._config import DataSpec as DataSpec
 from ._config import KernelSpec as KernelSpec

@@ -81,9 +81,41 @@ def check_architecture(arch: Architecture, input_shape: Sequence[int], *,
     """
     rows = layer_shapes(arch, input_shape)
     out = rows[-1][2] if rows else tuple(input_shape)
+    if arch.readouts is not None:
+        return _check_readouts(arch, input_shape, require_vector_output)
     if require_vector_output and len(out) != 1:
         what = {2: "a sequence", 3: "an image"}.get(len(out), "a volume")
         raise ConfigError(f"architecture.layers: the network outputs shape {out}, {what}; "
                           "expected a vector: add flatten or global_avg_pool before the "
                           "last dense")
+    return out
+
+
+def _check_readouts(arch: Architecture, input_shape: Sequence[int],
+                    require_vector_output: bool) -> Shape:
+    """Each readout's head from the body's state after ``after[i]`` layers; a head that
+    cannot take it fails naming ``architecture.readouts.after[i]``, the count, the state
+    it met and the head layer's own rule. Returns the last head's output shape. The
+    body's own output is never read past the last count, so it may end anywhere."""
+    st = _start(input_shape)
+    after = arch.readouts.after
+    out = None
+    for n, layer in enumerate(arch.layers[:after[-1]], start=1):
+        st = step(bind_layer(layer, st.shape), st)
+        if n not in after:
+            continue
+        i = after.index(n)
+        head = st
+        try:
+            for h in arch.readouts.head:
+                head = step(bind_layer(h, head.shape), head)
+            out = head.shape
+            if require_vector_output and len(out) != 1:
+                raise ConfigError(f"architecture.readouts.head: outputs shape {out} there; "
+                                  "expected a vector: add flatten or global_avg_pool before "
+                                  "the last dense")
+        except ConfigError as e:
+            what = "" if st.gaussian else f", not Gaussian ({st.not_gaussian})"
+            raise ConfigError(f"architecture.readouts.after[{i}]: {n} reads out shape "
+                              f"{st.shape}{what}, which the head cannot take: {e}") from None
     return out

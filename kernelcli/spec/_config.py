@@ -6,7 +6,7 @@ against the folder that holds the config file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -55,9 +55,50 @@ class DataSpec:
 
 
 @dataclass(frozen=True)
+class Readouts:
+    """``architecture.readouts``: ``head`` applied after the first ``after[i]`` body layers
+    (top-level layers, ``repeat`` expanded), each a kernel of its own."""
+
+    head: Tuple[Layer, ...]
+    after: Tuple[int, ...]
+
+
+def readout_name(kind: str, after: int) -> str:
+    """The dataset of ``kind`` read out after ``after`` body layers: ``nngp_d3``. Flat
+    names (no HDF5 groups), so ``<name>_test`` and ``<name>_test_diag`` follow as for a
+    plain kind."""
+    return f"{kind}_d{after}"
+
+
+def base_kind(name: str) -> str:
+    """``nngp`` of ``nngp`` and of ``nngp_d3``."""
+    return name.split("_d", 1)[0]
+
+
+def is_kernel_name(name: str) -> bool:
+    """Whether ``name`` is a kind (``nngp``) or a readout's dataset (``nngp_d3``)."""
+    kind, _, depth = name.partition("_d")
+    return kind in KINDS and (name == kind or (depth.isdigit() and depth[0] != "0"))
+
+
+@dataclass(frozen=True)
 class Architecture:
     parameterization: str = "ntk"
     layers: Tuple[Layer, ...] = ()
+    # not in the repr: run fingerprints are the repr, and runs without readouts keep theirs
+    readouts: Optional[Readouts] = field(default=None, repr=False)
+
+    def kernel_names(self, kinds: Tuple[str, ...]) -> Tuple[str, ...]:
+        """The kernels a run of ``kinds`` computes: the kinds, or each readout's."""
+        if self.readouts is None:
+            return tuple(kinds)
+        return tuple(readout_name(k, a) for a in self.readouts.after for k in kinds)
+
+    def truncated(self, after: int) -> "Architecture":
+        """The network a readout stands for: the first ``after`` body layers, then the
+        head."""
+        return Architecture(self.parameterization,
+                            tuple(self.layers[:after]) + tuple(self.readouts.head))
 
 
 @dataclass(frozen=True)

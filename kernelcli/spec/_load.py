@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from . import _fields as f
 from ._config import (DTYPES, EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS, PREPROCESS_KINDS,
                       Architecture, ComputeSpec, DataSpec, KernelSpec, OutputSpec,
-                      PreprocessSpec, RunConfig)
+                      PreprocessSpec, Readouts, RunConfig)
 from ._parse_layers import parse_layers
 from ._sizes import parse_size
 from ._yaml import MAX_CHARS, read_yaml
@@ -39,7 +39,7 @@ SECTIONS = ("name", "data", "architecture", "kernel", "compute", "output")
 _KEYS = {
     "data": ("x1", "key", "x2", "x2_key", "layout", "limit", "labels", "labels_key", "test",
              "test_key", "test_labels", "test_labels_key", "test_limit", "preprocess"),
-    "architecture": ("parameterization", "layers"),
+    "architecture": ("parameterization", "layers", "readouts"),
     "kernel": ("kinds", "dtype", "test_diagonal"),
     "compute": ("memory", "devices", "block", "executor", "address"),
     "output": ("run_dir", "keep_tiles"),
@@ -265,12 +265,52 @@ def _preprocess(value) -> Optional[PreprocessSpec]:
 def _architecture(d: dict) -> Architecture:
     if d.get("layers") is None:
         raise f.fail("architecture.layers", "missing; expected a list of at least one layer")
+    parameterization = f.choice(d.get("parameterization", "ntk"),
+                                "architecture.parameterization", PARAMETERIZATIONS,
+                                "a parameterization")
+    layers = tuple(parse_layers(d["layers"], "architecture.layers"))
     return Architecture(
-        parameterization=f.choice(d.get("parameterization", "ntk"),
-                                  "architecture.parameterization", PARAMETERIZATIONS,
-                                  "a parameterization"),
-        layers=tuple(parse_layers(d["layers"], "architecture.layers")),
+        parameterization=parameterization,
+        layers=layers,
+        readouts=_readouts(d.get("readouts"), len(layers)),
     )
+
+
+_READOUT_KEYS = ("head", "after")
+
+
+def _readouts(value, n_body: int) -> Optional[Readouts]:
+    """``architecture.readouts``: ``{head: [layers], after: [counts]}``. A count is of
+    top-level body layers once ``repeat`` is expanded (a ``residual`` or ``parallel``
+    is one); whether the head fits each point is checked with the shapes
+    (``check_architecture``)."""
+    path = "architecture.readouts"
+    if value is None:
+        return None
+    value = f.mapping(value, path, "a mapping of head (a list of layers) and after (a list "
+                                   "of body layer counts)")
+    f.check_keys(value, path, _READOUT_KEYS)
+    for key in _READOUT_KEYS:
+        if value.get(key) is None:
+            raise f.fail(f"{path}.{key}", "missing; expected " + (
+                "a list of at least one layer" if key == "head" else
+                f"a list of increasing body layer counts in 1..{n_body}"))
+    head = tuple(parse_layers(value["head"], f"{path}.head"))
+    after = value["after"]
+    if not isinstance(after, list) or not after:
+        raise f.fail(f"{path}.after", f"{f.show(after)} is not a list of layer counts; "
+                                      f"expected a non-empty list of increasing body layer "
+                                      f"counts in 1..{n_body}")
+    counts = []
+    for i, k in enumerate(after):
+        at = f"{path}.after[{i}]"
+        if not f._is_int(k) or not 1 <= k <= n_body:
+            raise f.fail(at, f"{f.show(k)} is not a body layer count; expected an integer "
+                             f"in 1..{n_body} (the body's layers, repeat expanded)")
+        if counts and k <= counts[-1]:
+            raise f.fail(at, f"{k} does not follow {counts[-1]}; expected increasing counts")
+        counts.append(int(k))
+    return Readouts(head=head, after=tuple(counts))
 
 
 def _kernel(d: dict) -> KernelSpec:

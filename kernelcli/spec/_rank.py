@@ -105,9 +105,14 @@ def bind_architecture(arch: Any, input_shape: Sequence[int]) -> Any:
     """``arch`` (an :class:`~kernelcli.spec.Architecture`) with every layer bound to
     inputs of one example's shape ``input_shape`` (:func:`bind_layers`)."""
     layers = bind_layers(arch.layers, input_shape)
-    if all(a is b for a, b in zip(layers, arch.layers)):
+    readouts = arch.readouts
+    if readouts is not None:  # a head's spatial layers see the input's rank too
+        readouts = dataclasses.replace(readouts, head=bind_layers(readouts.head, input_shape))
+        if all(a is b for a, b in zip(readouts.head, arch.readouts.head)):
+            readouts = arch.readouts
+    if all(a is b for a, b in zip(layers, arch.layers)) and readouts is arch.readouts:
         return arch
-    return dataclasses.replace(arch, layers=layers)
+    return dataclasses.replace(arch, layers=layers, readouts=readouts)
 
 
 def _images_tree(value: Any) -> Any:
@@ -132,5 +137,9 @@ def as_pairs(arch: Any) -> Any:
     fingerprints, which so stay those of runs made then; no valid configuration is
     confused with another by it (a list of 2 entries is valid only on images, where
     ``k`` is ``(k, k)``)."""
-    return dataclasses.replace(arch, layers=_images_tree(tuple(arch.layers)))
+    readouts = arch.readouts
+    if readouts is not None:
+        readouts = dataclasses.replace(readouts, head=_images_tree(tuple(readouts.head)))
+    return dataclasses.replace(arch, layers=_images_tree(tuple(arch.layers)),
+                               readouts=readouts)
 
