@@ -75,6 +75,10 @@ class KernelFunction:
       memory: bytes per device (an int, or a size such as ``"4GiB"``); ``"auto"``:
         what ``compute.memory: auto`` gives.
       devices: the jax devices to spread the work over (default: all local ones).
+
+    With ``readouts`` in the architecture a call returns a dict keyed by each readout's
+    body layer count (``after``), each value what the call returns without readouts:
+    ``kfn(x, get="nngp")[3]`` is the NNGP of the first 3 body layers and the head.
     """
 
     def __init__(self, architecture):
@@ -113,8 +117,15 @@ class KernelFunction:
                                   f"size (bytes, or e.g. '4GiB'), or 'auto'")
         kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype)
         out = kernel_matrix(kfn, a1, a2, memory=budget, devices=devices)
-        arrays = tuple(out[k] for k in kinds)
-        return arrays[0] if single else arrays
+
+        def pick(suffix=""):
+            arrays = tuple(out[k + suffix] for k in kinds)
+            return arrays[0] if single else arrays
+
+        readouts = self.architecture.readouts
+        if readouts is None:
+            return pick()
+        return {after: pick(f"_d{after}") for after in readouts.after}
 
     def _kernel(self, shape, kinds, dtype):
         key = (tuple(shape), kinds, dtype)
@@ -139,7 +150,9 @@ class Run:
     ``kernels.h5`` as a read-only ``numpy.memmap`` where the file stores it contiguously
     (always, for kernelcli's results), so ``run["ntk"][1000:2000]`` reads that band
     only; ``names`` lists the datasets (``nngp``, ``ntk``, and with a test set
-    ``nngp_test``, ... and the test diagonals)."""
+    ``nngp_test``, ... and the test diagonals). A run with readouts holds ``nngp_d3``,
+    ``ntk_d3``, ``nngp_d3_test``, ... instead; ``run.readout(3)`` gives them under
+    their plain names (``run.readout(3)["nngp"]``) and ``readouts`` the counts."""
 
     def __init__(self, run_dir):
         from .run import load_run_config
@@ -206,6 +219,27 @@ class Run:
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.kernel(name)
+
+    @property
+    def readouts(self) -> tuple:
+        """The body layer counts read out (``architecture.readouts.after``); ``()``
+        when the architecture has no readouts."""
+        ro = self.config.architecture.readouts
+        return () if ro is None else tuple(ro.after)
+
+    def readout(self, after: int) -> dict:
+        """The datasets of the readout after ``after`` body layers under their plain
+        names: ``{"nngp": ..., "ntk": ..., "nngp_test": ..., ...}`` (memory-mapped)."""
+        if after not in self.readouts:
+            raise ConfigError(f"readout: {after!r} is not one of this run's readouts; "
+                              f"expected one of {list(self.readouts)}")
+        out = {}
+        for kind in _KINDS:
+            stem = f"{kind}_d{after}"
+            for name in self.names:
+                if name.startswith(stem) and name[len(stem):] in ("", "_test", "_test_diag"):
+                    out[kind + name[len(stem):]] = self.kernel(name)
+        return out
 
     def verify(self):
         """Read every byte back against its checksum: :class:`~kernelcli.run.VerifyReport`."""

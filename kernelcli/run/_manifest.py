@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import DamagedFileError, KernelcliError
 from ..plan import Geometry, TotalsMismatch, geometry_from_manifest
+from ..spec import is_kernel_name
 
 FORMAT = 2  # 2: manifest checksum, sealed tiles with run identity, checksummed result
 _KINDS = ("nngp", "ntk")
@@ -70,9 +71,9 @@ def check_manifest(manifest: dict, run_dir) -> dict:
         raise DamagedFileError(f"{where}: plan.symmetric is true but n1 = {n1} and n2 = {n2}")
     kinds = p.get("kinds")
     if (not isinstance(kinds, list) or not kinds or len(set(map(str, kinds))) != len(kinds)
-            or any(k not in _KINDS for k in kinds)):
+            or any(not isinstance(k, str) or not is_kernel_name(k) for k in kinds)):
         raise DamagedFileError(f"{where}: plan.kinds is {_show(kinds)}; expected a list of "
-                               f"{', '.join(_KINDS)}")
+                               f"{', '.join(_KINDS)} (or readouts' nngp_d<n>, ntk_d<n>)")
     if p.get("dtype") not in _DTYPES:
         raise DamagedFileError(f"{where}: plan.dtype is {_show(p.get('dtype'))}; expected "
                                f"one of {', '.join(_DTYPES)}")

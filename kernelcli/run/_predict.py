@@ -37,6 +37,7 @@ from ..predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteE
                        loo_predictions, mse, one_hot, predictive_variance, solve_cg_folds,
                        solve_memory_bytes, solve_with_factor)
 from ..predict import predict as predict_mean
+from ..spec import KINDS, base_kind, is_kernel_name
 from ..store import PREDICTIONS, RunStore
 from ._predict_file import RIDGE_CONVENTION, write_predictions
 from ._predict_flow import flow_kind, flow_rows
@@ -59,7 +60,9 @@ def _check_run(store: RunStore, run_dir) -> tuple:
         names = set(f.keys())
         labels = f["labels"][...] if "labels" in f else None
         test_labels = f["test_labels"][...] if "test_labels" in f else None
-    kinds = [k for k in ("nngp", "ntk") if k in names]
+    # the kinds, or a run with readouts' datasets in readout order (nngp_d3, ntk_d3, ...)
+    kinds = sorted((k for k in names if is_kernel_name(k)),
+                   key=lambda k: (int(k.partition("_d")[2] or 0), KINDS.index(base_kind(k))))
     if not any(f"{k}_test" in names for k in kinds):
         raise UsageError(f"{run_dir} holds no test kernel K(test, x1): predict needs a run "
                          f"whose configuration names a test set (data.test, data.test_key) "
@@ -75,6 +78,9 @@ def _kinds(asked: Optional[Iterable[str]], have: list, run_dir) -> list:
     if not asked:
         return have
     out = []
+    # a plain kind asks for every readout of it too
+    asked = [n for k in asked for n in ([k] if k in have else
+                                        [h for h in have if base_kind(h) == k] or [k])]
     for k in asked:
         if k not in have:
             raise UsageError.naming(f"<<kinds>>: {k!r} is not in {run_dir}/kernels.h5; it holds "
@@ -185,7 +191,7 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     rows, choices, solved, flows = [], [], {}, {}
     for kind in kinds:
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
-                                   with_variance=kind == "nngp", names=names)
+                                   with_variance=base_kind(kind) == "nngp", names=names)
         scores = {}
         for ridge, res in solved[kind].items():
             row = {"kind": kind, "ridge": ridge, "error": res.get("error")}

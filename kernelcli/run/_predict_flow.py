@@ -19,6 +19,7 @@ import numpy as np
 
 from ..predict import (H5KernelOperator, accuracy, eigen, flow_basis, flow_mean, flow_weights,
                        load_kernel, mse, nngp_flow_variance, ntk_covariance, ntk_flow_variance)
+from ..spec import base_kind
 from ._results import FlowRow
 
 
@@ -32,13 +33,14 @@ def flow_kind(result: Path, kind: str, y: np.ndarray, ridges, times, names: set)
     eig = eigen(load_kernel(result, kind), kind)  # the float64 kernel is dropped after
     basis = flow_basis(eig, H5KernelOperator(result, f"{kind}_test"), y)
     cov = None
-    if kind == "ntk" and {"nngp", "nngp_test", "nngp_test_diag"} <= names:
-        cov = ntk_covariance(eig, load_kernel(result, "nngp"),
-                             H5KernelOperator(result, "nngp_test"),
-                             _diag(result, "nngp_test_diag"))
+    nngp = "nngp" + kind[len(base_kind(kind)):]  # the NNGP of the same readout
+    if base_kind(kind) == "ntk" and {nngp, f"{nngp}_test", f"{nngp}_test_diag"} <= names:
+        cov = ntk_covariance(eig, load_kernel(result, nngp),
+                             H5KernelOperator(result, f"{nngp}_test"),
+                             _diag(result, f"{nngp}_test_diag"))
     diag = None
-    if kind == "nngp" and "nngp_test_diag" in names:
-        diag = _diag(result, "nngp_test_diag")
+    if kind == nngp and f"{nngp}_test_diag" in names:
+        diag = _diag(result, f"{nngp}_test_diag")
     means, variances = [], []
     for ridge in ridges:
         w = flow_weights(eig, ridge, times, basis.normalization)
