@@ -125,6 +125,13 @@ def print_estimate(out: dict) -> None:
         click.echo(f"  {'predict: Cholesky solve needs':<30} {format_size(out['solve_bytes'])} "
                    f"(float64 kernel + factor; {format_size(out['solve_available_bytes'])} "
                    f"available: {'fits' if fits else 'does not fit, predict will use --solver cg'})")
+    if "readouts" in out:
+        one, apart = out["readout_layers_one_pass"], out["readout_layers_separate"]
+        click.echo(f"  {'readouts (after body layers)':<30} {', '.join(map(str, out['readouts']))}")
+        click.echo(f"  {'layers per pair, one pass':<30} {one} (body to the last readout "
+                   f"and a head per readout)")
+        click.echo(f"  {'layers per pair, separately':<30} {apart} (each truncated network "
+                   f"run on its own: {apart / max(one, 1):.2f}x)")
     if "workers" in out:
         w = out["workers"]
         click.echo(f"  {'workers':<30} {w}")
@@ -163,6 +170,8 @@ def print_status(report) -> None:
         click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
                    f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
+    if report.readouts:
+        click.echo(f"readouts: {', '.join(report.readouts)}")
     if report.finished:
         click.echo(f"result: {shown(report.result)}")
     elif report.result_problem:

@@ -11,7 +11,7 @@ from typing import Optional
 from .. import _interrupt
 from .._system import peak_rss_bytes, process_age_seconds
 from ..errors import UsageError
-from ..spec import RunConfig, load_config
+from ..spec import RunConfig, load_config, walk
 from ._job import Job, prepare
 from ._results import EstimateResult
 from ._shards import check_shard_count, worker_loads
@@ -73,7 +73,27 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
             platform=job.devices[0].platform, stats_bytes=job.stats_bytes,
             cov_elements_per_pair=job.kfn.cov_elements, stats_peak_bytes=stats_peak,
             process_peak_bytes_estimate=process_peak, solve=solve, workers=split,
-            timing=timing, memory_source=job.memory_source)
+            timing=timing, memory_source=job.memory_source,
+            readouts=readout_work(cfg.architecture))
+
+
+def readout_work(arch) -> dict:
+    """What one pass with readouts saves, as layers evaluated per pair (branches' layers
+    included; every layer counted as one whatever its cost): the body up to the last
+    readout plus one head per readout, against the sum of the truncated networks
+    (``after[i]`` body layers and the head each) run separately. ``{}`` without
+    readouts."""
+    ro = arch.readouts
+    if ro is None:
+        return {}
+
+    def count(layers) -> int:
+        return sum(1 for _ in walk(layers))
+
+    head = count(ro.head)
+    return {"readouts": list(ro.after),
+            "readout_layers_one_pass": count(arch.layers[:ro.after[-1]]) + head * len(ro.after),
+            "readout_layers_separate": sum(count(arch.layers[:a]) + head for a in ro.after)}
 
 
 def _solve_memory(n: int) -> dict:

@@ -97,11 +97,14 @@ class StatusReport:
     shards: tuple = ()
     shard_counts_seen: tuple = ()
     tiles_removed: bool = False  # deleted on purpose after assembly (kernelcli clean)
+    readouts: tuple = ()  # a run with readouts: its kernels' datasets (nngp_d3, ...)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
                                              "blocks_done", "blocks_total", "finished",
                                              "result", "tiles_removed")}
+        if self.readouts:
+            out["readouts"] = list(self.readouts)
         if self.result_problem is not None:
             out["result_problem"] = self.result_problem
         if self.shard_count is not None:
@@ -130,6 +133,7 @@ class EstimateResult:
     workers: dict = dataclasses.field(default_factory=dict)
     timing: dict = dataclasses.field(default_factory=dict)
     memory_source: str = "compute.memory"  # "MemAvailable", "cgroup <folder>" or this
+    readouts: dict = dataclasses.field(default_factory=dict)  # run/_estimate.readout_work
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -143,6 +147,7 @@ class EstimateResult:
                    memory_source=self.memory_source)
         out.update(self.workers)
         out.update(self.timing)
+        out.update(self.readouts)
         return out
 
 

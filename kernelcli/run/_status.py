@@ -6,6 +6,7 @@ from typing import Optional
 
 from ..errors import UsageError
 from ..plan import assign
+from ..spec import KINDS
 from ..store import RunStore
 from ._manifest import plan_from_manifest
 from ._results import ShardProgress, StatusReport
@@ -85,4 +86,5 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         result=str(store.result_path) if problem is None else None,
         result_problem=result_problem, shard_count=per_shard.get("count"),
         shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
-        tiles_removed=removed)
+        tiles_removed=removed,
+        readouts=tuple(k for k in m["plan"]["kinds"] if k not in KINDS))
