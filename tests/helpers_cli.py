@@ -64,7 +64,7 @@ def write_config(folder: Path, name: str = "cfg", *, x1="x.npy", key=None, x2=No
                  x2_key=None, layout=None, limit=None, layers=None, parameterization=None,
                  kinds=None, dtype=None, compute: Optional[dict] = None,
                  run_dir="run", run_name: Optional[str] = None,
-                 keep_tiles: Optional[bool] = None) -> Path:
+                 keep_tiles: Optional[bool] = None, readouts: Optional[dict] = None) -> Path:
     """Write ``folder/<name>.yaml`` and return its path. ``None`` leaves a key out."""
     data = {"x1": str(x1)}
     for k, v in (("key", key), ("x2", x2), ("x2_key", x2_key), ("layout", layout),
@@ -74,6 +74,8 @@ def write_config(folder: Path, name: str = "cfg", *, x1="x.npy", key=None, x2=No
     arch = {"layers": layers if layers is not None else FLATTEN_NET}
     if parameterization is not None:
         arch["parameterization"] = parameterization
+    if readouts is not None:
+        arch["readouts"] = readouts
     doc = {"name": run_name or name, "data": data, "architecture": arch}
     kernel = {}
     if kinds is not None:
