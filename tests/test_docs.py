@@ -33,6 +33,7 @@ def _code_sections() -> Dict[str, Set[str]]:
 
     out = {s: set(_load._KEYS.get(s, (s,))) for s in _load.SECTIONS}
     out["data.preprocess"] = set(_load._PREPROCESS_KEYS)
+    out["architecture.readouts"] = set(_load._READOUT_KEYS)
     return out
 
 
