@@ -13,6 +13,14 @@ The work splits in two passes:
   memory budget exactly. Diagonal entries come from ``stats``, so ``K(x, x)`` is
   by construction the value the variances were derived from.
 
+With ``architecture.readouts`` both passes walk the body once, up to the last
+readout, and apply the head to the state after each readout's layers: the
+outputs are one kernel per readout and kind (``nngp_d3``), each what the
+truncated network computes alone. The full covariance is kept while a pool lies
+ahead in the rest of the body or in the head (so a pooling head keeps it up to
+the last readout); the head drops it after its own last pool, as ``forward``
+always does.
+
 Each is one ``jax.jit`` program, compiled once per array shape; callers keep
 shapes fixed (pad the last batch) so a long run compiles once. Networks that
 flatten the raw input first evaluate a pair batch from its block's Gram matrix
