@@ -152,6 +152,17 @@ def test_an_invalid_readout_is_one_exact_line(readouts, message):
     assert str(e.value) == message
 
 
+def test_readouts_are_bounded_like_a_network():
+    body = [{"repeat": {"times": 500, "layers": ["dense", "relu"]}}]
+    head = [{"repeat": {"times": 10, "layers": ["dense"]}}]
+    with pytest.raises(ConfigError) as e:
+        parse_architecture({"layers": body, "readouts": {"head": head,
+                                                         "after": list(range(10, 1001, 10))}})
+    assert str(e.value) == ("architecture.readouts.after: 100 readouts of a 10-layer head "
+                            "evaluate 2000 layers in all; expected at most 1000 (the body to "
+                            "the last readout and a head per readout)")
+
+
 def test_the_cli_refuses_an_invalid_readout_with_exit_2(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((4, 6, 6, 2), np.float32))
     readouts, message = MESSAGES[0]

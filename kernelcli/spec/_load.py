@@ -31,7 +31,8 @@ from . import _fields as f
 from ._config import (DTYPES, EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS, PREPROCESS_KINDS,
                       Architecture, ComputeSpec, DataSpec, KernelSpec, OutputSpec,
                       PreprocessSpec, Readouts, RunConfig)
-from ._parse_layers import parse_layers
+from ._parse_layers import MAX_LAYERS, parse_layers
+from ._registry import walk
 from ._sizes import parse_size
 from ._yaml import MAX_CHARS, read_yaml
 
@@ -272,14 +273,14 @@ def _architecture(d: dict) -> Architecture:
     return Architecture(
         parameterization=parameterization,
         layers=layers,
-        readouts=_readouts(d.get("readouts"), len(layers)),
+        readouts=_readouts(d.get("readouts"), layers),
     )
 
 
 _READOUT_KEYS = ("head", "after")
 
 
-def _readouts(value, n_body: int) -> Optional[Readouts]:
+def _readouts(value, body: tuple) -> Optional[Readouts]:
     """``architecture.readouts``: ``{head: [layers], after: [counts]}``. A count is of
     top-level body layers once ``repeat`` is expanded (a ``residual`` or ``parallel``
     is one); whether the head fits each point is checked with the shapes
@@ -287,6 +288,7 @@ def _readouts(value, n_body: int) -> Optional[Readouts]:
     path = "architecture.readouts"
     if value is None:
         return None
+    n_body = len(body)
     value = f.mapping(value, path, "a mapping of head (a list of layers) and after (a list "
                                    "of body layer counts)")
     f.check_keys(value, path, _READOUT_KEYS)
@@ -310,6 +312,15 @@ def _readouts(value, n_body: int) -> Optional[Readouts]:
         if counts and k <= counts[-1]:
             raise f.fail(at, f"{k} does not follow {counts[-1]}; expected increasing counts")
         counts.append(int(k))
+    # one pass evaluates the body to the last readout and a head per readout: the same
+    # bound as a network's, so a long `after` list cannot multiply a big head
+    n_head = sum(1 for _ in walk(head))
+    evaluated = sum(1 for _ in walk(body[:counts[-1]])) + n_head * len(counts)
+    if evaluated > MAX_LAYERS:
+        raise f.fail(f"{path}.after", f"{len(counts)} readouts of a {n_head}-layer head "
+                                      f"evaluate {evaluated} layers in all; expected at most "
+                                      f"{MAX_LAYERS} (the body to the last readout and a "
+                                      f"head per readout)")
     return Readouts(head=head, after=tuple(counts))
 
 
