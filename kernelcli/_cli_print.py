@@ -189,3 +189,17 @@ def print_clean(out) -> None:
     else:
         click.echo(f"{out.run_dir} has no tiles left to remove; {out.result} verified",
                    err=True)
+
+
+def print_extend(out) -> None:
+    """What ``extend`` will do (``--dry-run``) or did: the grown sizes and the cost
+    against a fresh run of the grown data set."""
+    what = "would grow" if out.dry_run else "grows"
+    pct = 100.0 * out.pairs_new / max(out.pairs_total, 1)
+    click.echo(f"{shown(out.run_dir)}: {what} from {out.n1_before:,} to {out.n1:,} training "
+               f"and from {out.n_test_before:,} to {out.n_test:,} test examples", err=True)
+    click.echo(f"  tiles: {out.blocks_reused:,} kept, {out.blocks_new:,} to compute, of "
+               f"{out.blocks_total:,} (a fresh run computes all {out.blocks_total:,})",
+               err=True)
+    click.echo(f"  pair evaluations: {out.pairs_new:,} of {out.pairs_total:,} ({pct:.1f}% of "
+               f"a fresh run)", err=True)

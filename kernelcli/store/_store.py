@@ -74,6 +74,7 @@ from ..errors import DamagedFileError, QuarantinedError, RunDirError
 from ._assemble import assemble as _assemble
 from ._assemble import check_tiles, result_digests, verify_result
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
+from ._lineage import accepted_runs, superseded
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
@@ -91,8 +92,15 @@ TEST_DIAG = "test_diag.h5"
 PREDICTIONS = "predictions.h5"
 QUARANTINE = "quarantine"
 _SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
-_SIDE_FILE = re.compile(r"^(labels\.npz|preprocess-[0-9a-f]{16}\.npz|test_diag\.h5|"
-                        r"predictions\.h5|tiles_removed\.json)$")
+_SIDE_FILE = re.compile(r"^(labels\.npz|labels-[0-9a-f]{16}\.npz|preprocess-[0-9a-f]{16}\.npz|"
+                        r"test_diag\.h5|predictions\.h5|tiles_removed\.json)$")
+
+
+def labels_name(fingerprint: str) -> str:
+    """The labels side file of an extended run, ``labels-<first 16 hex digits>.npz``:
+    named by content, so the grown labels are written before the run switches to them
+    and the labels of the run it grew from stay whole until then."""
+    return f"labels-{fingerprint[:16]}.npz"
 
 
 def preprocess_name(fingerprint: str) -> str:
@@ -250,6 +258,38 @@ class RunStore:
             raise storage_error(exc, self.tiles_dir) from None
         return self, False
 
+    def grow(self, manifest: dict, side_files: Optional[dict] = None) -> None:
+        """Replace the manifest of this (existing) run by ``manifest``: the run becomes
+        another one, with another identity (``kernelcli extend``). ``side_files`` are
+        written first; the replacement itself is one atomic rename."""
+        data = encode_manifest(manifest)
+        self._write_side_files(side_files)
+        write_manifest(self.run_dir, data)
+        self._manifest = _decoded(data)
+
+    def remove_tile(self, key: str) -> None:
+        """Delete the tile of ``key`` (a block the run no longer keeps)."""
+        self._unlink(tile_path(self.tiles_dir, key))
+
+    def remove_side_file(self, name: str) -> None:
+        self._unlink(self.side_path(name))
+
+    def remove_shard_markers(self) -> None:
+        """Forget which processes of a job array ran (the run they ran is superseded)."""
+        if self.shards_dir.is_dir() and not self.shards_dir.is_symlink():
+            for entry in os.listdir(self.shards_dir):
+                if _SHARD_MARKER.match(entry):
+                    self._unlink(self.shards_dir / entry)
+
+    def _unlink(self, path: Path) -> None:
+        try:
+            os.unlink(path)
+            fsync_dir(path.parent)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise storage_error(exc, path) from None
+
     def _write_side_files(self, side_files: Optional[dict]) -> None:
         for name, content in (side_files or {}).items():
             if not _SIDE_FILE.match(name):
@@ -303,8 +343,10 @@ class RunStore:
         return datasets, None
 
     def read_labels(self) -> dict:
-        """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has."""
-        path = self.run_dir / LABELS
+        """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
+        the file the manifest names, ``labels.npz`` by default)."""
+        name = self.manifest.get("labels_file", LABELS)
+        path = self.side_path(name if isinstance(name, str) else LABELS)
         if not path.is_file():
             return {}
         try:
@@ -384,7 +426,21 @@ class RunStore:
 
     def read_tile(self, block, kinds=None) -> dict:
         """``block``'s arrays, kind -> ``(r1 - r0, c1 - c0)``, verified (see :func:`read_tile`)."""
-        return _read_tile(self.tiles_dir, block, kinds, self.run_id)
+        return _read_tile(self.tiles_dir, block, kinds, self.tile_runs(block))
+
+    def tile_runs(self, block) -> tuple:
+        """The run identities ``block``'s tile may carry (:mod:`._lineage`)."""
+        return accepted_runs(self.manifest, self.run_id, block)
+
+    def superseded(self) -> list:
+        """Files of the run this one grew from (``kernelcli extend``) still in the run
+        directory: its ``kernels.h5`` and ``test_diag.h5`` (:mod:`._lineage`)."""
+        return superseded(self.run_dir, self.manifest, (RESULT, TEST_DIAG))
+
+    def drop_superseded(self) -> None:
+        """Delete the files :meth:`superseded` lists: they are not this run's."""
+        for path in self.superseded():
+            self._unlink(path)
 
     def remove_tiles(self) -> tuple[int, int]:
         """Delete every tile, recording that they were removed: ``(tiles, bytes)``. The
@@ -403,7 +459,7 @@ class RunStore:
     def damaged_tiles(self, blocks, kinds) -> list:
         """``[(block, DamagedFileError)]`` for each existing tile of ``blocks`` that fails
         verification (reads every tile: the cost of reading the run once)."""
-        return check_tiles(self.tiles_dir, blocks, kinds, self.run_id)
+        return check_tiles(self.tiles_dir, blocks, kinds, self.tile_runs)
 
     def assemble(self, blocks, n1: int, n2: int, kinds, dtype, symmetric: bool,
                  attrs: dict, n_test: int = 0, test_diagonal: bool = False) -> Path:
@@ -421,7 +477,8 @@ class RunStore:
             diag = self.read_test_diagonal(kinds)
             extra.update({f"{k}_test_diag": v.astype(dtype) for k, v in diag.items()})
         return _assemble(self.result_path, self.tiles_dir, blocks, n1, n2, kinds, dtype,
-                         symmetric, attrs, n_test=n_test, extra=extra, run=self.run_id)
+                         symmetric, attrs, n_test=n_test, extra=extra, run=self.run_id,
+                         tile_runs=self.tile_runs)
 
     def _side_entries(self) -> list[str]:
         try:

@@ -1,0 +1,301 @@
+"""``kernelcli extend``: grow a finished run by more training rows or another test set.
+
+The grown run is a new run in the same directory: a new manifest (so a new identity)
+recording the plan of the grown data set with the *stored* block edge and pair batch,
+what was added (``extend``: the appended files and the test set, with the request that
+made it) and the earlier runs whose tiles it keeps (``lineage``, see
+:mod:`kernelcli.store`). Its result is what ``compute`` writes for the grown data set
+with that plan, bit for bit, because a tile is a function of its block's rows, their
+per-input numbers, the block edge and the pair batch alone:
+
+* the per-input pass runs over the grown rows exactly as a fresh run's does; its
+  numbers for the old rows are compared, bit for bit, with the old run's (the old
+  rows' pass run again as the old run ran it). A tile is kept only when every row and
+  column of its block had the same numbers and the block has the same extent; every
+  other tile is computed again (a network whose per-input numbers depend on how many
+  rows a call holds loses the reuse of the rows concerned, never correctness);
+* the test rectangle and the test diagonal are always computed afresh (their rows
+  start after the training rows, so their blocks move when those grow).
+
+Crash safety: nothing of the old run changes until the new manifest is complete
+except deleting tiles the grown run will not keep (the old ``kernels.h5`` stays whole,
+so a kill before the switch leaves a finished run). The switch is the atomic
+replacement of ``manifest.json``; after it the old ``kernels.h5`` carries an identity
+that is not the run's, so it can never pass as the grown result (it is deleted), and
+``kernelcli resume`` -- or the same ``extend`` again -- continues the grown run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..errors import RunDirError, UsageError
+from ..plan import make_geometry
+from ..store import RunStore
+from ._api import _finish, _verified_result, load_run_config, resume
+from ._executor import LocalBackend, Progress
+from ._inputs import open_inputs
+from ._job import (APPEND_KEYS, TEST_KEYS, check_same_data, extended_config, prepare,
+                   side_files, stored_preprocess)
+from ._manifest import plan_from_manifest
+from ._results import ExtendResult
+
+
+def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
+           test_labels=None, test_labels_key: Optional[str] = None,
+           append_key: Optional[str] = None, append_labels=None,
+           append_labels_key: Optional[str] = None, dry_run: bool = False,
+           progress: Optional[Callable[[Progress], None]] = None,
+           on_start: Optional[Callable[[dict], None]] = None) -> ExtendResult:
+    """Grow the finished run in ``run_dir``: ``test`` (a file) adds or replaces its test
+    set, ``append`` (a file) adds training rows after the existing ones; either or both.
+    Keys as ``data.test_key`` etc. name the arrays in ``.npz``/``.h5`` files. With
+    ``dry_run`` nothing is written: the cost is reported (no jax needed).
+
+    The same call on a run it left unfinished (killed) continues it, as ``resume`` does.
+    """
+    if test is None and append is None:
+        raise UsageError.naming("give <<test>> FILE (a test set), <<append>> FILE (more "
+                                "training rows), or both")
+    request = _request(test, test_key, test_labels, test_labels_key, append, append_key,
+                       append_labels, append_labels_key)
+    store, cfg = load_run_config(run_dir)
+    m = store.manifest
+    if (m.get("extend") or {}).get("request") == request:  # this extend, once more
+        if dry_run:
+            return _report(store, plan_from_manifest(m, run_dir), m, dry_run=True)
+        out = resume(run_dir, progress, loaded=(store, cfg), on_start=on_start)
+        return _report(store, plan_from_manifest(m, run_dir), m, run=out)
+    _check_extensible(store, cfg, request)
+    old = m.get("extend") or {}
+    ext = {"request": request, "n1_before": m["plan"]["n1"],
+           "n_test_before": m["plan"]["n_test"],
+           "append": list(old.get("append", ())) + ([request["append"]] if append else []),
+           "test": request["test"] or old.get("test")}
+    new_cfg = extended_config(cfg, ext)
+    if dry_run:
+        return _dry_run(store, new_cfg, ext)
+    stored = {k: m["plan"][k] for k in ("block", "pair_batch")}
+    job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
+                  extension=ext)
+    with job:
+        rows = _same_stats_rows(store, cfg, job)
+        job.lineage = _lineage(store, rows)
+        manifest = job.manifest()
+        keep = _kept_blocks(store, job.plan, rows)
+        _switch(store, manifest, side_files(job), keep)
+        run = _finish(job, store, progress, None, False, on_start)
+    return _report(store, job.plan.geometry, store.manifest, run=run)
+
+
+def _abs(path) -> Optional[str]:
+    return None if path is None else os.path.abspath(os.fspath(path))
+
+
+def _request(test, test_key, test_labels, test_labels_key, append, append_key,
+             append_labels, append_labels_key) -> dict:
+    """The call as the manifest records it (absolute paths, as the command line resolves
+    them against the working folder)."""
+    if test is None:
+        for flag, value in (("test_key", test_key), ("test_labels", test_labels),
+                            ("test_labels_key", test_labels_key)):
+            if value is not None:
+                raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<test>>; "
+                                        f"expected <<test>> FILE as well")
+    if append is None:
+        for flag, value in (("append_key", append_key), ("append_labels", append_labels),
+                            ("append_labels_key", append_labels_key)):
+            if value is not None:
+                raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<append>>; "
+                                        f"expected <<append>> FILE as well")
+    t = None if test is None else dict(zip(TEST_KEYS, (_abs(test), test_key,
+                                                       _abs(test_labels), test_labels_key)))
+    a = None if append is None else dict(zip(APPEND_KEYS, (_abs(append), append_key,
+                                                           _abs(append_labels),
+                                                           append_labels_key)))
+    return {"test": t, "append": a}
+
+
+def _check_extensible(store: RunStore, cfg, request: dict) -> None:
+    """Refuse, before anything is read or written, what extend cannot do right."""
+    run_dir, m = store.run_dir, store.manifest
+    if cfg.data.x2 is not None:
+        raise UsageError(f"{run_dir} holds the rectangle K(x1, x2) of data.x2; extend grows "
+                         f"a run of one training set (no data.x2): compute the new "
+                         f"rectangle as a run of its own")
+    if (m.get("extend") or {}).get("request") is not None and not store.finished:
+        raise UsageError(f"{run_dir} is in the middle of another extend; finish it with "
+                         f"`kernelcli resume {run_dir}` (or the same extend command), then "
+                         f"extend again")
+    if store.tiles_removed is not None:
+        raise UsageError(f"{run_dir}: its tiles were removed after assembly (kernelcli clean "
+                         f"or output.keep_tiles: false), and extend reuses them; compute the "
+                         f"grown data set afresh with `kernelcli compute`")
+    if _verified_result(store) is None:
+        raise UsageError(f"{run_dir} is not finished (its kernels.h5 does not exist or does "
+                         f"not verify); extend grows a finished run: finish it with "
+                         f"`kernelcli resume {run_dir}`, then extend")
+    if request["append"] is not None:
+        if cfg.data.preprocess is not None:
+            raise UsageError.naming(
+                f"<<append>>: {run_dir} preprocesses its data (data.preprocess: "
+                f"{cfg.data.preprocess.kind}) with statistics fitted on the training set; "
+                f"more training rows would change them and so every kernel entry: compute "
+                f"the grown data set afresh with `kernelcli compute`")
+        a = request["append"]
+        has = cfg.data.has_labels
+        given = a["labels"] is not None or a["labels_key"] is not None
+        if has and not given:
+            raise UsageError.naming(
+                f"<<append>>: {run_dir} has training labels (data.labels_key), so the "
+                f"appended rows need theirs; expected <<append_labels_key>> NAME (in the "
+                f"appended file) or <<append_labels>> FILE")
+        if given and not has:
+            raise UsageError.naming(
+                f"<<append_labels>>: {run_dir} has no training labels (data.labels_key), so "
+                f"the appended rows' labels would label nothing; expected no "
+                f"<<append_labels>> / <<append_labels_key>>")
+    _check_files(cfg, request)
+
+
+def _check_files(cfg, request: dict) -> None:
+    """The new files against the run's training data: one example shape (both), one
+    dtype (appended rows: the grown training set is one array)."""
+    from ..data import open_array
+
+    d = cfg.data
+    x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1")
+    try:
+        for what, rec, key in (("--append", request["append"], "key"),
+                               ("--test", request["test"], "test_key")):
+            if rec is None:
+                continue
+            path = Path(rec["x" if what == "--append" else "test"])
+            src = open_array(path, rec[key] if rec[key] is not None or
+                             path.suffix.lower() == ".npy" else d.key,
+                             layout=d.layout, limit=None, what=what)
+            try:
+                if src.example_shape != x1.example_shape:
+                    raise UsageError(f"{what}: examples of {path} have shape "
+                                     f"{src.example_shape}, but the run's training examples "
+                                     f"have shape {x1.example_shape}; expected the same "
+                                     f"example shape")
+                if what == "--append" and src.dtype != x1.dtype:
+                    raise UsageError(f"{what}: {path} holds {src.dtype}, but the run's "
+                                     f"training data (data.x1) is {x1.dtype}; expected "
+                                     f"{x1.dtype} (the grown training set is one array)")
+            finally:
+                src.close()
+    finally:
+        x1.close()
+
+
+def _same_stats_rows(store: RunStore, cfg, job) -> int:
+    """How many leading training rows have the same per-input numbers in the grown run
+    as in the old one: the old rows' pass is run again as the old run ran it (its own
+    data, checked against its fingerprints) and compared bit for bit."""
+    m = store.manifest
+    old = open_inputs(cfg, preprocess=job.inputs.preprocess, fit=False,
+                      appends=(m.get("extend") or {}).get("append", ()))
+    try:
+        check_same_data(SimpleNamespace(fingerprints=old.fingerprints(), inputs=old), m,
+                        store.run_dir)
+        backend = LocalBackend(job.kfn, job.devices, job.plan.block, job.plan.pair_batch)
+        before = backend.input_stats(old.rows)
+        n = old.n1
+    finally:
+        old.close()
+    after = backend.input_stats(job.inputs.rows)
+    same = np.ones(n, bool)
+    for a, b in zip(before.variances, after.variances):
+        same &= np.all((a[:n] == b[:n]).reshape(n, -1), axis=1)
+    for k in before.diag:
+        same &= before.diag[k][:n] == after.diag[k][:n]
+    return n if same.all() else int(np.argmin(same))
+
+
+def _lineage(store: RunStore, rows: int) -> list:
+    """The earlier runs whose tiles the grown run may read, each up to ``rows``."""
+    out = [{"run": e["run"], "rows": min(e["rows"], rows)}
+           for e in store.manifest.get("lineage") or () if min(e["rows"], rows) > 0]
+    return out + ([{"run": store.run_id, "rows": rows}] if rows > 0 else [])
+
+
+def _kept_blocks(store: RunStore, plan, rows: int) -> set:
+    """Keys of the grown plan's training blocks whose old tile stays: same extent in both
+    plans, every row and column below ``rows``."""
+    before = {b.key: b for b in plan_from_manifest(store.manifest, store.run_dir).blocks}
+    return {b.key for b in plan.blocks
+            if b.r0 < plan.n1 and b.r1 <= rows and before.get(b.key) == b}
+
+
+def _switch(store: RunStore, manifest: dict, side: dict, keep: set) -> None:
+    """Turn the old run into the grown one (see the module docstring for the order)."""
+    for key in sorted(store.done_keys() - keep):  # tiles the grown run does not keep
+        store.remove_tile(key)
+    store.remove_side_file("predictions.h5")  # the old run's; predict again
+    store.grow(manifest, side)  # the switch: the manifest is replaced atomically
+    store.drop_superseded()
+    for name in ("labels.npz",):
+        if name != manifest.get("labels_file"):
+            store.remove_side_file(name)
+    store.remove_shard_markers()
+
+
+def _reused(plan, lineage) -> int:
+    rows = max((e["rows"] for e in lineage or ()), default=0)
+    return sum(1 for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows)
+
+
+def _report(store: RunStore, plan, manifest: dict, run=None, dry_run: bool = False,
+            lineage=None) -> ExtendResult:
+    ext = manifest.get("extend") or {}
+    lineage = manifest.get("lineage") if lineage is None else lineage
+    reused = _reused(plan, lineage)
+    kept = {b.key for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= max(
+        (e["rows"] for e in lineage or ()), default=0)}
+    return ExtendResult(
+        run_dir=str(store.run_dir), n1_before=ext.get("n1_before", plan.n1), n1=plan.n1,
+        n_test_before=ext.get("n_test_before", plan.n_test), n_test=plan.n_test,
+        blocks_total=plan.blocks_total, blocks_reused=reused,
+        blocks_new=plan.blocks_total - reused, pairs_total=plan.pairs_total,
+        pairs_new=sum(b.n_pairs for b in plan.blocks if b.key not in kept),
+        dry_run=dry_run, run=run)
+
+
+def _dry_run(store: RunStore, cfg, ext: dict) -> ExtendResult:
+    """The grown plan and what it reuses, from the files' sizes alone (no jax): the
+    reuse assumes the old rows' per-input numbers are unchanged, which the real run
+    checks."""
+    m = store.manifest
+    inputs = open_inputs(cfg, check_values=False, fit=False, appends=ext["append"])
+    with _closing(inputs):
+        n1, n_test = inputs.n1, inputs.n_test
+    p = m["plan"]
+    plan = make_geometry(n1, n1, symmetric=True, block=p["block"], pair_batch=p["pair_batch"],
+                         kinds=p["kinds"], itemsize=8 if p["dtype"] == "float64" else 4,
+                         n_test=n_test)
+    lineage = _lineage(store, p["n1"])
+    before = {b.key: b for b in plan_from_manifest(m, store.run_dir).blocks}
+    lineage = lineage if all(before.get(b.key) == b for b in plan.blocks
+                             if b.r0 < plan.n1 and b.r1 <= p["n1"]) else []
+    return _report(store, plan, dict(m, extend=ext), dry_run=True, lineage=lineage)
+
+
+class _closing:
+    def __init__(self, inputs):
+        self.inputs = inputs
+
+    def __enter__(self):
+        return self.inputs
+
+    def __exit__(self, *exc):
+        self.inputs.close()
+
+
+__all__ = ["extend", "RunDirError"]
