@@ -34,7 +34,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..errors import RunDirError, UsageError
+from ..errors import UsageError
 from ..plan import make_geometry
 from ..store import RunStore
 from ._api import _finish, _verified_result, load_run_config, resume
@@ -59,11 +59,11 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
 
     The same call on a run it left unfinished (killed) continues it, as ``resume`` does.
     """
+    request = _request(test, test_key, test_labels, test_labels_key, append, append_key,
+                       append_labels, append_labels_key)
     if test is None and append is None:
         raise UsageError.naming("give <<test>> FILE (a test set), <<append>> FILE (more "
                                 "training rows), or both")
-    request = _request(test, test_key, test_labels, test_labels_key, append, append_key,
-                       append_labels, append_labels_key)
     store, cfg = load_run_config(run_dir)
     m = store.manifest
     if (m.get("extend") or {}).get("request") == request:  # this extend, once more
@@ -247,18 +247,15 @@ def _switch(store: RunStore, manifest: dict, side: dict, keep: set) -> None:
     store.remove_shard_markers()
 
 
-def _reused(plan, lineage) -> int:
-    rows = max((e["rows"] for e in lineage or ()), default=0)
-    return sum(1 for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows)
-
-
 def _report(store: RunStore, plan, manifest: dict, run=None, dry_run: bool = False,
             lineage=None) -> ExtendResult:
+    """The cost: the grown plan's tiles that the lineage keeps (training blocks below its
+    rows: such a block has its old extent) and the rest."""
     ext = manifest.get("extend") or {}
     lineage = manifest.get("lineage") if lineage is None else lineage
-    reused = _reused(plan, lineage)
-    kept = {b.key for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= max(
-        (e["rows"] for e in lineage or ()), default=0)}
+    rows = max((e["rows"] for e in lineage or ()), default=0)
+    kept = {b.key for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows}
+    reused = len(kept)
     return ExtendResult(
         run_dir=str(store.run_dir), n1_before=ext.get("n1_before", plan.n1), n1=plan.n1,
         n_test_before=ext.get("n_test_before", plan.n_test), n_test=plan.n_test,
@@ -298,4 +295,4 @@ class _closing:
         self.inputs.close()
 
 
-__all__ = ["extend", "RunDirError"]
+__all__ = ["extend"]

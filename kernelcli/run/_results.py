@@ -133,6 +133,8 @@ class StatusReport:
     shards: tuple = ()
     shard_counts_seen: tuple = ()
     tiles_removed: bool = False  # deleted on purpose after assembly (kernelcli clean)
+    # a run grown by `kernelcli extend`: n1_before, n1, n_test_before, n_test, blocks_reused
+    extend: Optional[dict] = None
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
@@ -140,6 +142,8 @@ class StatusReport:
                                              "result", "tiles_removed")}
         if self.result_problem is not None:
             out["result_problem"] = self.result_problem
+        if self.extend is not None:
+            out["extend"] = dict(self.extend)
         if self.shard_count is not None:
             out.update(shard_count=self.shard_count,
                        shards=[s.to_dict() for s in self.shards],

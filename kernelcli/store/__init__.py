@@ -14,6 +14,7 @@ from ._store import RunStore as RunStore
 from ._manifest import MANIFEST as MANIFEST
 from ._assemble import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
+from ._lineage import lineage as lineage_of
 
 __all__ = ["LABELS", "MANIFEST", "PREDICTIONS", "RESULT", "TILES", "RunStore",
-           "h5_written_whole", "labels_name", "preprocess_name", "row_bands"]
+           "h5_written_whole", "labels_name", "lineage_of", "preprocess_name", "row_bands"]
