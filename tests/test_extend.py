@@ -86,6 +86,13 @@ def scratch(files):
     }
 
 
+def _stamp(path: Path) -> tuple:
+    """Inode and mtime: a file written again is told apart even where the file system
+    reuses the inode number of a file just deleted."""
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns
+
+
 def old_run(files, name: str) -> Path:
     return computed(files, name, "old.npz", test="test_a.npz", labels_key="y",
                     test_labels_key="y", test_diagonal=True)
@@ -93,13 +100,13 @@ def old_run(files, name: str) -> Path:
 
 def test_append_is_bit_identical_to_a_fresh_run_and_computes_only_new_rows(files, scratch):
     run = old_run(files, "append")
-    before = {n: (run / "tiles" / n).stat().st_ino for n in tile_names(run)}
+    before = {n: _stamp(run / "tiles" / n) for n in tile_names(run)}
     out = kernelcli.extend(run, append=files / "new.npz", append_labels_key="y")
     assert out.result == str(run / "kernels.h5")
     assert_bit_identical(read_kernels(run / "kernels.h5")[0], scratch["all_a"])
     # 20 old rows, block 8: the tiles of block rows 0 and 1 (3 tiles) are kept as they
     # were; the partial third row, the new rows and the test rectangle are computed
-    kept = {n for n in tile_names(run) if before.get(n) == (run / "tiles" / n).stat().st_ino}
+    kept = {n for n in tile_names(run) if before.get(n) == _stamp(run / "tiles" / n)}
     assert kept == {"r00000c00000.h5", "r00001c00000.h5", "r00001c00001.h5"}
     assert (out.n1_before, out.n1, out.blocks_reused, out.blocks_total) == (20, 32, 3, 14)
     assert out.pairs_new == out.pairs_total - (36 + 64 + 36)
@@ -121,11 +128,10 @@ def test_append_is_bit_identical_to_a_fresh_run_and_computes_only_new_rows(files
 def test_test_set_replaced_or_added_is_bit_identical_and_reuses_the_training_tiles(
         files, scratch):
     run = old_run(files, "retest")
-    training = {n: (run / "tiles" / n).stat().st_ino for n in tile_names(run)
-                if int(n[1:6]) < 3}
+    training = {n: _stamp(run / "tiles" / n) for n in tile_names(run) if int(n[1:6]) < 3}
     out = kernelcli.extend(run, test=files / "test_b.npz", test_labels_key="y")
     assert_bit_identical(read_kernels(run / "kernels.h5")[0], scratch["old_b"])
-    assert all((run / "tiles" / n).stat().st_ino == ino for n, ino in training.items())
+    assert all(_stamp(run / "tiles" / n) == stamp for n, stamp in training.items())
     assert (out.blocks_reused, out.blocks_new, out.n_test) == (6, 6, N_TEST + 3)
     # then more training rows too, in a second extend: as a fresh run of both
     kernelcli.extend(run, append=files / "new.npz", append_labels_key="y")
@@ -210,3 +216,35 @@ def test_unfinished_cleaned_and_preprocessed_runs_are_refused(files):
         f"Error: --append: {pre} preprocesses its data (data.preprocess: standardize) with "
         f"statistics fitted on the training set; more training rows would change them and "
         f"so every kernel entry: compute the grown data set afresh with `kernelcli compute`")
+
+
+def test_an_extend_stopped_after_the_switch_is_unmistakable_and_resumes(files, scratch,
+                                                                        monkeypatch):
+    """Stopped right after the grown run replaced the old one (the kill test does this
+    with real signals): the old kernels.h5 is gone, status says the extend is in
+    progress, another extend is refused, and resume finishes it bit for bit."""
+    import kernelcli.run._extend as ext
+
+    run = old_run(files, "stopped")
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ext, "_finish", stop)
+    with pytest.raises(KeyboardInterrupt):
+        kernelcli.extend(run, append=files / "new.npz", append_labels_key="y")
+    monkeypatch.undo()
+    assert not (run / "kernels.h5").exists()
+    report = invoke("status", run)
+    assert report.exit_code == 0
+    assert report.stdout.splitlines()[1] == ("  extend in progress: 20 -> 32 training and "
+                                             "7 -> 7 test examples; 3 tiles kept from before")
+    result = invoke("extend", run, "--test", files / "test_b.npz")
+    assert result.exit_code == 2
+    assert error_line(result) == (
+        f"Error: {run} is in the middle of another extend; finish it with `kernelcli resume "
+        f"{run}` (or the same extend command), then extend again")
+    assert not kernelcli.run.verify(run).ok
+    out = kernelcli.resume(run)
+    assert out.result is not None
+    assert_bit_identical(read_kernels(run / "kernels.h5")[0], scratch["all_a"])

@@ -241,8 +241,8 @@ def _switch(store: RunStore, manifest: dict, side: dict, keep: set) -> None:
     store.remove_side_file("predictions.h5")  # the old run's; predict again
     store.grow(manifest, side)  # the switch: the manifest is replaced atomically
     store.drop_superseded()
-    for name in ("labels.npz",):
-        if name != manifest.get("labels_file"):
+    for name in store.side_files():  # the labels of the run it grew from
+        if name.startswith("labels") and name != manifest.get("labels_file"):
             store.remove_side_file(name)
     store.remove_shard_markers()
 

@@ -271,6 +271,10 @@ class RunStore:
         """Delete the tile of ``key`` (a block the run no longer keeps)."""
         self._unlink(tile_path(self.tiles_dir, key))
 
+    def side_files(self) -> list:
+        """Names of the side files present (see the module docstring)."""
+        return self._side_entries()
+
     def remove_side_file(self, name: str) -> None:
         self._unlink(self.side_path(name))
 
