@@ -105,11 +105,14 @@ def test_append_is_bit_identical_to_a_fresh_run_and_computes_only_new_rows(files
     assert out.result == str(run / "kernels.h5")
     assert_bit_identical(read_kernels(run / "kernels.h5")[0], scratch["all_a"])
     # 20 old rows, block 8: the tiles of block rows 0 and 1 (3 tiles) are kept as they
-    # were; the partial third row, the new rows and the test rectangle are computed
+    # were, and the test tiles of their columns move down (rewritten under their new
+    # keys); the partial third row, the new rows and the rest of the test rectangle are
+    # computed
     kept = {n for n in tile_names(run) if before.get(n) == _stamp(run / "tiles" / n)}
     assert kept == {"r00000c00000.h5", "r00001c00000.h5", "r00001c00001.h5"}
-    assert (out.n1_before, out.n1, out.blocks_reused, out.blocks_total) == (20, 32, 3, 14)
-    assert out.pairs_new == out.pairs_total - (36 + 64 + 36)
+    assert (out.n1_before, out.n1, out.blocks_reused, out.blocks_total) == (20, 32, 5, 14)
+    assert out.pairs_new == out.pairs_total - (36 + 64 + 36) - 2 * N_TEST * BLOCK
+    assert not [p for p in (run / "tiles").iterdir() if p.name.startswith("carry-")]
     assert kernelcli.run.verify(run).ok
     report = kernelcli.run.status(run)
     assert report.finished and report.extend["n1_before"] == 20
@@ -151,7 +154,7 @@ def test_dry_run_writes_nothing_and_shows_the_cost(files):
     assert res.exit_code == 0, res.stderr
     out = json.loads(res.stdout)
     assert (out["dry_run"], out["n1_before"], out["n1"], out["blocks_reused"],
-            out["blocks_total"]) == (True, 20, 32, 3, 14)
+            out["blocks_total"]) == (True, 20, 32, 5, 14)
     assert snapshot(run) == files_before
     text = invoke("extend", run, "--test", files / "test_b.npz", "--dry-run")
     assert text.exit_code == 0
@@ -230,15 +233,17 @@ def test_an_extend_stopped_after_the_switch_is_unmistakable_and_resumes(files, s
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ext, "_finish", stop)
+    monkeypatch.setattr(ext, "take_over", stop)  # before the moved test tiles are rewritten
     with pytest.raises(KeyboardInterrupt):
         kernelcli.extend(run, append=files / "new.npz", append_labels_key="y")
     monkeypatch.undo()
     assert not (run / "kernels.h5").exists()
+    assert sorted(p.name for p in (run / "tiles").iterdir() if p.name.startswith("carry-")) \
+        == ["carry-r00004c00000.h5", "carry-r00004c00001.h5"]
     report = invoke("status", run)
     assert report.exit_code == 0
     assert report.stdout.splitlines()[1] == ("  extend in progress: 20 -> 32 training and "
-                                             "7 -> 7 test examples; 3 tiles kept from before")
+                                             "7 -> 7 test examples; 5 tiles kept from before")
     result = invoke("extend", run, "--test", files / "test_b.npz")
     assert result.exit_code == 2
     assert error_line(result) == (
@@ -248,3 +253,4 @@ def test_an_extend_stopped_after_the_switch_is_unmistakable_and_resumes(files, s
     out = kernelcli.resume(run)
     assert out.result is not None
     assert_bit_identical(read_kernels(run / "kernels.h5")[0], scratch["all_a"])
+    assert not [p for p in (run / "tiles").iterdir() if p.name.startswith("carry-")]

@@ -156,6 +156,10 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
             if store.tiles_removed is not None:  # the result is gone: tiles are computed again
                 store.forget_tiles_removed()
             store.drop_superseded()
+            if store.carried():  # a killed extend: the test tiles it kept (kernelcli extend)
+                from ._carry import take_over
+
+                take_over(store, job.plan)
             if shard is not None:
                 store.mark_shard(shard[0], shard[1], {
                     "blocks": len(blocks), "pairs": sum(b.n_pairs for b in blocks)})

@@ -14,8 +14,10 @@ per-input numbers, the block edge and the pair batch alone:
   column of its block had the same numbers and the block has the same extent; every
   other tile is computed again (a network whose per-input numbers depend on how many
   rows a call holds loses the reuse of the rows concerned, never correctness);
-* the test rectangle and the test diagonal are always computed afresh (their rows
-  start after the training rows, so their blocks move when those grow).
+* the test diagonal is computed afresh, and the test tiles too unless the test set
+  stays and their rows and columns pass the same check: the test rows follow the
+  training rows, so their blocks move when those grow, and such a tile is rewritten
+  under its new key (:mod:`._carry`).
 
 Crash safety: nothing of the old run changes until the new manifest is complete
 except deleting tiles the grown run will not keep (the old ``kernels.h5`` stays whole,
@@ -38,6 +40,7 @@ from ..errors import UsageError
 from ..plan import make_geometry
 from ..store import RunStore
 from ._api import _finish, _verified_result, load_run_config, resume
+from ._carry import carry_keys, set_aside, take_over
 from ._executor import LocalBackend, Progress
 from ._inputs import open_inputs
 from ._job import (APPEND_KEYS, TEST_KEYS, check_same_data, extended_config, prepare,
@@ -73,7 +76,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
         return _report(store, plan_from_manifest(m, run_dir), m, run=out)
     _check_extensible(store, cfg, request)
     old = m.get("extend") or {}
-    ext = {"request": request, "n1_before": m["plan"]["n1"],
+    ext = {"request": request, "n1_before": m["plan"]["n1"], "previous": store.run_id,
            "n_test_before": m["plan"]["n_test"],
            "append": list(old.get("append", ())) + ([request["append"]] if append else []),
            "test": request["test"] or old.get("test")}
@@ -84,11 +87,15 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
                   extension=ext)
     with job:
-        rows = _same_stats_rows(store, cfg, job)
+        rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None)
         job.lineage = _lineage(store, rows)
+        before = plan_from_manifest(m, run_dir)
+        ext["carry"] = carry_keys(before, job.plan, rows, test_same)  # job.extension is ext
         manifest = job.manifest()
         keep = _kept_blocks(store, job.plan, rows)
+        set_aside(store, before, job.plan, ext["carry"])
         _switch(store, manifest, side_files(job), keep)
+        take_over(store, job.plan)
         run = _finish(job, store, progress, None, False, on_start)
     return _report(store, job.plan.geometry, store.manifest, run=run)
 
@@ -195,10 +202,11 @@ def _check_files(cfg, request: dict) -> None:
         x1.close()
 
 
-def _same_stats_rows(store: RunStore, cfg, job) -> int:
+def _same_stats_rows(store: RunStore, cfg, job, same_test: bool) -> tuple:
     """How many leading training rows have the same per-input numbers in the grown run
-    as in the old one: the old rows' pass is run again as the old run ran it (its own
-    data, checked against its fingerprints) and compared bit for bit."""
+    as in the old one, and (``same_test``: the test set stays) which test rows do: the
+    old rows' pass is run again as the old run ran it (its own data, checked against its
+    fingerprints) and compared bit for bit."""
     m = store.manifest
     old = open_inputs(cfg, preprocess=job.inputs.preprocess, fit=False,
                       appends=(m.get("extend") or {}).get("append", ()))
@@ -211,12 +219,23 @@ def _same_stats_rows(store: RunStore, cfg, job) -> int:
     finally:
         old.close()
     after = backend.input_stats(job.inputs.rows)
+    rows = _equal_rows(before, after, 0, 0, n)
+    test_same = None
+    if same_test and job.inputs.n_test:
+        test_same = _equal_rows(before, after, n, job.inputs.n1, job.inputs.n_test)
+    return (n if rows.all() else int(np.argmin(rows))), test_same
+
+
+def _equal_rows(before, after, start: int, start_after: int, n: int) -> np.ndarray:
+    """Rows ``start + i`` of ``before`` whose numbers are the bits of rows
+    ``start_after + i`` of ``after``, ``i < n``."""
     same = np.ones(n, bool)
-    for a, b in zip(before.variances, after.variances):
-        same &= np.all((a[:n] == b[:n]).reshape(n, -1), axis=1)
-    for k in before.diag:
-        same &= before.diag[k][:n] == after.diag[k][:n]
-    return n if same.all() else int(np.argmin(same))
+    pairs = list(zip(before.variances, after.variances))
+    pairs += [(before.diag[k], after.diag[k]) for k in before.diag]
+    for a, b in pairs:
+        a, b = a[start:start + n], b[start_after:start_after + n]
+        same &= np.all((a == b).reshape(n, -1), axis=1)
+    return same
 
 
 def _lineage(store: RunStore, rows: int) -> list:
@@ -255,6 +274,7 @@ def _report(store: RunStore, plan, manifest: dict, run=None, dry_run: bool = Fal
     lineage = manifest.get("lineage") if lineage is None else lineage
     rows = max((e["rows"] for e in lineage or ()), default=0)
     kept = {b.key for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows}
+    kept |= set(ext.get("carry") or ())
     reused = len(kept)
     return ExtendResult(
         run_dir=str(store.run_dir), n1_before=ext.get("n1_before", plan.n1), n1=plan.n1,
@@ -278,9 +298,12 @@ def _dry_run(store: RunStore, cfg, ext: dict) -> ExtendResult:
                          kinds=p["kinds"], itemsize=8 if p["dtype"] == "float64" else 4,
                          n_test=n_test)
     lineage = _lineage(store, p["n1"])
-    before = {b.key: b for b in plan_from_manifest(m, store.run_dir).blocks}
+    old = plan_from_manifest(m, store.run_dir)
+    before = {b.key: b for b in old.blocks}
     lineage = lineage if all(before.get(b.key) == b for b in plan.blocks
                              if b.r0 < plan.n1 and b.r1 <= p["n1"]) else []
+    same = np.ones(n_test, bool) if ext["request"]["test"] is None else None
+    ext = dict(ext, carry=carry_keys(old, plan, p["n1"], same))
     return _report(store, plan, dict(m, extend=ext), dry_run=True, lineage=lineage)
 
 

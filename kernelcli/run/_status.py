@@ -96,4 +96,5 @@ def _extend_summary(m: dict, plan) -> Optional[dict]:
     rows = max([e["rows"] for e in lineage_of(m)], default=0)
     return {"n1_before": ext.get("n1_before"), "n1": plan.n1,
             "n_test_before": ext.get("n_test_before"), "n_test": plan.n_test,
-            "blocks_reused": sum(1 for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows)}
+            "blocks_reused": sum(1 for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows)
+            + len(ext.get("carry") or ())}

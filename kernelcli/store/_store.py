@@ -92,6 +92,7 @@ TEST_DIAG = "test_diag.h5"
 PREDICTIONS = "predictions.h5"
 QUARANTINE = "quarantine"
 _SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
+_CARRIED = re.compile(r"^carry-(r\d{5}c\d{5})\.h5$")
 _SIDE_FILE = re.compile(r"^(labels\.npz|labels-[0-9a-f]{16}\.npz|preprocess-[0-9a-f]{16}\.npz|"
                         r"test_diag\.h5|predictions\.h5|tiles_removed\.json)$")
 
@@ -266,6 +267,52 @@ class RunStore:
         self._write_side_files(side_files)
         write_manifest(self.run_dir, data)
         self._manifest = _decoded(data)
+
+    def set_aside(self, key: str, new_key: str) -> bool:
+        """Rename the tile of ``key`` to ``tiles/carry-<new_key>.h5``, out of the set of
+        completed tiles (``kernelcli extend``: a test tile that moves to another block);
+        whether there was one. :meth:`take_carried` reads it back."""
+        try:
+            os.replace(tile_path(self.tiles_dir, key), self._carry_path(new_key))
+            fsync_dir(self.tiles_dir)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise storage_error(exc, self.tiles_dir) from None
+        return True
+
+    def carried(self) -> list:
+        """The keys of the tiles set aside by :meth:`set_aside`."""
+        try:
+            names = os.listdir(self.tiles_dir)
+        except OSError:
+            return []
+        return sorted(m[1] for m in map(_CARRIED.match, names) if m is not None)
+
+    def take_carried(self, new_key: str, block, run: str, attrs: dict) -> bool:
+        """Write the tile set aside for ``new_key`` as ``block``'s tile of this run, when
+        it is whole and carries ``run`` and the block coordinates ``attrs``; remove it
+        either way. Whether a tile was written."""
+        path = self._carry_path(new_key)
+        try:
+            datasets, found = read_sealed(path)
+        except (SealError, OSError):
+            datasets = None
+        run_found = found.get("run") if datasets is not None else None
+        if isinstance(run_found, bytes):
+            run_found = run_found.decode(errors="replace")
+        ok = datasets is not None and run_found == run and all(
+            int(found.get(k, -1)) == v for k, v in attrs.items())
+        if ok:
+            self.write_tile(block, datasets)
+        self._unlink(path)
+        return ok
+
+    def drop_carried(self, new_key: str) -> None:
+        self._unlink(self._carry_path(new_key))
+
+    def _carry_path(self, key: str) -> Path:
+        return self.tiles_dir / f"carry-{tile_path(self.tiles_dir, key).name}"
 
     def remove_tile(self, key: str) -> None:
         """Delete the tile of ``key`` (a block the run no longer keeps)."""
