@@ -60,7 +60,8 @@ def extend(run_dir, test, test_key, test_labels, test_labels_key, append, append
                append_labels_key=append_labels_key, dry_run=dry_run,
                progress=None if dry_run else _progress(str(run_dir), quiet),
                on_start=_on_start(quiet), for_run=None if dry_run else run_dir)
-    if not as_json and (dry_run or not quiet):
+    finished = out.run is not None and out.run.already_finished
+    if not as_json and (dry_run or not quiet) and not finished:
         _cli_print.print_extend(out)
     if out.run is not None:
         _cli_print.report_repairs(out.run)

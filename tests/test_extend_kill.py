@@ -136,3 +136,33 @@ def test_sigkill_during_extend_then_continue_is_bit_identical(tmp_path, data, en
     leftovers = [p.name for p in list(run.iterdir()) + list((run / "tiles").iterdir())
                  if p.name.endswith(".tmp")]
     assert not leftovers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_extend_saying_how_to_go_on(tmp_path, data, env, sig):
+    """Before the switch the old run is unchanged (the same extend starts again); after
+    it the grown run is continued by resume. Either way the end is the fresh run."""
+    import shutil
+
+    folder, want = data
+    shutil.copytree(folder, tmp_path / "d", ignore=shutil.ignore_patterns("run_all"))
+    run = tmp_path / "d" / "run_old"
+    extend = ("extend", run, "--append", tmp_path / "d" / "new.npz",
+              "--append-labels-key", "y", "--quiet")
+    proc = start_cli(*extend, log_dir=tmp_path / "logs", env=env)
+    wait_until(_trigger("delay", 1.5 if sig == signal.SIGINT else 3.0, run), proc)
+    proc.send_signal(sig)
+    rc, _out, err = finish(proc)
+    if rc == 0:
+        pytest.skip("the extend finished before the signal")
+    assert rc == 128 + sig
+    name = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
+    assert err.strip().splitlines()[-1] in (
+        f"Error: interrupted ({name}) before {run} was extended; it is unchanged: run the "
+        f"same extend again",
+        f"Error: interrupted ({name}); completed tiles are kept: continue with "
+        f"`kernelcli resume {run}`")
+    r = run_cli(*(extend if "unchanged" in err else ("resume", run, "--quiet")), env=env)
+    assert r.returncode == 0, r.stderr
+    assert_bit_identical(read_kernels(run / "kernels.h5")[0], want)

@@ -36,15 +36,16 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..errors import UsageError
+from .. import _interrupt
+from ..errors import Interrupted, UsageError
 from ..plan import make_geometry
 from ..store import RunStore
 from ._api import _finish, _verified_result, load_run_config, resume
 from ._carry import carry_keys, set_aside, take_over
 from ._executor import LocalBackend, Progress
 from ._inputs import open_inputs
-from ._job import (APPEND_KEYS, TEST_KEYS, check_same_data, extended_config, prepare,
-                   side_files, stored_preprocess)
+from ._job import (APPEND_KEYS, TEST_KEYS, _closed_on_error, check_same_data,
+                   extended_config, prepare, side_files, stored_preprocess)
 from ._manifest import plan_from_manifest
 from ._results import ExtendResult
 
@@ -84,10 +85,16 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     if dry_run:
         return _dry_run(store, new_cfg, ext)
     stored = {k: m["plan"][k] for k in ("block", "pair_batch")}
-    job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
-                  extension=ext)
+    try:  # until the switch the run is the old one, finished: a stop changes nothing
+        job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
+                      extension=ext)
+        with _closed_on_error(job):
+            rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None)
+    except Interrupted as exc:
+        raise Interrupted(f"interrupted ({_interrupt.signal_name(exc.signum)}) before "
+                          f"{run_dir} was extended; it is unchanged: run the same extend "
+                          f"again", exc.signum) from None
     with job:
-        rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None)
         job.lineage = _lineage(store, rows)
         before = plan_from_manifest(m, run_dir)
         ext["carry"] = carry_keys(before, job.plan, rows, test_same)  # job.extension is ext
