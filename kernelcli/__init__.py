@@ -1,9 +1,9 @@
 """kernelcli: infinite-width NNGP and NTK kernel matrices for convolutional networks.
 
 The Python API (README, "Python API"): :func:`kernel_fn`, :mod:`kernelcli.stax`,
-:func:`compute`, :func:`resume`, :func:`extend`, :func:`estimate`, :func:`open_run`. They are loaded on
-first use, so ``import kernelcli`` imports neither jax nor h5py (the CLI sets up the
-host devices before jax is imported).
+:func:`compute`, :func:`resume`, :func:`extend`, :func:`estimate`, :func:`open_run`.
+They are loaded on first use, so ``import kernelcli`` imports neither jax nor h5py (the
+CLI sets up the host devices before jax is imported).
 """
 
 __version__ = "0.1.0"

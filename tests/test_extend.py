@@ -287,3 +287,22 @@ def test_a_preprocessed_run_takes_another_test_set(files, tmp_path):
     kernelcli.extend(pre, test=files / "test_b.npz")
     assert_bit_identical(read_kernels(pre / "kernels.h5")[0],
                          read_kernels(fresh / "kernels.h5")[0])
+
+
+def test_the_same_command_on_a_changed_file_is_another_extend(files, scratch, tmp_path):
+    """A request is its files' content too: rewritten, the file is not taken for the one
+    the run was extended with ('already complete' would silently skip the new data)."""
+    import shutil
+
+    run = computed(files, "changed", "old.npz", labels_key="y", test_diagonal=True)
+    t = tmp_path / "t.npz"
+    shutil.copy(files / "test_a.npz", t)
+    kernelcli.extend(run, test=t, test_labels_key="y")
+    assert kernelcli.extend(run, test=t, test_labels_key="y").run.already_finished
+    shutil.copy(files / "test_b.npz", t)
+    out = kernelcli.extend(run, test=t, test_labels_key="y")
+    assert not out.run.already_finished
+    assert_bit_identical(read_kernels(run / "kernels.h5")[0], scratch["old_b"])
+    # the old test rows are gone, and they shared the per-input pass's first 1024-row
+    # slice with the 20 training rows: those tiles could not be shown unchanged
+    assert out.blocks_reused == 0

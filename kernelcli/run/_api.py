@@ -340,7 +340,8 @@ def check_recorded_config(store: RunStore) -> RunConfig:
     """The configuration of the manifest, which must have the fingerprint recorded beside
     it (a manifest edited and given a fresh checksum is still refused)."""
     cfg = recorded_config(store)
-    if config_fingerprint(cfg, store.manifest.get("extend")) != store.manifest["config_fingerprint"]:
+    extension = store.manifest.get("extend")
+    if config_fingerprint(cfg, extension) != store.manifest["config_fingerprint"]:
         raise DamagedFileError(f"{store.run_dir / 'manifest.json'}: the configuration it "
                                f"records does not have the fingerprint it was recorded with; "
                                f"start the run afresh with `kernelcli compute CONFIG "

@@ -29,6 +29,7 @@ that is not the run's, so it can never pass as the grown result (it is deleted),
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,12 +38,12 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import _interrupt
-from ..errors import Interrupted, UsageError
+from ..errors import DataError, Interrupted, RunDirError, UsageError
 from ..plan import make_geometry
 from ..store import RunStore
 from ._api import _finish, _verified_result, load_run_config, resume
 from ._carry import carry_keys, set_aside, take_over
-from ._executor import LocalBackend, Progress
+from ._executor import STATS_ROWS, LocalBackend, Progress
 from ._inputs import open_inputs
 from ._job import (APPEND_KEYS, TEST_KEYS, _closed_on_error, check_same_data,
                    extended_config, prepare, side_files, stored_preprocess)
@@ -69,6 +70,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
         raise UsageError.naming("give <<test>> FILE (a test set), <<append>> FILE (more "
                                 "training rows), or both")
     store, cfg = load_run_config(run_dir)
+    _fingerprint_files(cfg, request)
     m = store.manifest
     if (m.get("extend") or {}).get("request") == request:  # this extend, once more
         if dry_run:
@@ -135,6 +137,33 @@ def _request(test, test_key, test_labels, test_labels_key, append, append_key,
     return {"test": t, "append": a}
 
 
+def _new_source(cfg, request: dict, what: str):
+    """The file ``--append`` or ``--test`` names, opened with its key (default
+    ``data.key`` for a file with names, as in a configuration)."""
+    from ..data import open_array
+
+    rec, field, key = ((request["append"], "x", "key") if what == "--append"
+                       else (request["test"], "test", "test_key"))
+    path = Path(rec[field])
+    own = rec[key]
+    key = own if own is not None or path.suffix.lower() == ".npy" else cfg.data.key
+    return open_array(path, key, layout=cfg.data.layout, limit=None, what=what)
+
+
+def _fingerprint_files(cfg, request: dict) -> None:
+    """Add the content fingerprint of each new file to the request: the same command
+    on a file whose content changed is another extend, never taken for this one."""
+    from ..data import fingerprint
+
+    for what, name in (("--append", "append"), ("--test", "test")):
+        if request[name] is not None:
+            src = _new_source(cfg, request, what)
+            try:
+                request[name]["fingerprint"] = fingerprint(src)
+            finally:
+                src.close()
+
+
 def _check_extensible(store: RunStore, cfg, request: dict) -> None:
     """Refuse, before anything is read or written, what extend cannot do right."""
     run_dir, m = store.run_dir, store.manifest
@@ -185,14 +214,11 @@ def _check_files(cfg, request: dict) -> None:
     d = cfg.data
     x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1")
     try:
-        for what, rec, key in (("--append", request["append"], "key"),
-                               ("--test", request["test"], "test_key")):
+        for what, rec in (("--append", request["append"]), ("--test", request["test"])):
             if rec is None:
                 continue
             path = Path(rec["x" if what == "--append" else "test"])
-            src = open_array(path, rec[key] if rec[key] is not None or
-                             path.suffix.lower() == ".npy" else d.key,
-                             layout=d.layout, limit=None, what=what)
+            src = _new_source(cfg, request, what)
             try:
                 if src.example_shape != x1.example_shape:
                     raise UsageError(f"{what}: examples of {path} have shape "
@@ -213,24 +239,54 @@ def _same_stats_rows(store: RunStore, cfg, job, same_test: bool) -> tuple:
     """How many leading training rows have the same per-input numbers in the grown run
     as in the old one, and (``same_test``: the test set stays) which test rows do: the
     old rows' pass is run again as the old run ran it (its own data, checked against its
-    fingerprints) and compared bit for bit."""
+    fingerprints) and compared bit for bit.
+
+    A test set being replaced may be gone or rewritten already. Its rows shared the
+    per-input pass's slices (of ``STATS_ROWS``) with the last training rows, so without
+    it only the training rows of whole slices before it are known: they were passed
+    in the same calls in both runs, and are compared as the others."""
     m = store.manifest
-    old = open_inputs(cfg, preprocess=job.inputs.preprocess, fit=False,
-                      appends=(m.get("extend") or {}).get("append", ()))
+    appends = (m.get("extend") or {}).get("append", ())
+    known = None
     try:
-        check_same_data(SimpleNamespace(fingerprints=old.fingerprints(), inputs=old), m,
-                        store.run_dir)
+        old = _old_inputs(store, cfg, job, appends, ("x1", "x2", "test", "labels", "append"))
+    except (DataError, RunDirError):
+        if same_test or cfg.data.test is None:
+            raise
+        data = dataclasses.replace(cfg.data, test=None, test_key=None, test_labels=None,
+                                   test_labels_key=None, test_limit=None)
+        old = _old_inputs(store, dataclasses.replace(cfg, data=data), job, appends,
+                          ("x1", "append"))
+        known = old.n1 // STATS_ROWS * STATS_ROWS
+    try:
         backend = LocalBackend(job.kfn, job.devices, job.plan.block, job.plan.pair_batch)
         before = backend.input_stats(old.rows)
         n = old.n1
     finally:
         old.close()
     after = backend.input_stats(job.inputs.rows)
-    rows = _equal_rows(before, after, 0, 0, n)
+    rows = _equal_rows(before, after, 0, 0, n if known is None else known)
     test_same = None
     if same_test and job.inputs.n_test:
         test_same = _equal_rows(before, after, n, job.inputs.n1, job.inputs.n_test)
-    return (n if rows.all() else int(np.argmin(rows))), test_same
+    return (len(rows) if rows.all() else int(np.argmin(rows))), test_same
+
+
+def _old_inputs(store: RunStore, cfg, job, appends, keys):
+    """The old run's data, opened, whose fingerprints of ``keys`` must be the ones it
+    was computed with (``RunDirError`` otherwise)."""
+    m = store.manifest
+    old = open_inputs(cfg, preprocess=job.inputs.preprocess, fit=False, appends=appends)
+    try:
+        fps = old.fingerprints()
+        stored = {k: v for k, v in m.get("data_fingerprints", {}).items() if k in keys}
+        check_same_data(SimpleNamespace(fingerprints={k: v for k, v in fps.items()
+                                                      if k in keys}, inputs=old),
+                        {"data_fingerprints": stored}, store.run_dir)
+    except BaseException:
+        old.close()
+        raise
+    return old
 
 
 def _equal_rows(before, after, start: int, start_after: int, n: int) -> np.ndarray:
@@ -241,7 +297,7 @@ def _equal_rows(before, after, start: int, start_after: int, n: int) -> np.ndarr
     pairs += [(before.diag[k], after.diag[k]) for k in before.diag]
     for a, b in pairs:
         a, b = a[start:start + n], b[start_after:start_after + n]
-        same &= np.all((a == b).reshape(n, -1), axis=1)
+        same &= np.all((a == b).reshape(n, -1), axis=1) if n else same
     return same
 
 
