@@ -155,7 +155,9 @@ def test_a_signal_stops_extend_saying_how_to_go_on(tmp_path, data, env, sig):
     extend = ("extend", run, "--append", tmp_path / "d" / "new.npz",
               "--append-labels-key", "y", "--quiet")
     proc = start_cli(*extend, log_dir=tmp_path / "logs", env=env)
-    wait_until(_trigger("delay", 1.5 if sig == signal.SIGINT else 3.0, run), proc)
+    # SIGINT during start-up (before the switch), SIGTERM right after the switch
+    wait_until(_trigger("delay", 0.8, run) if sig == signal.SIGINT
+               else _trigger("switched", None, run), proc)
     proc.send_signal(sig)
     rc, _out, err = finish(proc)
     if rc == 0:
