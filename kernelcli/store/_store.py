@@ -9,6 +9,8 @@ Layout::
                                    starts (who ran; status counts per shard from it)
     <run_dir>/labels.npz           with a configuration that names labels: the training
                                    (and test) labels, written before the manifest
+                                   (``labels-<fp>.npz``, named by the manifest, for a
+                                   run grown by ``kernelcli extend``)
     <run_dir>/preprocess-<fp>.npz  with data.preprocess: the fitted preprocessing, named
                                    by its fingerprint, written before the manifest
     <run_dir>/test_diag.h5         with kernel.test_diagonal: K(t, t) of every test row,
@@ -17,6 +19,8 @@ Layout::
                                    read again; a resume recomputes what they held)
     <run_dir>/tiles_removed.json   the tiles were deleted once kernels.h5 verified
                                    (:mod:`._cleanup`; ``kernelcli clean``)
+    <run_dir>/tiles/carry-<key>.h5 a test tile that ``kernelcli extend`` moves to block
+                                   ``key`` of the grown run (:mod:`._grow`)
 
 Why this design (and not a journal plus one big HDF5 file):
 
@@ -74,7 +78,8 @@ from ..errors import DamagedFileError, QuarantinedError, RunDirError
 from ._assemble import assemble as _assemble
 from ._assemble import check_tiles, result_digests, verify_result
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
-from ._lineage import accepted_runs, superseded
+from ._grow import Growing
+from ._lineage import accepted_runs
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
@@ -92,7 +97,6 @@ TEST_DIAG = "test_diag.h5"
 PREDICTIONS = "predictions.h5"
 QUARANTINE = "quarantine"
 _SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
-_CARRIED = re.compile(r"^carry-(r\d{5}c\d{5})\.h5$")
 _SIDE_FILE = re.compile(r"^(labels\.npz|labels-[0-9a-f]{16}\.npz|preprocess-[0-9a-f]{16}\.npz|"
                         r"test_diag\.h5|predictions\.h5|tiles_removed\.json)$")
 
@@ -109,7 +113,7 @@ def preprocess_name(fingerprint: str) -> str:
     return f"preprocess-{fingerprint[:16]}.npz"
 
 
-class RunStore:
+class RunStore(Growing):
     """The files of one run, under ``run_dir``.
 
     ``RunStore(run_dir)`` touches nothing; use :meth:`create` for a new run and
@@ -259,88 +263,6 @@ class RunStore:
             raise storage_error(exc, self.tiles_dir) from None
         return self, False
 
-    def grow(self, manifest: dict, side_files: Optional[dict] = None) -> None:
-        """Replace the manifest of this (existing) run by ``manifest``: the run becomes
-        another one, with another identity (``kernelcli extend``). ``side_files`` are
-        written first; the replacement itself is one atomic rename."""
-        data = encode_manifest(manifest)
-        self._write_side_files(side_files)
-        write_manifest(self.run_dir, data)
-        self._manifest = _decoded(data)
-
-    def set_aside(self, key: str, new_key: str) -> bool:
-        """Rename the tile of ``key`` to ``tiles/carry-<new_key>.h5``, out of the set of
-        completed tiles (``kernelcli extend``: a test tile that moves to another block);
-        whether there was one. :meth:`take_carried` reads it back."""
-        try:
-            os.replace(tile_path(self.tiles_dir, key), self._carry_path(new_key))
-            fsync_dir(self.tiles_dir)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise storage_error(exc, self.tiles_dir) from None
-        return True
-
-    def carried(self) -> list:
-        """The keys of the tiles set aside by :meth:`set_aside`."""
-        try:
-            names = os.listdir(self.tiles_dir)
-        except OSError:
-            return []
-        return sorted(m[1] for m in map(_CARRIED.match, names) if m is not None)
-
-    def take_carried(self, new_key: str, block, run: str, attrs: dict) -> bool:
-        """Write the tile set aside for ``new_key`` as ``block``'s tile of this run, when
-        it is whole and carries ``run`` and the block coordinates ``attrs``; remove it
-        either way. Whether a tile was written."""
-        path = self._carry_path(new_key)
-        try:
-            datasets, found = read_sealed(path)
-        except (SealError, OSError):
-            datasets = None
-        run_found = found.get("run") if datasets is not None else None
-        if isinstance(run_found, bytes):
-            run_found = run_found.decode(errors="replace")
-        ok = datasets is not None and run_found == run and all(
-            int(found.get(k, -1)) == v for k, v in attrs.items())
-        if ok:
-            self.write_tile(block, datasets)
-        self._unlink(path)
-        return ok
-
-    def drop_carried(self, new_key: str) -> None:
-        self._unlink(self._carry_path(new_key))
-
-    def _carry_path(self, key: str) -> Path:
-        return self.tiles_dir / f"carry-{tile_path(self.tiles_dir, key).name}"
-
-    def remove_tile(self, key: str) -> None:
-        """Delete the tile of ``key`` (a block the run no longer keeps)."""
-        self._unlink(tile_path(self.tiles_dir, key))
-
-    def side_files(self) -> list:
-        """Names of the side files present (see the module docstring)."""
-        return self._side_entries()
-
-    def remove_side_file(self, name: str) -> None:
-        self._unlink(self.side_path(name))
-
-    def remove_shard_markers(self) -> None:
-        """Forget which processes of a job array ran (the run they ran is superseded)."""
-        if self.shards_dir.is_dir() and not self.shards_dir.is_symlink():
-            for entry in os.listdir(self.shards_dir):
-                if _SHARD_MARKER.match(entry):
-                    self._unlink(self.shards_dir / entry)
-
-    def _unlink(self, path: Path) -> None:
-        try:
-            os.unlink(path)
-            fsync_dir(path.parent)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise storage_error(exc, path) from None
-
     def _write_side_files(self, side_files: Optional[dict]) -> None:
         for name, content in (side_files or {}).items():
             if not _SIDE_FILE.match(name):
@@ -482,16 +404,6 @@ class RunStore:
     def tile_runs(self, block) -> tuple:
         """The run identities ``block``'s tile may carry (:mod:`._lineage`)."""
         return accepted_runs(self.manifest, self.run_id, block)
-
-    def superseded(self) -> list:
-        """Files of the run this one grew from (``kernelcli extend``) still in the run
-        directory: its ``kernels.h5`` and ``test_diag.h5`` (:mod:`._lineage`)."""
-        return superseded(self.run_dir, self.manifest, (RESULT, TEST_DIAG))
-
-    def drop_superseded(self) -> None:
-        """Delete the files :meth:`superseded` lists: they are not this run's."""
-        for path in self.superseded():
-            self._unlink(path)
 
     def remove_tiles(self) -> tuple[int, int]:
         """Delete every tile, recording that they were removed: ``(tiles, bytes)``. The
