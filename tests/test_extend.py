@@ -306,3 +306,18 @@ def test_the_same_command_on_a_changed_file_is_another_extend(files, scratch, tm
     # the old test rows are gone, and they shared the per-input pass's first 1024-row
     # slice with the 20 training rows: those tiles could not be shown unchanged
     assert out.blocks_reused == 0
+
+
+def test_a_rectangle_run_is_refused(tmp_path):
+    from helpers_cli import write_config
+
+    np.save(tmp_path / "a.npy", images(6, seed=7))
+    np.save(tmp_path / "b.npy", images(4, seed=8))
+    cfg = write_config(tmp_path, "rect", x1="a.npy", x2="b.npy", layers=GAP_NET)
+    assert kernelcli.compute(cfg).result is not None
+    run = tmp_path / "run"
+    result = invoke("extend", run, "--append", tmp_path / "b.npy")
+    assert result.exit_code == 2
+    assert error_line(result) == (
+        f"Error: {run} holds the rectangle K(x1, x2) of data.x2; extend grows a run of one "
+        f"training set (no data.x2): compute the new rectangle as a run of its own")
