@@ -1,17 +1,17 @@
 """kernelcli: infinite-width NNGP and NTK kernel matrices for convolutional networks.
 
 The Python API (README, "Python API"): :func:`kernel_fn`, :mod:`kernelcli.stax`,
-:func:`compute`, :func:`resume`, :func:`estimate`, :func:`open_run`. They are loaded on
-first use, so ``import kernelcli`` imports neither jax nor h5py (the CLI sets up the
-host devices before jax is imported).
+:func:`compute`, :func:`resume`, :func:`extend`, :func:`estimate`, :func:`open_run`.
+They are loaded on first use, so ``import kernelcli`` imports neither jax nor h5py (the
+CLI sets up the host devices before jax is imported).
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["compute", "estimate", "kernel_fn", "open_run", "resume", "stax"]
+__all__ = ["compute", "estimate", "extend", "kernel_fn", "open_run", "resume", "stax"]
 
 _LAZY = {"kernel_fn": "._library", "open_run": "._library", "compute": ".run",
-         "resume": ".run", "estimate": ".run", "stax": None}
+         "resume": ".run", "estimate": ".run", "extend": ".run", "stax": None}
 
 
 def __getattr__(name):

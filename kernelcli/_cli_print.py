@@ -159,6 +159,12 @@ def print_status(report) -> None:
     click.echo(f"{report.name}: {state}, {pct:.1f}% of pairs "
                f"({report.pairs_done:,}/{report.pairs_total:,}), "
                f"blocks {report.blocks_done}/{report.blocks_total}{removed}")
+    if report.extend:
+        e = report.extend
+        doing = "extended" if report.finished else "extend in progress"
+        click.echo(f"  {doing}: {e['n1_before']:,} -> {e['n1']:,} training and "
+                   f"{e['n_test_before']:,} -> {e['n_test']:,} test examples; "
+                   f"{e['blocks_reused']:,} tiles kept from before")
     if report.shards and not any(row.started for row in report.shards):
         n = report.shards[0].count
         click.echo(f"  no process of a {n}-process job array (--shard I/{n}) has run here; "
@@ -198,3 +204,17 @@ def print_clean(out) -> None:
     else:
         click.echo(f"{out.run_dir} has no tiles left to remove; {out.result} verified",
                    err=True)
+
+
+def print_extend(out) -> None:
+    """What ``extend`` will do (``--dry-run``) or did: the grown sizes and the cost
+    against a fresh run of the grown data set."""
+    what = "would grow" if out.dry_run else "grows"
+    pct = 100.0 * out.pairs_new / max(out.pairs_total, 1)
+    click.echo(f"{shown(out.run_dir)}: {what} from {out.n1_before:,} to {out.n1:,} training "
+               f"and from {out.n_test_before:,} to {out.n_test:,} test examples", err=True)
+    click.echo(f"  tiles: {out.blocks_reused:,} kept, {out.blocks_new:,} to compute, of "
+               f"{out.blocks_total:,} (a fresh run computes all {out.blocks_total:,})",
+               err=True)
+    click.echo(f"  pair evaluations: {out.pairs_new:,} of {out.pairs_total:,} ({pct:.1f}% of "
+               f"a fresh run)", err=True)

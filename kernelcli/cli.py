@@ -146,7 +146,7 @@ def main():
     # compute, resume and estimate stop at their safe points; the other commands have
     # none (and write only under temporary names): a signal ends them at once
     sub = click.get_current_context().invoked_subcommand
-    _interrupt.set_immediate(sub not in ("compute", "resume", "estimate"))
+    _interrupt.set_immediate(sub not in ("compute", "resume", "estimate", "extend"))
     from .run import configure_host_devices
 
     configure_host_devices()
@@ -409,3 +409,6 @@ def verify(run_dir, as_json):
         _cli_print.print_verify(report, run_dir)
     if not report.ok:
         sys.exit(1)
+
+
+from . import _cli_extend  # noqa: E402,F401  (registers `kernelcli extend` on main)

@@ -4,16 +4,18 @@ from ._api import assemble, compute, load_run_config, resume, run_summary, statu
 from ._clean import clean
 from ._devices import configure_host_devices
 from ._estimate import estimate
+from ._extend import extend
 from ._executor import Progress
 from ._matrix import kernel_matrix
 from ._predict import predict
-from ._results import (CleanResult, EstimateResult, FlowRow, PredictChoice, PredictResult,
-                       PredictRow, RunResult, ShardProgress, StatusReport)
+from ._results import (CleanResult, EstimateResult, ExtendResult, FlowRow, PredictChoice,
+                       PredictResult, PredictRow, RunResult, ShardProgress, StatusReport)
 from ._shards import parse_shard
 from ._verify import VerifyReport, verify
 
 __all__ = ["assemble", "clean", "CleanResult", "compute", "configure_host_devices", "estimate",
-           "EstimateResult", "FlowRow", "kernel_matrix", "load_run_config", "parse_shard",
+           "EstimateResult", "extend", "ExtendResult", "FlowRow", "kernel_matrix",
+           "load_run_config", "parse_shard",
            "predict", "PredictChoice", "PredictResult", "PredictRow", "Progress", "resume",
            "RunResult", "run_summary", "ShardProgress", "status", "StatusReport",
            "VerifyReport", "verify"]

@@ -19,7 +19,7 @@ from ..spec import EXECUTORS, RunConfig, load_config, parse_config
 from ..store import RunStore
 from ._executor import Progress, execute, interrupted_error
 from ._clean import remove_verified_tiles
-from ._job import Job, adopts, config_fingerprint, prepare_run, side_files
+from ._job import Job, adopts, config_fingerprint, extended_config, prepare_run, side_files
 from ._manifest import check_manifest, plan_from_manifest, result_attrs
 from ._results import RunResult
 from ._shards import shard_blocks, shard_label
@@ -110,7 +110,9 @@ class DamagedTiles(QuarantinedError):
 
 def _verified_result(store: RunStore) -> Optional[str]:
     """The result's path when ``kernels.h5`` verifies; else ``None``, after moving a
-    result that fails (another run's, damaged) to ``quarantine/`` so it is rebuilt."""
+    result that fails (another run's, damaged) to ``quarantine/`` so it is rebuilt. The
+    result of the run this one grew from (``kernelcli extend``) is deleted instead."""
+    store.drop_superseded()
     if not store.finished:
         return None
     if store.result_problem() is None:
@@ -153,6 +155,11 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
             _interrupt.check()
             if store.tiles_removed is not None:  # the result is gone: tiles are computed again
                 store.forget_tiles_removed()
+            store.drop_superseded()
+            if store.carried():  # a killed extend: the test tiles it kept (kernelcli extend)
+                from ._carry import take_over
+
+                take_over(store, job.plan)
             if shard is not None:
                 store.mark_shard(shard[0], shard[1], {
                     "blocks": len(blocks), "pairs": sum(b.n_pairs for b in blocks)})
@@ -326,14 +333,15 @@ def recorded_config(store: RunStore) -> RunConfig:
     # where config, data and run moved together, the data is found next to the run;
     # otherwise where the configuration was when the run started
     cfg = next((c for c in configs if c.data.x1.exists()), configs[-1])
-    return _with_run_dir(cfg, Path(run_dir))
+    return _with_run_dir(extended_config(cfg, m.get("extend")), Path(run_dir))
 
 
 def check_recorded_config(store: RunStore) -> RunConfig:
     """The configuration of the manifest, which must have the fingerprint recorded beside
     it (a manifest edited and given a fresh checksum is still refused)."""
     cfg = recorded_config(store)
-    if config_fingerprint(cfg) != store.manifest["config_fingerprint"]:
+    extension = store.manifest.get("extend")
+    if config_fingerprint(cfg, extension) != store.manifest["config_fingerprint"]:
         raise DamagedFileError(f"{store.run_dir / 'manifest.json'}: the configuration it "
                                f"records does not have the fingerprint it was recorded with; "
                                f"start the run afresh with `kernelcli compute CONFIG "

@@ -5,8 +5,10 @@ HDF5 datasets read by slices, and every check streams rows.
 
 A run has up to three sets: the rows ``x1``, either a second set ``x2`` (the
 rectangle ``K(x1, x2)``) or a test set ``test`` (the training kernel
-``K(x1, x1)`` plus ``K(test, x1)``). The executor sees two row sources:
-``rows`` (``x1``, followed by ``test`` when there is one) and ``columns``
+``K(x1, x1)`` plus ``K(test, x1)``). A run grown by ``kernelcli extend --append``
+has more training rows after ``x1``: its training set is ``x1`` followed by each
+appended file (``appended``). The executor sees two row sources:
+``rows`` (the training rows, followed by ``test`` when there is one) and ``columns``
 (``x2``, else ``rows``), with the preprocessing applied as rows are read.
 """
 
@@ -36,6 +38,7 @@ class Inputs:
     labels: Optional[np.ndarray] = None
     test_labels: Optional[np.ndarray] = None
     preprocess: Optional[Preprocess] = None
+    appended: tuple = ()  # ArraySources of `kernelcli extend --append`, after x1
 
     @property
     def symmetric(self) -> bool:
@@ -43,11 +46,11 @@ class Inputs:
 
     @property
     def n1(self) -> int:
-        return self.x1.n
+        return self.x1.n + sum(a.n for a in self.appended)
 
     @property
     def n2(self) -> int:
-        return self.x1.n if self.x2 is None else self.x2.n
+        return self.n1 if self.x2 is None else self.x2.n
 
     @property
     def n_test(self) -> int:
@@ -58,10 +61,10 @@ class Inputs:
 
     @property
     def rows(self):
-        """Block rows: ``x1`` then ``test`` (``n1 + n_test`` rows), preprocessed."""
-        if self.test is None:
-            return self._view(self.x1)
-        return ConcatRows([self._view(self.x1), self._view(self.test)])
+        """Block rows: the training rows then ``test`` (``n1 + n_test`` rows),
+        preprocessed."""
+        parts = [self._view(s) for s in (self.x1, *self.appended, self.test) if s is not None]
+        return parts[0] if len(parts) == 1 else ConcatRows(parts)
 
     @property
     def columns(self):
@@ -74,6 +77,11 @@ class Inputs:
             out["x2"] = fingerprint(self.x2)
         if self.test is not None:
             out["test"] = fingerprint(self.test)
+        if self.appended:
+            h = hashlib.sha256(b"kernelcli-appended-v1\n")
+            for src in self.appended:
+                h.update(f"{fingerprint(src)}\n".encode())
+            out["append"] = h.hexdigest()
         if self.labels is not None or self.test_labels is not None:
             out["labels"] = labels_fingerprint(self.labels, self.test_labels)
         if self.preprocess is not None:
@@ -81,7 +89,7 @@ class Inputs:
         return out
 
     def close(self) -> None:
-        for src in (self.x1, self.x2, self.test):
+        for src in (self.x1, self.x2, self.test, *self.appended):
             if src is not None:
                 src.close()
 
@@ -96,7 +104,8 @@ def labels_fingerprint(labels, test_labels) -> str:
 
 
 def open_inputs(cfg: RunConfig, check_values: bool = True,
-                preprocess: Optional[Preprocess] = None, fit: bool = True) -> Inputs:
+                preprocess: Optional[Preprocess] = None, fit: bool = True,
+                appends=()) -> Inputs:
     """Open ``data.x1`` (and ``data.x2`` or ``data.test``, and the labels), check
     shapes against the architecture and, with ``check_values``, that every value is
     finite and small enough not to overflow the kernel in ``kernel.dtype``
@@ -106,6 +115,9 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
 
     ``data.preprocess``: ``preprocess`` (a fitted one, e.g. read back from a run
     directory) is used as given; otherwise, with ``fit``, it is fitted on ``x1``.
+
+    ``appends``: the training rows ``kernelcli extend --append`` added, as the
+    manifest records them (``x``, ``key``, ``labels``, ``labels_key``), in order.
     """
     d = cfg.data
     opened = []
@@ -123,6 +135,13 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
                               layout=d.layout, limit=d.test_limit, what="data.test")
             opened.append(test)
             check_pair(x1, test)
+        appended = []
+        for rec in appends:
+            src = open_array(Path(rec["x"]), _key(Path(rec["x"]), rec.get("key"), d.key),
+                             layout=d.layout, limit=None, what="--append")
+            opened.append(src)
+            appended.append(src)
+            check_pair(x1, src)
         check_architecture(cfg.architecture, x1.example_shape)
         largest = {}
         if check_values:
@@ -133,6 +152,8 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
         if d.has_labels:
             labels = load_labels(d.labels or d.x1, d.labels_key, limit=d.limit, n=x1.n,
                                  what="data.labels_key" if d.labels is None else "data.labels")
+            parts = [labels] + [_appended_labels(rec, src) for rec, src in zip(appends, appended)]
+            labels = np.concatenate(parts) if appended else labels
         if test is not None and (d.test_labels is not None or d.test_labels_key is not None):
             test_labels = load_labels(d.test_labels or d.test, d.test_labels_key,
                                       limit=d.test_limit, n=test.n,
@@ -150,7 +171,14 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
         for src in opened:
             src.close()
         raise
-    return Inputs(x1, x2, test, labels, test_labels, preprocess)
+    return Inputs(x1, x2, test, labels, test_labels, preprocess, tuple(appended))
+
+
+def _appended_labels(rec: dict, src) -> np.ndarray:
+    """The labels of an appended file (``--append-labels`` / ``--append-labels-key``)."""
+    where = rec.get("labels") or rec["x"]
+    what = "--append-labels" if rec.get("labels") else "--append-labels-key"
+    return load_labels(Path(where), rec.get("labels_key"), limit=None, n=src.n, what=what)
 
 
 def _key(path: Path, own: Optional[str], default: Optional[str]) -> Optional[str]:

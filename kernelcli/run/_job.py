@@ -25,7 +25,7 @@ from .._system import memory_available
 from ..plan import EngineCosts, Plan, auto_budget, plan_run
 from ..errors import RunDirError
 from ..spec import RunConfig, as_pairs
-from ..store import LABELS, preprocess_name
+from ..store import LABELS, labels_name, preprocess_name
 from ._devices import local_devices
 from ._inputs import Inputs, check_preprocess_file, open_inputs
 from ._manifest import FORMAT as MANIFEST_FORMAT
@@ -44,6 +44,10 @@ class Job:
     # what bound the memory budget: "compute.memory" (given), else what
     # kernelcli._system.memory_available says ("MemAvailable" or "cgroup <folder>")
     memory_source: str = "compute.memory"
+    # a run grown by `kernelcli extend`: what was added (the manifest's "extend") and
+    # the earlier runs whose tiles it keeps (its "lineage", see kernelcli.store)
+    extension: Optional[dict] = None
+    lineage: Optional[list] = None
 
     def close(self) -> None:
         """Close the inputs' files (idempotent)."""
@@ -68,7 +72,7 @@ class Job:
         return self.cfg.source.parent if self.cfg.source else Path.cwd()
 
     def manifest(self) -> dict:
-        return {
+        out = {
             "format": MANIFEST_FORMAT,
             "kernelcli_version": __version__,
             "name": self.cfg.name,
@@ -76,12 +80,17 @@ class Job:
             "config_dir": str(self._config_dir),
             # A config, its data and its run moved together are found again from here.
             "config_dir_from_run": os.path.relpath(self._config_dir, self.cfg.output.run_dir),
-            "config_fingerprint": config_fingerprint(self.cfg),
+            "config_fingerprint": config_fingerprint(self.cfg, self.extension),
             "data_fingerprints": self.fingerprints,
             "plan": {**self.plan.geometry.to_manifest(),
                      "test_diagonal": self.cfg.kernel.test_diagonal,
                      "dtype": self.cfg.kernel.dtype},
         }
+        if self.extension is not None:  # keys of extended runs only: others keep their bytes
+            out.update(extend=self.extension, lineage=list(self.lineage or ()))
+            if "labels" in self.fingerprints:
+                out["labels_file"] = labels_name(self.fingerprints["labels"])
+        return out
 
 
 def _prod(shape) -> int:
@@ -91,13 +100,17 @@ def _prod(shape) -> int:
     return n
 
 
-def config_fingerprint(cfg: RunConfig) -> str:
+def config_fingerprint(cfg: RunConfig, extension: Optional[dict] = None) -> str:
     """sha256 of what decides the numbers: data selection, architecture, kinds, dtype.
 
     Comments, ``name``, ``compute`` and ``output`` do not change a result, so a
     run can be moved or given another memory budget and still be resumed. Data
     paths count relative to the config's folder, so a config moved together with
     its data is the same configuration (the data's content is fingerprinted apart).
+
+    ``extension`` (a run grown by ``kernelcli extend``; its test set is in ``cfg``
+    already): the appended files count too, so the original configuration is not
+    taken for the grown run.
     """
     d = cfg.data
     base = cfg.source.parent if cfg.source is not None else Path.cwd()
@@ -125,7 +138,30 @@ def config_fingerprint(cfg: RunConfig) -> str:
     what = {"data": data, "architecture": repr(arch), "kernel": kernel}
     if arch.readouts is not None:  # only when set: runs without readouts keep theirs
         what["readouts"] = repr(arch.readouts)
+    if extension and extension.get("append"):
+        what["append"] = [{k: rec.get(k) for k in APPEND_KEYS} for rec in extension["append"]]
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+# What the manifest records of each appended file (kernelcli extend --append), and of
+# the test set that `kernelcli extend --test` gave the run (the data.test* keys).
+APPEND_KEYS = ("x", "key", "labels", "labels_key")
+TEST_KEYS = ("test", "test_key", "test_labels", "test_labels_key")
+
+
+def extended_config(cfg: RunConfig, extension: Optional[dict]) -> RunConfig:
+    """``cfg`` (a run's configuration as written) with the test set that ``kernelcli
+    extend --test`` gave the run in place of ``data.test*``; the appended training rows
+    are not part of a configuration (:func:`open_inputs` reads them from the
+    manifest's record)."""
+    test = (extension or {}).get("test")
+    if not test:
+        return cfg
+    paths = {k: None if test.get(k) is None else Path(test[k]) for k in ("test", "test_labels")}
+    data = dataclasses.replace(cfg.data, test=paths["test"], test_key=test.get("test_key"),
+                               test_labels=paths["test_labels"],
+                               test_labels_key=test.get("test_labels_key"), test_limit=None)
+    return dataclasses.replace(cfg, data=data)
 
 
 def engine_costs(kfn) -> EngineCosts:
@@ -147,28 +183,30 @@ def engine_costs(kfn) -> EngineCosts:
 
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
             fingerprints: Optional[dict] = None, preprocess=None,
-            fit_preprocess: bool = True) -> Job:
+            fit_preprocess: bool = True, extension: Optional[dict] = None) -> Job:
     """Open and check the data, compile the kernel, plan within the memory budget.
 
     ``stored_plan`` (from a manifest) fixes block edge and pair batch on resume, so
     a resumed run evaluates exactly the batches an uninterrupted one would.
     ``preprocess``: the fitted preprocessing of an existing run (never refitted);
     else it is fitted on ``x1`` unless ``fit_preprocess`` is false (``estimate``).
+    ``extension``: what ``kernelcli extend`` added (the manifest's ``extend``).
 
     A stop requested by a signal is honoured between the steps (loading, compiling,
     fingerprinting): :class:`~kernelcli.errors.Interrupted`, naming the run directory
     when the run exists already (``stored_plan``).
     """
     with _interrupt.where(cfg.output.run_dir if stored_plan is not None else None):
-        return _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess)
+        return _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension)
 
 
-def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess) -> Job:
+def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension) -> Job:
     _interrupt.check()
     from ..kernels import build_kernel_fn  # jax is only imported once the config is sound
 
     _interrupt.check()
-    inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess)
+    inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess,
+                         appends=(extension or {}).get("append", ()))
     try:
         _interrupt.check()
         devices = local_devices(cfg.compute.devices)
@@ -192,7 +230,7 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess) -> Job:
     except BaseException:
         inputs.close()
         raise
-    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source)
+    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source, extension)
 
 
 def prepare_run(cfg: RunConfig, store=None, shard=None,
@@ -208,7 +246,9 @@ def prepare_run(cfg: RunConfig, store=None, shard=None,
         job = prepare(cfg, fingerprints=fingerprints)
     else:
         job = prepare(cfg, stored_plan=store.manifest["plan"], fingerprints=fingerprints,
-                      preprocess=stored_preprocess(store))
+                      preprocess=stored_preprocess(store),
+                      extension=store.manifest.get("extend"))
+        job.lineage = store.manifest.get("lineage")
     with _closed_on_error(job):
         if store is not None:
             check_same_data(job, store.manifest, store.run_dir)
@@ -226,7 +266,7 @@ def adopts(job: Job, store) -> bool:
     refit = stored_fp is not None and stored_fp != job.fingerprints.get("preprocess")
     if refit:  # a fit that rounded differently: the run's own fit wins
         job.fingerprints = dict(job.fingerprints, preprocess=stored_fp)
-    if manifest.get("config_fingerprint") != config_fingerprint(job.cfg):
+    if manifest.get("config_fingerprint") != config_fingerprint(job.cfg, job.extension):
         raise RunDirError(
             f"{run_dir} holds a run of a different configuration ({manifest.get('name')!r}), "
             f"just created by another process; every process of a job array must be given "
@@ -238,7 +278,8 @@ def adopts(job: Job, store) -> bool:
 
 
 _WHAT = {"labels": "the labels (data.labels_key, data.test_labels_key)",
-         "preprocess": "the fitted data.preprocess"}
+         "preprocess": "the fitted data.preprocess",
+         "append": "the training rows `kernelcli extend --append` added"}
 
 
 def check_same_data(job: Job, manifest: dict, run_dir) -> None:
@@ -268,7 +309,8 @@ def side_files(job: Job) -> dict:
                                     ("test_labels", inputs.test_labels)) if v is not None}
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        out[LABELS] = buf.getvalue()
+        name = job.manifest().get("labels_file", LABELS)
+        out[name] = buf.getvalue()
     if inputs.preprocess is not None:
         out[preprocess_name(job.fingerprints["preprocess"])] = inputs.preprocess.to_bytes()
     return out

@@ -47,6 +47,42 @@ class RunResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExtendResult:
+    """``extend``: the run grown from ``n1_before`` to ``n1`` training rows (and from
+    ``n_test_before`` to ``n_test`` test rows) and what that costs: of the grown plan's
+    ``blocks_total`` tiles, ``blocks_reused`` are the old run's, kept, and ``blocks_new``
+    are computed (``pairs_new`` of ``pairs_total`` pair evaluations, what a fresh run
+    computes). ``run``: the :class:`RunResult` of the computation (``None`` for a dry
+    run)."""
+
+    run_dir: str
+    n1_before: int
+    n1: int
+    n_test_before: int
+    n_test: int
+    blocks_total: int
+    blocks_reused: int
+    blocks_new: int
+    pairs_total: int
+    pairs_new: int
+    dry_run: bool = False
+    run: Optional[RunResult] = None
+
+    @property
+    def result(self) -> Optional[str]:
+        return None if self.run is None else self.run.result
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("run_dir", "n1_before", "n1", "n_test_before",
+                                             "n_test", "blocks_total", "blocks_reused",
+                                             "blocks_new", "pairs_total", "pairs_new",
+                                             "dry_run")}
+        if self.run is not None:
+            out.update(self.run.to_dict())
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
 class CleanResult:
     """``clean``: the tiles deleted (``tiles_removed`` files, ``bytes_removed`` bytes)
     once ``result`` (``kernels.h5``) verified."""
@@ -98,6 +134,8 @@ class StatusReport:
     shard_counts_seen: tuple = ()
     tiles_removed: bool = False  # deleted on purpose after assembly (kernelcli clean)
     readouts: tuple = ()  # a run with readouts: its kernels' datasets (nngp_d3, ...)
+    # a run grown by `kernelcli extend`: n1_before, n1, n_test_before, n_test, blocks_reused
+    extend: Optional[dict] = None
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
@@ -107,6 +145,8 @@ class StatusReport:
             out["readouts"] = list(self.readouts)
         if self.result_problem is not None:
             out["result_problem"] = self.result_problem
+        if self.extend is not None:
+            out["extend"] = dict(self.extend)
         if self.shard_count is not None:
             out.update(shard_count=self.shard_count,
                        shards=[s.to_dict() for s in self.shards],

@@ -7,7 +7,7 @@ from typing import Optional
 from ..errors import UsageError
 from ..plan import assign
 from ..spec import KINDS
-from ..store import RunStore
+from ..store import RunStore, lineage_of
 from ._manifest import plan_from_manifest
 from ._results import ShardProgress, StatusReport
 from ._shards import check_shard_count
@@ -86,5 +86,17 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         result=str(store.result_path) if problem is None else None,
         result_problem=result_problem, shard_count=per_shard.get("count"),
         shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
-        tiles_removed=removed,
+        tiles_removed=removed, extend=_extend_summary(m, plan),
         readouts=tuple(k for k in m["plan"]["kinds"] if k not in KINDS))
+
+
+def _extend_summary(m: dict, plan) -> Optional[dict]:
+    """What ``kernelcli extend`` grew the run from, and the tiles it keeps."""
+    ext = m.get("extend")
+    if not isinstance(ext, dict):
+        return None
+    rows = max([e["rows"] for e in lineage_of(m)], default=0)
+    return {"n1_before": ext.get("n1_before"), "n1": plan.n1,
+            "n_test_before": ext.get("n_test_before"), "n_test": plan.n_test,
+            "blocks_reused": sum(1 for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows)
+            + len(ext.get("carry") or ())}

@@ -34,14 +34,16 @@ _BAND_BYTES = 64 << 20  # rows of a dataset hashed at once when it is read back
 
 def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dtype,
              symmetric: bool, attrs: dict, n_test: int = 0, extra=None,
-             run: str = "") -> Path:
+             run: str = "", tile_runs=None) -> Path:
     """Write ``result`` (datasets ``kinds``, each ``(n1, n2)`` of ``dtype``) atomically.
 
     Blocks whose rows start at ``n1`` or beyond are test rows (``n_test`` of them):
     they go to ``<kind>_test``, ``(n_test, n2)``, never mirrored. ``extra``: more
     datasets (name -> array) written as they are (labels, the test diagonal). Every
     tile is verified as it is read (:func:`read_tile`); call :func:`check_tiles` first
-    to find all damaged ones at once.
+    to find all damaged ones at once. ``tile_runs(block)``: the run identities a tile
+    may carry (default: ``run`` alone; an extended run's inherited tiles carry an
+    earlier one).
     """
     blocks = list(blocks)
     kinds = tuple(kinds)
@@ -60,19 +62,20 @@ def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dty
     extra = {name: np.ascontiguousarray(value) for name, value in (extra or {}).items()}
     need = (n1 + n_test) * n2 * dtype.itemsize * len(kinds) + sum(v.nbytes for v in extra.values())
     _check_free_space(result, need)
+    runs = tile_runs or (lambda b: (run,))
     digests = {}
     with atomic_path(result) as tmp:
         f = h5py.File(tmp, "w")
         try:
             sets = {k: f.create_dataset(k, shape=(n1, n2), dtype=dtype) for k in kinds}
-            for kind, h in _write_bands(sets, blocks, n1, n2, tiles_dir, symmetric, run).items():
+            for kind, h in _write_bands(sets, blocks, n1, n2, tiles_dir, symmetric, runs).items():
                 digests[kind] = h
             if n_test:
                 tests = {f"{k}_test": f.create_dataset(f"{k}_test", shape=(n_test, n2),
                                                        dtype=dtype) for k in kinds}
                 moved = [_Shifted(b, n1) for b in test]
                 for kind, h in _write_bands(tests, moved, n_test, n2, tiles_dir, False,
-                                            run, suffix="_test").items():
+                                            runs, suffix="_test").items():
                     digests[f"{kind}_test"] = h
             for name, value in extra.items():
                 f.create_dataset(name, data=value)
@@ -116,7 +119,7 @@ class _Shifted:
 
 
 def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles_dir, symmetric: bool,
-                 run: str, suffix: str = "") -> dict:
+                 runs, suffix: str = "") -> dict:
     """Fill ``datasets`` (name -> ``(n, n2)``) band by band; kind -> sha256 of its bytes."""
     kinds = [name[:len(name) - len(suffix)] for name in datasets]
     hashes = {k: hashlib.sha256() for k in kinds}
@@ -126,11 +129,12 @@ def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles_dir, symmetric: 
         band = {k: np.empty((r1 - r0, n2), dtype) for k in kinds}
         for b in blocks:
             if (b.r0, b.r1) == (r0, r1):
-                tiles = read_tile(tiles_dir, getattr(b, "block", b), kinds, run)
+                block = getattr(b, "block", b)
+                tiles = read_tile(tiles_dir, block, kinds, runs(block))
                 for k in kinds:
                     band[k][:, b.c0:b.c1] = tiles[k]
             elif symmetric and (b.c0, b.c1) == (r0, r1):  # the mirror of a tile below
-                tiles = read_tile(tiles_dir, b, kinds, run)
+                tiles = read_tile(tiles_dir, b, kinds, runs(b))
                 for k in kinds:
                     band[k][:, b.r0:b.r1] = tiles[k].T
         for k, name in zip(kinds, datasets):
@@ -233,15 +237,16 @@ def _check_cover(blocks, n1, n2, symmetric, offset: int = 0):
         raise ValueError(f"the blocks do not cover the ({n1}, {n2}) matrix exactly once")
 
 
-def check_tiles(tiles_dir: Path, blocks, kinds, run: str) -> list:
+def check_tiles(tiles_dir: Path, blocks, kinds, run) -> list:
     """``[(block, DamagedFileError), ...]`` for every tile of ``blocks`` that exists and
-    fails verification (missing tiles are not listed)."""
+    fails verification (missing tiles are not listed). ``run``: the run's identity, or
+    a function of a block giving the identities its tile may carry."""
     have = done_keys(tiles_dir)
     bad = []
     for b in blocks:
         if b.key in have:
             try:
-                read_tile(tiles_dir, b, kinds, run)
+                read_tile(tiles_dir, b, kinds, run(b) if callable(run) else run)
             except DamagedFileError as exc:
                 bad.append((b, exc))
     return bad

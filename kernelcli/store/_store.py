@@ -9,6 +9,8 @@ Layout::
                                    starts (who ran; status counts per shard from it)
     <run_dir>/labels.npz           with a configuration that names labels: the training
                                    (and test) labels, written before the manifest
+                                   (``labels-<fp>.npz``, named by the manifest, for a
+                                   run grown by ``kernelcli extend``)
     <run_dir>/preprocess-<fp>.npz  with data.preprocess: the fitted preprocessing, named
                                    by its fingerprint, written before the manifest
     <run_dir>/test_diag.h5         with kernel.test_diagonal: K(t, t) of every test row,
@@ -17,6 +19,8 @@ Layout::
                                    read again; a resume recomputes what they held)
     <run_dir>/tiles_removed.json   the tiles were deleted once kernels.h5 verified
                                    (:mod:`._cleanup`; ``kernelcli clean``)
+    <run_dir>/tiles/carry-<key>.h5 a test tile that ``kernelcli extend`` moves to block
+                                   ``key`` of the grown run (:mod:`._grow`)
 
 Why this design (and not a journal plus one big HDF5 file):
 
@@ -74,6 +78,8 @@ from ..errors import DamagedFileError, QuarantinedError, RunDirError
 from ._assemble import assemble as _assemble
 from ._assemble import check_tiles, result_digests, verify_result
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
+from ._grow import Growing
+from ._lineage import accepted_runs
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
@@ -91,8 +97,15 @@ TEST_DIAG = "test_diag.h5"
 PREDICTIONS = "predictions.h5"
 QUARANTINE = "quarantine"
 _SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
-_SIDE_FILE = re.compile(r"^(labels\.npz|preprocess-[0-9a-f]{16}\.npz|test_diag\.h5|"
-                        r"predictions\.h5|tiles_removed\.json)$")
+_SIDE_FILE = re.compile(r"^(labels\.npz|labels-[0-9a-f]{16}\.npz|preprocess-[0-9a-f]{16}\.npz|"
+                        r"test_diag\.h5|predictions\.h5|tiles_removed\.json)$")
+
+
+def labels_name(fingerprint: str) -> str:
+    """The labels side file of an extended run, ``labels-<first 16 hex digits>.npz``:
+    named by content, so the grown labels are written before the run switches to them
+    and the labels of the run it grew from stay whole until then."""
+    return f"labels-{fingerprint[:16]}.npz"
 
 
 def preprocess_name(fingerprint: str) -> str:
@@ -100,7 +113,7 @@ def preprocess_name(fingerprint: str) -> str:
     return f"preprocess-{fingerprint[:16]}.npz"
 
 
-class RunStore:
+class RunStore(Growing):
     """The files of one run, under ``run_dir``.
 
     ``RunStore(run_dir)`` touches nothing; use :meth:`create` for a new run and
@@ -303,8 +316,10 @@ class RunStore:
         return datasets, None
 
     def read_labels(self) -> dict:
-        """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has."""
-        path = self.run_dir / LABELS
+        """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
+        the file the manifest names, ``labels.npz`` by default)."""
+        name = self.manifest.get("labels_file", LABELS)
+        path = self.side_path(name if isinstance(name, str) else LABELS)
         if not path.is_file():
             return {}
         try:
@@ -384,7 +399,11 @@ class RunStore:
 
     def read_tile(self, block, kinds=None) -> dict:
         """``block``'s arrays, kind -> ``(r1 - r0, c1 - c0)``, verified (see :func:`read_tile`)."""
-        return _read_tile(self.tiles_dir, block, kinds, self.run_id)
+        return _read_tile(self.tiles_dir, block, kinds, self.tile_runs(block))
+
+    def tile_runs(self, block) -> tuple:
+        """The run identities ``block``'s tile may carry (:mod:`._lineage`)."""
+        return accepted_runs(self.manifest, self.run_id, block)
 
     def remove_tiles(self) -> tuple[int, int]:
         """Delete every tile, recording that they were removed: ``(tiles, bytes)``. The
@@ -403,7 +422,7 @@ class RunStore:
     def damaged_tiles(self, blocks, kinds) -> list:
         """``[(block, DamagedFileError)]`` for each existing tile of ``blocks`` that fails
         verification (reads every tile: the cost of reading the run once)."""
-        return check_tiles(self.tiles_dir, blocks, kinds, self.run_id)
+        return check_tiles(self.tiles_dir, blocks, kinds, self.tile_runs)
 
     def assemble(self, blocks, n1: int, n2: int, kinds, dtype, symmetric: bool,
                  attrs: dict, n_test: int = 0, test_diagonal: bool = False) -> Path:
@@ -421,7 +440,8 @@ class RunStore:
             diag = self.read_test_diagonal(kinds)
             extra.update({f"{k}_test_diag": v.astype(dtype) for k, v in diag.items()})
         return _assemble(self.result_path, self.tiles_dir, blocks, n1, n2, kinds, dtype,
-                         symmetric, attrs, n_test=n_test, extra=extra, run=self.run_id)
+                         symmetric, attrs, n_test=n_test, extra=extra, run=self.run_id,
+                         tile_runs=self.tile_runs)
 
     def _side_entries(self) -> list[str]:
         try:

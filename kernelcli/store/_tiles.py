@@ -95,7 +95,9 @@ def write_tile(tiles_dir: Path, block, arrays: dict, run: str = "") -> Path:
 def read_tile(tiles_dir: Path, block, kinds=None, run: str = "") -> dict:
     """The arrays of ``block``'s tile, each of shape ``(r1 - r0, c1 - c0)``, verified:
     every byte against the tile's checksum, its block and run against ``block`` and
-    ``run``. :class:`DamagedFileError` names the tile and what is wrong.
+    ``run`` (the run's identity, or a collection of the identities accepted for this
+    block: an extended run also accepts the tiles it inherited, see
+    :mod:`._lineage`). :class:`DamagedFileError` names the tile and what is wrong.
 
     ``kinds`` restricts (and requires) the kinds read; default all in the file.
     """
@@ -114,7 +116,8 @@ def read_tile(tiles_dir: Path, block, kinds=None, run: str = "") -> dict:
         raise DamagedFileError(
             f"tile {path} covers rows/columns {found}, not block {block.key}'s "
             f"{wanted}: it belongs to another plan")
-    if _text(attrs.get("run")) != run:
+    accepted = (run,) if isinstance(run, str) else tuple(run)
+    if _text(attrs.get("run")) not in accepted:
         raise DamagedFileError(f"tile {path} was computed by another run (its run identity "
                                f"differs from this manifest's)")
     names = list(datasets) if kinds is None else list(kinds)

@@ -1,0 +1,403 @@
+"""``kernelcli extend``: grow a finished run by more training rows or another test set.
+
+The grown run is a new run in the same directory: a new manifest (so a new identity)
+recording the plan of the grown data set with the *stored* block edge and pair batch,
+what was added (``extend``: the appended files and the test set, with the request that
+made it) and the earlier runs whose tiles it keeps (``lineage``, see
+:mod:`kernelcli.store`). Its result is what ``compute`` writes for the grown data set
+with that plan, bit for bit, because a tile is a function of its block's rows, their
+per-input numbers, the block edge and the pair batch alone:
+
+* the per-input pass runs over the grown rows exactly as a fresh run's does; its
+  numbers for the old rows are compared, bit for bit, with the old run's (the old
+  rows' pass run again as the old run ran it, its self-kernels checked against the
+  old result's diagonal). A tile is kept only when every row and
+  column of its block had the same numbers and the block has the same extent; every
+  other tile is computed again (a network whose per-input numbers depend on how many
+  rows a call holds loses the reuse of the rows concerned, never correctness);
+* the test diagonal is computed afresh, and the test tiles too unless the test set
+  stays and their rows and columns pass the same check: the test rows follow the
+  training rows, so their blocks move when those grow, and such a tile is rewritten
+  under its new key (:mod:`._carry`).
+
+Crash safety: nothing of the old run changes until the new manifest is complete
+except deleting tiles the grown run will not keep (the old ``kernels.h5`` stays whole,
+so a kill before the switch leaves a finished run). The switch is the atomic
+replacement of ``manifest.json``; after it the old ``kernels.h5`` carries an identity
+that is not the run's, so it can never pass as the grown result (it is deleted), and
+``kernelcli resume`` -- or the same ``extend`` again -- continues the grown run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Optional
+
+import numpy as np
+
+from .. import _interrupt
+from ..errors import DataError, Interrupted, RunDirError, UsageError
+from ..plan import make_geometry
+from ..store import RunStore
+from ._api import _finish, _verified_result, load_run_config, resume
+from ._carry import carry_keys, set_aside, take_over
+from ._executor import STATS_ROWS, LocalBackend, Progress
+from ._inputs import open_inputs
+from ._job import (APPEND_KEYS, TEST_KEYS, _closed_on_error, check_same_data,
+                   extended_config, prepare, side_files, stored_preprocess)
+from ._manifest import plan_from_manifest
+from ._results import ExtendResult
+
+
+def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
+           test_labels=None, test_labels_key: Optional[str] = None,
+           append_key: Optional[str] = None, append_labels=None,
+           append_labels_key: Optional[str] = None, dry_run: bool = False,
+           progress: Optional[Callable[[Progress], None]] = None,
+           on_start: Optional[Callable[[dict], None]] = None) -> ExtendResult:
+    """Grow the finished run in ``run_dir``: ``test`` (a file) adds or replaces its test
+    set, ``append`` (a file) adds training rows after the existing ones; either or both.
+    Keys as ``data.test_key`` etc. name the arrays in ``.npz``/``.h5`` files. With
+    ``dry_run`` nothing is written: the cost is reported (no jax needed).
+
+    The same call on a run it left unfinished (killed) continues it, as ``resume`` does.
+    """
+    request = _request(test, test_key, test_labels, test_labels_key, append, append_key,
+                       append_labels, append_labels_key)
+    if test is None and append is None:
+        raise UsageError.naming("give <<test>> FILE (a test set), <<append>> FILE (more "
+                                "training rows), or both")
+    store, cfg = load_run_config(run_dir)
+    _fingerprint_files(cfg, request)
+    m = store.manifest
+    if (m.get("extend") or {}).get("request") == request:  # this extend, once more
+        if dry_run:
+            return _report(store, plan_from_manifest(m, run_dir), m, dry_run=True)
+        out = resume(run_dir, progress, loaded=(store, cfg), on_start=on_start)
+        return _report(store, plan_from_manifest(m, run_dir), m, run=out)
+    _check_extensible(store, cfg, request)
+    old = m.get("extend") or {}
+    ext = {"request": request, "n1_before": m["plan"]["n1"], "previous": store.run_id,
+           "n_test_before": m["plan"]["n_test"],
+           "append": list(old.get("append", ())) + ([request["append"]] if append else []),
+           "test": request["test"] or old.get("test")}
+    new_cfg = extended_config(cfg, ext)
+    if dry_run:
+        return _dry_run(store, new_cfg, ext)
+    stored = {k: m["plan"][k] for k in ("block", "pair_batch")}
+    try:  # until the switch the run is the old one, finished: a stop changes nothing
+        job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
+                      extension=ext)
+        with _closed_on_error(job):
+            rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None)
+    except Interrupted as exc:
+        raise Interrupted(f"interrupted ({_interrupt.signal_name(exc.signum)}) before "
+                          f"{run_dir} was extended; it is unchanged: run the same extend "
+                          f"again", exc.signum) from None
+    with job:
+        job.lineage = _lineage(store, rows)
+        before = plan_from_manifest(m, run_dir)
+        ext["carry"] = carry_keys(before, job.plan, rows, test_same)  # job.extension is ext
+        manifest = job.manifest()
+        keep = _kept_blocks(store, job.plan, rows)
+        set_aside(store, before, job.plan, ext["carry"])
+        _switch(store, manifest, side_files(job), keep)
+        take_over(store, job.plan)
+        run = _finish(job, store, progress, None, False, on_start)
+    return _report(store, job.plan.geometry, store.manifest, run=run)
+
+
+def _abs(path) -> Optional[str]:
+    return None if path is None else os.path.abspath(os.fspath(path))
+
+
+def _request(test, test_key, test_labels, test_labels_key, append, append_key,
+             append_labels, append_labels_key) -> dict:
+    """The call as the manifest records it (absolute paths, as the command line resolves
+    them against the working folder)."""
+    if test is None:
+        for flag, value in (("test_key", test_key), ("test_labels", test_labels),
+                            ("test_labels_key", test_labels_key)):
+            if value is not None:
+                raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<test>>; "
+                                        f"expected <<test>> FILE as well")
+    if append is None:
+        for flag, value in (("append_key", append_key), ("append_labels", append_labels),
+                            ("append_labels_key", append_labels_key)):
+            if value is not None:
+                raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<append>>; "
+                                        f"expected <<append>> FILE as well")
+    t = None if test is None else dict(zip(TEST_KEYS, (_abs(test), test_key,
+                                                       _abs(test_labels), test_labels_key)))
+    a = None if append is None else dict(zip(APPEND_KEYS, (_abs(append), append_key,
+                                                           _abs(append_labels),
+                                                           append_labels_key)))
+    return {"test": t, "append": a}
+
+
+def _new_source(cfg, request: dict, what: str):
+    """The file ``--append`` or ``--test`` names, opened with its key (default
+    ``data.key`` for a file with names, as in a configuration)."""
+    from ..data import open_array
+
+    rec, field, key = ((request["append"], "x", "key") if what == "--append"
+                       else (request["test"], "test", "test_key"))
+    path = Path(rec[field])
+    own = rec[key]
+    key = own if own is not None or path.suffix.lower() == ".npy" else cfg.data.key
+    return open_array(path, key, layout=cfg.data.layout, limit=None, what=what)
+
+
+def _fingerprint_files(cfg, request: dict) -> None:
+    """Add the content fingerprint of each new file to the request: the same command
+    on a file whose content changed is another extend, never taken for this one."""
+    from ..data import fingerprint
+
+    for what, name in (("--append", "append"), ("--test", "test")):
+        if request[name] is not None:
+            src = _new_source(cfg, request, what)
+            try:
+                request[name]["fingerprint"] = fingerprint(src)
+            finally:
+                src.close()
+
+
+def _check_extensible(store: RunStore, cfg, request: dict) -> None:
+    """Refuse, before anything is read or written, what extend cannot do right."""
+    run_dir, m = store.run_dir, store.manifest
+    if cfg.data.x2 is not None:
+        raise UsageError(f"{run_dir} holds the rectangle K(x1, x2) of data.x2; extend grows "
+                         f"a run of one training set (no data.x2): compute the new "
+                         f"rectangle as a run of its own")
+    if (m.get("extend") or {}).get("request") is not None and not store.finished:
+        raise UsageError(f"{run_dir} is in the middle of another extend; finish it with "
+                         f"`kernelcli resume {run_dir}` (or the same extend command), then "
+                         f"extend again")
+    if store.tiles_removed is not None:
+        raise UsageError(f"{run_dir}: its tiles were removed after assembly (kernelcli clean "
+                         f"or output.keep_tiles: false), and extend reuses them; compute the "
+                         f"grown data set afresh with `kernelcli compute`")
+    if _verified_result(store) is None:
+        raise UsageError(f"{run_dir} is not finished (its kernels.h5 does not exist or does "
+                         f"not verify); extend grows a finished run: finish it with "
+                         f"`kernelcli resume {run_dir}`, then extend")
+    if request["append"] is not None:
+        if cfg.data.preprocess is not None:
+            raise UsageError.naming(
+                f"<<append>>: {run_dir} preprocesses its data (data.preprocess: "
+                f"{cfg.data.preprocess.kind}) with statistics fitted on the training set; "
+                f"more training rows would change them and so every kernel entry: compute "
+                f"the grown data set afresh with `kernelcli compute`")
+        a = request["append"]
+        has = cfg.data.has_labels
+        given = a["labels"] is not None or a["labels_key"] is not None
+        if has and not given:
+            raise UsageError.naming(
+                f"<<append>>: {run_dir} has training labels (data.labels_key), so the "
+                f"appended rows need theirs; expected <<append_labels_key>> NAME (in the "
+                f"appended file) or <<append_labels>> FILE")
+        if given and not has:
+            raise UsageError.naming(
+                f"<<append_labels>>: {run_dir} has no training labels (data.labels_key), so "
+                f"the appended rows' labels would label nothing; expected no "
+                f"<<append_labels>> / <<append_labels_key>>")
+    _check_files(cfg, request)
+
+
+def _check_files(cfg, request: dict) -> None:
+    """The new files against the run's training data: one example shape (both), one
+    dtype (appended rows: the grown training set is one array)."""
+    from ..data import open_array
+
+    d = cfg.data
+    x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1")
+    try:
+        for what, rec in (("--append", request["append"]), ("--test", request["test"])):
+            if rec is None:
+                continue
+            path = Path(rec["x" if what == "--append" else "test"])
+            src = _new_source(cfg, request, what)
+            try:
+                if src.example_shape != x1.example_shape:
+                    raise UsageError(f"{what}: examples of {path} have shape "
+                                     f"{src.example_shape}, but the run's training examples "
+                                     f"have shape {x1.example_shape}; expected the same "
+                                     f"example shape")
+                if what == "--append" and src.dtype != x1.dtype:
+                    raise UsageError(f"{what}: {path} holds {src.dtype}, but the run's "
+                                     f"training data (data.x1) is {x1.dtype}; expected "
+                                     f"{x1.dtype} (the grown training set is one array)")
+            finally:
+                src.close()
+    finally:
+        x1.close()
+
+
+def _same_stats_rows(store: RunStore, cfg, job, same_test: bool) -> tuple:
+    """How many leading training rows have the same per-input numbers in the grown run
+    as in the old one, and (``same_test``: the test set stays) which test rows do: the
+    old rows' pass is run again as the old run ran it (its own data, checked against its
+    fingerprints) and compared bit for bit.
+
+    A test set being replaced may be gone or rewritten already. Its rows shared the
+    per-input pass's slices (of ``STATS_ROWS``) with the last training rows, so without
+    it only the training rows of whole slices before it are known: they were passed
+    in the same calls in both runs, and are compared as the others."""
+    m = store.manifest
+    appends = (m.get("extend") or {}).get("append", ())
+    known = None
+    try:
+        old = _old_inputs(store, cfg, job, appends, ("x1", "x2", "test", "labels", "append"))
+    except (DataError, RunDirError):
+        if same_test or cfg.data.test is None:
+            raise
+        data = dataclasses.replace(cfg.data, test=None, test_key=None, test_labels=None,
+                                   test_labels_key=None, test_limit=None)
+        old = _old_inputs(store, dataclasses.replace(cfg, data=data), job, appends,
+                          ("x1", "append"))
+        known = old.n1 // STATS_ROWS * STATS_ROWS
+    try:
+        backend = LocalBackend(job.kfn, job.devices, job.plan.block, job.plan.pair_batch)
+        before = backend.input_stats(old.rows)
+        n = old.n1
+    finally:
+        old.close()
+    after = backend.input_stats(job.inputs.rows)
+    rows = _equal_rows(before, after, 0, 0, n if known is None else known)
+    rows &= _as_stored(store, before, len(rows))
+    test_same = None
+    if same_test and job.inputs.n_test:
+        test_same = _equal_rows(before, after, n, job.inputs.n1, job.inputs.n_test)
+    return (len(rows) if rows.all() else int(np.argmin(rows))), test_same
+
+
+def _as_stored(store: RunStore, stats, n: int) -> np.ndarray:
+    """Rows whose self-kernels, as the old rows' pass gives them here, are the bits of the
+    old result's diagonal: the pass run again is the one that made the run (not another
+    platform's, whose last bits may differ). Read from the diagonal blocks only."""
+    import h5py
+
+    same = np.ones(n, bool)
+    edge = store.manifest["plan"]["block"]
+    with h5py.File(store.result_path, "r") as f:
+        for kind, values in stats.diag.items():
+            d = f[kind]
+            for r0 in range(0, n, edge):
+                r1 = min(r0 + edge, n)
+                same[r0:r1] &= np.diag(d[r0:r1, r0:r1]) == values[r0:r1]
+    return same
+
+
+def _old_inputs(store: RunStore, cfg, job, appends, keys):
+    """The old run's data, opened, whose fingerprints of ``keys`` must be the ones it
+    was computed with (``RunDirError`` otherwise)."""
+    m = store.manifest
+    old = open_inputs(cfg, preprocess=job.inputs.preprocess, fit=False, appends=appends)
+    try:
+        fps = old.fingerprints()
+        stored = {k: v for k, v in m.get("data_fingerprints", {}).items() if k in keys}
+        check_same_data(SimpleNamespace(fingerprints={k: v for k, v in fps.items()
+                                                      if k in keys}, inputs=old),
+                        {"data_fingerprints": stored}, store.run_dir)
+    except BaseException:
+        old.close()
+        raise
+    return old
+
+
+def _equal_rows(before, after, start: int, start_after: int, n: int) -> np.ndarray:
+    """Rows ``start + i`` of ``before`` whose numbers are the bits of rows
+    ``start_after + i`` of ``after``, ``i < n``."""
+    same = np.ones(n, bool)
+    pairs = list(zip(before.variances, after.variances))
+    pairs += [(before.diag[k], after.diag[k]) for k in before.diag]
+    for a, b in pairs:
+        a, b = a[start:start + n], b[start_after:start_after + n]
+        same &= np.all((a == b).reshape(n, -1), axis=1) if n else same
+    return same
+
+
+def _lineage(store: RunStore, rows: int) -> list:
+    """The earlier runs whose tiles the grown run may read, each up to ``rows``."""
+    out = [{"run": e["run"], "rows": min(e["rows"], rows)}
+           for e in store.manifest.get("lineage") or () if min(e["rows"], rows) > 0]
+    return out + ([{"run": store.run_id, "rows": rows}] if rows > 0 else [])
+
+
+def _kept_blocks(store: RunStore, plan, rows: int) -> set:
+    """Keys of the grown plan's training blocks whose old tile stays: same extent in both
+    plans, every row and column below ``rows``."""
+    before = {b.key: b for b in plan_from_manifest(store.manifest, store.run_dir).blocks}
+    return {b.key for b in plan.blocks
+            if b.r0 < plan.n1 and b.r1 <= rows and before.get(b.key) == b}
+
+
+def _switch(store: RunStore, manifest: dict, side: dict, keep: set) -> None:
+    """Turn the old run into the grown one (see the module docstring for the order)."""
+    for key in sorted(store.done_keys() - keep):  # tiles the grown run does not keep
+        store.remove_tile(key)
+    store.remove_side_file("predictions.h5")  # the old run's; predict again
+    store.grow(manifest, side)  # the switch: the manifest is replaced atomically
+    store.drop_superseded()
+    for name in store.side_files():  # the labels of the run it grew from
+        if name.startswith("labels") and name != manifest.get("labels_file"):
+            store.remove_side_file(name)
+    store.remove_shard_markers()
+
+
+def _report(store: RunStore, plan, manifest: dict, run=None, dry_run: bool = False,
+            lineage=None) -> ExtendResult:
+    """The cost: the grown plan's tiles that the lineage keeps (training blocks below its
+    rows: such a block has its old extent) and the rest."""
+    ext = manifest.get("extend") or {}
+    lineage = manifest.get("lineage") if lineage is None else lineage
+    rows = max((e["rows"] for e in lineage or ()), default=0)
+    kept = {b.key for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows}
+    kept |= set(ext.get("carry") or ())
+    reused = len(kept)
+    return ExtendResult(
+        run_dir=str(store.run_dir), n1_before=ext.get("n1_before", plan.n1), n1=plan.n1,
+        n_test_before=ext.get("n_test_before", plan.n_test), n_test=plan.n_test,
+        blocks_total=plan.blocks_total, blocks_reused=reused,
+        blocks_new=plan.blocks_total - reused, pairs_total=plan.pairs_total,
+        pairs_new=sum(b.n_pairs for b in plan.blocks if b.key not in kept),
+        dry_run=dry_run, run=run)
+
+
+def _dry_run(store: RunStore, cfg, ext: dict) -> ExtendResult:
+    """The grown plan and what it reuses, from the files' sizes alone (no jax): the
+    reuse assumes the old rows' per-input numbers are unchanged, which the real run
+    checks."""
+    m = store.manifest
+    inputs = open_inputs(cfg, check_values=False, fit=False, appends=ext["append"])
+    with _closing(inputs):
+        n1, n_test = inputs.n1, inputs.n_test
+    p = m["plan"]
+    plan = make_geometry(n1, n1, symmetric=True, block=p["block"], pair_batch=p["pair_batch"],
+                         kinds=p["kinds"], itemsize=8 if p["dtype"] == "float64" else 4,
+                         n_test=n_test)
+    lineage = _lineage(store, p["n1"])
+    old = plan_from_manifest(m, store.run_dir)
+    before = {b.key: b for b in old.blocks}
+    lineage = lineage if all(before.get(b.key) == b for b in plan.blocks
+                             if b.r0 < plan.n1 and b.r1 <= p["n1"]) else []
+    same = np.ones(n_test, bool) if ext["request"]["test"] is None else None
+    ext = dict(ext, carry=carry_keys(old, plan, p["n1"], same))
+    return _report(store, plan, dict(m, extend=ext), dry_run=True, lineage=lineage)
+
+
+class _closing:
+    def __init__(self, inputs):
+        self.inputs = inputs
+
+    def __enter__(self):
+        return self.inputs
+
+    def __exit__(self, *exc):
+        self.inputs.close()
+
+
+__all__ = ["extend"]
