@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Sequence, Tuple
 
 from ..errors import ConfigError
+from . import _fields as f
 from ._layers import (NONLINEARITIES, AvgPool, Conv, Dense, Flatten, GlobalAvgPool,
                       Identity, LayerNorm)
 from ._rank import bind_layer
@@ -43,6 +44,27 @@ from ._shapes import State, label, spatial_out, step
 AUGMENTS = ("hflip", "vflip")
 _PLAIN = (Dense, Flatten, GlobalAvgPool, LayerNorm, Identity) + tuple(NONLINEARITIES)
 _NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
+
+
+def parse_augment(value: Any, path: str) -> Tuple[str, ...]:
+    """``kernel.augment`` (``path``): none (null, ``none``, ``[]``), a flip, or a list of
+    flips; returned in canonical order. Whether the inputs and the network allow it
+    is checked with the input shape (:func:`check_augment`)."""
+    if value is None or (isinstance(value, str) and value.lower() == "none"):
+        return ()
+    items = value if isinstance(value, list) else [value]
+    seen = []
+    for i, item in enumerate(items):
+        where = f"{path}[{i}]" if isinstance(value, list) else path
+        name = next((a for a in AUGMENTS if isinstance(item, str) and item.lower() == a), None)
+        if name is None:
+            raise f.fail(where, f"{f.show(item)} is not an augmentation; expected hflip, "
+                                f"vflip, a list of them, or none{f.suggestion(item, AUGMENTS)}")
+        if name in seen:
+            raise f.fail(where, f"{f.show(item)} is listed twice; expected each flip at "
+                                "most once")
+        seen.append(name)
+    return tuple(a for a in AUGMENTS if a in seen)
 
 
 def show_augment(augment: Sequence[str]) -> str:

@@ -31,7 +31,7 @@ from . import _fields as f
 from ._config import (DTYPES, EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS, PREPROCESS_KINDS,
                       Architecture, ComputeSpec, DataSpec, KernelSpec, OutputSpec,
                       PreprocessSpec, RunConfig)
-from ._augment import AUGMENTS
+from ._augment import parse_augment
 from ._parse_layers import parse_layers
 from ._sizes import parse_size
 from ._yaml import MAX_CHARS, read_yaml
@@ -290,29 +290,8 @@ def _kernel(d: dict) -> KernelSpec:
         kinds=tuple(k for k in KINDS if k in seen),  # canonical order, whatever was written
         dtype=f.choice(d.get("dtype", "float32"), "kernel.dtype", DTYPES, "a dtype"),
         test_diagonal=f.boolean(d.get("test_diagonal", False), "kernel.test_diagonal"),
-        augment=_augment(d.get("augment")),
+        augment=parse_augment(d.get("augment"), "kernel.augment"),
     )
-
-
-def _augment(value) -> tuple:
-    """``kernel.augment``: none (null, ``none``, ``[]``), a flip, or a list of flips;
-    returned in canonical order. Whether the inputs and the network allow it is
-    checked with the input shape (:func:`kernelcli.spec.check_augment`)."""
-    if value is None or (isinstance(value, str) and value.lower() == "none"):
-        return ()
-    items = value if isinstance(value, list) else [value]
-    seen = []
-    for i, item in enumerate(items):
-        path = f"kernel.augment[{i}]" if isinstance(value, list) else "kernel.augment"
-        name = next((a for a in AUGMENTS if isinstance(item, str) and item.lower() == a), None)
-        if name is None:
-            raise f.fail(path, f"{f.show(item)} is not an augmentation; expected hflip, vflip, "
-                               f"a list of them, or none{f.suggestion(item, AUGMENTS)}")
-        if name in seen:
-            raise f.fail(path, f"{f.show(item)} is listed twice; expected each flip at "
-                               "most once")
-        seen.append(name)
-    return tuple(a for a in AUGMENTS if a in seen)
 
 
 def _compute(d: dict) -> ComputeSpec:
