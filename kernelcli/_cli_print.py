@@ -122,9 +122,8 @@ def print_estimate(out: dict) -> None:
         click.echo(f"  {label:<30} {text}")
         if key == "pairs_total" and out.get("group_size", 1) > 1:
             click.echo(f"  {'kernel.augment':<30} {', '.join(out['augment'])}: "
-                       f"{out['group_size']} flipped copies per pair, "
-                       f"{out['network_evaluations']:,} network evaluations "
-                       f"({out['group_size']}x the pairs)")
+                       f"{out['group_size']} evaluations per pair (y and its flipped "
+                       f"copies), {out['network_evaluations']:,} in all")
     if "solve_bytes" in out:
         fits = out["solver"] == "cholesky"
         click.echo(f"  {'predict: Cholesky solve needs':<30} {format_size(out['solve_bytes'])} "
