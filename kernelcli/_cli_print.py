@@ -120,6 +120,10 @@ def print_estimate(out: dict) -> None:
         else:
             text = fmt.format(value)
         click.echo(f"  {label:<30} {text}")
+        if key == "pairs_total" and out.get("group_size", 1) > 1:
+            click.echo(f"  {'kernel.augment':<30} {', '.join(out['augment'])}: "
+                       f"{out['group_size']} evaluations per pair (y and its flipped "
+                       f"copies), {out['network_evaluations']:,} in all")
     if "solve_bytes" in out:
         fits = out["solver"] == "cholesky"
         click.echo(f"  {'predict: Cholesky solve needs':<30} {format_size(out['solve_bytes'])} "

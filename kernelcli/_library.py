@@ -75,6 +75,8 @@ class KernelFunction:
       memory: bytes per device (an int, or a size such as ``"4GiB"``); ``"auto"``:
         what ``compute.memory: auto`` gives.
       devices: the jax devices to spread the work over (default: all local ones).
+      augment: ``None`` (the plain kernel), ``"hflip"``, ``"vflip"`` or a list of them:
+        the kernel averaged over that flip group, as ``kernel.augment`` in a config.
 
     With ``readouts`` in the architecture a call returns a dict keyed by each readout's
     body layer count (``after``), each value what the call returns without readouts:
@@ -90,9 +92,10 @@ class KernelFunction:
                f"{self.architecture.parameterization})"
 
     def __call__(self, x1, x2=None, get: Union[str, Sequence[str]] = _KINDS, *,
-                 dtype: str = "float32", memory: Union[int, str] = "auto", devices=None):
+                 dtype: str = "float32", memory: Union[int, str] = "auto", devices=None,
+                 augment: Union[None, str, Sequence[str]] = None):
         from .run import kernel_matrix
-        from .spec import DTYPES, parse_size
+        from .spec import DTYPES, parse_augment, parse_size
 
         if dtype not in DTYPES:
             raise ConfigError(f"dtype: {dtype!r} is not accepted; expected one of {DTYPES}")
@@ -115,7 +118,10 @@ class KernelFunction:
             if budget < 1:
                 raise ConfigError(f"memory: {memory!r} is not accepted; expected a positive "
                                   f"size (bytes, or e.g. '4GiB'), or 'auto'")
-        kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype)
+        # read as a config's kernel.augment is: both accept (and refuse) the same values
+        flips = parse_augment(list(augment) if isinstance(augment, tuple) else augment,
+                              "augment")
+        kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype, flips)
         out = kernel_matrix(kfn, a1, a2, memory=budget, devices=devices)
 
         def pick(suffix=""):
@@ -127,14 +133,14 @@ class KernelFunction:
             return pick()
         return {after: pick(f"_d{after}") for after in readouts.after}
 
-    def _kernel(self, shape, kinds, dtype):
-        key = (tuple(shape), kinds, dtype)
+    def _kernel(self, shape, kinds, dtype, augment=()):
+        key = (tuple(shape), kinds, dtype, augment)
         if key not in self._built:
             from .kernels import build_kernel_fn
             from .spec import check_architecture
 
             check_architecture(self.architecture, tuple(shape))
-            self._built[key] = build_kernel_fn(self.architecture, shape, kinds, dtype)
+            self._built[key] = build_kernel_fn(self.architecture, shape, kinds, dtype, augment)
         return self._built[key]
 
 

@@ -236,7 +236,7 @@ SECTION_MISTAKES = [
      "unknown section 'kernal'; expected name, data, architecture, kernel, compute, output; "
      "did you mean 'kernel'?"),
     ("unknown_key_names_its_section", MINIMAL + "kernel: {dtyp: float64}\n",
-     "kernel: unknown key 'dtyp'; expected kinds, dtype, test_diagonal; did you mean 'dtype'?"),
+     "kernel: unknown key 'dtyp'; expected kinds, dtype, test_diagonal, augment; did you mean 'dtype'?"),
     ("section_not_a_mapping", "data: [a]\narchitecture: {layers: [relu]}\n",
      "data: ['a'] is not a mapping; expected a mapping of x1, key, x2, x2_key, layout, limit, labels, labels_key, test, test_key, test_labels, test_labels_key, test_limit, preprocess"),
     ("missing_x1", "data: {key: x}\narchitecture: {layers: [relu]}\n",

@@ -56,8 +56,9 @@ def test_shipped_configuration_is_accepted_by_the_engine(path):
     cfg = load_config(path)
     x64 = jax.config.jax_enable_x64
     kfn = build_kernel_fn(cfg.architecture, input_shape(cfg), cfg.kernel.kinds,
-                          cfg.kernel.dtype)
+                          cfg.kernel.dtype, cfg.kernel.augment)
     assert kfn.kinds == cfg.kernel.kinds
+    assert kfn.augment == cfg.kernel.augment  # its flips checked against the network
     assert jax.config.jax_enable_x64 == x64  # a float64 config scopes its 64-bit mode
 
 

@@ -41,7 +41,9 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError
-from ..spec import Architecture, Flatten, base_kind, bind_architecture, walk
+from ..spec import (Architecture, Flatten, base_kind, bind_architecture, check_augment,
+                    flip_group, walk)
+from . import _group
 from ._flat import FlatRoute
 from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward, live_states
 from ._linear import input_state
@@ -83,13 +85,21 @@ class KernelFn(FlatRoute):
         ``(H, W, C)`` or ``(D, H, W, C)``; or ``(D,)`` for vectors.
       kinds: subset of ``("nngp", "ntk")``.
       dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (exact).
+      augment: flips (``"hflip"``, ``"vflip"``) whose group the kernel is averaged
+        over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
-                 kinds: Sequence[str] = ("nngp", "ntk"), dtype: str = "float32"):
+                 kinds: Sequence[str] = ("nngp", "ntk"), dtype: str = "float32",
+                 augment: Sequence[str] = ()):
         self.input_shape = tuple(int(s) for s in input_shape)
         # every filter/window/strides with one entry per spatial axis of the input
         self.arch = arch = bind_architecture(arch, self.input_shape)
+        self.augment = tuple(augment)
+        check_augment(arch.layers, self.input_shape, self.augment)
+        self.n_spatial = len(self.input_shape) - 1
+        # the flip group, identity first; ((),) without augment
+        self.group = flip_group(self.augment, self.n_spatial) if self.augment else ((),)
         # ``kinds`` may name readouts' datasets (``nngp_d3``): their kinds are meant
         self.base_kinds = tuple(k for k in ("nngp", "ntk")
                                 if any(base_kind(n) == k for n in kinds))
@@ -120,7 +130,7 @@ class KernelFn(FlatRoute):
         self._stats_jit = SerialJit(self._stats_fn, self.dtype, compiler_options=options)
         self._pairs_jit = SerialJit(self._pairs_fn, self.dtype, compiler_options=options)
         self._memory: dict = {}  # compiled_memory's answers, by sizes
-        self._grid_jit = SerialJit(self._flat_grid_fn, self.dtype, compiler_options=options)
+        self._grid_jit = SerialJit(self._grid_fn, self.dtype, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
@@ -150,7 +160,15 @@ class KernelFn(FlatRoute):
     def _self_fn(self, x):
         rec = SelfVariances()
         out = self._run(x, x, rec)
-        return tuple(rec.recorded), out
+        v = tuple(rec.recorded)
+        if len(self.group) > 1:  # K_G(x, x) = mean over g of K(x, g x)
+            values = [out] + [
+                self._run(x, _group.flip_rows(x, g),
+                          PairVariances(v, _group.flip_variances(v, g, self.n_spatial)))
+                for g in self.group[1:]]
+            out = {k: _group.mean_over(jnp.stack([o[k] for o in values]), len(self.group), 0)
+                   for k in out}
+        return v, out
 
     def _chunked(self, fn, *rows):
         """``fn`` over chunks of ``self.chunk`` rows of the ``rows`` arrays (padded
@@ -172,6 +190,23 @@ class KernelFn(FlatRoute):
         return self._chunked(self._self_fn, x)
 
     def _pairs_fn(self, x1, v1, x2, v2, i, j):
+        if len(self.group) == 1:
+            return self._plain_pairs_fn(x1, v1, x2, v2, i, j)
+        size = len(self.group)
+        xs, vs = _group.stacked(self.group, self.n_spatial, x2, v2)
+        ii, jj = _group.expanded(size, x2.shape[0], i, j)
+        out = self._plain_pairs_fn(x1, v1, xs, vs, ii, jj)
+        return {k: _group.mean_over(a.reshape(-1, size), size, 1) for k, a in out.items()}
+
+    def _grid_fn(self, x1, v1, x2, v2):
+        if len(self.group) == 1:
+            return self._flat_grid_fn(x1, v1, x2, v2)
+        size, n2 = len(self.group), x2.shape[0]
+        out = self._flat_grid_fn(x1, v1, *_group.stacked(self.group, self.n_spatial, x2, v2))
+        return {k: _group.mean_over(a.reshape(a.shape[0], size, n2), size, 1)
+                for k, a in out.items()}
+
+    def _plain_pairs_fn(self, x1, v1, x2, v2, i, j):
         if self.flat_input:
             return self._flat_pairs_fn(x1, v1, x2, v2, i, j)
 
@@ -394,6 +429,7 @@ class KernelFn(FlatRoute):
 
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
                     kinds: Sequence[str] = ("nngp", "ntk"),
-                    dtype: str = "float32") -> KernelFn:
-    """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``."""
-    return KernelFn(arch, input_shape, kinds, dtype)
+                    dtype: str = "float32", augment: Sequence[str] = ()) -> KernelFn:
+    """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
+    ``augment``, averaged over that flip group (``kernel.augment``)."""
+    return KernelFn(arch, input_shape, kinds, dtype, augment)

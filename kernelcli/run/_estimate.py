@@ -74,6 +74,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
             cov_elements_per_pair=job.kfn.cov_elements, stats_peak_bytes=stats_peak,
             process_peak_bytes_estimate=process_peak, solve=solve, workers=split,
             timing=timing, memory_source=job.memory_source,
+            augment=tuple(job.kfn.augment), group_size=len(job.kfn.group),
             readouts=readout_work(cfg.architecture))
 
 

@@ -132,6 +132,10 @@ def config_fingerprint(cfg: RunConfig, extension: Optional[dict] = None) -> str:
     kernel = dataclasses.asdict(cfg.kernel)
     if not kernel["test_diagonal"]:
         del kernel["test_diagonal"]
+    if not kernel["augment"]:  # added later: runs without it keep their fingerprint
+        del kernel["augment"]
+    else:
+        kernel["augment"] = list(kernel["augment"])
     # as_pairs: a one-int filter is recorded as the pair it meant before inputs of other
     # ranks were accepted, so runs made then keep their fingerprint
     arch = as_pairs(cfg.architecture)
@@ -211,7 +215,7 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         _interrupt.check()
         devices = local_devices(cfg.compute.devices)
         kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
-                              cfg.kernel.kinds, cfg.kernel.dtype)
+                              cfg.kernel.kinds, cfg.kernel.dtype, cfg.kernel.augment)
         _interrupt.check()
         budget, source = cfg.compute.memory, "compute.memory"
         if budget is None:

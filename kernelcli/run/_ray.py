@@ -62,8 +62,8 @@ def _kernel_fn(spec):
     if kfn is None:
         from ..kernels import build_kernel_fn
 
-        arch, shape, kinds, dtype = spec
-        kfn = _KERNELS[key] = build_kernel_fn(arch, shape, kinds, dtype)
+        arch, shape, kinds, dtype, augment = spec
+        kfn = _KERNELS[key] = build_kernel_fn(arch, shape, kinds, dtype, augment)
     return kfn
 
 
@@ -132,7 +132,7 @@ class RayBackend:
             self.stats_remote = ray.remote(_stats_task).options(name="kernelcli_stats", **opts)
             self.tile_remote = ray.remote(_tile_task).options(name="kernelcli_tile", **opts)
             spec = (job.cfg.architecture, tuple(job.inputs.x1.example_shape),
-                    tuple(self.kfn.kinds), job.cfg.kernel.dtype)
+                    tuple(self.kfn.kinds), job.cfg.kernel.dtype, tuple(self.kfn.augment))
             self.spec_ref = ray.put(spec)
         except BaseException:
             self.__exit__()

@@ -174,6 +174,8 @@ class EstimateResult:
     timing: dict = dataclasses.field(default_factory=dict)
     memory_source: str = "compute.memory"  # "MemAvailable", "cgroup <folder>" or this
     readouts: dict = dataclasses.field(default_factory=dict)  # run/_estimate.readout_work
+    augment: tuple = ()          # kernel.augment: each pair is group_size evaluations
+    group_size: int = 1
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -184,7 +186,9 @@ class EstimateResult:
                    cov_elements_per_pair=self.cov_elements_per_pair,
                    stats_peak_bytes=self.stats_peak_bytes,
                    process_peak_bytes_estimate=self.process_peak_bytes_estimate,
-                   memory_source=self.memory_source)
+                   memory_source=self.memory_source, augment=list(self.augment),
+                   group_size=self.group_size,
+                   network_evaluations=self.plan.pairs_total * self.group_size)
         out.update(self.workers)
         out.update(self.timing)
         out.update(self.readouts)

@@ -14,6 +14,11 @@ and ``walk(layers)`` every layer, nested ones included: the one way any stage
 looks inside a layer.
 """
 
+from ._augment import AUGMENTS as AUGMENTS
+from ._augment import check_augment as check_augment
+from ._augment import flip_group as flip_group
+from ._augment import parse_augment as parse_augment
+from ._augment import show_augment as show_augment
 from ._check import check_architecture as check_architecture
 from ._check import layer_shapes as layer_shapes
 from ._config import DTYPES as DTYPES

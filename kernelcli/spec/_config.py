@@ -106,6 +106,7 @@ class KernelSpec:
     kinds: Tuple[str, ...] = KINDS
     dtype: str = "float32"
     test_diagonal: bool = False       # also K(x, x) of every test example
+    augment: Tuple[str, ...] = ()     # flips averaged over (hflip, vflip); () = none
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from . import _fields as f
 from ._config import (DTYPES, EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS, PREPROCESS_KINDS,
                       Architecture, ComputeSpec, DataSpec, KernelSpec, OutputSpec,
                       PreprocessSpec, Readouts, RunConfig)
+from ._augment import parse_augment
 from ._parse_layers import MAX_LAYERS, parse_layers
 from ._registry import walk
 from ._sizes import parse_size
@@ -41,7 +42,7 @@ _KEYS = {
     "data": ("x1", "key", "x2", "x2_key", "layout", "limit", "labels", "labels_key", "test",
              "test_key", "test_labels", "test_labels_key", "test_limit", "preprocess"),
     "architecture": ("parameterization", "layers", "readouts"),
-    "kernel": ("kinds", "dtype", "test_diagonal"),
+    "kernel": ("kinds", "dtype", "test_diagonal", "augment"),
     "compute": ("memory", "devices", "block", "executor", "address"),
     "output": ("run_dir", "keep_tiles"),
 }
@@ -340,6 +341,7 @@ def _kernel(d: dict) -> KernelSpec:
         kinds=tuple(k for k in KINDS if k in seen),  # canonical order, whatever was written
         dtype=f.choice(d.get("dtype", "float32"), "kernel.dtype", DTYPES, "a dtype"),
         test_diagonal=f.boolean(d.get("test_diagonal", False), "kernel.test_diagonal"),
+        augment=parse_augment(d.get("augment"), "kernel.augment"),
     )
 
 
