@@ -40,17 +40,20 @@ def rel(a, b) -> float:
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
-def assert_readouts_match(arch, x1, x2=None):
-    """Every readout of ``arch`` against ``kernel_matrix`` of its truncated network."""
+def assert_readouts_match(arch, x1, x2=None, augment=()):
+    """Every readout of ``arch`` against ``kernel_matrix`` of its truncated network
+    (both averaged over the flip group of ``augment``, when given)."""
     shape = x1.shape[1:]
     check_architecture(arch, shape)
-    got = kernel_matrix(build_kernel_fn(arch, shape, ("nngp", "ntk"), "float64"), x1, x2)
+    got = kernel_matrix(build_kernel_fn(arch, shape, ("nngp", "ntk"), "float64", augment),
+                        x1, x2)
     assert sorted(got) == sorted(f"{k}_d{a}" for a in arch.readouts.after
                                  for k in ("nngp", "ntk"))
     for a in arch.readouts.after:
         alone = arch.truncated(a)
         check_architecture(alone, shape)
-        want = kernel_matrix(build_kernel_fn(alone, shape, ("nngp", "ntk"), "float64"), x1, x2)
+        want = kernel_matrix(build_kernel_fn(alone, shape, ("nngp", "ntk"), "float64",
+                                             augment), x1, x2)
         for kind in ("nngp", "ntk"):
             assert rel(got[f"{kind}_d{a}"], want[kind]) <= 1e-12, (a, kind)
 
@@ -60,6 +63,14 @@ def assert_readouts_match(arch, x1, x2=None):
 def test_each_readout_equals_its_truncated_network(head, after):
     x = np.random.default_rng(0).standard_normal((5, 6, 6, 2))
     assert_readouts_match(architecture(POOLED_BODY, head, after), x)
+
+
+def test_readouts_of_a_flip_averaged_kernel_are_the_truncated_networks_averaged():
+    """kernel.augment and readouts together: the per-input pass and the pairs average
+    every readout's kernel over the group, as each truncated network's own run does."""
+    x = np.random.default_rng(5).standard_normal((4, 6, 6, 2))
+    assert_readouts_match(architecture(POOLED_BODY, GAP_HEAD, [2, 4, 7]), x,
+                          augment=("hflip", "vflip"))
 
 
 def test_readouts_of_a_rectangular_kernel_and_a_residual_body():
