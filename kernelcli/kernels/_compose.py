@@ -8,7 +8,9 @@ Memory rule: the full spatial covariance (``(H*W)^2`` numbers per pair) is only
 needed while a pooling layer lies ahead; a convolution or a nonlinearity maps
 the spatial diagonal to itself, so after the last pooling layer the state is
 cut down to its diagonal (``H*W`` numbers per pair), and networks without
-pooling never hold more than the diagonal.
+pooling never hold more than the diagonal. A ``conv_local`` reads only the
+diagonal, so the layers before it hold only the diagonal too unless a pool lies
+between (``full_needed``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Sequence
 
 from jax import lax
 
-from ..spec import Conv, layer_type
+from ..spec import Conv, ConvLocal, layer_type
 from . import _linear
 from ._fused import conv_pointwise
+from ._linear_spatial import to_full
 from ._maps import is_pointwise, kernel_map
 from ._repeat import repeat_layers, repeats
 from ._state import PairVariances, State, diagonal, to_diagonal
@@ -85,13 +88,19 @@ def contains_pool(layers: Sequence) -> bool:
     return False
 
 
-def last_pool_index(layers: Sequence) -> int:
-    """Index of the last top-level layer that pools (or holds a pool); -1 if none."""
-    idx = -1
-    for k, layer in enumerate(layers):
-        if contains_pool([layer]):
-            idx = k
-    return idx
+def full_needed(layers: Sequence) -> list:
+    """``need[k]``: whether the input of top-level layer ``k`` must be the full spatial
+    covariance (``need[len(layers)]`` is the output's: never). It must while a pooling
+    layer lies ahead, unless a ``conv_local`` comes first: that layer reads only the
+    diagonal, and its output is zero off the diagonal (``_linear_spatial``), so the
+    full covariance after it is rebuilt from its diagonal."""
+    need = [False] * (len(layers) + 1)
+    for k in range(len(layers) - 1, -1, -1):
+        if contains_pool([layers[k]]):
+            need[k] = True
+        elif not isinstance(layers[k], ConvLocal):
+            need[k] = need[k + 1]
+    return need
 
 
 def count_variance_layers(layers: Sequence) -> int:
@@ -106,14 +115,14 @@ def count_variance_layers(layers: Sequence) -> int:
     return n
 
 
-def _apply(layer, state: State, variances, standard: bool, exact: bool) -> State:
+def _apply(layer, state: State, variances, standard: bool, exact: bool, seen=None) -> State:
     """One layer through its kernel map (``_maps``)."""
     m = kernel_map(layer)
     if m.linear is not None:
         return m.linear(state, layer, standard)
     if m.branch is not None:
         return m.branch(state, forward(layer.layers, state, variances, standard, exact,
-                                       top=False))
+                                       top=False, seen=seen))
     v1, v2 = variances(state)
     return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
 
@@ -144,10 +153,22 @@ def _block(conv: Conv, act, standard: bool, exact: bool):
     return run
 
 
+def _layout(state: State, full: bool) -> State:
+    """``state`` with the full covariance dropped, or rebuilt (after a ``conv_local``,
+    whose covariance is zero off the diagonal), as ``full`` says."""
+    if state.full and not full:
+        return to_diagonal(state)
+    if full and state.spatial and not state.full:
+        return to_full(state)
+    return state
+
+
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
-            top: bool = True) -> State:
-    """Apply ``layers`` in order; at top level, drop to the diagonal after the last pool."""
-    last = last_pool_index(layers) if top else None
+            top: bool = True, seen=None) -> State:
+    """Apply ``layers`` in order; at top level, keep the full covariance only where
+    ``full_needed`` says. ``seen(state)``, when given, is called with the state after
+    every layer (branches included): how the engine measures its largest covariance."""
+    need = full_needed(layers) if top else None
     spare = None  # the covariances of the input of the layer before: dead, reusable
     k = 0
     while k < len(layers):
@@ -172,9 +193,11 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too
         else:
-            state = _apply(layer, state, variances, standard, exact)
-        if top and k == last:
-            state = to_diagonal(state)
+            state = _apply(layer, state, variances, standard, exact, seen)
+        if top:
+            state = _layout(state, need[k + 1])
+        if seen is not None:
+            seen(state)
         spare = (before.nngp, before.ntk) if before.full else None
         k += 1
     return state

@@ -34,7 +34,7 @@ from .. import _env
 from ..errors import ConfigError
 from ..spec import Architecture, Flatten
 from ._flat import FlatRoute
-from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward
+from ._compose import SLAB_BYTES, count_variance_layers, forward, full_needed
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances
 from ._runner import pad_rows, run_on_devices
@@ -80,7 +80,10 @@ class KernelFn(FlatRoute):
         self.input_shape = tuple(int(s) for s in input_shape)
         self.kinds = tuple(k for k in ("nngp", "ntk") if k in kinds)
         self.dtype = np.dtype(dtype)
-        self.full_cov = len(self.input_shape) == 3 and contains_pool(arch.layers)
+        spatial = len(self.input_shape) == 3
+        need = full_needed(arch.layers)
+        self._input_full = spatial and need[0]   # the input's covariance
+        self.full_cov = spatial and any(need)    # any layer's (pools ahead of it)
         self.n_variances = count_variance_layers(arch.layers)
         self._standard = arch.parameterization == "standard"
         self._exact = self.dtype == np.float64
@@ -102,7 +105,7 @@ class KernelFn(FlatRoute):
 
     # -- traced functions -------------------------------------------------
     def _run(self, xa, xb, variances):
-        state = input_state(xa, xb, self.full_cov, self._want_ntk)
+        state = input_state(xa, xb, self._input_full, self._want_ntk)
         state = forward(self.arch.layers, state, variances, self._standard, self._exact)
         return self._outputs(state)
 
@@ -164,11 +167,23 @@ class KernelFn(FlatRoute):
                     "global_avg_pool (and usually a dense readout)")
 
     def _max_cov_elements(self) -> int:
-        """Largest number of covariance entries one pair holds in any layer."""
+        """Largest number of covariance entries one pair holds in any layer: the
+        input's, or a later layer's where a layer grows the image (``conv_transpose``)
+        or the full covariance starts after the input (``conv_local``). Read off the
+        shapes of one traced self pair (nothing is computed)."""
         if len(self.input_shape) != 3:
             return 1
-        h, w = self.input_shape[:2]
-        return (h * w) ** 2 if self.full_cov else h * w
+        sizes = []
+
+        def run(x):
+            state = input_state(x, x, self._input_full, self._want_ntk)
+            sizes.append(state.nngp[0].size)
+            forward(self.arch.layers, state, SelfVariances(), self._standard, self._exact,
+                    seen=lambda st: sizes.append(st.nngp[0].size))
+
+        with self._scope():
+            jax.eval_shape(run, jax.ShapeDtypeStruct((1,) + self.input_shape, self.dtype))
+        return int(max(sizes))
 
     @property
     def variance_shapes(self) -> Tuple[Tuple[int, ...], ...]:

@@ -27,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
-from ..spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, Gelu, GlobalAvgPool,
-                    Identity, LayerNorm, Relu, Residual)
-from . import _linear, _nonlinear
+from ..spec import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Flatten,
+                    Gelu, GlobalAvgPool, GlobalSumPool, Identity, LayerNorm, Relu, Residual,
+                    SumPool)
+from . import _linear, _linear_spatial, _nonlinear
 from ._state import State
 
 
@@ -64,6 +65,12 @@ KERNEL_MAPS: Dict[type, KernelMap] = {
                     _nonlinear.gelu(s, v1, v2, exact)),
     LayerNorm: KernelMap(pointwise=lambda layer, exact: _nonlinear.layer_norm),
     Residual: KernelMap(branch=_residual_sum),
+    ConvLocal: KernelMap(linear=_linear_spatial.conv_local),
+    ConvTranspose: KernelMap(linear=_linear_spatial.conv_transpose),
+    SumPool: KernelMap(linear=lambda state, layer, standard:
+                       _linear_spatial.sum_pool(state, layer)),
+    GlobalSumPool: KernelMap(linear=lambda state, layer, standard:
+                             _linear_spatial.global_sum_pool(state)),
 }
 
 

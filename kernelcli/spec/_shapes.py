@@ -39,6 +39,17 @@ def spatial_out(size: int, k: int, s: int, padding: str) -> int:
     raise ValueError(f"{padding!r} is not a padding; expected one of SAME, VALID, CIRCULAR")
 
 
+def transpose_out(size: int, k: int, s: int, padding: str) -> int:
+    """Output length along one axis of a transposed convolution (``lax.conv_transpose``
+    and neural-tangents' ``ConvTranspose``): ``size * s`` under SAME and CIRCULAR,
+    ``size * s + max(k - s, 0)`` under VALID; never below 1."""
+    if padding == "VALID":
+        return size * s + max(k - s, 0)
+    if padding in ("SAME", "CIRCULAR"):
+        return size * s
+    raise ValueError(f"{padding!r} is not a padding; expected one of SAME, VALID, CIRCULAR")
+
+
 @dataclass(frozen=True)
 class State:
     """What flows between layers: the shape, and whether it is Gaussian and why not."""
@@ -111,6 +122,13 @@ def conv(layer: Any, st: State) -> State:
     shape = _window(layer, st, layer.filter, layer.strides, layer.padding, layer.width,
                     "filter")
     return replace(st, shape=shape, gaussian=True)
+
+
+def conv_transpose(layer: Any, st: State) -> State:
+    sizes = needs_image(layer, st)[:-1]
+    out = tuple(transpose_out(n, k, s, layer.padding)
+                for n, k, s in zip(sizes, layer.filter, layer.strides))
+    return replace(st, shape=out + (layer.width,), gaussian=True)
 
 
 def avg_pool(layer: Any, st: State) -> State:
