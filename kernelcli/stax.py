@@ -26,9 +26,9 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["ABRelu", "AvgPool", "Conv", "Dense", "Erf", "Flatten", "Gelu", "GlobalAvgPool",
-           "Identity", "LayerNorm", "LeakyRelu", "Network", "Relu", "repeat", "residual",
-           "serial"]
+__all__ = ["ABRelu", "AvgPool", "Conv", "ConvLocal", "ConvTranspose", "Dense", "Erf",
+           "Flatten", "Gelu", "GlobalAvgPool", "GlobalSumPool", "Identity", "LayerNorm",
+           "LeakyRelu", "Network", "Relu", "SumPool", "repeat", "residual", "serial"]
 
 
 @dataclass(frozen=True)
@@ -96,14 +96,8 @@ def Conv(out_chan: int, filter_shape: Sequence[int], strides: Optional[Sequence[
          padding: str = "VALID", W_std: float = 1.0, b_std: Optional[float] = None,
          dimension_numbers=None, parameterization: str = "ntk") -> Network:
     """``stax.Conv``: 2-D convolution over (H, W) of NHWC images."""
-    if dimension_numbers not in (None, ("NHWC", "HWIO", "NHWC")):
-        _refuse("Conv", "dimension_numbers", dimension_numbers, "None or ('NHWC', 'HWIO', "
-                "'NHWC') (kernelcli reads NCHW files with data.layout instead)")
-    return _one({"conv": {"filter": _pair(filter_shape, "filter_shape"),
-                          "strides": _pair(strides, "strides", (1, 1)),
-                          "padding": str(padding).upper(), "W_std": W_std, "b_std": b_std,
-                          "width": out_chan}},
-                _parameterization("Conv", parameterization))
+    return _conv_item("Conv", "conv", out_chan, filter_shape, strides, padding, W_std, b_std,
+                      dimension_numbers, parameterization)
 
 
 def Relu() -> Network:
@@ -135,19 +129,76 @@ def LeakyRelu(alpha: float) -> Network:
     return _one({"leaky_relu": {"alpha": alpha}})
 
 
-def AvgPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
-            padding: str = "VALID", normalize_edges: bool = False) -> Network:
-    """``stax.AvgPool`` over (H, W); ``strides`` default: the window."""
-    if normalize_edges:
-        _refuse("AvgPool", "normalize_edges", normalize_edges, "False")
+def _conv_item(layer: str, name: str, out_chan, filter_shape, strides, padding, W_std, b_std,
+               dimension_numbers, parameterization) -> Network:
+    if dimension_numbers not in (None, ("NHWC", "HWIO", "NHWC")):
+        _refuse(layer, "dimension_numbers", dimension_numbers, "None or ('NHWC', 'HWIO', "
+                "'NHWC') (kernelcli reads NCHW files with data.layout instead)")
+    return _one({name: {"filter": _pair(filter_shape, "filter_shape"),
+                        "strides": _pair(strides, "strides", (1, 1)),
+                        "padding": str(padding).upper(), "W_std": W_std, "b_std": b_std,
+                        "width": out_chan}},
+                _parameterization(layer, parameterization))
+
+
+def ConvLocal(out_chan: int, filter_shape: Sequence[int],
+              strides: Optional[Sequence[int]] = None, padding: str = "VALID",
+              W_std: float = 1.0, b_std: Optional[float] = None, dimension_numbers=None,
+              parameterization: str = "ntk") -> Network:
+    """``stax.ConvLocal``: a locally connected layer (a convolution without weight
+    sharing) over (H, W) of NHWC images."""
+    return _conv_item("ConvLocal", "conv_local", out_chan, filter_shape, strides, padding,
+                      W_std, b_std, dimension_numbers, parameterization)
+
+
+def ConvTranspose(out_chan: int, filter_shape: Sequence[int],
+                  strides: Optional[Sequence[int]] = None, padding: str = "VALID",
+                  W_std: float = 1.0, b_std: Optional[float] = None, dimension_numbers=None,
+                  parameterization: str = "ntk") -> Network:
+    """``stax.ConvTranspose``: a transposed convolution over (H, W) of NHWC images."""
+    return _conv_item("ConvTranspose", "conv_transpose", out_chan, filter_shape, strides,
+                      padding, W_std, b_std, dimension_numbers, parameterization)
+
+
+def _pool_item(layer: str, name: str, window_shape, strides, padding, batch_axis,
+               channel_axis, **extra) -> Network:
+    if (batch_axis, channel_axis) not in ((0, -1), (0, 3)):
+        _refuse(layer, "(batch_axis, channel_axis)", (batch_axis, channel_axis),
+                "(0, -1): NHWC images")
     window = _pair(window_shape, "window_shape")
-    return _one({"avg_pool": {"window": window, "strides": _pair(strides, "strides", window),
-                              "padding": str(padding).upper()}})
+    return _one({name: {"window": window, "strides": _pair(strides, "strides", (1, 1)),
+                        "padding": str(padding).upper(), **extra}})
+
+
+def AvgPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
+            padding: str = "VALID", normalize_edges: bool = False, batch_axis: int = 0,
+            channel_axis: int = -1) -> Network:
+    """``stax.AvgPool`` over (H, W); ``strides`` default: 1 (neural-tangents' default,
+    where the YAML's is the window)."""
+    if not isinstance(normalize_edges, bool):
+        _refuse("AvgPool", "normalize_edges", normalize_edges, "True or False")
+    return _pool_item("AvgPool", "avg_pool", window_shape, strides, padding, batch_axis,
+                      channel_axis, normalize_edges=normalize_edges)
+
+
+def SumPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
+            padding: str = "VALID", batch_axis: int = 0, channel_axis: int = -1) -> Network:
+    """``stax.SumPool`` over (H, W); ``strides`` default: 1, as in neural-tangents."""
+    return _pool_item("SumPool", "sum_pool", window_shape, strides, padding, batch_axis,
+                      channel_axis)
 
 
 def GlobalAvgPool() -> Network:
     """``stax.GlobalAvgPool``: the mean over all spatial positions."""
     return _one("global_avg_pool")
+
+
+def GlobalSumPool(batch_axis: int = 0, channel_axis: int = -1) -> Network:
+    """``stax.GlobalSumPool``: the sum over all spatial positions."""
+    if (batch_axis, channel_axis) not in ((0, -1), (0, 3)):
+        _refuse("GlobalSumPool", "(batch_axis, channel_axis)", (batch_axis, channel_axis),
+                "(0, -1): NHWC images")
+    return _one("global_sum_pool")
 
 
 def Flatten() -> Network:

@@ -23,8 +23,9 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import erf as jerf
 
-from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, Gelu, GlobalAvgPool,
-                            Identity, LayerNorm, Relu, Residual)
+from kernelcli.spec import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf,
+                            Flatten, Gelu, GlobalAvgPool, GlobalSumPool, Identity, LayerNorm,
+                            Relu, Residual, SumPool, transpose_out)
 
 
 @dataclass(frozen=True)
@@ -92,12 +93,73 @@ def _conv(layer, x, p, run):
     return _affine(layer, z, b, c_in * layer.filter[0] * layer.filter[1])
 
 
-def _avg_pool(layer, x, p, run):
+def _window_sum(layer, x):
     window = (1,) + tuple(layer.window) + (1,)
     strides = (1,) + tuple(layer.strides) + (1,)
-    s = lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, window, strides,
-                          layer.padding)
+    if layer.padding == "CIRCULAR":
+        x = jnp.pad(x, ((0, 0),) + tuple(_pads(n, k, s) for n, k, s in zip(
+            x.shape[1:3], layer.window, layer.strides)) + ((0, 0),), mode="wrap")
+    padding = "VALID" if layer.padding == "CIRCULAR" else layer.padding
+    return lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, window, strides, padding)
+
+
+def _avg_pool(layer, x, p, run):
+    s = _window_sum(layer, x)
+    if layer.normalize_edges and layer.padding == "SAME":   # divide by the taps inside
+        return s / _window_sum(layer, jnp.ones_like(x[:1]))
     return s / (layer.window[0] * layer.window[1])     # zero padding counts
+
+
+def _pool_shape(layer, shape):
+    return tuple(_out_len(n, k, s, layer.padding)
+                 for n, k, s in zip(shape[:2], layer.window, layer.strides)) + (shape[2],)
+
+
+def _local_init(layer, shape, rng, c_out, init_branch):
+    out = tuple(_out_len(n, k, s, layer.padding) for n, k, s in
+                zip(shape[:2], layer.filter, layer.strides))
+    fan_in = shape[-1] * layer.filter[0] * layer.filter[1]
+    return (rng.standard_normal(out + (fan_in, c_out), dtype=np.float32),
+            rng.standard_normal(out + (c_out,), dtype=np.float32)), out + (c_out,)
+
+
+def _local(layer, x, p, run):
+    """Every output position's own weights on its input patch (and its own bias)."""
+    w, b = p
+    padding = layer.padding
+    if padding == "CIRCULAR":
+        x = jnp.pad(x, ((0, 0),) + tuple(_pads(n, k, s) for n, k, s in zip(
+            x.shape[1:3], layer.filter, layer.strides)) + ((0, 0),), mode="wrap")
+        padding = "VALID"
+    patches = lax.conv_general_dilated_patches(
+        x, tuple(layer.filter), tuple(layer.strides), padding,
+        dimension_numbers=("NHWC", "HWIO", "NHWC"))            # (N, H', W', C*kh*kw)
+    z = jnp.einsum("nhwf,hwfo->nhwo", patches, w)
+    return _affine(layer, z, b, patches.shape[-1])
+
+
+def _transpose_init(layer, shape, rng, c_out, init_branch):
+    out = tuple(transpose_out(n, k, s, layer.padding) for n, k, s in
+                zip(shape[:2], layer.filter, layer.strides)) + (c_out,)
+    return _weights(rng, tuple(layer.filter) + (shape[-1], c_out), c_out), out
+
+
+def _transpose(layer, x, p, run):
+    """``lax.conv_transpose``; CIRCULAR as neural-tangents defines it: the VALID output
+    folded onto ``n*s`` positions, offset by half the filter's overhang."""
+    w, b = p
+    c_in = x.shape[-1]
+    padding = "VALID" if layer.padding == "CIRCULAR" else layer.padding
+    z = lax.conv_transpose(x, w, tuple(layer.strides), padding,
+                           dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    if layer.padding == "CIRCULAR":
+        for axis, n, k, s in zip((1, 2), x.shape[1:3], layer.filter, layer.strides):
+            size = n * s
+            where = (np.arange(z.shape[axis]) - max(k - s, 0) // 2) % size
+            moved = jnp.moveaxis(z, axis, 0)
+            z = jnp.moveaxis(jnp.zeros((size,) + moved.shape[1:], z.dtype).at[where].add(moved),
+                             0, axis)
+    return _affine(layer, z, b, c_in * layer.filter[0] * layer.filter[1])
 
 
 def _layer_norm(layer, x, p, run):
@@ -121,9 +183,12 @@ FINITE_NETS: Dict[type, FiniteNet] = {
     Erf: FiniteNet(lambda layer, x, p, run: jerf(x)),
     # exact GELU: x * Phi(x)
     Gelu: FiniteNet(lambda layer, x, p, run: x * 0.5 * (1 + jerf(x / math.sqrt(2)))),
-    AvgPool: FiniteNet(_avg_pool, out_shape=lambda layer, shape: tuple(
-        _out_len(n, k, s, layer.padding)
-        for n, k, s in zip(shape[:2], layer.window, layer.strides)) + (shape[2],)),
+    AvgPool: FiniteNet(_avg_pool, out_shape=_pool_shape),
+    SumPool: FiniteNet(lambda layer, x, p, run: _window_sum(layer, x), out_shape=_pool_shape),
+    GlobalSumPool: FiniteNet(lambda layer, x, p, run: jnp.sum(x, axis=(1, 2)),
+                             out_shape=lambda layer, shape: (shape[-1],)),
+    ConvLocal: FiniteNet(_local, init=_local_init),
+    ConvTranspose: FiniteNet(_transpose, init=_transpose_init),
     GlobalAvgPool: FiniteNet(lambda layer, x, p, run: jnp.mean(x, axis=(1, 2)),
                              out_shape=lambda layer, shape: (shape[-1],)),
     Flatten: FiniteNet(lambda layer, x, p, run: x.reshape(x.shape[0], -1),
