@@ -310,8 +310,9 @@ CONFIG_ERRORS = [
      "but got ':'"),
     ("unknown_layer", "data: {x1: x.npy}\narchitecture:\n  layers: [conv, relu, flaten, dense]\n",
      2, "Error: unknown_layer.yaml: architecture.layers[2]: unknown layer 'flaten'; expected one "
-        "of abrelu, avg_pool, conv, dense, erf, flatten, gelu, global_avg_pool, identity, "
-        "layer_norm, leaky_relu, relu, repeat, residual; did you mean 'flatten'?"),
+        "of abrelu, avg_pool, conv, conv_local, conv_transpose, dense, erf, flatten, gelu, "
+        "global_avg_pool, global_sum_pool, identity, layer_norm, leaky_relu, relu, repeat, "
+        "residual, sum_pool; did you mean 'flatten'?"),
     ("missing_data_file", "data: {x1: nope.npy}\n" + LAYERS_TEXT, 2,
      "Error: data.x1: {d}/nope.npy does not exist; give the path to a .npy, .npz, .h5, .hdf5 "
      "file"),

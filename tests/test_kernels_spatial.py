@@ -1,0 +1,95 @@
+"""The spatial family against finite-width networks (Monte Carlo), and its memory rule.
+
+``conv_local``, ``conv_transpose``, ``sum_pool``, ``global_sum_pool`` and ``avg_pool``'s
+``normalize_edges`` also have neural-tangents fixtures (``tests/fixtures/spatial_*``,
+made by ``make_spatial.py``), except in one place where kernelcli follows the finite
+networks instead of neural-tangents 0.6.5: ``conv_local`` with a non-square filter (or
+unequal strides) after a shared ``conv`` on a full covariance, where neural-tangents
+applies the filter to the swapped spatial axes (docs/config.md). There the Monte-Carlo
+estimate below is the oracle: on the 6x8 case of
+``test_conv_local_after_conv_follows_finite_networks_not_neural_tangents`` our
+``filter: [3, 1]`` kernel is neural-tangents' ``[1, 3]`` one and the other way round
+(neural-tangents gives 0.3028 for ``K(x0, x0)`` where the networks and kernelcli give
+0.2933).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from test_kernels_montecarlo import (DRAWS, MC_TOL, SQ2, arch_of, assert_mc_close,
+                                     empirical_nngp, images, our_kernels)
+from kernelcli.kernels import build_kernel_fn
+
+
+def test_conv_local_nngp_matches_finite_width_networks():
+    """conv_local first (its output rebuilt as a full covariance for the pool), then a
+    rectangular filter with unequal strides under CIRCULAR padding."""
+    arch = arch_of("conv_local: {filter: [3, 3], padding: SAME, W_std: 1.5, b_std: 0.2}",
+                   "relu",
+                   "conv_local: {filter: [3, 2], strides: [2, 1], padding: CIRCULAR, "
+                   "W_std: 1.4, b_std: 0.1}", "relu",
+                   "global_avg_pool", "dense: {W_std: 1.0, b_std: 0.0}")
+    assert_mc_close(arch, images(shape=(6, 4, 2)), draws=DRAWS)
+
+
+def test_conv_transpose_nngp_matches_finite_width_networks():
+    arch = arch_of("conv_transpose: {filter: [3, 2], strides: [2, 1], padding: SAME, "
+                   "W_std: 1.5, b_std: 0.1}", "relu",
+                   "conv_transpose: {filter: [4, 3], strides: [2, 2], padding: CIRCULAR, "
+                   "W_std: 1.4, b_std: 0.1}", "relu",
+                   "conv_transpose: {filter: [2, 3], strides: [1, 2], padding: VALID, "
+                   "W_std: 1.4, b_std: 0.0}",
+                   "global_avg_pool", "dense: {W_std: 1.0, b_std: 0.0}")
+    assert_mc_close(arch, images(shape=(2, 3, 2)), draws=DRAWS)
+
+
+def test_sum_pools_and_normalized_avg_pool_match_finite_width_networks():
+    arch = arch_of("conv: {filter: [3, 3], padding: SAME, W_std: 1.5, b_std: 0.1}",
+                   "avg_pool: {window: [3, 2], strides: [1, 1], padding: SAME, "
+                   "normalize_edges: true}", "relu",
+                   "conv: {filter: [2, 2], padding: SAME, W_std: 1.4, b_std: 0.1}",
+                   "sum_pool: {window: [2, 3], strides: [2, 1], padding: CIRCULAR}", "erf",
+                   "dense: {W_std: 1.2, b_std: 0.0}",
+                   "global_sum_pool", "dense: {W_std: 1.0, b_std: 0.0}")
+    assert_mc_close(arch, images(shape=(5, 4, 2)), draws=DRAWS)
+
+
+def test_conv_local_after_conv_follows_finite_networks_not_neural_tangents():
+    """neural-tangents 0.6.5 applies ``[3, 1]`` here as ``[1, 3]``; the finite networks
+    agree with kernelcli, and tell the two apart."""
+    def net(f):
+        return arch_of(f"conv: {{filter: [3, 3], padding: SAME, W_std: {SQ2}, b_std: 0.1}}",
+                       "relu", f"conv_local: {{filter: {f}, padding: SAME, W_std: {SQ2}, "
+                       "b_std: 0.1}", "relu", "global_avg_pool", "dense: {W_std: 1.0, b_std: 0.0}")
+
+    x = images(n=3, shape=(6, 8, 2))
+    ours = our_kernels(net("[3, 1]"), x, ("nngp",))["nngp"]
+    swapped = our_kernels(net("[1, 3]"), x, ("nngp",))["nngp"]   # neural-tangents' value
+    emp = empirical_nngp(net("[3, 1]"), x, DRAWS)
+    scale = np.max(np.abs(ours))
+    err, err_swapped = (np.max(np.abs(emp - k)) / scale for k in (ours, swapped))
+    assert err <= MC_TOL, f"off by {err:.2%}"
+    assert np.max(np.abs(ours - swapped)) / scale > 0.02
+    assert err_swapped > 2 * err, (err, err_swapped)
+
+
+def _cov_elements(*items, shape):
+    return build_kernel_fn(arch_of(*items), shape, ("nngp",), "float64").cov_elements
+
+
+def test_conv_local_before_pooling_keeps_only_the_diagonal_before_it():
+    """A strided conv_local reads the diagonal: the 8x8 input holds 64 numbers per pair,
+    the pooled 4x4 map after it the full (4*4)**2; a conv in its place needs (8*8)**2."""
+    head = ("relu", "global_avg_pool", "dense")
+    local = _cov_elements("conv_local: {filter: 3, strides: 2}", *head, shape=(8, 8, 2))
+    conv = _cov_elements("conv: {filter: 3, strides: 2}", *head, shape=(8, 8, 2))
+    assert (local, conv) == (16 ** 2, 64 ** 2)
+
+
+def test_conv_transpose_counts_the_covariance_of_its_larger_output():
+    diag = _cov_elements("conv_transpose: {filter: 3, strides: 2}", "relu", "flatten",
+                         "dense", shape=(3, 4, 1))
+    full = _cov_elements("conv_transpose: {filter: 3, strides: 2}", "relu",
+                         "global_avg_pool", "dense", shape=(3, 4, 1))
+    assert (diag, full) == (6 * 8, (6 * 8) ** 2)
