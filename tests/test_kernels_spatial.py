@@ -93,3 +93,16 @@ def test_conv_transpose_counts_the_covariance_of_its_larger_output():
     full = _cov_elements("conv_transpose: {filter: 3, strides: 2}", "relu",
                          "global_avg_pool", "dense", shape=(3, 4, 1))
     assert (diag, full) == (6 * 8, (6 * 8) ** 2)
+
+
+def test_estimate_counts_the_diagonal_before_a_conv_local(tmp_path):
+    """``kernelcli estimate`` prints the largest covariance a pair holds: after a
+    strided conv_local the 6x6 input's diagonal (36) is below the pooled 3x3 map's
+    full covariance (81); with a conv in its place the input's (36**2) would be held."""
+    from helpers_cli import images as cli_images, invoke, write_config
+
+    np.save(tmp_path / "x.npy", cli_images(4))
+    layers = [{"conv_local": {"strides": 2}}, "relu", "global_avg_pool", "dense"]
+    result = invoke("estimate", write_config(tmp_path, layers=layers))
+    assert result.exit_code == 0, result.output
+    assert f"  {'covariance entries per pair':<30} 81\n" in result.stdout
