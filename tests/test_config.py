@@ -274,8 +274,9 @@ def test_section_mistake_names_file_path_value_and_choices(text, message):
 def test_unknown_layer_names_path_value_and_choices():
     assert error_of(with_layers("conv", "rellu")) == (
         "config.yaml: architecture.layers[1]: unknown layer 'rellu'; expected one of abrelu, "
-        "avg_pool, conv, dense, erf, flatten, gelu, global_avg_pool, identity, layer_norm, "
-        "leaky_relu, relu, repeat, residual; did you mean 'relu'?")
+        "avg_pool, conv, conv_local, conv_transpose, dense, erf, flatten, gelu, "
+        "global_avg_pool, global_sum_pool, identity, layer_norm, leaky_relu, relu, repeat, "
+        "residual, sum_pool; did you mean 'relu'?")
 
 
 def test_unknown_layer_parameter_lists_the_accepted_ones():
