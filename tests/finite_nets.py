@@ -100,7 +100,7 @@ def _window_sum(layer, x):
         x = jnp.pad(x, ((0, 0),) + tuple(_pads(n, k, s) for n, k, s in zip(
             x.shape[1:3], layer.window, layer.strides)) + ((0, 0),), mode="wrap")
     padding = "VALID" if layer.padding == "CIRCULAR" else layer.padding
-    return lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, window, strides, padding)
+    return lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides, padding)
 
 
 def _avg_pool(layer, x, p, run):
@@ -126,15 +126,16 @@ def _local_init(layer, shape, rng, c_out, init_branch):
 def _local(layer, x, p, run):
     """Every output position's own weights on its input patch (and its own bias)."""
     w, b = p
-    padding = layer.padding
-    if padding == "CIRCULAR":
-        x = jnp.pad(x, ((0, 0),) + tuple(_pads(n, k, s) for n, k, s in zip(
-            x.shape[1:3], layer.filter, layer.strides)) + ((0, 0),), mode="wrap")
-        padding = "VALID"
-    patches = lax.conv_general_dilated_patches(
-        x, tuple(layer.filter), tuple(layer.strides), padding,
-        dimension_numbers=("NHWC", "HWIO", "NHWC"))            # (N, H', W', C*kh*kw)
-    z = jnp.einsum("nhwf,hwfo->nhwo", patches, w)
+    (kh, kw), (sh, sw) = layer.filter, layer.strides
+    ho, wo = w.shape[:2]
+    if layer.padding != "VALID":
+        pads = tuple(_pads(n, k, s) for n, k, s in zip(x.shape[1:3], layer.filter,
+                                                        layer.strides))
+        x = jnp.pad(x, ((0, 0),) + pads + ((0, 0),),
+                    mode="wrap" if layer.padding == "CIRCULAR" else "constant")
+    patches = jnp.concatenate([x[:, a:a + (ho - 1) * sh + 1:sh, c:c + (wo - 1) * sw + 1:sw]
+                               for a in range(kh) for c in range(kw)], axis=-1)
+    z = jnp.einsum("nhwf,hwfo->nhwo", patches, w)             # patches: (N, H', W', C*kh*kw)
     return _affine(layer, z, b, patches.shape[-1])
 
 

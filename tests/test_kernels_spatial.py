@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+import pytest
+
 from test_kernels_montecarlo import (DRAWS, MC_TOL, SQ2, arch_of, assert_mc_close,
-                                     empirical_nngp, images, our_kernels)
+                                     empirical_nngp, empirical_ntk, images, our_kernels)
 from kernelcli.kernels import build_kernel_fn
 
 
@@ -72,6 +74,26 @@ def test_conv_local_after_conv_follows_finite_networks_not_neural_tangents():
     assert err <= MC_TOL, f"off by {err:.2%}"
     assert np.max(np.abs(ours - swapped)) / scale > 0.02
     assert err_swapped > 2 * err, (err, err_swapped)
+
+
+@pytest.mark.parametrize("items, shape", [
+    ((f"conv: {{filter: [3, 3], padding: SAME, W_std: {SQ2}, b_std: 0.1}}", "relu",
+      f"conv_local: {{filter: [3, 1], padding: SAME, W_std: {SQ2}, b_std: 0.1}}", "relu",
+      "global_avg_pool", "dense: {W_std: 1.0, b_std: 0.1}"), (4, 6, 2)),
+    (("conv_transpose: {filter: [3, 2], strides: [2, 1], padding: CIRCULAR, W_std: 1.5, "
+      "b_std: 0.1}", "sum_pool: {window: [2, 2], strides: [1, 1], padding: SAME}", "erf",
+      "conv_local: {filter: [2, 2], padding: VALID, W_std: 1.4, b_std: 0.2}", "relu",
+      "flatten", "dense: {W_std: 1.0, b_std: 0.1}"), (3, 3, 2)),
+], ids=["conv_local_after_conv", "transpose_sum_pool_local"])
+def test_ntk_matches_empirical_ntk(items, shape):
+    """The NTK (gradients of every weight and bias, the per-position ones of conv_local
+    included) of networks of width 128, 32 draws: measured within 1.4% of max."""
+    arch = arch_of(*items)
+    x = images(n=3, shape=shape)
+    ours = our_kernels(arch, x)["ntk"]
+    emp = empirical_ntk(arch, x, draws=32, width=128)
+    err = np.max(np.abs(emp - ours)) / np.max(np.abs(ours))
+    assert err <= 0.05, f"empirical NTK off by {err:.2%} of max\nours:\n{ours}\nemp:\n{emp}"
 
 
 def _cov_elements(*items, shape):
