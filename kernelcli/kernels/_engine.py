@@ -88,6 +88,7 @@ class KernelFn(FlatRoute):
         self._standard = arch.parameterization == "standard"
         self._exact = self.dtype == np.float64
         self._want_ntk = "ntk" in self.kinds
+        self._trace = None  # see _traced
         self._check_output_is_flat()
         # Networks that flatten the raw input first (or take vectors) depend on a pair
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
@@ -104,14 +105,17 @@ class KernelFn(FlatRoute):
         self._grid_jit = SerialJit(self._flat_grid_fn, self.dtype, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
-    def _run(self, xa, xb, variances):
+    def _run(self, xa, xb, variances, seen=None):
         state = input_state(xa, xb, self._input_full, self._want_ntk)
-        state = forward(self.arch.layers, state, variances, self._standard, self._exact)
+        if seen is not None:
+            seen(state)
+        state = forward(self.arch.layers, state, variances, self._standard, self._exact,
+                        seen=seen)
         return self._outputs(state)
 
-    def _self_fn(self, x):
+    def _self_fn(self, x, seen=None):
         rec = SelfVariances()
-        out = self._run(x, x, rec)
+        out = self._run(x, x, rec, seen)
         return tuple(rec.recorded), out
 
     def _chunked(self, fn, *rows):
@@ -153,10 +157,24 @@ class KernelFn(FlatRoute):
         return x64_scope(self.dtype)
 
     def _self_shapes(self):
-        """``(variances, outputs)`` of one input with itself, as shapes."""
-        with self._scope():
-            return jax.eval_shape(self._self_fn, jax.ShapeDtypeStruct(
-                (1,) + self.input_shape, self.dtype))
+        """``(variances, outputs)`` of one input with itself, as shapes (traced once)."""
+        return self._traced()[0]
+
+    def _traced(self):
+        """``(shapes, largest)``: ``_self_shapes``, and the most covariance entries one
+        pair holds after any layer (branches included), from one trace that computes
+        nothing; kept, since a kernel function's shapes never change."""
+        if self._trace is None:
+            sizes = []
+
+            def seen(state):
+                sizes.append(state.nngp[0].size)
+
+            with self._scope():
+                shapes = jax.eval_shape(lambda x: self._self_fn(x, seen), jax.ShapeDtypeStruct(
+                    (1,) + self.input_shape, self.dtype))
+            self._trace = (shapes, max(sizes))
+        return self._trace
 
     def _check_output_is_flat(self):
         for kind, s in self._self_shapes()[1].items():
@@ -169,21 +187,10 @@ class KernelFn(FlatRoute):
     def _max_cov_elements(self) -> int:
         """Largest number of covariance entries one pair holds in any layer: the
         input's, or a later layer's where a layer grows the image (``conv_transpose``)
-        or the full covariance starts after the input (``conv_local``). Read off the
-        shapes of one traced self pair (nothing is computed)."""
+        or the full covariance starts after the input (``conv_local``)."""
         if len(self.input_shape) != 3:
             return 1
-        sizes = []
-
-        def run(x):
-            state = input_state(x, x, self._input_full, self._want_ntk)
-            sizes.append(state.nngp[0].size)
-            forward(self.arch.layers, state, SelfVariances(), self._standard, self._exact,
-                    seen=lambda st: sizes.append(st.nngp[0].size))
-
-        with self._scope():
-            jax.eval_shape(run, jax.ShapeDtypeStruct((1,) + self.input_shape, self.dtype))
-        return int(max(sizes))
+        return int(self._traced()[1])
 
     @property
     def variance_shapes(self) -> Tuple[Tuple[int, ...], ...]:
