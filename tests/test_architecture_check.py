@@ -143,8 +143,8 @@ def test_unsupported_input_shape_is_refused(shape):
 def test_nonlinearity_on_the_raw_input_is_refused():
     assert error_of(arch("relu", "flatten", "dense")) == (
         "architecture.layers[0].relu: relu acts on the raw input, which is not Gaussian; "
-        "it must follow dense or conv (possibly through avg_pool, global_avg_pool, identity, "
-        "layer_norm or residual)")
+        "it must follow dense, conv, conv_local or conv_transpose (possibly through avg_pool, "
+        "global_avg_pool, layer_norm, identity, residual, sum_pool or global_sum_pool)")
 
 
 def test_two_nonlinearities_in_a_row_are_refused():
@@ -183,7 +183,8 @@ def test_residual_branch_must_end_in_dense_or_conv():
     assert error_of(arch("conv", "residual: [relu, conv, relu]", "relu", "flatten", "dense")
                     ) == (
         "architecture.layers[1].residual: the branch ends in relu; expected it to end in "
-        "dense or conv, since x + f(x) adds two independent Gaussians")
+        "dense, conv, conv_local or conv_transpose, since x + f(x) adds two independent "
+        "Gaussians")
 
 
 def test_residual_branch_must_keep_the_shape():

@@ -144,7 +144,8 @@ def test_a_residual_branch_may_end_in_conv_local_or_conv_transpose_but_not_a_poo
     assert error_of("conv", "residual: [relu, conv, {sum_pool: {window: 1}}]", "relu",
                     "flatten", "dense") == (
         "architecture.layers[1].residual: the branch ends in sum_pool; expected it to end in "
-        "dense or conv, since x + f(x) adds two independent Gaussians")
+        "dense, conv, conv_local or conv_transpose, since x + f(x) adds two independent "
+        "Gaussians")
 
 
 # --- stax builders -------------------------------------------------------------------

@@ -8,9 +8,9 @@ Shapes are per example: ``(H, W, C)`` for images, ``(D,)`` for vectors. The
 channel count after ``dense``/``conv`` is the layer's ``width``.
 
 Order rules (``docs/config.md``, as neural-tangents 0.6.5 enforces them): a
-nonlinearity or ``layer_norm`` needs a Gaussian input, that is the output of
-``dense``/``conv`` possibly passed through ``avg_pool``, ``global_avg_pool``,
-``identity``, ``layer_norm`` or a ``residual``. The raw input is not Gaussian,
+nonlinearity or ``layer_norm`` needs a Gaussian input, that is the output of an
+affine layer (``dense``, ``conv``, ``conv_local``, ``conv_transpose``) possibly
+passed through pools, ``identity``, ``layer_norm`` or a ``residual``. The raw input is not Gaussian,
 nor is anything after a nonlinearity or ``flatten`` until the next
 ``dense``/``conv``. A ``residual`` needs a Gaussian input and a branch that ends
 in ``dense``/``conv`` and keeps the shape.

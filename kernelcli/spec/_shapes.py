@@ -17,12 +17,26 @@ from typing import Any, Sequence, Tuple
 
 from ..errors import ConfigError
 from ._fields import short_path
-from ._registry import layer_type
+from ._registry import layer_type, layer_types
 
 Shape = Tuple[int, ...]
 
-GAUSSIAN_HINT = ("it must follow dense or conv (possibly through avg_pool, global_avg_pool, "
-                 "identity, layer_norm or residual)")
+def _either(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def affine_names() -> str:
+    """The layers whose output is a fresh Gaussian (``dense or conv`` and the others
+    declared ``affine``), as messages list them."""
+    return _either(t.name for t in layer_types() if t.affine)
+
+
+def gaussian_hint() -> str:
+    """What a layer that needs a Gaussian input must follow, from the declarations:
+    an affine layer, possibly through pools, ``keep`` layers and branches."""
+    through = (t.name for t in layer_types() if t.pools or t.branch or t.shape is keep)
+    return f"it must follow {affine_names()} (possibly through {_either(through)})"
 
 
 def spatial_out(size: int, k: int, s: int, padding: str) -> int:
@@ -88,7 +102,7 @@ def needs_image(layer: Any, st: State) -> Tuple[int, int, int]:
 def needs_gaussian(layer: Any, st: State) -> None:
     if not st.gaussian:
         raise fail(layer, f"{yaml_name(layer)} acts on {st.not_gaussian}, which is not "
-                          f"Gaussian; {GAUSSIAN_HINT}")
+                          f"Gaussian; {gaussian_hint()}")
 
 
 def step(layer: Any, st: State) -> State:
@@ -168,7 +182,7 @@ def residual(layer: Any, st: State) -> State:
     last = layer.layers[-1]
     if not layer_type(last).affine:
         raise fail(layer, f"the branch ends in {yaml_name(last)}; expected it to end in "
-                          "dense or conv, since x + f(x) adds two independent Gaussians")
+                          f"{affine_names()}, since x + f(x) adds two independent Gaussians")
     if out.shape != st.shape:
         raise fail(layer, f"the branch maps shape {st.shape} to {out.shape}; expected it "
                           "to keep the shape, since its output is added to its input")
