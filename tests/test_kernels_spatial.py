@@ -9,8 +9,8 @@ applies the filter to the swapped spatial axes (docs/config.md). There the Monte
 estimate below is the oracle: on the 6x8 case of
 ``test_conv_local_after_conv_follows_finite_networks_not_neural_tangents`` our
 ``filter: [3, 1]`` kernel is neural-tangents' ``[1, 3]`` one and the other way round
-(neural-tangents gives 0.3028 for ``K(x0, x0)`` where the networks and kernelcli give
-0.2933).
+(``K(x0, x0)``: neural-tangents 0.3028, kernelcli 0.2933, 96 networks of width 256
+0.2925 +- 0.0026).
 """
 
 from __future__ import annotations
