@@ -51,9 +51,10 @@ def _architecture_of(architecture):
 
 def _inputs(name: str, x, dtype) -> np.ndarray:
     a = np.asarray(x)
-    if a.dtype.kind not in "fiu" or a.ndim not in (2, 4) or a.shape[0] < 1:
+    if a.dtype.kind not in "fiu" or a.ndim not in (2, 3, 4, 5) or a.shape[0] < 1:
         raise DataError(f"{name}: an array of shape {a.shape} and dtype {a.dtype} is not "
-                        f"accepted; expected real numbers of shape (N, H, W, C) or (N, D)")
+                        f"accepted; expected real numbers of shape (N, H, W, C), (N, L, C), "
+                        f"(N, D, H, W, C) (channels last) or (N, D)")
     a = a.astype(dtype, copy=False)
     if not np.isfinite(a).all():
         raise DataError(f"{name}: holds NaN or infinite values; expected finite numbers")
@@ -64,7 +65,8 @@ class KernelFunction:
     """The NNGP/NTK of one architecture: ``kfn(x1, x2=None, get=("nngp", "ntk"))``.
 
     Args (of a call):
-      x1: ``(N1, H, W, C)`` images (NHWC) or ``(N1, D)`` vectors.
+      x1: ``(N1, H, W, C)`` images (NHWC), ``(N1, L, C)`` sequences or
+        ``(N1, D, H, W, C)`` volumes (channels last), or ``(N1, D)`` vectors.
       x2: ``(N2, ...)`` of the same example shape; ``None``: ``K(x1, x1)``, computed
         as its lower triangle of blocks and mirrored (exactly symmetric).
       get: ``"nngp"`` or ``"ntk"`` returns that ``(N1, N2)`` numpy array; a tuple of

@@ -75,10 +75,23 @@ NETS = [
      "{dense: {b_std: null, width: 4}}]}, layer_norm, {repeat: {times: 2, layers: "
      "[{dense: {b_std: null, width: 4}}, {abrelu: {a: -0.5, b: 1.0}}]}}, identity, "
      "{dense: {b_std: null, width: 1}}]"),
+    (stax.serial(stax.Conv(4, (3, 3), padding="SAME"), stax.FanOut(3),
+                 stax.parallel(stax.serial(stax.Relu(), stax.Conv(2, (3, 3), padding="SAME")),
+                               stax.Identity(), stax.AvgPool((3, 3), (1, 1), "SAME")),
+                 stax.FanInConcat(), stax.Conv(1, (1, 1)), stax.Relu(),
+                 stax.FanOut(2), stax.parallel(stax.Dense(1),
+                                               stax.serial(stax.Relu(), stax.Dense(1))),
+                 stax.FanInSum(), stax.GlobalAvgPool(), stax.Dense(1)),
+     "layers: [{conv: {filter: [3, 3], padding: SAME, b_std: null, width: 4}}, {parallel: "
+     "{branches: [[relu, {conv: {filter: [3, 3], padding: SAME, b_std: null, width: 2}}], "
+     "[identity], [{avg_pool: {window: [3, 3], strides: [1, 1], padding: SAME}}]], merge: "
+     "concat}}, {conv: {filter: [1, 1], padding: VALID, b_std: null}}, relu, {parallel: "
+     "{branches: [[{dense: {b_std: null}}], [relu, {dense: {b_std: null}}]], merge: sum}}, "
+     "global_avg_pool, {dense: {b_std: null}}]"),
 ]
 
 
-@pytest.mark.parametrize("net, text", NETS, ids=["gap", "flatten", "standard"])
+@pytest.mark.parametrize("net, text", NETS, ids=["gap", "flatten", "standard", "parallel"])
 def test_stax_builders_are_the_same_spec_as_their_yaml(net, text):
     built = kernelcli.kernel_fn(net).architecture
     assert built == kernelcli.kernel_fn(text).architecture
@@ -100,8 +113,10 @@ def test_a_stax_network_gives_the_kernels_of_its_yaml():
     (lambda k, x: k(x, dtype="float16"), "dtype: 'float16' is not accepted; expected one of "
                                          "('float32', 'float64')"),
     (lambda k, x: k(x, x[:, :3]), "x2: examples of shape (3, 6, 2) do not match x1's (6, 6, 2)"),
-    (lambda k, x: k(x[0]), "x1: an array of shape (6, 6, 2) and dtype float32 is not accepted; "
-                           "expected real numbers of shape (N, H, W, C) or (N, D)"),
+    (lambda k, x: k(x[None, None]), "x1: an array of shape (1, 1, 2, 6, 6, 2) and dtype "
+                                    "float32 is not accepted; expected real numbers of shape "
+                                    "(N, H, W, C), (N, L, C), (N, D, H, W, C) (channels last) "
+                                    "or (N, D)"),
     (lambda k, x: k(x * np.nan), "x1: holds NaN or infinite values; expected finite numbers"),
     (lambda k, x: k(x, memory="lots"), "memory: 'lots' is not a size; expected"),
 ])
@@ -119,6 +134,50 @@ def test_stax_refuses_what_kernelcli_cannot_compute():
         stax.serial(stax.Dense(1), stax.Dense(1, parameterization="standard"))
     with pytest.raises(ConfigError, match=r"^architecture: int is not accepted"):
         kernelcli.kernel_fn(3)
+
+
+def test_stax_fan_out_parallel_and_fan_in_join_across_serials():
+    whole = stax.serial(stax.Dense(2), stax.FanOut(2),
+                        stax.parallel(stax.Dense(3), stax.serial(stax.Relu(), stax.Dense(1))),
+                        stax.FanInConcat(), stax.Dense(1))
+    pieces = stax.serial(stax.serial(stax.Dense(2), stax.FanOut(2)),
+                         stax.serial(stax.parallel(stax.Dense(3),
+                                                   stax.serial(stax.Relu(), stax.Dense(1))),
+                                     stax.FanInConcat()), stax.Dense(1))
+    assert whole == pieces
+    assert whole.layers[1] == {"parallel": {"branches": [
+        [{"dense": {"W_std": 1.0, "b_std": None, "width": 3}}],
+        ["relu", {"dense": {"W_std": 1.0, "b_std": None, "width": 1}}]], "merge": "concat"}}
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: stax.serial(stax.FanOut(2), stax.Relu(), stax.FanInSum()),
+     "stax.serial: FanOut, 'relu', FanInSum is not FanOut(k), parallel(... k branches), "
+     "FanInSum() or FanInConcat(); expected the three consecutive, in that order"),
+    (lambda: stax.serial(stax.Dense(1), stax.parallel(stax.Dense(1)), stax.FanInSum()),
+     "stax.serial: parallel, FanInSum is not FanOut(k), parallel(... k branches), "
+     "FanInSum() or FanInConcat(); expected the three consecutive, in that order"),
+    (lambda: stax.serial(stax.FanOut(3), stax.parallel(stax.Dense(1), stax.Dense(2)),
+                         stax.FanInSum()),
+     "stax.serial: FanOut(3) feeds parallel of 2 branch(es); expected as many branches as "
+     "the fan-out makes"),
+    (lambda: kernelcli.kernel_fn(stax.serial(stax.Dense(1), stax.FanOut(2))),
+     "stax: FanOut is not joined into a parallel layer; expected serial(FanOut(k), "
+     "parallel(... k branches), FanInSum() or FanInConcat()), consecutive in one serial"),
+    (lambda: stax.FanInConcat(axis=1),
+     "stax.FanInConcat: axis=1 is not supported by kernelcli; accepted: -1 (the channel "
+     "axis)"),
+    (lambda: stax.FanOut(0),
+     "stax.FanOut: num=0 is not supported by kernelcli; accepted: a positive integer, the "
+     "number of branches"),
+    (lambda: stax.parallel(stax.Dense(1, parameterization="standard"), stax.Dense(1)),
+     "stax.parallel: layers ask for both 'standard' and 'ntk' parameterizations; kernelcli "
+     "takes one per architecture"),
+])
+def test_stax_refuses_branches_out_of_place(build, message):
+    with pytest.raises(ConfigError) as exc:
+        build()
+    assert str(exc.value) == message
 
 
 def test_open_run_reads_bands_without_loading_the_matrix(tmp_path):

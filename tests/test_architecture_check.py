@@ -42,7 +42,9 @@ def test_spatial_out_follows_lax_rules(size, k, s, padding, expected):
 @pytest.mark.parametrize("name, shape", [
     ("cnn1_flatten", IMAGE), ("cnn1_gap", IMAGE), ("cnn3_flatten", IMAGE), ("cnn3_gap", IMAGE),
     ("erf_net", IMAGE), ("fc3", IMAGE), ("myrtle5", (32, 32, 3)), ("rect", IMAGE),
-    ("residual", IMAGE), ("standard_param", IMAGE),
+    ("residual", IMAGE), ("standard_param", IMAGE), ("parallel_sum", IMAGE),
+    ("parallel_concat", IMAGE), ("parallel_concat_standard", IMAGE), ("parallel_rect", IMAGE),
+    ("parallel_nested", IMAGE),
 ])
 def test_every_fixture_architecture_passes_on_its_data(name, shape):
     config = load_config(FIXTURES / f"{name}.yaml")
@@ -102,16 +104,16 @@ def test_large_filters_are_fine_with_same_or_circular_padding(padding):
 
 def test_spatial_layer_after_flatten_is_refused():
     assert error_of(arch("conv", "relu", "flatten", "conv", "flatten", "dense")) == (
-        "architecture.layers[3].conv: conv needs an image (H, W, C) but gets a vector of "
+        "architecture.layers[3].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets a vector of "
         "shape (64,) made by architecture.layers[2].flatten; spatial layers cannot follow "
-        "flatten or global_avg_pool")
+        "flatten, global_avg_pool or global_sum_pool")
 
 
 def test_spatial_layer_after_global_avg_pool_is_refused():
     assert error_of(arch("conv", "relu", "global_avg_pool", "avg_pool", "dense")) == (
-        "architecture.layers[3].avg_pool: avg_pool needs an image (H, W, C) but gets a "
+        "architecture.layers[3].avg_pool: avg_pool needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets a "
         "vector of shape (1,) made by architecture.layers[2].global_avg_pool; spatial layers "
-        "cannot follow flatten or global_avg_pool")
+        "cannot follow flatten, global_avg_pool or global_sum_pool")
 
 
 def test_flatten_after_global_avg_pool_is_fine():
@@ -121,7 +123,7 @@ def test_flatten_after_global_avg_pool_is_fine():
 
 def test_spatial_layer_on_vector_input_is_refused():
     assert error_of(arch("conv", "relu", "dense"), (10,)) == (
-        "architecture.layers[0].conv: conv needs an image (H, W, C) but the input is a "
+        "architecture.layers[0].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but the input is a "
         "vector of shape (10,); expected no spatial layer for vector data")
 
 
@@ -132,10 +134,11 @@ def test_image_output_is_refused():
     assert check_architecture(arch("conv"), IMAGE, require_vector_output=False) == (8, 8, 1)
 
 
-@pytest.mark.parametrize("shape", [(8, 8), (0,), (2, 8, 8, 3)])
+@pytest.mark.parametrize("shape", [(8, 0), (0,), (2, 2, 8, 8, 3)])
 def test_unsupported_input_shape_is_refused(shape):
-    assert "is not supported; expected (H, W, C) images or (D,) vectors" in error_of(
-        arch("flatten", "dense"), shape)
+    assert error_of(arch("flatten", "dense"), shape) == (
+        f"input shape {shape} is not supported; expected (D,) vectors, (L, C) sequences, "
+        "(H, W, C) images or (D, H, W, C) volumes of positive sizes")
 
 
 # --- order rules ----------------------------------------------------------------------
@@ -144,7 +147,8 @@ def test_nonlinearity_on_the_raw_input_is_refused():
     assert error_of(arch("relu", "flatten", "dense")) == (
         "architecture.layers[0].relu: relu acts on the raw input, which is not Gaussian; "
         "it must follow dense, conv, conv_local or conv_transpose (possibly through avg_pool, "
-        "global_avg_pool, layer_norm, identity, residual, sum_pool or global_sum_pool)")
+        "global_avg_pool, global_sum_pool, identity, layer_norm, sum_pool, residual or a "
+        "parallel with merge sum)")
 
 
 def test_two_nonlinearities_in_a_row_are_refused():

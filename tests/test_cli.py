@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 import kernelcli
 from kernelcli.cli import main
+from kernelcli.spec import LAYER_NAMES  # pinned by test_config's unknown-layer test
 
 from helpers_cli import (invoke, GAP_NET, ROOT, error_line, images, read_kernels, run_cli,
                          snapshot, write_config)
@@ -291,7 +292,7 @@ def _setup_data(d: Path):
     inf = x.copy()
     inf[6, 0, 0, 1] = np.inf
     np.save(d / "inf.npy", inf)
-    np.save(d / "rank3.npy", x[..., 0])
+    np.save(d / "rank6.npy", x.reshape(10, 2, 3, 2, 3, 2)[..., :1])  # 4 spatial axes
     np.save(d / "small.npy", images(4, 5, 5, 2, seed=8))
 
 
@@ -310,9 +311,7 @@ CONFIG_ERRORS = [
      "but got ':'"),
     ("unknown_layer", "data: {x1: x.npy}\narchitecture:\n  layers: [conv, relu, flaten, dense]\n",
      2, "Error: unknown_layer.yaml: architecture.layers[2]: unknown layer 'flaten'; expected one "
-        "of abrelu, avg_pool, conv, conv_local, conv_transpose, dense, erf, flatten, gelu, "
-        "global_avg_pool, global_sum_pool, identity, layer_norm, leaky_relu, relu, repeat, "
-        "residual, sum_pool; did you mean 'flatten'?"),
+        f"of {', '.join(LAYER_NAMES)}; did you mean 'flatten'?"),
     ("missing_data_file", "data: {x1: nope.npy}\n" + LAYERS_TEXT, 2,
      "Error: data.x1: {d}/nope.npy does not exist; give the path to a .npy, .npz, .h5, .hdf5 "
      "file"),
@@ -320,9 +319,10 @@ CONFIG_ERRORS = [
      "Error: data.key: 'y' not found in {d}/x.npz; keys present: x"),
     ("wrong_h5_key", "data: {x1: x.h5, key: x}\n" + LAYERS_TEXT, 2,
      "Error: data.key: 'x' not found in {d}/x.h5; keys present: images"),
-    ("wrong_rank", "data: {x1: rank3.npy}\n" + LAYERS_TEXT, 2,
-     "Error: data.x1: {d}/rank3.npy holds an array of shape (10, 6, 6) (rank 3); accepted: "
-     "rank 4 images (N, H, W, C) or rank 2 rows (N, D)"),
+    ("wrong_rank", "data: {x1: rank6.npy}\n" + LAYERS_TEXT, 2,
+     "Error: data.x1: {d}/rank6.npy holds an array of shape (10, 2, 3, 2, 3, 1) (rank 6); "
+     "accepted: rank 2 rows (N, D), rank 3 sequences (N, L, C), rank 4 images (N, H, W, C) "
+     "or rank 5 volumes (N, D, H, W, C)"),
     ("nan_in_data", "data: {x1: nan.npy}\n" + LAYERS_TEXT, 2,
      "Error: data.x1: row 3 of {d}/nan.npy contains NaN; every value must be finite"),
     ("inf_in_data", "data: {x1: inf.npy}\n" + LAYERS_TEXT, 2,

@@ -234,7 +234,8 @@ def test_show_does_bounded_work_on_huge_shared_and_cyclic_values():
 # --- bounds on every number -------------------------------------------------------------
 
 L0, L1 = "architecture.layers[0]", "architecture.layers[1]"
-PAIR = "expected a positive integer or a list of 2 positive integers, each no larger than 1024"
+PAIR = ("expected a positive integer or a list of 1 to 3 positive integers, each no larger "
+        "than 1024")
 STD = "is too large; expected a number from 0 to 1000"
 SLOPE = "expected a number from -1000 to 1000"
 CAP = "expected at most 1000 layers in all, once repeats are expanded"
@@ -340,7 +341,8 @@ def test_parse_size_is_bounded_and_linear_on_long_text():
 _SIMPLE_KEYS = ([
     "name", "data", "architecture", "kernel", "compute", "output", "x1", "key", "limit",
     "test", "test_limit", "preprocess", "kind", "zca_reg", "layers", "parameterization",
-    "conv", "dense", "relu", "repeat", "residual", "times", "filter", "strides", "window",
+    "conv", "dense", "relu", "repeat", "residual", "parallel", "branches", "merge", "times",
+    "filter", "strides", "window",
     "W_std", "b_std", "width", "alpha", "a", "b", "kinds", "dtype", "block", "memory",
     "devices", "executor", "address", "run_dir", "<<", "1", "null", "~", "true", "1.5",
     "''", "2001-12-14"])
@@ -354,7 +356,8 @@ ODD = st.sampled_from([
     "!!binary aGVsbG8=", "!!binary '@@'", "!!python/object:os.system x",
     "!!python/tuple [1]", "!!set {a}", "!!omap [{a: 1}]", "!!int x", "!!float y",
     "!!timestamp z", "!!str 5", "!custom x", "0x1F", "0o17", "1_000", "'\\0'", '"a\\0b"',
-    "relu", "conv", "dense", "flatten", "global_avg_pool", "ntk", "nngp", "float64", "auto",
+    "relu", "conv", "dense", "flatten", "global_avg_pool", "sum", "concat", "[]", "[[]]",
+    "ntk", "nngp", "float64", "auto",
     "all", "8GiB", "a.npy", "x" * 300, "9" * 400, "9" * 5000, "*a", "*b", "*undefined"])
 SCALAR = st.one_of(ODD, st.integers(-2 ** 70, 2 ** 70).map(str),
                    st.floats().map(lambda x: repr(x) if x == x and abs(x) != float("inf")
@@ -386,6 +389,12 @@ architecture:
     - relu
     - repeat: {times: 2, layers: [{dense: {width: 3}}, erf]}
     - residual: [dense]
+    - parallel: {branches: [[dense], [], [{conv: {width: 2}}, relu]], merge: concat}
+    - parallel:
+        branches:
+          - [{dense: {width: 5}}]
+          - [{residual: [relu, dense]}, {avg_pool: {window: 1}}]
+        merge: sum
     - avg_pool: {window: 2}
     - leaky_relu: {alpha: 0.1}
     - flatten
@@ -485,7 +494,7 @@ def demo_config(folder: Path, extra: str = "", edit=lambda t: t) -> Path:
      "1000"),
     ("", lambda t: t.replace("filter: [3, 3], padding", "filter: 1000000000000, padding", 1),
      "architecture.layers[0].conv.filter: 1000000000000 is too large; expected a positive "
-     "integer or a list of 2 positive integers, each no larger than 1024"),
+     "integer or a list of 1 to 3 positive integers, each no larger than 1024"),
     ("", lambda t: t.replace("- dense: {W_std: 1.0, b_std: 0.0}",
                              "- dense: {W_std: 1.0, b_std: 0.0, width: 1.0e+30}"),
      "architecture.layers[5].dense.width: 1e+30 is not a width; expected a positive integer"),

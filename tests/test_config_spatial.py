@@ -37,13 +37,12 @@ def parse_error(*items: str) -> str:
 def test_defaults_follow_conv_and_avg_pool():
     layers = arch("conv_local", "conv_transpose", "sum_pool", "avg_pool",
                   "global_sum_pool").layers
-    assert layers[0] == ConvLocal(filter=(3, 3), strides=(1, 1), padding="SAME", W_std=1.0,
+    assert layers[0] == ConvLocal(filter=3, strides=1, padding="SAME", W_std=1.0,
                                   b_std=0.0, width=1)
-    assert layers[1] == ConvTranspose(filter=(3, 3), strides=(1, 1), padding="SAME",
+    assert layers[1] == ConvTranspose(filter=3, strides=1, padding="SAME",
                                       W_std=1.0, b_std=0.0, width=1)
-    assert layers[2] == SumPool(window=(2, 2), strides=(2, 2), padding="VALID")
-    assert layers[3] == AvgPool(window=(2, 2), strides=(2, 2), padding="VALID",
-                                normalize_edges=False)
+    assert layers[2] == SumPool(window=2, strides=2, padding="VALID")
+    assert layers[3] == AvgPool(window=2, strides=2, padding="VALID", normalize_edges=False)
 
 
 def test_normalize_edges_reads_a_boolean_and_null_is_the_default():
@@ -60,10 +59,11 @@ def test_normalize_edges_reads_a_boolean_and_null_is_the_default():
      "window, strides, padding"),
     ("conv_transpose: {filter: [3, 0]}",
      "architecture.layers[0].conv_transpose.filter: [3, 0] is not a filter size; expected a "
-     "positive integer or a list of 2 positive integers"),
+     "positive integer (the same along every spatial axis) or a list of 1 to 3 positive "
+     "integers (one per spatial axis)"),
     ("conv_local: {strides: 2000}",
      "architecture.layers[0].conv_local.strides: 2000 is too large; expected a positive "
-     "integer or a list of 2 positive integers, each no larger than 1024"),
+     "integer or a list of 1 to 3 positive integers, each no larger than 1024"),
     ("conv_local: {padding: FULL}",
      "architecture.layers[0].conv_local.padding: 'FULL' is not a padding; expected one of "
      "SAME, VALID, CIRCULAR"),
@@ -114,14 +114,16 @@ def test_sum_pool_window_too_large_under_valid_is_refused():
 
 def test_spatial_layer_after_global_sum_pool_is_refused():
     assert error_of("conv", "global_sum_pool", "conv_transpose", "flatten", "dense") == (
-        "architecture.layers[2].conv_transpose: conv_transpose needs an image (H, W, C) but "
+        "architecture.layers[2].conv_transpose: conv_transpose needs spatial axes (a sequence "
+        "(L, C), an image (H, W, C) or a volume (D, H, W, C)) but "
         "gets a vector of shape (1,) made by architecture.layers[1].global_sum_pool; spatial "
-        "layers cannot follow flatten or global_avg_pool")
+        "layers cannot follow flatten, global_avg_pool or global_sum_pool")
 
 
 def test_conv_local_on_vectors_is_refused():
     assert error_of("conv_local", "dense", shape=(10,)) == (
-        "architecture.layers[0].conv_local: conv_local needs an image (H, W, C) but the "
+        "architecture.layers[0].conv_local: conv_local needs spatial axes (a sequence (L, C), "
+        "an image (H, W, C) or a volume (D, H, W, C)) but the "
         "input is a vector of shape (10,); expected no spatial layer for vector data")
 
 
@@ -157,7 +159,7 @@ def test_stax_builders_write_the_yaml_of_neural_tangents_defaults():
                                                          normalize_edges=True),
                       stax.GlobalSumPool())
     assert net.to_dict()["layers"] == [
-        {"conv_local": {"filter": [3, 2], "strides": [1, 1], "padding": "SAME", "W_std": 1.0,
+        {"conv_local": {"filter": [3, 2], "strides": 1, "padding": "SAME", "W_std": 1.0,
                         "b_std": None, "width": 4}},
         {"conv_transpose": {"filter": [2, 2], "strides": [2, 1], "padding": "VALID",
                             "W_std": 1.5, "b_std": 0.1, "width": 2}},
@@ -170,11 +172,11 @@ def test_stax_builders_write_the_yaml_of_neural_tangents_defaults():
 @pytest.mark.parametrize("build, message", [
     (lambda: stax.ConvTranspose(1, (3, 3), dimension_numbers=("NCHW", "OIHW", "NCHW")),
      "stax.ConvTranspose: dimension_numbers=('NCHW', 'OIHW', 'NCHW') is not supported by "
-     "kernelcli; accepted: None or ('NHWC', 'HWIO', 'NHWC') (kernelcli reads NCHW files with "
-     "data.layout instead)"),
+     "kernelcli; accepted: None or channels last, such as ('NHWC', 'HWIO', 'NHWC') (kernelcli "
+     "reads channels-first files with data.layout instead)"),
     (lambda: stax.SumPool((2, 2), channel_axis=1),
      "stax.SumPool: (batch_axis, channel_axis)=(0, 1) is not supported by kernelcli; "
-     "accepted: (0, -1): NHWC images"),
+     "accepted: (0, -1): channels last"),
     (lambda: stax.AvgPool((2, 2), normalize_edges="yes"),
      "stax.AvgPool: normalize_edges='yes' is not supported by kernelcli; accepted: True or "
      "False"),

@@ -207,11 +207,12 @@ def test_non_numeric_dtypes_are_refused(tmp_path, arr, shown):
                         "accepted: a numeric array (bool, integer or float)")
 
 
-@pytest.mark.parametrize("shape", [(4,), (2, 3, 4), (1, 2, 3, 4, 5)])
-def test_rank_other_than_2_or_4_is_refused(tmp_path, shape):
+@pytest.mark.parametrize("shape", [(4,), (1, 2, 3, 4, 5, 6)])
+def test_rank_other_than_2_to_5_is_refused(tmp_path, shape):
     p, k = save(tmp_path / "r.h5", np.zeros(shape, np.float32))
     assert error(p, k) == (f"data.x1: {p} ['x'] holds an array of shape {shape} (rank {len(shape)}); "
-                           "accepted: rank 4 images (N, H, W, C) or rank 2 rows (N, D)")
+                           "accepted: rank 2 rows (N, D), rank 3 sequences (N, L, C), rank 4 "
+                           "images (N, H, W, C) or rank 5 volumes (N, D, H, W, C)")
 
 
 def test_empty_arrays_and_nchw_rows_are_refused(tmp_path):
@@ -221,7 +222,8 @@ def test_empty_arrays_and_nchw_rows_are_refused(tmp_path):
     q, _ = save(tmp_path / "r.npy", np.zeros((3, 5), np.float32))
     assert error(q, layout="NCHW") == (f"data.layout: 'NCHW' needs rank 4 images, but data.x1 {q} "
                                        "has shape (3, 5); use NHWC (the default) for rank 2 rows")
-    assert error(q, layout="CHW") == "data.layout: 'CHW' is not a layout; accepted: NHWC, NCHW"
+    assert error(q, layout="CHW") == ("data.layout: 'CHW' is not a layout; accepted: NHWC, "
+                                      "NCHW, NLC, NCL, NDHWC, NCDHW")
 
 
 def test_limit_beyond_the_rows_or_not_positive_is_refused(tmp_path):

@@ -312,10 +312,12 @@ def test_a_group_is_not_a_dataset(linked, key):
                "numeric array (bool, integer or float)"),
     ("strings", "holds Python objects (dtype object), which are not read for safety; accepted: "
                 "a numeric array (bool, integer or float)"),
-    ("scalar", "holds an array of shape () (rank 0); accepted: rank 4 images (N, H, W, C) or "
-               "rank 2 rows (N, D)"),
-    ("empty", "holds an array of shape () (rank 0); accepted: rank 4 images (N, H, W, C) or "
-              "rank 2 rows (N, D)"),
+    ("scalar", "holds an array of shape () (rank 0); accepted: rank 2 rows (N, D), rank 3 "
+               "sequences (N, L, C), rank 4 images (N, H, W, C) or rank 5 volumes "
+               "(N, D, H, W, C)"),
+    ("empty", "holds an array of shape () (rank 0); accepted: rank 2 rows (N, D), rank 3 "
+              "sequences (N, L, C), rank 4 images (N, H, W, C) or rank 5 volumes "
+              "(N, D, H, W, C)"),
 ])
 def test_non_numeric_and_0d_datasets_are_refused(linked, key, expected):
     assert refused(open_array, linked, key) == f"data.x1: {linked} [{key!r}] {expected}"

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, GlobalAvgPool, Identity,
-                            Relu, check_architecture, parse_config)
+                            Relu, bind_layers, check_architecture, parse_config)
 from kernelcli.run import kernel_matrix
 
 KINDS = ("nngp", "ntk")
@@ -114,6 +114,7 @@ def _variances(K):
 def reference_kernels(layers, x: np.ndarray):
     """Exact NNGP and NTK (ntk parameterization) of all pairs of rows of ``x``."""
     x = np.asarray(x, np.float64)
+    layers = bind_layers(layers, x.shape[1:])  # one filter/strides entry per (H, W) axis
     if x.ndim == 2:
         K = x @ x.T / x.shape[1]
     else:

@@ -129,4 +129,4 @@ def test_mistakes_are_named():
     with pytest.raises(DataError, match="row 7"):
         fit_preprocess(bad, "standardize")
     with pytest.raises(DataError, match=r"\(n, H, W, C\)"):
-        fit_preprocess(np.zeros((3, 4, 4)), "zca", zca_reg=0.1)
+        fit_preprocess(np.zeros((3, 2, 2, 2, 2, 1)), "zca", zca_reg=0.1)  # 4 spatial axes

@@ -257,7 +257,8 @@ def _fit_zca(x, n_features: int, zca_reg: float, per_image: bool) -> Preprocess:
 
 def fit_preprocess(x_train, kind: str, *, zca_reg: Optional[float] = None,
                    per_image: bool = True) -> Preprocess:
-    """Fit ``kind`` (``standardize`` | ``zca``) on ``x_train`` (n, H, W, C) or (n, D).
+    """Fit ``kind`` (``standardize`` | ``zca``) on ``x_train`` (n, H, W, C) or (n, D)
+    (or (n, L, C), (n, D, H, W, C): channels last, 1 to 3 spatial axes).
 
     ``zca_reg`` (required for ``zca``, > 0): the regularisation strength relative
     to the mean eigenvalue. ``per_image`` (``zca`` only): per-example centring and
@@ -266,9 +267,10 @@ def fit_preprocess(x_train, kind: str, *, zca_reg: Optional[float] = None,
     if kind not in KINDS:
         raise UsageError(f"preprocess: {kind!r} is not accepted; accepted: {', '.join(KINDS)}")
     shape = tuple(np.shape(x_train))
-    if len(shape) not in (2, 4) or 0 in shape:
-        raise DataError(f"the training examples must be (n, H, W, C) images or (n, D) vectors, "
-                        f"got shape {shape}")
+    if len(shape) not in (2, 3, 4, 5) or 0 in shape:
+        raise DataError(f"the training examples must be (n, H, W, C) images, (n, L, C) "
+                        f"sequences, (n, D, H, W, C) volumes or (n, D) vectors, got shape "
+                        f"{shape}")
     n_features = int(np.prod(shape[1:]))
     if kind == "standardize":
         if zca_reg is not None:

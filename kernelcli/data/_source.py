@@ -1,7 +1,9 @@
 """Input arrays read by row slices from .npy, .npz and .h5/.hdf5 files.
 
-An :class:`ArraySource` is one array of examples, rows first: images of shape
-``(N, H, W, C)`` (an NCHW file is transposed on read) or flat rows ``(N, D)``.
+An :class:`ArraySource` is one array of examples, rows first, channels last:
+sequences ``(N, L, C)``, images ``(N, H, W, C)`` or volumes ``(N, D, H, W, C)``
+(a channels-first file, ``layout`` NCL, NCHW or NCDHW, is transposed on read),
+or flat rows ``(N, D)``.
 Rows are read in batches, so a data set larger than memory is never loaded
 whole: .npy files are memory-mapped and HDF5 datasets are sliced. A .npz
 member cannot be memory-mapped (it may be compressed), so its one array is
@@ -32,10 +34,21 @@ from ._values import where_of
 
 SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
 from ..spec import LAYOUTS  # one list: the configuration's
-_ACCEPTED_RANKS = "rank 4 images (N, H, W, C) or rank 2 rows (N, D)"
+_ACCEPTED_RANKS = ("rank 2 rows (N, D), rank 3 sequences (N, L, C), rank 4 images "
+                   "(N, H, W, C) or rank 5 volumes (N, D, H, W, C)")
+# The layouts that fit each rank, and what an array of that rank holds, for messages.
+_FITS = {2: "NHWC (the default) for rank 2 rows", 3: "NLC or NCL for rank 3 sequences",
+         4: "NHWC or NCHW for rank 4 images", 5: "NDHWC or NCDHW for rank 5 volumes"}
+_HOLDS = {3: "sequences", 4: "images", 5: "volumes"}
+
 # A failed slice read of a damaged file (a corrupt chunk, a CRC error in a .npz
 # member, a short external file that lost its end after opening).
 _READ_ERRORS = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
+
+
+def channels_first(layout: str) -> bool:
+    """Whether ``layout`` (one of :data:`LAYOUTS`) puts the channels right after N."""
+    return layout[1] == "C"
 
 
 def _key_name(what: str) -> str:
@@ -46,9 +59,9 @@ def _key_name(what: str) -> str:
 class ArraySource:
     """One array of examples, read by rows.
 
-    Build it with :func:`open_array`. ``shape`` is ``(N, H, W, C)`` or
-    ``(N, D)`` after the layout transform and the row limit; ``dtype`` is the
-    dtype stored in the file.
+    Build it with :func:`open_array`. ``shape`` is ``(N, H, W, C)`` (channels
+    last, with 1 to 3 spatial axes) or ``(N, D)`` after the layout transform and
+    the row limit; ``dtype`` is the dtype stored in the file.
     """
 
     def __init__(self, *, path: Path, key: Optional[str], what: str, layout: str,
@@ -64,9 +77,8 @@ class ArraySource:
         self._closer = closer
         self._closed = False
         rest = tuple(raw_shape[1:])
-        if layout == "NCHW":
-            c, h, w = rest
-            rest = (h, w, c)
+        if channels_first(layout):  # (C, H, W) -> (H, W, C)
+            rest = rest[1:] + rest[:1]
         self.shape: Tuple[int, ...] = (n,) + rest
 
     @property
@@ -104,8 +116,8 @@ class ArraySource:
         # h5py hands back a fresh array; a memmap or loaded .npz slice is a view
         # of the file's (possibly read-only) buffer, which callers must not share.
         fresh = isinstance(self._raw, h5py.Dataset)
-        if self.layout == "NCHW":
-            block, fresh = np.asarray(block).transpose(0, 2, 3, 1), False
+        if channels_first(self.layout):  # NCHW -> NHWC: (0, 2, 3, 1)
+            block, fresh = np.moveaxis(np.asarray(block), 1, -1), False
         return np.ascontiguousarray(block) if fresh else np.array(block, order="C", subok=False)
 
     def read(self, start: int, stop: int, dtype="float32") -> np.ndarray:
@@ -198,12 +210,13 @@ def open_array(path: Path, key: Optional[str] = None, *, layout: str = "NHWC",
 def _validate(path, key, shape, layout, limit, what) -> int:
     """Check rank, sizes, layout and limit; return the number of rows used."""
     where = where_of(path, key)
-    if len(shape) not in (2, 4):
+    if len(shape) not in (2, 3, 4, 5):
         raise DataError(f"{what}: {where} holds an array of shape {shape} (rank {len(shape)}); "
                         f"accepted: {_ACCEPTED_RANKS}")
-    if layout == "NCHW" and len(shape) != 4:
-        raise DataError(f"data.layout: 'NCHW' needs rank 4 images, but {what} {where} has shape "
-                        f"{shape}; use NHWC (the default) for rank 2 rows")
+    if layout != "NHWC" and len(shape) != len(layout):
+        raise DataError(f"data.layout: {layout!r} needs rank {len(layout)} "
+                        f"{_HOLDS[len(layout)]}, but {what} {where} has shape {shape}; use "
+                        f"{_FITS[len(shape)]}")
     if min(shape) == 0:
         raise DataError(f"{what}: {where} holds an empty array of shape {shape}; "
                         "accepted: at least one example with every dimension at least 1")

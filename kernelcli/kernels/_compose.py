@@ -1,16 +1,20 @@
 """Serial composition of layer maps, and which covariance each layer needs.
 
 ``forward`` walks the layers in order, exactly like neural-tangents' ``serial``;
-``residual`` is FanOut(2) -> parallel(identity, serial(branch)) -> FanInSum,
-whose kernel is the sum of the two branches' kernels.
+a layer holding branches (``parallel``; ``residual``, which is FanOut(2) ->
+parallel(identity, serial(branch)) -> FanInSum) runs each branch from its input,
+in order, and merges their outputs by its kernel map.
 
-Memory rule: the full spatial covariance (``(H*W)^2`` numbers per pair) is only
-needed while a pooling layer lies ahead; a convolution or a nonlinearity maps
-the spatial diagonal to itself, so after the last pooling layer the state is
-cut down to its diagonal (``H*W`` numbers per pair), and networks without
-pooling never hold more than the diagonal. A ``conv_local`` reads only the
-diagonal, so the layers before it hold only the diagonal too unless a pool lies
-between (``full_needed``).
+Memory rule: the full spatial covariance (``(H*W)^2`` numbers per pair; the
+square of the product of the spatial sizes for any number of spatial axes) is
+only needed while a pooling layer lies ahead, in any branch; a convolution or a
+nonlinearity maps the spatial diagonal to itself, so after the last pooling
+layer the state is cut down to its diagonal (``H*W`` numbers per pair), and
+networks without pooling never hold more than the diagonal. Inside the branches
+of the last layer that pools, each branch is cut after its own last pool (at
+once when it has none), so the branches end in one layout. A ``conv_local``
+reads only the diagonal, so the layers before it hold only the diagonal too
+unless a pool lies between (``full_needed``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Sequence
 
 from jax import lax
 
-from ..spec import Conv, ConvLocal, layer_type
+from ..spec import Conv, ConvLocal, branches, layer_type, walk
 from . import _linear
 from ._fused import conv_pointwise
 from ._linear_spatial import to_full
@@ -33,8 +37,9 @@ SLAB_BYTES = 128 << 10  # one slab of a covariance: fits a core's L2 cache
 
 def _by_slabs(f, state: State, v1, v2) -> State:
     """Apply the pointwise map ``f(state, v1, v2)`` one cache-sized slab at a time,
-    in place: one row ``h`` of a full covariance (``(P, 1, H', W, W')``), or a
-    group of pairs of a diagonal one (``(S, H, W)``).
+    in place: one row ``h`` of a full covariance (``(P, 1, H', W, W')``; a row
+    along the first spatial axis whatever their number), or a group of pairs of a
+    diagonal one (``(S, H, W)``).
 
     A nonlinearity is a chain of elementwise operations with expensive links
     (sqrt, divide) that XLA's CPU backend will not duplicate, so it splits the
@@ -80,49 +85,58 @@ def _by_slabs(f, state: State, v1, v2) -> State:
     return state.replace(nngp=nngp, ntk=ntk if has_ntk else None)
 
 
-def contains_pool(layers: Sequence) -> bool:
-    for layer in layers:
-        t = layer_type(layer)
-        if t.pools or (t.branch and contains_pool(layer.layers)):
-            return True
-    return False
-
-
-def full_needed(layers: Sequence) -> list:
-    """``need[k]``: whether the input of top-level layer ``k`` must be the full spatial
-    covariance (``need[len(layers)]`` is the output's: never). It must while a pooling
-    layer lies ahead, unless a ``conv_local`` comes first: that layer reads only the
-    diagonal, and its output is zero off the diagonal (``_linear_spatial``), so the
-    full covariance after it is rebuilt from its diagonal."""
-    need = [False] * (len(layers) + 1)
+def full_needed(layers: Sequence, out: bool = False) -> list:
+    """``need[k]``: whether the input of layer ``k`` of ``layers`` must be the full
+    spatial covariance; ``need[len(layers)] = out``, the output's (at top level:
+    never). It must while a pooling layer lies ahead, unless a ``conv_local`` comes
+    first: that layer reads only the diagonal, and its output is zero off the
+    diagonal (``_linear_spatial``), so the full covariance after it is rebuilt from
+    its diagonal. A layer holding branches needs it where any branch's first layer
+    does, each branch ending in the layout the layer's output needs."""
+    need = [False] * len(layers) + [out]
     for k in range(len(layers) - 1, -1, -1):
-        if contains_pool([layers[k]]):
+        layer = layers[k]
+        if layer_type(layer).pools:
             need[k] = True
-        elif not isinstance(layers[k], ConvLocal):
+        elif isinstance(layer, ConvLocal):
+            need[k] = False
+        elif branches(layer):
+            need[k] = any(full_needed(b, need[k + 1])[0] for b in branches(layer))
+        else:
             need[k] = need[k + 1]
     return need
 
 
+def any_full(layers: Sequence, out: bool = False) -> bool:
+    """Whether any layer of ``layers`` (branches included) takes a full covariance."""
+    need = full_needed(layers, out)
+    return any(need) or any(any_full(b, need[k + 1]) for k, layer in enumerate(layers)
+                            for b in branches(layer))
+
+
 def count_variance_layers(layers: Sequence) -> int:
     """How many layers read per-input variances (nonlinearities and layer_norm)."""
-    n = 0
-    for layer in layers:
-        t = layer_type(layer)
-        if t.reads_variances:
-            n += 1
-        elif t.branch:
-            n += count_variance_layers(layer.layers)
-    return n
+    return sum(layer_type(layer).reads_variances for layer in walk(layers))
 
 
-def _apply(layer, state: State, variances, standard: bool, exact: bool, seen=None) -> State:
-    """One layer through its kernel map (``_maps``)."""
+def live_states(layers: Sequence) -> int:
+    """States alive at once while ``layers`` run, at most: a layer's input and output;
+    while branch ``j`` of a layer runs, the layer's input (each branch starts from it),
+    the ``j`` outputs before it and what the branch holds."""
+    return max([2] + [1 + j + live_states(branch) for layer in layers
+                      for j, branch in enumerate(branches(layer))])
+
+
+def _apply(layer, state: State, variances, standard: bool, exact: bool, out: bool,
+           seen) -> State:
+    """One layer through its kernel map (``_maps``); ``out``, ``seen``: as for
+    ``forward``, for the branches of a layer that holds some."""
     m = kernel_map(layer)
     if m.linear is not None:
         return m.linear(state, layer, standard)
-    if m.branch is not None:
-        return m.branch(state, forward(layer.layers, state, variances, standard, exact,
-                                       top=False, seen=seen))
+    if m.merge is not None:
+        return m.merge(layer, [forward(branch, state, variances, standard, exact, out, seen)
+                               for branch in branches(layer)])
     v1, v2 = variances(state)
     return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
 
@@ -164,11 +178,14 @@ def _layout(state: State, full: bool) -> State:
 
 
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
-            top: bool = True, seen=None) -> State:
-    """Apply ``layers`` in order; at top level, keep the full covariance only where
-    ``full_needed`` says. ``seen(state)``, when given, is called with the state after
-    every layer (branches included): how the engine measures its largest covariance."""
-    need = full_needed(layers) if top else None
+            out: bool = False, seen=None) -> State:
+    """Apply ``layers`` in order, keeping the full covariance only where
+    ``full_needed(layers, out)`` says (``out``: whether the output must be full;
+    a branch's input is cut at once when the branch needs only its diagonal).
+    ``seen(state)``, when given, is called with the state after every layer
+    (branches included): how the engine measures its largest covariance."""
+    need = full_needed(layers, out)
+    state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
     k = 0
     while k < len(layers):
@@ -193,9 +210,8 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too
         else:
-            state = _apply(layer, state, variances, standard, exact, seen)
-        if top:
-            state = _layout(state, need[k + 1])
+            state = _apply(layer, state, variances, standard, exact, need[k + 1], seen)
+        state = _layout(state, need[k + 1])
         if seen is not None:
             seen(state)
         spare = (before.nngp, before.ntk) if before.full else None

@@ -32,9 +32,10 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError
-from ..spec import Architecture, Flatten
+from ..spec import Architecture, Flatten, bind_architecture, walk
 from ._flat import FlatRoute
-from ._compose import SLAB_BYTES, count_variance_layers, forward, full_needed
+from ._compose import (SLAB_BYTES, any_full, count_variance_layers, forward, full_needed,
+                       live_states)
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances
 from ._runner import pad_rows, run_on_devices
@@ -42,7 +43,8 @@ from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
 
 
 class Stats(NamedTuple):
-    """Per-input quantities. ``variances[k]``: ``(n, H_k, W_k)`` or ``(n,)``;
+    """Per-input quantities. ``variances[k]``: ``(n, H_k, W_k)`` (one size per spatial
+    axis) or ``(n,)``;
     ``diag[kind]``: ``(n,)``, the kernel of each input with itself."""
 
     variances: Tuple[np.ndarray, ...]
@@ -69,22 +71,24 @@ class KernelFn(FlatRoute):
 
     Args:
       arch: the validated architecture.
-      input_shape: one example's shape, ``(H, W, C)`` or ``(D,)``.
+      input_shape: one example's shape: spatial sizes then channels, ``(L, C)``,
+        ``(H, W, C)`` or ``(D, H, W, C)``; or ``(D,)`` for vectors.
       kinds: subset of ``("nngp", "ntk")``.
       dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (exact).
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
                  kinds: Sequence[str] = ("nngp", "ntk"), dtype: str = "float32"):
-        self.arch = arch
         self.input_shape = tuple(int(s) for s in input_shape)
+        # every filter/window/strides with one entry per spatial axis of the input
+        self.arch = arch = bind_architecture(arch, self.input_shape)
         self.kinds = tuple(k for k in ("nngp", "ntk") if k in kinds)
         self.dtype = np.dtype(dtype)
-        spatial = len(self.input_shape) == 3
-        need = full_needed(arch.layers)
-        self._input_full = spatial and need[0]   # the input's covariance
-        self.full_cov = spatial and any(need)    # any layer's (pools ahead of it)
+        spatial = len(self.input_shape) >= 2
+        self._input_full = spatial and full_needed(arch.layers)[0]  # the input's covariance
+        self.full_cov = spatial and any_full(arch.layers)  # any layer's, branches included
         self.n_variances = count_variance_layers(arch.layers)
+        self.n_layers = sum(1 for _ in walk(arch.layers))  # branches' layers included
         self._standard = arch.parameterization == "standard"
         self._exact = self.dtype == np.float64
         self._want_ntk = "ntk" in self.kinds
@@ -188,7 +192,7 @@ class KernelFn(FlatRoute):
         """Largest number of covariance entries one pair holds in any layer: the
         input's, or a later layer's where a layer grows the image (``conv_transpose``)
         or the full covariance starts after the input (``conv_local``)."""
-        if len(self.input_shape) != 3:
+        if len(self.input_shape) < 2:
             return 1
         return int(self._traced()[1])
 
@@ -199,8 +203,9 @@ class KernelFn(FlatRoute):
 
     @property
     def live_bytes_per_pair(self) -> int:
-        """Bytes that must be alive per pair: each kind's covariance in and out of a layer."""
-        arrays = 2 * (2 if self._want_ntk else 1)
+        """Bytes that must be alive per pair: each kind's covariance in and out of a layer
+        (and, where the network branches, the branches' inputs and outputs too)."""
+        arrays = live_states(self.arch.layers) * (2 if self._want_ntk else 1)
         return arrays * self.cov_elements * self.dtype.itemsize
 
     def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,

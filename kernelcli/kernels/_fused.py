@@ -8,6 +8,10 @@ would set the pace. Output row ``h`` of the convolution needs only input rows
 rows and every intermediate (128 KiB at 32x32) stay in the core's cache, and
 each layer reads its input and writes its output once.
 
+Inputs with other numbers of spatial axes run the same way: rows over the first
+spatial axis, each row then windowed jointly along the remaining axes' pairs
+(none for sequences, whose row is ``(P, 1, L')``; two for volumes).
+
 In the per-input pass (an input with itself) the nonlinearity's variances are
 the diagonal of the convolution's output, which the row loop has not built yet;
 they equal the convolution of the input's diagonal (a joint shift maps the
@@ -16,6 +20,8 @@ each row, so the angle there is exactly 0 as it must be.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax.numpy as jnp
 from jax import lax
@@ -27,8 +33,8 @@ from ._state import State, reusable
 
 
 def _conv_row(x, r, layer: Conv):
-    """Row ``r`` of the joint-shift mean of ``x`` (``(P, H, H', W, W')``):
-    ``(P, 1, Ho', Wo, Wo')``."""
+    """Row ``r`` of the joint-shift mean of ``x`` (``(P, a1, a1', ..., an, an')``):
+    ``(P, 1, a1o', a2o, a2o', ...)``; ``(P, 1, Ho', Wo, Wo')`` for images."""
     size = x.shape[1]
     k, s = layer.filter[0], layer.strides[0]
     lo, _ = pads(size, k, s, layer.padding)
@@ -44,14 +50,18 @@ def _conv_row(x, r, layer: Conv):
         row = tap(row, (2,), t, k, s, layer.padding)
         total = row if total is None else total + row
     total = total * (1.0 / k)
-    return joint_window(total, (3, 4), layer.filter[1], layer.strides[1], layer.padding)
+    for i in range(1, len(layer.filter)):  # the remaining axes: (3, 4) for images
+        total = joint_window(total, (1 + 2 * i, 2 + 2 * i), layer.filter[i],
+                             layer.strides[i], layer.padding)
+    return total
 
 
 def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
                    self_pair: bool = False, spare=None) -> State:
     """``pointwise(conv(state))`` computed row by row; ``v1``: ``(P, Ho, Wo)``,
-    ``v2``: ``(P, Ho', Wo')`` are the nonlinearity's per-input variances. With
-    ``self_pair`` (then ``v1 is v2``) the convolution's diagonal is set to ``v1``.
+    ``v2``: ``(P, Ho', Wo')`` (one size per spatial axis) are the nonlinearity's
+    per-input variances. With ``self_pair`` (then ``v1 is v2``) the convolution's
+    diagonal is set to ``v1``.
 
     ``spare``: arrays no longer needed (an earlier layer's covariances), written
     over row by row when their shape and dtype match the output's. XLA's CPU
@@ -61,12 +71,13 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
     dead input of the layer before over as this loop's carry makes consecutive
     layers ping-pong between two sets of buffers.
     """
-    h = state.nngp.shape[1]
-    ho = out_size(h, layer.filter[0], layer.strides[0], layer.padding)
-    wo = out_size(state.nngp.shape[3], layer.filter[1], layer.strides[1], layer.padding)
-    shape = state.nngp.shape[:1] + (ho, ho, wo, wo)
-    fan_in = state.channels * layer.filter[0] * layer.filter[1]
+    outs = tuple(out_size(n, k, s, layer.padding) for n, k, s in
+                 zip(state.spatial_shape, layer.filter, layer.strides))
+    ho, rest = outs[0], outs[1:]
+    shape = state.nngp.shape[:1] + tuple(n for o in outs for n in (o, o))
+    fan_in = state.channels * math.prod(layer.filter)
     has_ntk = state.ntk is not None
+    row_shape = (1, 1) + shape[2:]  # one row of one pair: (1, 1, Ho', Wo, Wo')
 
     def body(r, carry):
         nngp, ntk = carry
@@ -75,11 +86,15 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
                      layer.b_std, fan_in, standard, layer.width)
         v_row = lax.dynamic_slice_in_dim(v1, r, 1, axis=1)              # (P, 1, Wo)
         if self_pair:
-            h2 = lax.broadcasted_iota(jnp.int32, (1, 1, ho, wo, wo), 2)
-            w1 = lax.broadcasted_iota(jnp.int32, (1, 1, ho, wo, wo), 3)
-            w2 = lax.broadcasted_iota(jnp.int32, (1, 1, ho, wo, wo), 4)
-            on_diag = (h2 == r) & (w1 == w2)
-            row = row.replace(nngp=jnp.where(on_diag, v_row[:, :, None, :, None], row.nngp))
+            # the row's diagonal: second position in row r (h' == r), the other axes
+            # equal (w == w')
+            iota = [lax.broadcasted_iota(jnp.int32, row_shape, d)
+                    for d in range(2, len(row_shape))]
+            on_diag = iota[0] == r
+            for i in range(len(rest)):
+                on_diag = on_diag & (iota[1 + 2 * i] == iota[2 + 2 * i])
+            v_diag = v_row[(slice(None), slice(None), None) + (slice(None), None) * len(rest)]
+            row = row.replace(nngp=jnp.where(on_diag, v_diag, row.nngp))
         row = pointwise(row, v_row, v2)
         nngp = lax.dynamic_update_slice_in_dim(nngp, row.nngp, r, axis=1)
         if has_ntk:

@@ -10,6 +10,8 @@ channels x filter size), plus 1 for a bias (``b_std`` not null).
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 
 from ..spec import AvgPool, Conv, Dense
@@ -17,23 +19,33 @@ from ._spatial import avg_pool_cov, conv_cov
 from ._state import State, diagonal
 
 
+# Einsum letters of the spatial axes of inputs with 1, 2, 3 of them (the second
+# input's are the upper case ones).
+_AXIS_LETTERS = {1: "l", 2: "hw", 3: "dhw"}
+
+
 def input_state(x1, x2, full: bool, want_ntk: bool) -> State:
     """Kernel of the raw inputs: channel-mean of products (neural-tangents' convention).
 
-    ``x1``, ``x2``: ``(P, H, W, C)`` images or ``(P, D)`` vectors, row p of each
-    forming pair p. Returns ``nngp`` of shape ``(P, H, H', W, W')`` if ``full``,
-    ``(P, H, W)`` for images otherwise, ``(P,)`` for vectors; ``ntk`` is the
-    scalar ``0.0`` (or ``None`` when the NTK is not wanted).
+    ``x1``, ``x2``: ``(P, a1, ..., an, C)`` inputs with ``n`` spatial axes (1 to 3:
+    ``(P, L, C)``, ``(P, H, W, C)``, ``(P, D, H, W, C)``) or ``(P, D)`` vectors, row
+    p of each forming pair p. Returns ``nngp`` of shape ``(P, a1, a1', ..., an,
+    an')`` if ``full`` (``(P, H, H', W, W')``), ``(P, a1, ..., an)`` otherwise,
+    ``(P,)`` for vectors; ``ntk`` is the scalar ``0.0`` (or ``None`` when the NTK is
+    not wanted).
     """
     c = x1.shape[-1]
     if x1.ndim == 2:
         nngp = jnp.einsum("pc,pc->p", x1, x2) / c
         spatial = False
-    elif full:
-        nngp = jnp.einsum("phwc,pHWc->phHwW", x1, x2) / c
-        spatial = True
     else:
-        nngp = jnp.einsum("phwc,phwc->phw", x1, x2) / c
+        a = _AXIS_LETTERS[x1.ndim - 2]
+        b = a.upper()
+        if full:  # "phwc,pHWc->phHwW"
+            pairs = "".join(i + j for i, j in zip(a, b))
+            nngp = jnp.einsum(f"p{a}c,p{b}c->p{pairs}", x1, x2) / c
+        else:     # "phwc,phwc->phw"
+            nngp = jnp.einsum(f"p{a}c,p{a}c->p{a}", x1, x2) / c
         spatial = True
     # The raw input has no parameters: its NTK is exactly zero. A scalar zero
     # keeps the first layer from convolving an all-zero covariance.
@@ -73,7 +85,7 @@ def conv(state: State, layer: Conv, standard: bool) -> State:
         return conv_cov(x, layer.filter, layer.strides, layer.padding, state.full)
 
     ntk = map_ntk(state, a)
-    fan_in = state.channels * layer.filter[0] * layer.filter[1]
+    fan_in = state.channels * math.prod(layer.filter)
     return affine(state, a(state.nngp), ntk, layer.W_std, layer.b_std,
                    fan_in, standard, layer.width)
 
@@ -88,21 +100,25 @@ def avg_pool(state: State, layer: AvgPool) -> State:
 
 def global_avg_pool(state: State) -> State:
     """Mean over all position pairs (full covariance) -> ``(P,)``."""
+    axes = tuple(range(1, state.nngp.ndim))  # (1, 2, 3, 4) for images
+
     def a(x):
-        return jnp.mean(x, axis=(1, 2, 3, 4))
+        return jnp.mean(x, axis=axes)
 
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a),
                          spatial=False, full=False)
 
 
 def flatten(state: State) -> State:
-    """Mean over the spatial diagonal -> ``(P,)``; channels become ``C*H*W``."""
+    """Mean over the spatial diagonal -> ``(P,)``; channels become ``C*H*W`` (the
+    channels times every spatial size)."""
     if not state.spatial:
         return state
+    axes = tuple(range(1, state.n_axes + 1))  # (1, 2) for images
 
     def a(x):
-        return jnp.mean(diagonal(x, state.full), axis=(1, 2))
+        return jnp.mean(diagonal(x, state.full), axis=axes)
 
-    h, w = state.hw
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a),
-                         spatial=False, full=False, channels=state.channels * h * w)
+                         spatial=False, full=False,
+                         channels=state.channels * math.prod(state.spatial_shape))

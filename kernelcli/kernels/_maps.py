@@ -15,8 +15,9 @@ An entry has exactly one of:
   also reads each input's own variances ``v1``, ``v2`` (nonlinearities and
   ``layer_norm``; spec flag ``reads_variances``). These are what a convolution
   fuses with on a full covariance (``_compose._block``);
-* ``branch(state, out) -> state``: how a layer holding a branch (spec flag
-  ``branch``) joins its input ``state`` with the branch's output ``out``.
+* ``merge(layer, outs) -> state``: how a layer holding branches (spec flag
+  ``branch``) joins the states ``outs`` its branches end in, one per branch in
+  order (a residual's: its input, the identity, and its branch's output).
 
 The maps are the very functions the engine compiled before the table existed,
 called in the same order, so the compiled programs are unchanged.
@@ -24,13 +25,16 @@ called in the same order, so the compiled programs are unchanged.
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
-from ..spec import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Flatten,
-                    Gelu, GlobalAvgPool, GlobalSumPool, Identity, LayerNorm, Relu, Residual,
+from ..spec import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp, Flatten,
+                    Gaussian, Gelu, GlobalAvgPool, GlobalSumPool, Hermite, Identity, LayerNorm,
+                    Monomial, Parallel, Rbf, RectifiedMonomial, Relu, Residual, Sign, Sin,
                     SumPool)
-from . import _linear, _linear_spatial, _nonlinear
+from . import _elementwise, _linear, _linear_spatial, _nonlinear
 from ._state import State
 
 
@@ -38,13 +42,37 @@ from ._state import State
 class KernelMap:
     linear: Optional[Callable[[State, Any, bool], State]] = None
     pointwise: Optional[Callable[[Any, bool], Callable]] = None
-    branch: Optional[Callable[[State, State], State]] = None
+    merge: Optional[Callable[[Any, Sequence[State]], State]] = None
 
 
-def _residual_sum(state: State, out: State) -> State:
-    """``x + f(x)``: the two branches are independent, so their kernels add."""
-    ntk = None if state.ntk is None else state.ntk + out.ntk
-    return out.replace(nngp=state.nngp + out.nngp, ntk=ntk)
+def _sum(outs: Sequence[State]) -> State:
+    """FanInSum: the branches' outputs are independent Gaussians, so their kernels add."""
+    def total(ks):
+        return functools.reduce(operator.add, ks)
+
+    ntk = None if outs[0].ntk is None else total([o.ntk for o in outs])
+    return outs[-1].replace(nngp=total([o.nngp for o in outs]), ntk=ntk)
+
+
+def _concat(outs: Sequence[State]) -> State:
+    """FanInConcat on the channel axis: the kernel is the mean over all channels, each
+    branch's weighted by its channel count (neural-tangents' plain mean when the counts
+    are equal, as it computes it), whatever the parameterization."""
+    widths = [o.channels for o in outs]
+    weights = [1] * len(outs) if len(set(widths)) == 1 else widths
+
+    def mean(ks):
+        return sum(k * w for k, w in zip(ks, weights)) / sum(weights)
+
+    ntk = None if outs[0].ntk is None else mean([o.ntk for o in outs])
+    return outs[0].replace(nngp=mean([o.nngp for o in outs]), ntk=ntk, channels=sum(widths))
+
+
+def _erf(layer: Erf, exact: bool) -> Callable:
+    """Bare ``erf`` keeps the map (and compiled program) it always had."""
+    if (layer.a, layer.b, layer.c) == (1.0, 1.0, 0.0):
+        return lambda s, v1, v2: _nonlinear.erf(s, v1, v2, exact)
+    return lambda s, v1, v2: _elementwise.erf(s, v1, v2, layer.a, layer.b, layer.c, exact)
 
 
 KERNEL_MAPS: Dict[type, KernelMap] = {
@@ -59,12 +87,30 @@ KERNEL_MAPS: Dict[type, KernelMap] = {
                     _nonlinear.abrelu(s, v1, v2, 0.0, 1.0, exact)),
     ABRelu: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
                       _nonlinear.abrelu(s, v1, v2, layer.a, layer.b, exact)),
-    Erf: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                   _nonlinear.erf(s, v1, v2, exact)),
+    Erf: KernelMap(pointwise=lambda layer, exact: _erf(layer, exact)),
     Gelu: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
                     _nonlinear.gelu(s, v1, v2, exact)),
     LayerNorm: KernelMap(pointwise=lambda layer, exact: _nonlinear.layer_norm),
-    Residual: KernelMap(branch=_residual_sum),
+    Sin: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                   _elementwise.sin(s, v1, v2, layer.a, layer.b, layer.c)),
+    Rbf: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                   _elementwise.rbf(s, v1, v2, layer.gamma)),
+    Exp: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                   _elementwise.exp(s, v1, v2, layer.a, layer.b)),
+    Gaussian: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                        _elementwise.gaussian(s, v1, v2, layer.a, layer.b)),
+    Monomial: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                        _elementwise.monomial(s, v1, v2, layer.degree)),
+    RectifiedMonomial: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                                 _elementwise.rectified_monomial(s, v1, v2, layer.degree,
+                                                                 exact)),
+    Sign: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                    _elementwise.sign(s, v1, v2, exact)),
+    Hermite: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                       _elementwise.hermite(s, v1, v2, layer.degree)),
+    Residual: KernelMap(merge=lambda layer, outs: _sum(outs)),
+    Parallel: KernelMap(merge=lambda layer, outs:
+                        _sum(outs) if layer.merge == "sum" else _concat(outs)),
     ConvLocal: KernelMap(linear=_linear_spatial.conv_local),
     ConvTranspose: KernelMap(linear=_linear_spatial.conv_transpose),
     SumPool: KernelMap(linear=lambda state, layer, standard:

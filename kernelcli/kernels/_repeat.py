@@ -35,9 +35,8 @@ def repeats(layers: Sequence, k: int, state: State) -> int:
     if not (isinstance(conv, Conv) and is_pointwise(act) and state.spatial
             and not isinstance(state.ntk, float) and state.channels == conv.width):
         return 0
-    h, w = state.hw
-    if (out_size(h, conv.filter[0], conv.strides[0], conv.padding) != h
-            or out_size(w, conv.filter[1], conv.strides[1], conv.padding) != w):
+    if any(out_size(n, k, s, conv.padding) != n
+           for n, k, s in zip(state.spatial_shape, conv.filter, conv.strides)):
         return 0
     m = 0
     while (k + 2 * m + 1 < len(layers) and layers[k + 2 * m] == conv
@@ -57,7 +56,7 @@ def repeat_layers(state: State, m: int, block, at, spare=None):
     ``spare``: dead arrays of the state's shape, or ``None``.
 
     Returns ``(state, spare, recorded)``: the output, the dead input of the last
-    layer, and the ``(m, P, H, W)`` variances the per-input pass derived (``None``
+    layer, and the ``(m, P, H, W)`` variances (one size per spatial axis) the per-input pass derived (``None``
     for pairs). The body runs two layers, ``A -> B`` then ``B -> A``, so the two
     sets of buffers swap roles without a copy.
     """

@@ -6,7 +6,10 @@ multiplies both positions). The offsets factor per axis, so the map is one
 k-tap pass over the (h, h') axis pair and one over (w, w'): 2k summands per
 output instead of k^2. Average pooling shifts the two positions independently,
 so it is one k-tap pass per single axis. Sum pooling is the same passes without
-the division; ``normalize_edges`` divides by the taps inside the image.
+the division; ``normalize_edges`` divides by the taps inside the input. Inputs
+with 1 or 3 spatial axes take the same passes over their 1 or 3 axis pairs
+(``(1 + 2i, 2 + 2i)`` of a full covariance, ``1 + i`` of a diagonal one, for
+spatial axis ``i``).
 
 Every pass is a sum of strided slices of a padded array; XLA fuses the pad,
 the slices and the sum (and the elementwise consumer) into one loop.
@@ -104,8 +107,10 @@ def axis_groups(n: int, full: bool):
 
 
 def conv_cov(x, filt: Sequence[int], strides: Sequence[int], padding: str, full: bool):
-    """Convolution of a covariance. ``x``: ``(P, H, H', W, W')`` if ``full``
-    else ``(P, H, W)``; returns the same layout at the output resolution."""
+    """Convolution of a covariance. ``x``: ``(P, a1, a1', ..., an, an')`` if ``full``
+    else ``(P, a1, ..., an)`` (``(P, H, H', W, W')``, ``(P, H, W)`` for images), with
+    ``filt`` and ``strides`` one entry per spatial axis; returns the same layout at
+    the output resolution."""
     for axes, k, s in zip(axis_groups(len(filt), full), filt, strides):
         x = joint_window(x, axes, k, s, padding)
     return x
@@ -127,10 +132,10 @@ def _along(v: np.ndarray, axis: int, ndim: int) -> np.ndarray:
 
 def avg_pool_cov(x, window: Sequence[int], strides: Sequence[int], padding: str,
                  normalize_edges: bool = False):
-    """Average pooling of a full covariance ``(P, H, H', W, W')``, one single axis at
+    """Average pooling of a full covariance ``(P, a1, a1', ..., an, an')``, one single axis at
     a time (the two images' windows move independently). Zero padding counts in the
     mean (neural-tangents' default ``normalize_edges=False``); with ``normalize_edges``
-    and SAME padding each output divides by the taps inside the image instead."""
+    and SAME padding each output divides by the taps inside the input instead."""
     for i, (k, s) in enumerate(zip(window, strides)):
         for axis in (1 + 2 * i, 2 + 2 * i):
             if normalize_edges and padding == "SAME":
@@ -143,7 +148,7 @@ def avg_pool_cov(x, window: Sequence[int], strides: Sequence[int], padding: str,
 
 
 def sum_pool_cov(x, window: Sequence[int], strides: Sequence[int], padding: str):
-    """Sum pooling of a full covariance ``(P, H, H', W, W')``: the windows' sums."""
+    """Sum pooling of a full covariance ``(P, a1, a1', ..., an, an')``: the windows' sums."""
     for i, (k, s) in enumerate(zip(window, strides)):
         for axis in (1 + 2 * i, 2 + 2 * i):
             x = window_sum(x, (axis,), k, s, padding)

@@ -3,16 +3,20 @@
 For a batch of P input pairs ``(x1[i], x2[j])`` the state holds
 
 * ``nngp`` and ``ntk`` (``ntk`` is ``None`` when only the NNGP is wanted), of
-  shape ``(P, H, H', W, W')`` when the full spatial covariance is tracked
-  (``full=True``: needed up to the last pooling layer), ``(P, H, W)`` when only
-  its spatial diagonal is (``full=False``), or ``(P,)`` once the spatial axes
-  are gone (``spatial=False``: after ``flatten`` / ``global_avg_pool``, or for
-  vector inputs);
+  shape ``(P, a1, a1', ..., an, an')`` for inputs with ``n`` spatial axes (1 to
+  3: sequences, images, volumes; ``(P, H, H', W, W')`` for images) when the full
+  spatial covariance is tracked (``full=True``: needed up to the last pooling
+  layer), ``(P, a1, ..., an)`` (``(P, H, W)``) when only its spatial diagonal is
+  (``full=False``), or ``(P,)`` once the spatial axes are gone
+  (``spatial=False``: after ``flatten`` / ``global_avg_pool``, or for vector
+  inputs);
 * ``channels``: the width feeding the next affine layer, which only the
   ``standard`` parameterization's NTK reads.
 
-The full covariance interleaves the two images' axes, ``(h, h', w, w')``, so a
-convolution or a pooling window acts on one adjacent pair of axes at a time.
+The full covariance interleaves the two inputs' axes, ``(a1, a1', a2, a2', ...)``,
+so a convolution or a pooling window acts on one adjacent pair of axes at a
+time: spatial axis ``i`` (from 0) is the pair ``(1 + 2i, 2 + 2i)`` of a full
+covariance and axis ``1 + i`` of a diagonal one.
 """
 
 from __future__ import annotations
@@ -36,21 +40,36 @@ class State:
         return replace(self, **kw)
 
     @property
-    def hw(self) -> Tuple[int, int]:
-        """Spatial size ``(H, W)`` of the current feature map."""
+    def n_axes(self) -> int:
+        """How many spatial axes the feature map has (0 once they are gone)."""
         if not self.spatial:
-            return (1, 1)
+            return 0
+        return (self.nngp.ndim - 1) // 2 if self.full else self.nngp.ndim - 1
+
+    @property
+    def spatial_shape(self) -> Tuple[int, ...]:
+        """Spatial sizes of the current feature map, one per axis (``(H, W)`` for
+        images); ``()`` once the spatial axes are gone."""
         if self.full:
-            return (self.nngp.shape[1], self.nngp.shape[3])
-        return (self.nngp.shape[1], self.nngp.shape[2])
+            return tuple(self.nngp.shape[1::2])
+        return tuple(self.nngp.shape[1:]) if self.spatial else ()
+
+    @property
+    def hw(self) -> Tuple[int, ...]:
+        """:attr:`spatial_shape` (the name is from when every input was an image)."""
+        return self.spatial_shape
 
 
 def diagonal(cov, full: bool):
-    """Spatial diagonal: ``(P, H, H, W, W) -> (P, H, W)`` when ``full``, else as is."""
+    """Spatial diagonal: ``(P, a1, a1', ..., an, an') -> (P, a1, ..., an)`` when
+    ``full`` (``(P, H, H, W, W) -> (P, H, W)``), else as is."""
     if not full:
         return cov
-    d = jnp.diagonal(cov, axis1=1, axis2=2)          # (P, W, W, H)
-    d = jnp.diagonal(d, axis1=1, axis2=2)            # (P, H, W)
+    # each step moves the diagonal of the leading pair of axes to the end:
+    # (P, H, H, W, W) -> (P, W, W, H) -> (P, H, W)
+    d = cov
+    for _ in range((cov.ndim - 1) // 2):
+        d = jnp.diagonal(d, axis1=1, axis2=2)
     return d
 
 
@@ -76,8 +95,8 @@ def reusable(spare, shape, dtype):
 class PairVariances:
     """Per-input variances for pair evaluations, read by layer order.
 
-    ``v1[k]`` and ``v2[k]`` are the spatial diagonals (shape ``(n, H_k, W_k)`` or
-    ``(n,)``) of the k-th layer that needs variances (a nonlinearity or
+    ``v1[k]`` and ``v2[k]`` are the spatial diagonals (shape ``(n, H_k, W_k)``, one
+    size per spatial axis, or ``(n,)``) of the k-th layer that needs variances (a nonlinearity or
     ``layer_norm``), one row per input; ``rows1``, ``rows2`` (``(P,)`` int) pick
     the first and second image of each pair (``None``: already laid out per pair).
     Each layer gathers only its own variances, when it runs, so a chunk of pairs
@@ -120,12 +139,15 @@ class SelfVariances:
 
 
 def outer(v1, v2, state: State):
-    """Combine per-position terms of the two images to the state's layout.
+    """Combine per-position terms of the two inputs to the state's layout.
 
-    ``v1``, ``v2``: ``(P, H, W)`` (or ``(P,)``). Returns a broadcastable pair so
-    that ``v1 * v2`` has the shape of ``state.nngp`` without being materialised
-    by itself (XLA fuses the broadcast into the consumer).
+    ``v1``, ``v2``: ``(P, a1, ..., an)`` (``(P, H, W)``; or ``(P,)``). Returns a
+    broadcastable pair so that ``v1 * v2`` has the shape of ``state.nngp`` without
+    being materialised by itself (XLA fuses the broadcast into the consumer):
+    ``v1[:, :, None, :, None]`` and ``v2[:, None, :, None, :]`` for images.
     """
     if state.spatial and state.full:
-        return v1[:, :, None, :, None], v2[:, None, :, None, :]
+        n = v1.ndim - 1
+        return (v1[(slice(None),) + (slice(None), None) * n],
+                v2[(slice(None),) + (None, slice(None)) * n])
     return v1, v2

@@ -67,8 +67,8 @@ def _transpose_axis(x, axes: Sequence[int], k: int, s: int, padding: str):
 
 
 def transpose_cov(x, filt: Sequence[int], strides: Sequence[int], padding: str, full: bool):
-    """Transposed convolution of a covariance: ``x`` of shape ``(P, H, H', W, W')`` if
-    ``full`` else ``(P, H, W)``, returned in the same layout at the output size."""
+    """Transposed convolution of a covariance: ``x`` of shape ``(P, a1, a1', ..., an, an')``
+    if ``full`` else ``(P, a1, ..., an)``, returned in the same layout at the output size."""
     for axes, k, s in zip(axis_groups(len(filt), full), filt, strides):
         x = _transpose_axis(x, axes, k, s, padding)
     return x

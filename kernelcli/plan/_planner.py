@@ -40,9 +40,10 @@ class EngineCosts:
 
     ``chunk``: pairs the engine evaluates at once inside a call; ``flat_input``: one
     Gram matrix per call (a fully connected net); ``cov_elements``: covariance entries
-    of one pair; ``layers``: layers of the architecture; ``compiled_memory(rows, cols,
-    pairs)``: bytes per device of one call at ``pairs`` pairs of a ``rows x cols``
-    block, from XLA's analysis of the compiled program (each call is a compilation).
+    of one pair; ``layers``: layers of the architecture, those inside branches too;
+    ``compiled_memory(rows, cols, pairs)``: bytes per device of one call at ``pairs``
+    pairs of a ``rows x cols`` block, from XLA's analysis of the compiled program (each
+    call is a compilation).
     """
 
     chunk: int

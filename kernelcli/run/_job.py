@@ -24,7 +24,7 @@ from .. import __version__, _interrupt
 from .._system import memory_available
 from ..plan import EngineCosts, Plan, auto_budget, plan_run
 from ..errors import RunDirError
-from ..spec import RunConfig
+from ..spec import RunConfig, as_pairs
 from ..store import LABELS, preprocess_name
 from ._devices import local_devices
 from ._inputs import Inputs, check_preprocess_file, open_inputs
@@ -119,7 +119,9 @@ def config_fingerprint(cfg: RunConfig) -> str:
     kernel = dataclasses.asdict(cfg.kernel)
     if not kernel["test_diagonal"]:
         del kernel["test_diagonal"]
-    what = {"data": data, "architecture": repr(cfg.architecture), "kernel": kernel}
+    # as_pairs: a one-int filter is recorded as the pair it meant before inputs of other
+    # ranks were accepted, so runs made then keep their fingerprint
+    what = {"data": data, "architecture": repr(as_pairs(cfg.architecture)), "kernel": kernel}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
@@ -136,7 +138,7 @@ def engine_costs(kfn) -> EngineCosts:
 
     return EngineCosts(chunk=kfn.chunk, flat_input=kfn.flat_input,
                        cov_elements=1 if kfn.flat_input else kfn.cov_elements,
-                       layers=len(kfn.arch.layers), kinds=tuple(kfn.kinds),
+                       layers=kfn.n_layers, kinds=tuple(kfn.kinds),
                        itemsize=kfn.dtype.itemsize, compiled_memory=compiled_memory)
 
 

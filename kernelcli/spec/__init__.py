@@ -1,12 +1,17 @@
 """The run specification: YAML configuration -> validated, frozen value objects.
 
 ``load_config`` reads and validates a YAML file; ``check_architecture`` then
-checks the layers against the data's per-example shape. Everything raises
+checks the layers against the data's per-example shape, and
+``bind_architecture`` gives the layers one ``filter``/``window``/``strides``
+entry per spatial axis of that shape (what the kernels take). Everything raises
 :class:`kernelcli.errors.ConfigError` for a user's mistake.
 
 ``layer_type(layer)`` is a layer's declaration (``LayerType``: YAML name,
 parameters, shape rule, flags); ``layer_types()`` lists them all, for the
 kernels' own table and the tests that check every layer is complete.
+``branches(layer)`` are the layer lists a ``residual`` or ``parallel`` holds,
+and ``walk(layers)`` every layer, nested ones included: the one way any stage
+looks inside a layer.
 """
 
 from ._check import check_architecture as check_architecture
@@ -31,12 +36,21 @@ from ._layers import AvgPool as AvgPool
 from ._layers import Conv as Conv
 from ._layers import Dense as Dense
 from ._layers import Erf as Erf
+from ._layers import Exp as Exp
+from ._layers import Gaussian as Gaussian
+from ._layers import Hermite as Hermite
+from ._layers import Monomial as Monomial
+from ._layers import Rbf as Rbf
+from ._layers import RectifiedMonomial as RectifiedMonomial
+from ._layers import Sign as Sign
+from ._layers import Sin as Sin
 from ._layers import Flatten as Flatten
 from ._layers import Gelu as Gelu
 from ._layers import GlobalAvgPool as GlobalAvgPool
 from ._layers import Identity as Identity
 from ._layers import Layer as Layer
 from ._layers import LayerNorm as LayerNorm
+from ._layers import Parallel as Parallel
 from ._layers import Relu as Relu
 from ._layers import Residual as Residual
 from ._layers_spatial import ConvLocal as ConvLocal
@@ -47,10 +61,16 @@ from ._load import load_config as load_config
 from ._load import parse_architecture as parse_architecture
 from ._load import parse_config as parse_config
 from ._parse_layers import LAYER_NAMES as LAYER_NAMES
+from ._rank import SPATIAL_FIELDS as SPATIAL_FIELDS
+from ._rank import as_pairs as as_pairs
+from ._rank import bind_architecture as bind_architecture
+from ._rank import bind_layers as bind_layers
 from ._registry import LayerType as LayerType
 from ._registry import Spelling as Spelling
+from ._registry import branches as branches
 from ._registry import layer_type as layer_type
 from ._registry import layer_types as layer_types
+from ._registry import walk as walk
 from ._shapes import spatial_out as spatial_out
 from ._shapes import transpose_out as transpose_out
 from ._sizes import format_size as format_size

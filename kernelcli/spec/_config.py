@@ -14,7 +14,10 @@ from ._layers import Layer
 
 KINDS = ("nngp", "ntk")
 DTYPES = ("float32", "float64")
-LAYOUTS = ("NHWC", "NCHW")
+# Axis orders of input files: channels last (NHWC, NLC, NDHWC) or first (NCHW, NCL,
+# NCDHW), read as channels last. NHWC, the default, means channels last at any rank
+# (rows (N, D) too); every other name needs the rank it spells.
+LAYOUTS = ("NHWC", "NCHW", "NLC", "NCL", "NDHWC", "NCDHW")
 PARAMETERIZATIONS = ("ntk", "standard")
 EXECUTORS = ("local", "ray")
 PREPROCESS_KINDS = ("standardize", "zca")

@@ -18,7 +18,7 @@ import difflib
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ConfigError
 
@@ -271,6 +271,20 @@ def positive_int(value: Any, path: str, noun: str, *, maximum: int) -> int:
     return value
 
 
+def integer(value: Any, path: str, *, minimum: int, maximum: int) -> int:
+    """An int from ``minimum`` to ``maximum`` (a polynomial degree). YAML ``true`` and
+    ``2.0`` are refused, like every count."""
+    expected = f"expected an integer from {minimum} to {maximum}"
+    if not _is_int(value):
+        raise fail(path, f"{show(value)} is not an integer; {expected}")
+    if value < minimum:
+        what = "is negative" if minimum == 0 else f"is below {minimum}"
+        raise fail(path, f"{show(value)} {what}; {expected}")
+    if value > maximum:
+        raise fail(path, f"{show(value)} is too large; {expected}")
+    return value
+
+
 def count_or(value: Any, path: str, word: str, noun: str, *, maximum: int) -> Optional[int]:
     """``word`` (``auto``, ``all``; case-insensitive) -> None, else an int 1..``maximum``."""
     if isinstance(value, str) and value.lower() == word:
@@ -283,15 +297,25 @@ def count_or(value: Any, path: str, word: str, noun: str, *, maximum: int) -> Op
     return value
 
 
-def pair(value: Any, path: str, noun: str, *, maximum: int) -> Tuple[int, int]:
-    """(height, width) from ``[h, w]``, or from one int ``k`` meaning ``[k, k]``; each
-    from 1 to ``maximum``."""
-    items = [value, value] if _is_int(value) else value
-    if isinstance(items, list) and len(items) == 2 and all(_is_int(v) and v >= 1
-                                                           for v in items):
+MAX_AXES = 3  # spatial axes: sequences (L, C), images (H, W, C), volumes (D, H, W, C)
+
+
+def pair(value: Any, path: str, noun: str, *, maximum: int) -> Union[int, Tuple[int, ...]]:
+    """Sizes along the spatial axes (``filter``, ``window``, ``strides``): one int ``k``,
+    meaning ``k`` along every spatial axis (returned as the int), or a list of 1 to
+    ``MAX_AXES`` ints, one per axis (returned as a tuple); each from 1 to ``maximum``.
+
+    How many axes the input has is known only once the data is opened: the spec's
+    ``bind`` (``_rank``) then expands an int and checks a list's length against it.
+    """
+    items = [value] if _is_int(value) else value
+    if (isinstance(items, list) and 1 <= len(items) <= MAX_AXES
+            and all(_is_int(v) and v >= 1 for v in items)):
         if max(items) > maximum:
             raise fail(path, f"{show(value)} is too large; expected a positive integer or a "
-                             f"list of 2 positive integers, each no larger than {maximum}")
-        return (items[0], items[1])
-    raise fail(path, f"{show(value)} is not {noun}; expected a positive integer "
-                     "or a list of 2 positive integers")
+                             f"list of 1 to {MAX_AXES} positive integers, each no larger than "
+                             f"{maximum}")
+        return value if _is_int(value) else tuple(items)
+    raise fail(path, f"{show(value)} is not {noun}; expected a positive integer (the same "
+                     f"along every spatial axis) or a list of 1 to {MAX_AXES} positive "
+                     "integers (one per spatial axis)")

@@ -13,7 +13,10 @@ the registry instead of testing classes, so adding a layer here (and its kernel
 map, see CONTRIBUTING.md) is all they need.
 
 ``repeat`` is expanded when the configuration is read, so it has no class here;
-``leaky_relu: {alpha}`` becomes ``ABRelu(a=alpha, b=1)``.
+``leaky_relu: {alpha}`` becomes ``ABRelu(a=alpha, b=1)``, ``abs`` ``ABRelu(a=-1, b=1)``,
+``sigmoid_like`` neural-tangents' ``Erf(0.5, 1/2.4020563531719796, 0.5)``. The other
+elementwise nonlinearities (``sin``, ``exp``, ``hermite``...) are declared in
+``_layers_elementwise``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ from . import _shapes as S
 from ._registry import LayerType, Spelling, layer_types, register
 
 PADDINGS = ("SAME", "VALID", "CIRCULAR")
+
+# Sizes along the spatial axes (``filter``, ``window``, ``strides``): a tuple with one
+# entry per spatial axis, or, as parsed before the input's rank is known, one int
+# meaning that size along every axis. The shape check and the kernels see the
+# layers bound to the input (``_rank.bind_layer``): tuples of the input's length.
+Axes = Union[int, Tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -44,10 +53,12 @@ register(LayerType(
 
 @dataclass(frozen=True)
 class Conv:
-    """2-D convolution over (H, W); ``filter``/``strides`` are (height, width)."""
+    """Convolution over the spatial axes (1 to 3 of them: ``(L,)``, ``(H, W)``,
+    ``(D, H, W)``); ``filter``/``strides`` give one size per axis, or one int for
+    every axis (see :data:`Axes`)."""
 
-    filter: Tuple[int, int] = (3, 3)
-    strides: Tuple[int, int] = (1, 1)
+    filter: Axes = 3
+    strides: Axes = 1
     padding: str = "SAME"
     W_std: float = 1.0
     b_std: Optional[float] = 0.0
@@ -56,8 +67,8 @@ class Conv:
 
 
 def _conv(p) -> Conv:
-    return Conv(filter=p.pair("filter", (3, 3), "a filter size"),
-                strides=p.pair("strides", (1, 1), "a stride"),
+    return Conv(filter=p.pair("filter", 3, "a filter size"),
+                strides=p.pair("strides", 1, "a stride"),
                 padding=p.padding("SAME"), W_std=p.w_std(), b_std=p.b_std(),
                 width=p.width(), where=p.path)
 
@@ -74,7 +85,16 @@ class Relu:
 
 @dataclass(frozen=True)
 class Erf:
+    """``a * erf(b * x) + c``; bare ``erf`` is ``a=1, b=1, c=0``."""
+
+    a: float = 1.0
+    b: float = 1.0
+    c: float = 0.0
     where: str = field(default="", compare=False, repr=False)
+
+
+# neural-tangents' Sigmoid_like: 0.5 * erf(x / 2.4020563531719796) + 0.5
+SIGMOID_LIKE = dict(a=0.5, b=1 / 2.4020563531719796, c=0.5)
 
 
 @dataclass(frozen=True)
@@ -94,29 +114,34 @@ class ABRelu:
 _ACTIVATION = dict(shape=S.nonlinearity, needs_gaussian=True, reads_variances=True)
 register(
     LayerType(Relu, "relu", **_ACTIVATION),
-    LayerType(Erf, "erf", **_ACTIVATION),
+    LayerType(Erf, "erf", parameters=("a", "b", "c"), **_ACTIVATION,
+              parse=lambda p: Erf(a=p.scale("a", 1.0), b=p.scale("b", 1.0),
+                                  c=p.scale("c", 0.0), where=p.path),
+              also=(Spelling("sigmoid_like", (),
+                             lambda p: Erf(**SIGMOID_LIKE, where=p.path)),)),
     LayerType(Gelu, "gelu", **_ACTIVATION),
     LayerType(ABRelu, "abrelu", parameters=("a", "b"), **_ACTIVATION,
               parse=lambda p: ABRelu(a=p.slope("a"), b=p.slope("b"), where=p.path),
               also=(Spelling("leaky_relu", ("alpha",),
-                             lambda p: ABRelu(a=p.slope("alpha"), b=1.0, where=p.path)),)),
+                             lambda p: ABRelu(a=p.slope("alpha"), b=1.0, where=p.path)),
+                    Spelling("abs", (), lambda p: ABRelu(a=-1.0, b=1.0, where=p.path)))),
 )
 
 
 @dataclass(frozen=True)
 class AvgPool:
     """``normalize_edges``: under SAME padding, divide by the positions inside the
-    image instead of the whole window (neural-tangents' option; no effect otherwise)."""
+    input instead of the whole window (neural-tangents' option; no effect otherwise)."""
 
-    window: Tuple[int, int] = (2, 2)
-    strides: Tuple[int, int] = (2, 2)
+    window: Axes = 2
+    strides: Axes = 2
     padding: str = "VALID"
     normalize_edges: bool = False
     where: str = field(default="", compare=False, repr=False)
 
 
 def _avg_pool(p) -> AvgPool:
-    window = p.pair("window", (2, 2), "a window size")
+    window = p.pair("window", 2, "a window size")
     return AvgPool(window=window, strides=p.pair("strides", window, "a stride"),
                    padding=p.padding("VALID"),
                    normalize_edges=p.boolean("normalize_edges", False), where=p.path)
@@ -148,7 +173,8 @@ class LayerNorm:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(LayerType(LayerNorm, "layer_norm", S.keep, needs_gaussian=True, reads_variances=True))
+register(LayerType(LayerNorm, "layer_norm", S.normalize, needs_gaussian=True,
+                   reads_variances=True))
 
 
 @dataclass(frozen=True)
@@ -167,19 +193,47 @@ class Residual:
     where: str = field(default="", compare=False, repr=False)
 
 
-# Parsed by _parse_layers (the branch is a layer list); `residual: [...]` works too.
+# `residual: [...]` is `residual: {layers: [...]}`. As in neural-tangents, FanOut(2),
+# parallel(Identity, serial(layers)), FanInSum: its branches are the identity and f.
 register(LayerType(Residual, "residual", S.residual, ("layers",), needs_gaussian=True,
-                   branch=True))
+                   parse=lambda p: Residual(layers=p.layers("layers"), where=p.path),
+                   branches=lambda layer: ((), layer.layers), bare="layers"))
 
 
-# The spatial family registers here, before the groups below are derived.
+MERGES = ("sum", "concat")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """neural-tangents' ``serial(FanOut(k), parallel(*branches), FanInSum())`` (``merge:
+    sum``) or ``FanInConcat(axis=-1)`` (``merge: concat``); an empty branch is the
+    identity."""
+
+    branches: Tuple[Tuple["Layer", ...], ...] = ()
+    merge: str = "sum"
+    where: str = field(default="", compare=False, repr=False)
+
+
+register(LayerType(Parallel, "parallel", S.parallel, ("branches", "merge"),
+                   parse=lambda p: Parallel(branches=p.branches("branches"),
+                                            merge=p.choice("merge", MERGES, "a merge"),
+                                            where=p.path),
+                   branches=lambda layer: layer.branches))
+
+
+# The further elementwise nonlinearities register here, before the groups below.
+from ._layers_elementwise import (Exp, Gaussian, Hermite, Monomial,  # noqa: E402
+                                  RectifiedMonomial, Rbf, Sign, Sin)
+# So does the spatial family.
 from ._layers_spatial import ConvLocal, ConvTranspose, GlobalSumPool, SumPool  # noqa: E402
 
 Layer = Union[Dense, Conv, Relu, Erf, Gelu, ABRelu, AvgPool, GlobalAvgPool,
-              Flatten, LayerNorm, Identity, Residual, ConvLocal, ConvTranspose, SumPool,
+              Flatten, LayerNorm, Identity, Residual, Sin, Rbf, Exp, Gaussian, Monomial,
+              RectifiedMonomial, Sign, Hermite, Parallel, ConvLocal, ConvTranspose, SumPool,
               GlobalSumPool]
 
 # Groups of classes, derived from the declarations (for tests and callers that filter).
-NONLINEARITIES = tuple(t.cls for t in layer_types() if t.shape is S.nonlinearity)
+NONLINEARITIES = tuple(t.cls for t in layer_types()
+                       if t.shape in (S.nonlinearity, S.unit_variance_nonlinearity))
 POOLS = tuple(t.cls for t in layer_types() if t.pools)
 AFFINE = tuple(t.cls for t in layer_types() if t.affine)

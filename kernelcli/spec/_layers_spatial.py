@@ -11,9 +11,10 @@ like it, make the signal Gaussian (``affine``); ``sum_pool`` takes ``avg_pool``'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Optional
 
 from . import _shapes as S
+from ._layers import Axes
 from ._registry import LayerType, register
 
 _CONV_PARAMETERS = ("filter", "strides", "padding", "W_std", "b_std", "width")
@@ -25,8 +26,8 @@ class ConvLocal:
     output position. Its kernel reads only the spatial diagonal of its input's
     covariance, and its output covariance is zero between different positions."""
 
-    filter: Tuple[int, int] = (3, 3)
-    strides: Tuple[int, int] = (1, 1)
+    filter: Axes = 3
+    strides: Axes = 1
     padding: str = "SAME"
     W_std: float = 1.0
     b_std: Optional[float] = 0.0
@@ -38,8 +39,8 @@ class ConvLocal:
 class ConvTranspose:
     """Transposed convolution (``lax.conv_transpose``): each axis grows by its stride."""
 
-    filter: Tuple[int, int] = (3, 3)
-    strides: Tuple[int, int] = (1, 1)
+    filter: Axes = 3
+    strides: Axes = 1
     padding: str = "SAME"
     W_std: float = 1.0
     b_std: Optional[float] = 0.0
@@ -49,8 +50,8 @@ class ConvTranspose:
 
 def _conv_like(cls):
     def parse(p):
-        return cls(filter=p.pair("filter", (3, 3), "a filter size"),
-                   strides=p.pair("strides", (1, 1), "a stride"),
+        return cls(filter=p.pair("filter", 3, "a filter size"),
+                   strides=p.pair("strides", 1, "a stride"),
                    padding=p.padding("SAME"), W_std=p.w_std(), b_std=p.b_std(),
                    width=p.width(), where=p.path)
     return parse
@@ -66,14 +67,14 @@ register(
 
 @dataclass(frozen=True)
 class SumPool:
-    window: Tuple[int, int] = (2, 2)
-    strides: Tuple[int, int] = (2, 2)
+    window: Axes = 2
+    strides: Axes = 2
     padding: str = "VALID"
     where: str = field(default="", compare=False, repr=False)
 
 
 def _sum_pool(p) -> SumPool:
-    window = p.pair("window", (2, 2), "a window size")
+    window = p.pair("window", 2, "a window size")
     return SumPool(window=window, strides=p.pair("strides", window, "a stride"),
                    padding=p.padding("VALID"), where=p.path)
 

@@ -7,14 +7,18 @@ its YAML path in ``where``: ``architecture.layers[3].conv``, or inside a repeat
 ``architecture.layers[2].repeat.layers[0].conv`` (copies share it).
 
 Which names exist, which parameters each takes and how they are read is each
-layer's declaration (``_layers``); this module reads the list itself, and
-``repeat`` and the branch of ``residual``, which are lists of layers in turn.
+layer's declaration (``_layers``); this module reads the list itself and
+``repeat``, and hands each declaration the reader of the layer lists it holds
+(the branch of ``residual``, the branches of ``parallel``): lists in turn, so
+``repeat`` works inside them. Inside a branch of ``parallel`` the paths read
+``architecture.layers[2].parallel.branches[1][0].conv``.
 
 Every number has a bound, so that a hostile value fails here with its key named:
 filter, window and stride sizes 1..1024, widths 1..2**31, ``W_std``/``b_std``
 0..1000, the slopes of ``abrelu``/``leaky_relu`` -1000..1000, ``repeat.times``
 1..1000, and at most 1000 layers in all once repeats are expanded (each
-``residual`` counts as one layer plus those of its branch).
+``residual`` counts as one layer plus those of its branch, each ``parallel`` as
+one plus one per branch plus those of its branches).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Dict, List, Tuple
 
 from . import _fields as f
 from ._layers import Layer
-from ._params import Params
+from ._params import BRANCH, LAYERS, Params
 from ._registry import layer_types, spelling
 
 # `repeat` is syntax, not a layer: expanded here, it has no class or LayerType.
@@ -38,10 +42,6 @@ LAYER_NAMES = tuple(sorted(PARAMETERS))
 
 MAX_REPEAT = 1000        # repeat.times
 MAX_LAYERS = 1000        # layers in all after expanding repeats; bounds the shape check
-
-
-def _params(name: str, raw: Any, path: str) -> Params:
-    return Params(name, raw, path, PARAMETERS[name])
 
 
 def _name_and_params(item: Any, path: str) -> Tuple[str, Any]:
@@ -62,7 +62,6 @@ def _name_and_params(item: Any, path: str) -> Tuple[str, Any]:
     return name, raw
 
 
-_LIST = "a list of at least one layer"
 _CAP = f"expected at most {MAX_LAYERS} layers in all, once repeats are expanded"
 
 
@@ -78,48 +77,41 @@ class _Budget:
             raise f.fail(path, f"{why}the architecture has {self.used} layers here; {_CAP}")
 
 
-def _branch(name: str, raw: Any, path: str, budget: _Budget) -> Layer:
-    """A layer holding a branch (``residual``), of class ``cls(layers=...)``."""
-    cls = spelling(name)[0].cls
-    here = f"{path}.{name}"
-    budget.take(1, here)
-    # Both `residual: [...]` and `residual: {layers: [...]}` are accepted.
-    if isinstance(raw, dict):
-        p = _params(name, raw, path)
-        branch = _parse(p.required("layers", _LIST), p.at("layers"), budget)
-        return cls(layers=tuple(branch), where=here)
-    return cls(layers=tuple(_parse(raw, here, budget)), where=here)
-
-
-def _repeat(raw: Any, path: str, budget: _Budget) -> List[Layer]:
-    p = _params(_REPEAT, raw, path)
+def _repeat(p: Params, budget: _Budget) -> List[Layer]:
     times = f.positive_int(p.required("times", "a positive integer"), p.at("times"),
                            "a repeat count", maximum=MAX_REPEAT)
     before = budget.used
-    body = _parse(p.required("layers", _LIST), p.at("layers"), budget)
-    n = budget.used - before  # residual branches included
+    body = list(p.layers("layers"))
+    n = budget.used - before  # branches included
     budget.take(n * (times - 1), p.path, f"{times} times {n} layer(s): ")
     return body * times
 
 
-def _parse(items: Any, path: str, budget: _Budget) -> List[Layer]:
+def _parse(items: Any, path: str, budget: _Budget, branch: bool = False) -> List[Layer]:
+    """The layers of the list ``items`` found at ``path``; a ``branch`` may be empty."""
+    expected = BRANCH if branch else LAYERS
     if not isinstance(items, list):
-        raise f.fail(path, f"{f.show(items)} is not a list of layers; expected {_LIST}")
-    if not items:
-        raise f.fail(path, f"empty; expected {_LIST}")
+        raise f.fail(path, f"{f.show(items)} is not a list of layers; expected {expected}")
+    if not items and not branch:
+        raise f.fail(path, f"empty; expected {expected}")
+
+    def read(inner: Any, at: str, branch: bool) -> tuple:
+        if branch:  # each branch counts as a layer: an empty one is an identity
+            budget.take(1, at)
+        return tuple(_parse(inner, at, budget, branch))
+
     layers: List[Layer] = []
     for i, item in enumerate(items):
         item_path = f"{path}[{i}]"
         name, raw = _name_and_params(item, item_path)
         if name == _REPEAT:
-            layers.extend(_repeat(raw, item_path, budget))
+            layers.extend(_repeat(Params(name, raw, item_path, PARAMETERS[name], read=read),
+                                  budget))
             continue
         t, sp = spelling(name)
-        if t.branch:
-            layers.append(_branch(name, raw, item_path, budget))
-            continue
         budget.take(1, f"{item_path}.{name}")
-        p = _params(name, raw, item_path)  # without parameters: refuses any given
+        # without parameters: refuses any given
+        p = Params(name, raw, item_path, PARAMETERS[name], bare=sp.bare, read=read)
         layers.append(sp.parse(p) if sp.parse else t.cls(where=p.path))
     return layers
 

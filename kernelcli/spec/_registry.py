@@ -16,18 +16,22 @@ cycle; the declarations register themselves when ``kernelcli.spec`` is imported.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 
 @dataclass(frozen=True)
 class Spelling:
     """One YAML name of a layer type: its parameters (in the order messages list them)
     and the reader that turns them into the dataclass. ``parse`` is ``None`` for a
-    layer without parameters (``relu``) or one that holds a branch (``residual``)."""
+    layer without parameters (``relu``); a spelling without parameters may still
+    have one, to fix them (``abs`` is the ``abrelu`` with ``a=-1, b=1``). ``bare``:
+    the parameter that a bare list stands for (``residual: [...]`` is
+    ``residual: {layers: [...]}``)."""
 
     name: str
     parameters: Tuple[str, ...] = ()
     parse: Optional[Callable[[Any], Any]] = None
+    bare: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,11 @@ class LayerType:
     Gaussian (``dense``/``conv``), which is what a residual branch must end in.
     ``reads_variances``: its kernel map needs each input's own variance (the
     kernels run a per-input pass for it). ``pools``: it mixes spatial positions,
-    so the full spatial covariance is needed up to it. ``branch``: it holds a
-    ``layers`` tuple that the stages walk too (``residual``). ``also``: further
-    YAML spellings (``leaky_relu`` is an ``ABRelu``).
+    so the full spatial covariance is needed up to it. ``branches``: for a layer
+    that holds layer lists (``residual``, ``parallel``), ``layer -> (list, ...)``,
+    the lists that the stages walk too, one per branch (a residual's are its
+    identity, ``()``, and its branch); ``None`` for every other layer. ``also``:
+    further YAML spellings (``leaky_relu`` is an ``ABRelu``).
     """
 
     cls: type
@@ -55,12 +61,18 @@ class LayerType:
     affine: bool = False
     reads_variances: bool = False
     pools: bool = False
-    branch: bool = False
+    branches: Optional[Callable[[Any], Tuple[Tuple[Any, ...], ...]]] = None
+    bare: Optional[str] = None
     also: Tuple[Spelling, ...] = ()
 
     @property
+    def branch(self) -> bool:
+        """Whether the layer holds branches of layers."""
+        return self.branches is not None
+
+    @property
     def spellings(self) -> Tuple[Spelling, ...]:
-        return (Spelling(self.name, self.parameters, self.parse),) + self.also
+        return (Spelling(self.name, self.parameters, self.parse, self.bare),) + self.also
 
 
 _BY_CLASS: Dict[type, LayerType] = {}
@@ -93,6 +105,20 @@ def layer_type(layer: Any) -> LayerType:
 def spelling(name: str) -> Tuple[LayerType, Spelling]:
     """``(type, spelling)`` of a YAML layer name; KeyError when it names no layer."""
     return _BY_NAME[name]
+
+
+def branches(layer: Any) -> Tuple[Tuple[Any, ...], ...]:
+    """The layer lists ``layer`` holds, one per branch; ``()`` for a layer without any."""
+    t = layer_type(layer)
+    return t.branches(layer) if t.branches else ()
+
+
+def walk(layers: Iterable[Any]) -> Iterator[Any]:
+    """Every layer of ``layers``, each followed by those of its branches, in order."""
+    for layer in layers:
+        yield layer
+        for branch in branches(layer):
+            yield from walk(branch)
 
 
 def layer_types() -> Tuple[LayerType, ...]:
