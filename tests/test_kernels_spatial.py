@@ -57,6 +57,30 @@ def test_sum_pools_and_normalized_avg_pool_match_finite_width_networks():
     assert_mc_close(arch, images(shape=(5, 4, 2)), draws=DRAWS)
 
 
+def test_spatial_layers_on_sequences_match_finite_width_networks():
+    """1-D: a strided transposed conv, a strided CIRCULAR conv_local (its diagonal
+    rebuilt as a full covariance, since a pool lies ahead) and a sum_pool. Measured 0.8%
+    of max off; a conv in the conv_local's place would be 46% away."""
+    arch = arch_of("conv_transpose: {filter: [3], strides: [2], padding: SAME, W_std: 1.5, "
+                   "b_std: 0.1}", "relu",
+                   "conv_local: {filter: 3, strides: 2, padding: CIRCULAR, W_std: 1.4, "
+                   "b_std: 0.2}", "relu",
+                   "sum_pool: {window: [2], strides: [1], padding: SAME}",
+                   "global_avg_pool", "dense: {W_std: 1.0, b_std: 0.0}")
+    assert_mc_close(arch, images(shape=(5, 2)), draws=DRAWS)
+
+
+def test_spatial_layers_on_volumes_match_finite_width_networks():
+    """3-D: conv_transpose and conv_local with a different size along each axis (no
+    shared conv before the conv_local: neural-tangents' axis swap does not arise).
+    Measured 1.3% of max off; a conv in the conv_local's place would be 35% away."""
+    arch = arch_of("conv_transpose: {filter: [2, 2, 3], strides: [1, 2, 1], padding: SAME, "
+                   "W_std: 1.5, b_std: 0.1}", "relu",
+                   "conv_local: {filter: [2, 1, 2], padding: SAME, W_std: 1.4, b_std: 0.1}",
+                   "relu", "global_sum_pool", "dense: {W_std: 1.0, b_std: 0.0}")
+    assert_mc_close(arch, images(shape=(2, 2, 2, 1)), draws=DRAWS)
+
+
 def test_conv_local_after_conv_follows_finite_networks_not_neural_tangents():
     """neural-tangents 0.6.5 applies ``[3, 1]`` here as ``[1, 3]``; the finite networks
     agree with kernelcli, and tell the two apart."""
