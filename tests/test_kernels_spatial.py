@@ -152,3 +152,35 @@ def test_estimate_counts_the_diagonal_before_a_conv_local(tmp_path):
     result = invoke("estimate", write_config(tmp_path, layers=layers))
     assert result.exit_code == 0, result.output
     assert f"  {'covariance entries per pair':<30} 81\n" in result.stdout
+
+
+def test_a_parallel_whose_branches_start_with_conv_local_holds_only_the_diagonal():
+    """``full_needed`` walks the branches: only where every branch reads the diagonal
+    first does the parallel's input hold the diagonal alone."""
+    head = ("relu", "global_avg_pool", "dense")
+    local = "{conv_local: {strides: 2}}"
+    both = _cov_elements(f"parallel: {{branches: [[{local}], [{local}]], merge: concat}}",
+                         *head, shape=(8, 8, 2))
+    mixed = _cov_elements(f"parallel: {{branches: [[{local}], [{{conv: {{strides: 2}}}}]], "
+                          "merge: concat}", *head, shape=(8, 8, 2))
+    assert (both, mixed) == (16 ** 2, 64 ** 2)
+
+
+def test_a_concat_of_a_conv_local_and_a_conv_branch_is_the_mean_of_the_two_networks():
+    """Concat of equal widths, then linear layers: the mean of the two single-branch
+    networks' kernels. The conv_local branch drops the parallel's full input to its
+    diagonal and rebuilds the full covariance for the pool; on sequences and volumes."""
+    stem = f"conv: {{filter: 2, padding: SAME, W_std: {SQ2}, b_std: 0.1}}"
+    local = "conv_local: {filter: 2, strides: 2, padding: SAME, W_std: 1.3, b_std: 0.2}"
+    conv = "conv: {filter: 3, strides: 2, padding: CIRCULAR, W_std: 1.2, b_std: 0.1}"
+    head = ("sum_pool: {window: 2, strides: 1, padding: SAME}", "global_avg_pool",
+            "dense: {W_std: 1.0, b_std: 0.0}")
+    for shape in ((6, 2), (3, 4, 2, 1)):
+        x = images(n=3, shape=shape)
+        par = our_kernels(arch_of(stem, "relu", f"parallel: {{branches: [[{local}, erf], "
+                                  f"[{conv}, erf]], merge: concat}}", *head), x)
+        one = our_kernels(arch_of(stem, "relu", local, "erf", *head), x)
+        two = our_kernels(arch_of(stem, "relu", conv, "erf", *head), x)
+        for kind in ("nngp", "ntk"):
+            want = (one[kind] + two[kind]) / 2
+            assert np.max(np.abs(par[kind] - want)) <= 1e-13 * np.max(np.abs(want)), kind
