@@ -184,3 +184,24 @@ def test_a_concat_of_a_conv_local_and_a_conv_branch_is_the_mean_of_the_two_netwo
         for kind in ("nngp", "ntk"):
             want = (one[kind] + two[kind]) / 2
             assert np.max(np.abs(par[kind] - want)) <= 1e-13 * np.max(np.abs(want)), kind
+
+
+@pytest.mark.parametrize("shape", [(5, 2), (2, 3, 2, 1)], ids=["sequence", "volume"])
+def test_diagonal_route_equals_full_route_on_sequences_and_volumes(shape):
+    """Without a pool the spatial layers run on the diagonal alone; a 1x1 average pool
+    before the readout forces the full covariance instead: the same kernels (the NTK
+    diagonal aside, where ReLU's angle at a self pair rounds differently)."""
+    body = ("conv_transpose: {filter: 3, strides: 2, padding: CIRCULAR, W_std: 1.5, "
+            "b_std: 0.1}", "relu",
+            "conv_local: {filter: 2, padding: VALID, W_std: 1.3, b_std: 0.2}", "relu",
+            "conv_transpose: {filter: 2, strides: 1, padding: VALID, W_std: 1.2, b_std: 0.1}",
+            "erf")
+    head = ("flatten", "dense: {W_std: 1.0, b_std: 0.1}")
+    x = images(n=3, shape=shape)
+    diag = our_kernels(arch_of(*body, *head), x)
+    full = our_kernels(arch_of(*body, "avg_pool: {window: 1, strides: 1}", *head), x)
+    off = ~np.eye(3, dtype=bool)
+    for kind in ("nngp", "ntk"):
+        scale = np.max(np.abs(diag[kind]))
+        assert np.max(np.abs(diag[kind] - full[kind])[off]) <= 1e-12 * scale, kind
+    assert np.max(np.abs(diag["nngp"] - full["nngp"])) <= 1e-12 * np.max(diag["nngp"])
