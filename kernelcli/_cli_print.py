@@ -101,6 +101,7 @@ ESTIMATE_ROWS = (
     ("memory_budget_bytes", "memory budget per device", "size"),
     ("memory_source", "memory budget from", "source"),
     ("process_peak_bytes_estimate", "peak memory of the process", "size"),
+    ("cov_elements_per_pair", "covariance entries per pair", "{:,}"),
     ("untiled_peak_bytes", "one untiled call would need", "size"),
     ("output_bytes", "result on disk", "size"),
 )

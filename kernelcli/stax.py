@@ -32,11 +32,11 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["ABRelu", "Abs", "AvgPool", "Conv", "Cos", "Dense", "Erf", "Exp", "FanInConcat",
-           "FanInSum", "FanOut", "Flatten", "Gaussian", "Gelu", "GlobalAvgPool", "Hermite",
-           "Identity", "LayerNorm", "LeakyRelu", "Monomial", "Network", "Rbf",
-           "RectifiedMonomial", "Relu", "Sigmoid_like", "Sign", "Sin", "parallel", "repeat",
-           "residual", "serial"]
+__all__ = ["ABRelu", "Abs", "AvgPool", "Conv", "ConvLocal", "ConvTranspose", "Cos", "Dense",
+           "Erf", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gaussian", "Gelu",
+           "GlobalAvgPool", "GlobalSumPool", "Hermite", "Identity", "LayerNorm", "LeakyRelu",
+           "Monomial", "Network", "Rbf", "RectifiedMonomial", "Relu", "Sigmoid_like", "Sign",
+           "Sin", "SumPool", "parallel", "repeat", "residual", "serial"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,12 @@ def _channels_last(dimension_numbers, n) -> bool:
         return False
 
 
+def _rank(sizes) -> int:
+    """The spatial axes that ``sizes`` (``_pair``'s result) is written for; an int is
+    read as an image's (neural-tangents' own default rank)."""
+    return 2 if isinstance(sizes, int) else len(sizes)
+
+
 def _refuse(layer: str, argument: str, value, accepted: str) -> None:
     raise ConfigError(f"stax.{layer}: {argument}={value!r} is not supported by kernelcli; "
                       f"accepted: {accepted}")
@@ -139,18 +145,8 @@ def Conv(out_chan: int, filter_shape: Sequence[int], strides: Optional[Sequence[
     """``stax.Conv``: convolution over the spatial axes of channels-last inputs, as many
     as ``filter_shape`` has entries: ``(k,)`` on sequences ``(N, L, C)``, ``(k, k)`` on
     images ``(N, H, W, C)``, ``(k, k, k)`` on volumes ``(N, D, H, W, C)``."""
-    filt = _pair(filter_shape, "filter_shape")
-    n = 2 if isinstance(filt, int) else len(filt)
-    if dimension_numbers is not None and not _channels_last(dimension_numbers, n):
-        _refuse("Conv", "dimension_numbers", dimension_numbers, "None or channels last, "
-                "such as ('NHWC', 'HWIO', 'NHWC') (kernelcli reads channels-first files "
-                "with data.layout instead)")
-    return _one({"conv": {"filter": filt,
-                          # absent strides: 1 along every axis, as the YAML's default
-                          "strides": _pair(strides, "strides", 1),
-                          "padding": str(padding).upper(), "W_std": W_std, "b_std": b_std,
-                          "width": out_chan}},
-                _parameterization("Conv", parameterization))
+    return _conv_item("Conv", "conv", out_chan, filter_shape, strides, padding, W_std, b_std,
+                      dimension_numbers, parameterization)
 
 
 def Relu() -> Network:
@@ -239,22 +235,88 @@ def LeakyRelu(alpha: float) -> Network:
     return _one({"leaky_relu": {"alpha": alpha}})
 
 
+def _conv_item(layer: str, name: str, out_chan, filter_shape, strides, padding, W_std, b_std,
+               dimension_numbers, parameterization) -> Network:
+    """The YAML item of ``Conv``, ``ConvLocal`` or ``ConvTranspose`` (their arguments and
+    defaults are the same)."""
+    filt = _pair(filter_shape, "filter_shape")
+    if dimension_numbers is not None and not _channels_last(dimension_numbers, _rank(filt)):
+        _refuse(layer, "dimension_numbers", dimension_numbers, "None or channels last, "
+                "such as ('NHWC', 'HWIO', 'NHWC') (kernelcli reads channels-first files "
+                "with data.layout instead)")
+    return _one({name: {"filter": filt,
+                        # absent strides: 1 along every axis, as the YAML's default
+                        "strides": _pair(strides, "strides", 1),
+                        "padding": str(padding).upper(), "W_std": W_std, "b_std": b_std,
+                        "width": out_chan}},
+                _parameterization(layer, parameterization))
+
+
+def ConvLocal(out_chan: int, filter_shape: Sequence[int],
+              strides: Optional[Sequence[int]] = None, padding: str = "VALID",
+              W_std: float = 1.0, b_std: Optional[float] = None, dimension_numbers=None,
+              parameterization: str = "ntk") -> Network:
+    """``stax.ConvLocal``: a locally connected layer (a convolution without weight
+    sharing) over the spatial axes of channels-last inputs (one ``filter_shape`` entry
+    per axis, as ``Conv``)."""
+    return _conv_item("ConvLocal", "conv_local", out_chan, filter_shape, strides, padding,
+                      W_std, b_std, dimension_numbers, parameterization)
+
+
+def ConvTranspose(out_chan: int, filter_shape: Sequence[int],
+                  strides: Optional[Sequence[int]] = None, padding: str = "VALID",
+                  W_std: float = 1.0, b_std: Optional[float] = None, dimension_numbers=None,
+                  parameterization: str = "ntk") -> Network:
+    """``stax.ConvTranspose``: a transposed convolution over the spatial axes of
+    channels-last inputs (one ``filter_shape`` entry per axis, as ``Conv``)."""
+    return _conv_item("ConvTranspose", "conv_transpose", out_chan, filter_shape, strides,
+                      padding, W_std, b_std, dimension_numbers, parameterization)
+
+
+def _pool_item(layer: str, name: str, window_shape, strides, padding, batch_axis,
+               channel_axis, **extra) -> Network:
+    window = _pair(window_shape, "window_shape")
+    if (batch_axis, channel_axis) not in ((0, -1), (0, _rank(window) + 1)):
+        _refuse(layer, "(batch_axis, channel_axis)", (batch_axis, channel_axis),
+                "(0, -1): channels last")
+    # absent strides: 1 along every axis (neural-tangents'), written out since the
+    # YAML's default is the window
+    ones = 1 if isinstance(window, int) else [1] * len(window)
+    return _one({name: {"window": window, "strides": _pair(strides, "strides", ones),
+                        "padding": str(padding).upper(), **extra}})
+
+
 def AvgPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
-            padding: str = "VALID", normalize_edges: bool = False) -> Network:
+            padding: str = "VALID", normalize_edges: bool = False, batch_axis: int = 0,
+            channel_axis: int = -1) -> Network:
     """``stax.AvgPool`` over the spatial axes (one ``window_shape`` entry per axis);
-    ``strides`` default: the window."""
-    if normalize_edges:
-        _refuse("AvgPool", "normalize_edges", normalize_edges, "False")
-    params = {"window": _pair(window_shape, "window_shape")}
-    if strides is not None:  # absent: the window, as the YAML's default
-        params["strides"] = _pair(strides, "strides")
-    params["padding"] = str(padding).upper()
-    return _one({"avg_pool": params})
+    ``strides`` default: 1 (neural-tangents' default, where the YAML's is the window)."""
+    if not isinstance(normalize_edges, bool):
+        _refuse("AvgPool", "normalize_edges", normalize_edges, "True or False")
+    return _pool_item("AvgPool", "avg_pool", window_shape, strides, padding, batch_axis,
+                      channel_axis, normalize_edges=normalize_edges)
+
+
+def SumPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
+            padding: str = "VALID", batch_axis: int = 0, channel_axis: int = -1) -> Network:
+    """``stax.SumPool`` over the spatial axes (one ``window_shape`` entry per axis);
+    ``strides`` default: 1, as in neural-tangents."""
+    return _pool_item("SumPool", "sum_pool", window_shape, strides, padding, batch_axis,
+                      channel_axis)
 
 
 def GlobalAvgPool() -> Network:
     """``stax.GlobalAvgPool``: the mean over all spatial positions."""
     return _one("global_avg_pool")
+
+
+def GlobalSumPool(batch_axis: int = 0, channel_axis: int = -1) -> Network:
+    """``stax.GlobalSumPool``: the sum over all spatial positions."""
+    # the input's rank is unknown here, so only -1 says "the channels, last"
+    if (batch_axis, channel_axis) != (0, -1):
+        _refuse("GlobalSumPool", "(batch_axis, channel_axis)", (batch_axis, channel_axis),
+                "(0, -1): channels last")
+    return _one("global_sum_pool")
 
 
 def Flatten() -> Network:

@@ -7,8 +7,8 @@ to run it on a batch, in plain JAX, NTK parameterization:
 conv through ``jax.lax.conv_general_dilated`` (SAME / VALID; CIRCULAR as a wrap
 pad then VALID), over 1 to 3 spatial axes (channels last). The layers are bound to
 the input's rank first (``kernelcli.spec.bind_layers``), so every ``filter``,
-``window`` and ``strides`` has one entry per spatial axis. A layer added to the registry without an entry here fails
-``tests/test_layer_registry.py``.
+``window`` and ``strides`` has one entry per spatial axis. A layer added to the
+registry without an entry here fails ``tests/test_layer_registry.py``.
 
 Parameters come from a seeded numpy generator, drawn layer by layer in order
 (``W`` then ``b``), so every run draws the same networks.
@@ -16,6 +16,7 @@ Parameters come from a seeded numpy generator, drawn layer by layer in order
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence
@@ -25,9 +26,10 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import erf as jerf
 
-from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Exp, Flatten, Gaussian, Gelu,
-                            GlobalAvgPool, Hermite, Identity, LayerNorm, Monomial, Parallel, Rbf,
-                            RectifiedMonomial, Relu, Residual, Sign, Sin, bind_layers)
+from kernelcli.spec import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp,
+                            Flatten, Gaussian, Gelu, GlobalAvgPool, GlobalSumPool, Hermite,
+                            Identity, LayerNorm, Monomial, Parallel, Rbf, RectifiedMonomial, Relu,
+                            Residual, Sign, Sin, SumPool, bind_layers, transpose_out)
 
 # lax dimension numbers of channels-last inputs with 1, 2, 3 spatial axes
 _DIMENSIONS = {1: ("NWC", "WIO", "NWC"), 2: ("NHWC", "HWIO", "NHWC"),
@@ -98,12 +100,80 @@ def _conv(layer, x, p, run):
     return _affine(layer, z, b, c_in * math.prod(layer.filter))
 
 
-def _avg_pool(layer, x, p, run):
+def _window_sum(layer, x):
     window = (1,) + tuple(layer.window) + (1,)
     strides = (1,) + tuple(layer.strides) + (1,)
-    s = lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, window, strides,
-                          layer.padding)
+    if layer.padding == "CIRCULAR":
+        x = jnp.pad(x, ((0, 0),) + tuple(_pads(n, k, s) for n, k, s in zip(
+            x.shape[1:-1], layer.window, layer.strides)) + ((0, 0),), mode="wrap")
+    padding = "VALID" if layer.padding == "CIRCULAR" else layer.padding
+    # the init value a constant (np) zero: reduce_window is differentiable only so
+    return lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides, padding)
+
+
+def _avg_pool(layer, x, p, run):
+    s = _window_sum(layer, x)
+    if layer.normalize_edges and layer.padding == "SAME":   # divide by the taps inside
+        return s / _window_sum(layer, jnp.ones_like(x[:1]))
     return s / math.prod(layer.window)     # zero padding counts
+
+
+def _pool_shape(layer, shape):
+    return tuple(_out_len(n, k, s, layer.padding)
+                 for n, k, s in zip(shape[:-1], layer.window, layer.strides)) + (shape[-1],)
+
+
+def _local_init(layer, shape, rng, c_out, init_branch):
+    out = tuple(_out_len(n, k, s, layer.padding) for n, k, s in
+                zip(shape[:-1], layer.filter, layer.strides))
+    fan_in = shape[-1] * math.prod(layer.filter)
+    return (rng.standard_normal(out + (fan_in, c_out), dtype=np.float32),
+            rng.standard_normal(out + (c_out,), dtype=np.float32)), out + (c_out,)
+
+
+def _local(layer, x, p, run):
+    """Every output position's own weights on its input patch (and its own bias)."""
+    w, b = p
+    n = x.ndim - 2
+    out = w.shape[:n]
+    if layer.padding != "VALID":
+        pads = tuple(_pads(m, k, s) for m, k, s in zip(x.shape[1:-1], layer.filter,
+                                                        layer.strides))
+        x = jnp.pad(x, ((0, 0),) + pads + ((0, 0),),
+                    mode="wrap" if layer.padding == "CIRCULAR" else "constant")
+    # patches: (N, *out, C * prod(filter)), one input slice per filter offset
+    patches = jnp.concatenate([
+        x[(slice(None),) + tuple(slice(a, a + (o - 1) * s + 1, s) for a, o, s in
+                                 zip(offset, out, layer.strides))]
+        for offset in itertools.product(*(range(k) for k in layer.filter))], axis=-1)
+    axes = "dhw"[-n:]
+    z = jnp.einsum(f"n{axes}f,{axes}fo->n{axes}o", patches, w)
+    return _affine(layer, z, b, patches.shape[-1])
+
+
+def _transpose_init(layer, shape, rng, c_out, init_branch):
+    out = tuple(transpose_out(n, k, s, layer.padding) for n, k, s in
+                zip(shape[:-1], layer.filter, layer.strides)) + (c_out,)
+    return _weights(rng, tuple(layer.filter) + (shape[-1], c_out), c_out), out
+
+
+def _transpose(layer, x, p, run):
+    """``lax.conv_transpose``; CIRCULAR as neural-tangents defines it: the VALID output
+    folded onto ``n*s`` positions, offset by half the filter's overhang."""
+    w, b = p
+    c_in = x.shape[-1]
+    padding = "VALID" if layer.padding == "CIRCULAR" else layer.padding
+    z = lax.conv_transpose(x, w, tuple(layer.strides), padding,
+                           dimension_numbers=_DIMENSIONS[x.ndim - 2])
+    if layer.padding == "CIRCULAR":
+        for axis, n, k, s in zip(range(1, x.ndim - 1), x.shape[1:-1], layer.filter,
+                                 layer.strides):
+            size = n * s
+            where = (np.arange(z.shape[axis]) - max(k - s, 0) // 2) % size
+            moved = jnp.moveaxis(z, axis, 0)
+            z = jnp.moveaxis(jnp.zeros((size,) + moved.shape[1:], z.dtype).at[where].add(moved),
+                             0, axis)
+    return _affine(layer, z, b, c_in * math.prod(layer.filter))
 
 
 def _layer_norm(layer, x, p, run):
@@ -148,9 +218,13 @@ FINITE_NETS: Dict[type, FiniteNet] = {
     Erf: FiniteNet(lambda layer, x, p, run: layer.a * jerf(layer.b * x) + layer.c),
     # exact GELU: x * Phi(x)
     Gelu: FiniteNet(lambda layer, x, p, run: x * 0.5 * (1 + jerf(x / math.sqrt(2)))),
-    AvgPool: FiniteNet(_avg_pool, out_shape=lambda layer, shape: tuple(
-        _out_len(n, k, s, layer.padding)
-        for n, k, s in zip(shape[:-1], layer.window, layer.strides)) + (shape[-1],)),
+    AvgPool: FiniteNet(_avg_pool, out_shape=_pool_shape),
+    SumPool: FiniteNet(lambda layer, x, p, run: _window_sum(layer, x), out_shape=_pool_shape),
+    GlobalSumPool: FiniteNet(lambda layer, x, p, run:
+                             jnp.sum(x, axis=tuple(range(1, x.ndim - 1))),
+                             out_shape=lambda layer, shape: (shape[-1],)),
+    ConvLocal: FiniteNet(_local, init=_local_init),
+    ConvTranspose: FiniteNet(_transpose, init=_transpose_init),
     GlobalAvgPool: FiniteNet(lambda layer, x, p, run:
                              jnp.mean(x, axis=tuple(range(1, x.ndim - 1))),
                              out_shape=lambda layer, shape: (shape[-1],)),

@@ -61,7 +61,8 @@ NETS = [
     (stax.serial(stax.Conv(8, (3, 3), W_std=1.5), stax.Erf(), stax.AvgPool((2, 2)),
                  stax.Flatten(), stax.Dense(10)),
      "layers: [{conv: {filter: [3, 3], padding: VALID, W_std: 1.5, b_std: null, width: 8}},"
-     " erf, {avg_pool: {window: [2, 2]}}, flatten, {dense: {b_std: null, width: 10}}]"),
+     " erf, {avg_pool: {window: [2, 2], strides: [1, 1]}}, flatten, "
+     "{dense: {b_std: null, width: 10}}]"),
     (stax.serial(stax.Dense(4, parameterization="standard"), stax.LeakyRelu(0.1),
                  stax.residual(stax.Dense(4, parameterization="standard"), stax.Gelu(),
                                stax.Dense(4, parameterization="standard")),

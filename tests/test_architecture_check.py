@@ -106,14 +106,14 @@ def test_spatial_layer_after_flatten_is_refused():
     assert error_of(arch("conv", "relu", "flatten", "conv", "flatten", "dense")) == (
         "architecture.layers[3].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets a vector of "
         "shape (64,) made by architecture.layers[2].flatten; spatial layers cannot follow "
-        "flatten or global_avg_pool")
+        "flatten, global_avg_pool or global_sum_pool")
 
 
 def test_spatial_layer_after_global_avg_pool_is_refused():
     assert error_of(arch("conv", "relu", "global_avg_pool", "avg_pool", "dense")) == (
         "architecture.layers[3].avg_pool: avg_pool needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets a "
         "vector of shape (1,) made by architecture.layers[2].global_avg_pool; spatial layers "
-        "cannot follow flatten or global_avg_pool")
+        "cannot follow flatten, global_avg_pool or global_sum_pool")
 
 
 def test_flatten_after_global_avg_pool_is_fine():
@@ -146,8 +146,9 @@ def test_unsupported_input_shape_is_refused(shape):
 def test_nonlinearity_on_the_raw_input_is_refused():
     assert error_of(arch("relu", "flatten", "dense")) == (
         "architecture.layers[0].relu: relu acts on the raw input, which is not Gaussian; "
-        "it must follow dense or conv (possibly through avg_pool, global_avg_pool, identity, "
-        "layer_norm, residual or a parallel with merge sum)")
+        "it must follow dense, conv, conv_local or conv_transpose (possibly through avg_pool, "
+        "global_avg_pool, global_sum_pool, identity, layer_norm, sum_pool, residual or a "
+        "parallel with merge sum)")
 
 
 def test_two_nonlinearities_in_a_row_are_refused():
@@ -186,7 +187,8 @@ def test_residual_branch_must_end_in_dense_or_conv():
     assert error_of(arch("conv", "residual: [relu, conv, relu]", "relu", "flatten", "dense")
                     ) == (
         "architecture.layers[1].residual: the branch ends in relu; expected it to end in "
-        "dense or conv, since x + f(x) adds two independent Gaussians")
+        "dense, conv, conv_local or conv_transpose, since x + f(x) adds two independent "
+        "Gaussians")
 
 
 def test_residual_branch_must_keep_the_shape():

@@ -137,22 +137,23 @@ def test_parallel_holds_and_sits_inside_residual_and_repeat():
 
 # --- order rules --------------------------------------------------------------------------
 
-KEEPERS = ("avg_pool, global_avg_pool, identity, layer_norm, residual or a parallel with "
-           "merge sum")
+AFFINE = "dense, conv, conv_local or conv_transpose"
+KEEPERS = ("avg_pool, global_avg_pool, global_sum_pool, identity, layer_norm, sum_pool, "
+           "residual or a parallel with merge sum")
 
 
 def test_sum_needs_gaussian_branch_outputs():
     assert check_error("conv", par("[relu, conv]", "[relu]"), "flatten", "dense") == (
         f"{L1}.parallel: merge sum needs Gaussian branch outputs, but branches[1] gives the "
         f"output of relu at {L1}.parallel.branches[1][0].relu, which is not Gaussian; "
-        f"expected each branch to end in dense or conv (possibly through {KEEPERS})")
+        f"expected each branch to end in {AFFINE} (possibly through {KEEPERS})")
 
 
 def test_sum_with_the_identity_needs_a_gaussian_input():
     assert check_error(par("[conv]", "[]"), "flatten", "dense") == (
         "architecture.layers[0].parallel: merge sum needs Gaussian branch outputs, but "
         "branches[1] (empty: the identity) gives the raw input, which is not Gaussian; "
-        f"expected each branch to end in dense or conv (possibly through {KEEPERS})")
+        f"expected each branch to end in {AFFINE} (possibly through {KEEPERS})")
 
 
 def test_sum_needs_one_shape():
@@ -198,7 +199,7 @@ def test_concat_output_is_not_gaussian():
     assert check_error("conv", par("[conv]", "[dense]", merge="concat"), "relu", "flatten",
                        "dense") == (
         f"architecture.layers[2].relu: relu acts on the output of parallel (merge concat) at "
-        f"{L1}.parallel, which is not Gaussian; it must follow dense or conv (possibly "
+        f"{L1}.parallel, which is not Gaussian; it must follow {AFFINE} (possibly "
         f"through {KEEPERS})")
     assert check_error("conv", par("[conv]", "[dense]", merge="concat"),
                        par("[dense]", "[]")).startswith(
@@ -211,12 +212,12 @@ def test_no_spatial_layer_after_a_flatten_in_a_branch():
     assert check_error("conv", par("[flatten, conv]"), "dense") == (
         f"{L1}.parallel.branches[0][1].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets "
         f"a vector of shape (64,) made by {L1}.parallel.branches[0][0].flatten; spatial layers cannot "
-        "follow flatten or global_avg_pool")
+        "follow flatten, global_avg_pool or global_sum_pool")
     assert check_error("conv", par("[global_avg_pool]", "[global_avg_pool]", merge="concat"),
                        "avg_pool", "dense") == (
         "architecture.layers[2].avg_pool: avg_pool needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) "
         f"but gets a vector of shape (2,) made by {L1}.parallel.branches[0][0].global_avg_pool; "
-        "spatial layers cannot follow flatten or global_avg_pool")
+        "spatial layers cannot follow flatten, global_avg_pool or global_sum_pool")
 
 
 def test_a_mistake_deep_inside_names_the_whole_path():

@@ -176,8 +176,10 @@ def test_the_new_nonlinearities_end_gaussianity_like_relu(act):
     name = act.split(":")[0]
     assert check_error("dense", act, act, "dense") == (
         f"architecture.layers[2].{name}: {name} acts on the output of {name} at "
-        f"architecture.layers[1].{name}, which is not Gaussian; it must follow dense or conv "
-        "(possibly through avg_pool, global_avg_pool, identity, layer_norm, residual or a parallel with merge sum)")
+        f"architecture.layers[1].{name}, which is not Gaussian; it must follow dense, conv, "
+        "conv_local or conv_transpose (possibly through avg_pool, global_avg_pool, "
+        "global_sum_pool, identity, layer_norm, sum_pool, residual or a parallel with merge "
+        "sum)")
     assert check_error(act, "dense").startswith(
         f"architecture.layers[0].{name}: {name} acts on the raw input, which is not Gaussian")
 

@@ -25,8 +25,9 @@ import pytest
 
 from conftest import FIXTURE_CASES, FixtureCase, load_case
 from kernelcli.kernels import build_kernel_fn
-from kernelcli.spec import (POOLS, ABRelu, AvgPool, Conv, Dense, Flatten, GlobalAvgPool, Relu,
-                            Residual, bind_architecture, check_architecture, spatial_out, walk)
+from kernelcli.spec import (POOLS, ABRelu, AvgPool, Conv, ConvLocal, Dense, Erf, Flatten,
+                            GlobalAvgPool, Relu, Residual, SumPool, bind_architecture,
+                            check_architecture, spatial_out, walk)
 from kernelcli.run import kernel_matrix
 
 KINDS = ("nngp", "ntk")
@@ -210,7 +211,8 @@ def test_closed_form_covers_every_inexact_neural_tangents_diagonal():
     loose = {n for n in FIXTURE_CASES if case(n).symmetric and nt_diagonal_is_inexact(case(n))}
     assert loose == {"fc3", "cnn1_flatten", "cnn3_flatten", "seq_conv_flatten",
                      "seq_conv_pool_gap", "seq_ncl", "seq_standard", "vol_conv_gap",
-                     "vol_conv_flatten", "vol_anisotropic"}
+                     "vol_conv_flatten", "vol_anisotropic", "cross_1d_local",
+                     "cross_1d_local_pool", "cross_3d_local_pool"}
     assert loose <= set(CLOSED_FORM_CASES) | set(EXTENDED_CASES)
 
 
@@ -257,8 +259,8 @@ def _self_pair(layers, cov, ntk, channels, standard):
     covariance ``(a1, a1', ..., an, an')`` in long double, textbook formulas."""
     for layer in layers:
         n = (cov.ndim) // 2
-        if isinstance(layer, (Conv, Dense)):
-            conv = isinstance(layer, Conv)
+        if isinstance(layer, (Conv, ConvLocal, Dense)):
+            conv = isinstance(layer, (Conv, ConvLocal))
             mean = cov
             if conv:
                 for i, (k, s) in enumerate(zip(layer.filter, layer.strides)):
@@ -272,6 +274,21 @@ def _self_pair(layers, cov, ntk, channels, standard):
             else:
                 ntk = w2 * ntk + cov
             channels = layer.width
+            if isinstance(layer, ConvLocal):  # independent weights at each position
+                mask = np.ones((1,) * cov.ndim, LD)
+                for i, m in enumerate(cov.shape[::2]):
+                    shape = [1] * cov.ndim
+                    shape[2 * i] = shape[2 * i + 1] = m
+                    mask = mask * np.eye(m, dtype=LD).reshape(shape)
+                cov, ntk = cov * mask, ntk * mask
+        elif isinstance(layer, Erf):  # bare erf: arcsin kernel
+            d = cov
+            for _ in range(n):
+                d = np.diagonal(d, axis1=0, axis2=1)
+            v1 = 1 + 2 * d[tuple(x for _ in range(n) for x in (slice(None), None))]
+            v2 = 1 + 2 * d[tuple(x for _ in range(n) for x in (None, slice(None)))]
+            ntk = ntk * 4 / (np.pi * np.sqrt(v1 * v2 - 4 * cov ** 2))
+            cov = 2 / np.pi * np.arcsin(2 * cov / np.sqrt(v1 * v2))
         elif isinstance(layer, Relu):
             d = cov
             for _ in range(n):
@@ -282,11 +299,12 @@ def _self_pair(layers, cov, ntk, channels, standard):
             theta = np.arccos(cos)
             cov = np.sqrt(v1 * v2) * (np.sin(theta) + (np.pi - theta) * cos) / (2 * np.pi)
             ntk = ntk * (np.pi - theta) / (2 * np.pi)
-        elif isinstance(layer, AvgPool):
+        elif isinstance(layer, (AvgPool, SumPool)):
             for i, (k, s) in enumerate(zip(layer.window, layer.strides)):
                 for a in (2 * i, 2 * i + 1):
-                    cov = _window(cov, (a,), k, s, layer.padding)
-                    ntk = _window(ntk, (a,), k, s, layer.padding)
+                    scale = k if isinstance(layer, SumPool) else 1
+                    cov = _window(cov, (a,), k, s, layer.padding) * scale
+                    ntk = _window(ntk, (a,), k, s, layer.padding) * scale
         elif isinstance(layer, (GlobalAvgPool, Flatten)):
             if isinstance(layer, Flatten):
                 for _ in range(n):
@@ -318,7 +336,10 @@ def self_kernels_extended(layers, x: np.ndarray, standard: bool):
 
 
 def _extended_layers(layers) -> bool:
-    return all(isinstance(layer, (Dense, Conv, Relu, Flatten, AvgPool, GlobalAvgPool))
+    return all(isinstance(layer, (Dense, Conv, ConvLocal, Relu, Flatten, SumPool,
+                                  GlobalAvgPool))
+               or (isinstance(layer, Erf) and (layer.a, layer.b, layer.c) == (1, 1, 0))
+               or (isinstance(layer, AvgPool) and not layer.normalize_edges)
                or (isinstance(layer, Residual) and _extended_layers(layer.layers))
                for layer in layers)
 

@@ -212,7 +212,8 @@ def test_stax_builders_take_one_size_per_spatial_axis():
     assert seq.to_dict()["layers"][:3] == [
         {"conv": {"filter": [3], "strides": 1, "padding": "SAME", "W_std": 1.4,
                   "b_std": 0.1, "width": 4}}, "relu",
-        {"avg_pool": {"window": [2], "padding": "VALID"}}]
+        {"avg_pool": {"window": [2], "strides": [1], "padding": "VALID",
+                      "normalize_edges": False}}]
     vol = stax.serial(stax.Conv(2, (3, 1, 2), (1, 2, 1), dimension_numbers=(
         "NABDC", "ABDIO", "NABDC")), stax.Relu(), stax.Flatten(), stax.Dense(1))
     assert vol.to_dict()["layers"][0]["conv"]["strides"] == [1, 2, 1]

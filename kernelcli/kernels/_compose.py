@@ -12,7 +12,9 @@ nonlinearity maps the spatial diagonal to itself, so after the last pooling
 layer the state is cut down to its diagonal (``H*W`` numbers per pair), and
 networks without pooling never hold more than the diagonal. Inside the branches
 of the last layer that pools, each branch is cut after its own last pool (at
-once when it has none), so the branches end in one layout.
+once when it has none), so the branches end in one layout. A ``conv_local``
+reads only the diagonal, so the layers before it hold only the diagonal too
+unless a pool lies between (``full_needed``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from typing import Sequence
 
 from jax import lax
 
-from ..spec import Conv, branches, layer_type, walk
+from ..spec import Conv, ConvLocal, branches, layer_type, walk
 from . import _linear
 from ._fused import conv_pointwise
+from ._linear_spatial import to_full
 from ._maps import is_pointwise, kernel_map
 from ._repeat import repeat_layers, repeats
 from ._state import PairVariances, State, diagonal, to_diagonal
@@ -82,17 +85,33 @@ def _by_slabs(f, state: State, v1, v2) -> State:
     return state.replace(nngp=nngp, ntk=ntk if has_ntk else None)
 
 
-def contains_pool(layers: Sequence) -> bool:
-    return any(layer_type(layer).pools for layer in walk(layers))
+def full_needed(layers: Sequence, out: bool = False) -> list:
+    """``need[k]``: whether the input of layer ``k`` of ``layers`` must be the full
+    spatial covariance; ``need[len(layers)] = out``, the output's (at top level:
+    never). It must while a pooling layer lies ahead, unless a ``conv_local`` comes
+    first: that layer reads only the diagonal, and its output is zero off the
+    diagonal (``_linear_spatial``), so the full covariance after it is rebuilt from
+    its diagonal. A layer holding branches needs it where any branch's first layer
+    does, each branch ending in the layout the layer's output needs."""
+    need = [False] * len(layers) + [out]
+    for k in range(len(layers) - 1, -1, -1):
+        layer = layers[k]
+        if layer_type(layer).pools:
+            need[k] = True
+        elif isinstance(layer, ConvLocal):
+            need[k] = False
+        elif branches(layer):
+            need[k] = any(full_needed(b, need[k + 1])[0] for b in branches(layer))
+        else:
+            need[k] = need[k + 1]
+    return need
 
 
-def last_pool_index(layers: Sequence) -> int:
-    """Index of the last top-level layer that pools (or holds a pool); -1 if none."""
-    idx = -1
-    for k, layer in enumerate(layers):
-        if contains_pool([layer]):
-            idx = k
-    return idx
+def any_full(layers: Sequence, out: bool = False) -> bool:
+    """Whether any layer of ``layers`` (branches included) takes a full covariance."""
+    need = full_needed(layers, out)
+    return any(need) or any(any_full(b, need[k + 1]) for k, layer in enumerate(layers)
+                            for b in branches(layer))
 
 
 def count_variance_layers(layers: Sequence) -> int:
@@ -108,14 +127,15 @@ def live_states(layers: Sequence) -> int:
                       for j, branch in enumerate(branches(layer))])
 
 
-def _apply(layer, state: State, variances, standard: bool, exact: bool, cut: bool) -> State:
-    """One layer through its kernel map (``_maps``); ``cut``: as for ``forward``, for
-    the branches of a layer that holds some."""
+def _apply(layer, state: State, variances, standard: bool, exact: bool, out: bool,
+           seen) -> State:
+    """One layer through its kernel map (``_maps``); ``out``, ``seen``: as for
+    ``forward``, for the branches of a layer that holds some."""
     m = kernel_map(layer)
     if m.linear is not None:
         return m.linear(state, layer, standard)
     if m.merge is not None:
-        return m.merge(layer, [forward(branch, state, variances, standard, exact, cut)
+        return m.merge(layer, [forward(branch, state, variances, standard, exact, out, seen)
                                for branch in branches(layer)])
     v1, v2 = variances(state)
     return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
@@ -147,13 +167,25 @@ def _block(conv: Conv, act, standard: bool, exact: bool):
     return run
 
 
+def _layout(state: State, full: bool) -> State:
+    """``state`` with the full covariance dropped, or rebuilt (after a ``conv_local``,
+    whose covariance is zero off the diagonal), as ``full`` says."""
+    if state.full and not full:
+        return to_diagonal(state)
+    if full and state.spatial and not state.full:
+        return to_full(state)
+    return state
+
+
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
-            cut: bool = True) -> State:
-    """Apply ``layers`` in order. ``cut``: nothing after ``layers`` pools, so the state
-    drops to its diagonal after their last pool (at once when none pools)."""
-    last = last_pool_index(layers) if cut else len(layers)
-    if last < 0:
-        state = to_diagonal(state)
+            out: bool = False, seen=None) -> State:
+    """Apply ``layers`` in order, keeping the full covariance only where
+    ``full_needed(layers, out)`` says (``out``: whether the output must be full;
+    a branch's input is cut at once when the branch needs only its diagonal).
+    ``seen(state)``, when given, is called with the state after every layer
+    (branches included): how the engine measures its largest covariance."""
+    need = full_needed(layers, out)
+    state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
     k = 0
     while k < len(layers):
@@ -178,9 +210,10 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too
         else:
-            state = _apply(layer, state, variances, standard, exact, cut and k >= last)
-        if k == last:
-            state = to_diagonal(state)
+            state = _apply(layer, state, variances, standard, exact, need[k + 1], seen)
+        state = _layout(state, need[k + 1])
+        if seen is not None:
+            seen(state)
         spare = (before.nngp, before.ntk) if before.full else None
         k += 1
     return state

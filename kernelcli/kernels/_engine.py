@@ -32,7 +32,6 @@ whole matrices are assembled tile by tile in the run layer
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
@@ -45,7 +44,8 @@ from ..spec import (Architecture, Flatten, base_kind, bind_architecture, check_a
                     flip_group, walk)
 from . import _group
 from ._flat import FlatRoute
-from ._compose import SLAB_BYTES, contains_pool, count_variance_layers, forward, live_states
+from ._compose import (SLAB_BYTES, any_full, count_variance_layers, forward, full_needed,
+                       live_states)
 from ._linear import input_state
 from ._state import PairVariances, SelfVariances
 from ._runner import pad_rows, run_on_devices
@@ -111,12 +111,16 @@ class KernelFn(FlatRoute):
         # and the head once per readout
         evaluated = list(arch.layers if ro is None
                          else arch.layers[:ro.after[-1]] + ro.head * len(ro.after))
-        self.full_cov = len(self.input_shape) >= 2 and contains_pool(evaluated)
+        spatial = len(self.input_shape) >= 2
+        # whether the input's covariance must be full, and the state at each readout point
+        self._input_full, self._readout_full = self._full_needs(spatial)
+        self.full_cov = spatial and any_full(evaluated)  # any layer's, branches included
         self.n_variances = count_variance_layers(evaluated)
         self.n_layers = sum(1 for _ in walk(evaluated))  # branches' layers included
         self._standard = arch.parameterization == "standard"
         self._exact = self.dtype == np.float64
         self._want_ntk = "ntk" in self.base_kinds
+        self._trace = None  # see _traced
         self._check_output_is_flat()
         # Networks that flatten the raw input first (or take vectors) depend on a pair
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
@@ -133,33 +137,52 @@ class KernelFn(FlatRoute):
         self._grid_jit = SerialJit(self._grid_fn, self.dtype, compiler_options=options)
 
     # -- traced functions -------------------------------------------------
-    def _run(self, xa, xb, variances):
-        state = input_state(xa, xb, self.full_cov, self._want_ntk)
-        return self._forward(self.arch.layers, state, variances)
+    def _full_needs(self, spatial: bool):
+        """``(input, points)``: whether the input's covariance must be full, and, with
+        readouts, the state at each readout point (``full_needed``): full where the
+        head, or the body up to the next readout, needs it."""
+        layers, ro = self.arch.layers, self.arch.readouts
+        points = () if ro is None else ro.after
+        if not spatial:
+            return False, (False,) * len(points)
+        if ro is None:
+            return full_needed(layers)[0], ()
+        head = full_needed(ro.head)[0]
+        needs, ahead = [], False
+        for i in reversed(range(len(points))):
+            needs.append(head or ahead)
+            ahead = full_needed(layers[points[i - 1] if i else 0:points[i]], needs[-1])[0]
+        return ahead, tuple(reversed(needs))
 
-    def _forward(self, layers, state, variances, skipped: int = 0):
+    def _run(self, xa, xb, variances, seen=None):
+        state = input_state(xa, xb, self._input_full, self._want_ntk)
+        if seen is not None:
+            seen(state)
+        return self._forward(self.arch.layers, state, variances, seen=seen)
+
+    def _forward(self, layers, state, variances, skipped: int = 0, seen=None):
         """The outputs of ``layers`` (the body, its first ``skipped`` layers already
         applied) from ``state``: with readouts, one pass over the body that applies the
-        head after each readout's layers, the state kept full while a pool lies ahead in
-        the body or the head (whose output is dropped once read)."""
+        head after each readout's layers, the state kept full where the body ahead or
+        the head needs it (``_full_needs``; the head's output is dropped once read).
+        ``seen``: as for ``forward``."""
         ro = self.arch.readouts
         if ro is None:
             return self._outputs(forward(layers, state, variances, self._standard,
-                                         self._exact))
+                                         self._exact, seen=seen))
         out, start = {}, 0
-        for after in ro.after:
+        for after, full in zip(ro.after, self._readout_full):
             stop = after - skipped
-            full_ahead = contains_pool(list(layers[stop:])) or contains_pool(ro.head)
             state = forward(layers[start:stop], state, variances, self._standard,
-                            self._exact, cut=not full_ahead)
-            head = forward(ro.head, state, variances, self._standard, self._exact)
+                            self._exact, out=full, seen=seen)
+            head = forward(ro.head, state, variances, self._standard, self._exact, seen=seen)
             out.update(self._outputs(head, f"_d{after}"))
             start = stop
         return out
 
-    def _self_fn(self, x):
+    def _self_fn(self, x, seen=None):
         rec = SelfVariances()
-        out = self._run(x, x, rec)
+        out = self._run(x, x, rec, seen)
         v = tuple(rec.recorded)
         if len(self.group) > 1:  # K_G(x, x) = mean over g of K(x, g x)
             values = [out] + [
@@ -226,10 +249,24 @@ class KernelFn(FlatRoute):
         return x64_scope(self.dtype)
 
     def _self_shapes(self):
-        """``(variances, outputs)`` of one input with itself, as shapes."""
-        with self._scope():
-            return jax.eval_shape(self._self_fn, jax.ShapeDtypeStruct(
-                (1,) + self.input_shape, self.dtype))
+        """``(variances, outputs)`` of one input with itself, as shapes (traced once)."""
+        return self._traced()[0]
+
+    def _traced(self):
+        """``(shapes, largest)``: ``_self_shapes``, and the most covariance entries one
+        pair holds after any layer (branches included), from one trace that computes
+        nothing; kept, since a kernel function's shapes never change."""
+        if self._trace is None:
+            sizes = []
+
+            def seen(state):
+                sizes.append(state.nngp[0].size)
+
+            with self._scope():
+                shapes = jax.eval_shape(lambda x: self._self_fn(x, seen), jax.ShapeDtypeStruct(
+                    (1,) + self.input_shape, self.dtype))
+            self._trace = (shapes, max(sizes))
+        return self._trace
 
     def _check_output_is_flat(self):
         for kind, s in self._self_shapes()[1].items():
@@ -240,11 +277,12 @@ class KernelFn(FlatRoute):
                     "global_avg_pool (and usually a dense readout)")
 
     def _max_cov_elements(self) -> int:
-        """Largest number of covariance entries one pair holds in any layer."""
+        """Largest number of covariance entries one pair holds in any layer: the
+        input's, or a later layer's where a layer grows the image (``conv_transpose``)
+        or the full covariance starts after the input (``conv_local``)."""
         if len(self.input_shape) < 2:
             return 1
-        positions = math.prod(self.input_shape[:-1])  # H * W for images
-        return positions ** 2 if self.full_cov else positions
+        return int(self._traced()[1])
 
     @property
     def variance_shapes(self) -> Tuple[Tuple[int, ...], ...]:

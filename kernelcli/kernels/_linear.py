@@ -92,7 +92,8 @@ def conv(state: State, layer: Conv, standard: bool) -> State:
 
 def avg_pool(state: State, layer: AvgPool) -> State:
     def a(x):
-        return avg_pool_cov(x, layer.window, layer.strides, layer.padding)
+        return avg_pool_cov(x, layer.window, layer.strides, layer.padding,
+                            layer.normalize_edges)
 
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a))
 

@@ -30,10 +30,11 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from ..spec import (ABRelu, AvgPool, Conv, Dense, Erf, Exp, Flatten, Gaussian, Gelu,
-                    GlobalAvgPool, Hermite, Identity, LayerNorm, Monomial, Parallel, Rbf,
-                    RectifiedMonomial, Relu, Residual, Sign, Sin)
-from . import _elementwise, _linear, _nonlinear
+from ..spec import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp, Flatten,
+                    Gaussian, Gelu, GlobalAvgPool, GlobalSumPool, Hermite, Identity, LayerNorm,
+                    Monomial, Parallel, Rbf, RectifiedMonomial, Relu, Residual, Sign, Sin,
+                    SumPool)
+from . import _elementwise, _linear, _linear_spatial, _nonlinear
 from ._state import State
 
 
@@ -110,6 +111,12 @@ KERNEL_MAPS: Dict[type, KernelMap] = {
     Residual: KernelMap(merge=lambda layer, outs: _sum(outs)),
     Parallel: KernelMap(merge=lambda layer, outs:
                         _sum(outs) if layer.merge == "sum" else _concat(outs)),
+    ConvLocal: KernelMap(linear=_linear_spatial.conv_local),
+    ConvTranspose: KernelMap(linear=_linear_spatial.conv_transpose),
+    SumPool: KernelMap(linear=lambda state, layer, standard:
+                       _linear_spatial.sum_pool(state, layer)),
+    GlobalSumPool: KernelMap(linear=lambda state, layer, standard:
+                             _linear_spatial.global_sum_pool(state)),
 }
 
 

@@ -62,6 +62,10 @@ from ._layers import LayerNorm as LayerNorm
 from ._layers import Parallel as Parallel
 from ._layers import Relu as Relu
 from ._layers import Residual as Residual
+from ._layers_spatial import ConvLocal as ConvLocal
+from ._layers_spatial import ConvTranspose as ConvTranspose
+from ._layers_spatial import GlobalSumPool as GlobalSumPool
+from ._layers_spatial import SumPool as SumPool
 from ._load import load_config as load_config
 from ._load import parse_architecture as parse_architecture
 from ._load import parse_config as parse_config
@@ -77,5 +81,6 @@ from ._registry import layer_type as layer_type
 from ._registry import layer_types as layer_types
 from ._registry import walk as walk
 from ._shapes import spatial_out as spatial_out
+from ._shapes import transpose_out as transpose_out
 from ._sizes import format_size as format_size
 from ._sizes import parse_size as parse_size

@@ -11,12 +11,12 @@ the layer's ``width``. A layer's ``filter``, ``window`` and ``strides`` must hav
 one entry per spatial axis, or be one integer for all of them (``_rank``).
 
 Order rules (``docs/config.md``, as neural-tangents 0.6.5 enforces them): a
-nonlinearity or ``layer_norm`` needs a Gaussian input, that is the output of
-``dense``/``conv`` possibly passed through ``avg_pool``, ``global_avg_pool``,
-``identity``, ``layer_norm``, a ``residual`` or a ``parallel`` with ``merge:
-sum``. The raw input is not Gaussian, nor is anything after a nonlinearity,
-``flatten`` or a ``parallel`` with ``merge: concat`` until the next
-``dense``/``conv``. A ``residual`` needs a Gaussian input and a branch that ends
+nonlinearity or ``layer_norm`` needs a Gaussian input, that is the output of an
+affine layer (``dense``, ``conv``, ``conv_local``, ``conv_transpose``) possibly
+passed through pools, ``identity``, ``layer_norm``, a ``residual`` or a
+``parallel`` with ``merge: sum``. The raw input is not Gaussian, nor is anything
+after a nonlinearity, ``flatten`` or a ``parallel`` with ``merge: concat`` until
+the next affine layer. A ``residual`` needs a Gaussian input and a branch that ends
 in ``dense``/``conv`` and keeps the shape. The branches of a ``parallel`` are
 checked like any layer list from its input; ``merge: sum`` needs Gaussian
 outputs of one shape, at most one of them from a branch without a

@@ -130,19 +130,25 @@ register(
 
 @dataclass(frozen=True)
 class AvgPool:
+    """``normalize_edges``: under SAME padding, divide by the positions inside the
+    input instead of the whole window (neural-tangents' option; no effect otherwise)."""
+
     window: Axes = 2
     strides: Axes = 2
     padding: str = "VALID"
+    normalize_edges: bool = False
     where: str = field(default="", compare=False, repr=False)
 
 
 def _avg_pool(p) -> AvgPool:
     window = p.pair("window", 2, "a window size")
     return AvgPool(window=window, strides=p.pair("strides", window, "a stride"),
-                   padding=p.padding("VALID"), where=p.path)
+                   padding=p.padding("VALID"),
+                   normalize_edges=p.boolean("normalize_edges", False), where=p.path)
 
 
-register(LayerType(AvgPool, "avg_pool", S.avg_pool, ("window", "strides", "padding"),
+register(LayerType(AvgPool, "avg_pool", S.avg_pool,
+                   ("window", "strides", "padding", "normalize_edges"),
                    parse=_avg_pool, pools=True))
 
 
@@ -218,10 +224,13 @@ register(LayerType(Parallel, "parallel", S.parallel, ("branches", "merge"),
 # The further elementwise nonlinearities register here, before the groups below.
 from ._layers_elementwise import (Exp, Gaussian, Hermite, Monomial,  # noqa: E402
                                   RectifiedMonomial, Rbf, Sign, Sin)
+# So does the spatial family.
+from ._layers_spatial import ConvLocal, ConvTranspose, GlobalSumPool, SumPool  # noqa: E402
 
 Layer = Union[Dense, Conv, Relu, Erf, Gelu, ABRelu, AvgPool, GlobalAvgPool,
               Flatten, LayerNorm, Identity, Residual, Sin, Rbf, Exp, Gaussian, Monomial,
-              RectifiedMonomial, Sign, Hermite, Parallel]
+              RectifiedMonomial, Sign, Hermite, Parallel, ConvLocal, ConvTranspose, SumPool,
+              GlobalSumPool]
 
 # Groups of classes, derived from the declarations (for tests and callers that filter).
 NONLINEARITIES = tuple(t.cls for t in layer_types()

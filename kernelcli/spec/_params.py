@@ -118,6 +118,10 @@ class Params:
             return default
         return f.pair(self.raw[key], self.at(key), noun, maximum=MAX_WINDOW)
 
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.raw.get(key)
+        return default if value is None else f.boolean(value, self.at(key))
+
     def padding(self, default: str) -> str:
         value = self.raw.get("padding", default)
         return f.choice(value, self.at("padding"), PADDINGS, "a padding")

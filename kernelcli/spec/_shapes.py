@@ -20,13 +20,42 @@ from typing import Any, Sequence, Tuple
 from ..errors import ConfigError
 from ._fields import short_path
 from ._rank import bind_layer
-from ._registry import branches, layer_type
+from ._registry import branches, layer_type, layer_types
 
 Shape = Tuple[int, ...]
 
-_KEEPERS = ("avg_pool, global_avg_pool, identity, layer_norm, residual or a parallel with "
-            "merge sum")
-GAUSSIAN_HINT = f"it must follow dense or conv (possibly through {_KEEPERS})"
+
+def _either(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def affine_names() -> str:
+    """The layers whose output is a fresh Gaussian (``dense or conv`` and the others
+    declared ``affine``), as messages list them."""
+    return _either(t.name for t in layer_types() if t.affine)
+
+
+def keepers() -> str:
+    """The layers a Gaussian signal passes through, from the declarations: the pools,
+    ``identity`` and ``layer_norm`` (by name), then the layers holding branches (a
+    ``parallel`` only with ``merge: sum``)."""
+    plain = sorted(t.name for t in layer_types()
+                   if not t.branch and (t.pools or t.shape in (keep, normalize)))
+    held = [("a parallel with merge sum" if t.shape is parallel else t.name)
+            for t in layer_types() if t.branch]
+    return _either(plain + held)
+
+
+def vector_makers() -> str:
+    """The layers that drop the spatial axes (``flatten``, the global pools)."""
+    return _either(sorted(t.name for t in layer_types()
+                          if t.shape in (flatten, global_avg_pool)))
+
+
+def gaussian_hint() -> str:
+    """What a layer that needs a Gaussian input must follow."""
+    return f"it must follow {affine_names()} (possibly through {keepers()})"
 
 
 def spatial_out(size: int, k: int, s: int, padding: str) -> int:
@@ -40,6 +69,17 @@ def spatial_out(size: int, k: int, s: int, padding: str) -> int:
         return (size - k) // s + 1
     if padding in ("SAME", "CIRCULAR"):
         return -(-size // s)
+    raise ValueError(f"{padding!r} is not a padding; expected one of SAME, VALID, CIRCULAR")
+
+
+def transpose_out(size: int, k: int, s: int, padding: str) -> int:
+    """Output length along one axis of a transposed convolution (``lax.conv_transpose``
+    and neural-tangents' ``ConvTranspose``): ``size * s`` under SAME and CIRCULAR,
+    ``size * s + max(k - s, 0)`` under VALID; never below 1."""
+    if padding == "VALID":
+        return size * s + max(k - s, 0)
+    if padding in ("SAME", "CIRCULAR"):
+        return size * s
     raise ValueError(f"{padding!r} is not a padding; expected one of SAME, VALID, CIRCULAR")
 
 
@@ -79,7 +119,7 @@ def needs_image(layer: Any, st: State) -> Shape:
     if st.vector_by:
         raise fail(layer, f"{name} needs spatial axes ({SPATIAL_SHAPES}) but gets a vector "
                           f"of shape {st.shape} made by {st.vector_by}; spatial layers cannot "
-                          "follow flatten or global_avg_pool")
+                          f"follow {vector_makers()}")
     raise fail(layer, f"{name} needs spatial axes ({SPATIAL_SHAPES}) but the input is a "
                       f"vector of shape {st.shape}; expected no spatial layer for vector data")
 
@@ -87,7 +127,7 @@ def needs_image(layer: Any, st: State) -> Shape:
 def needs_gaussian(layer: Any, st: State) -> None:
     if not st.gaussian:
         raise fail(layer, f"{yaml_name(layer)} acts on {st.not_gaussian}, which is not "
-                          f"Gaussian; {GAUSSIAN_HINT}")
+                          f"Gaussian; {gaussian_hint()}")
 
 
 def step(layer: Any, st: State) -> State:
@@ -124,6 +164,13 @@ def conv(layer: Any, st: State) -> State:
     shape = _window(layer, st, layer.filter, layer.strides, layer.padding, layer.width,
                     "filter")
     return replace(st, shape=shape, gaussian=True)
+
+
+def conv_transpose(layer: Any, st: State) -> State:
+    sizes = needs_image(layer, st)[:-1]
+    out = tuple(transpose_out(n, k, s, layer.padding)
+                for n, k, s in zip(sizes, layer.filter, layer.strides))
+    return replace(st, shape=out + (layer.width,), gaussian=True)
 
 
 def avg_pool(layer: Any, st: State) -> State:
@@ -185,7 +232,7 @@ def residual(layer: Any, st: State) -> State:
     last = layer.layers[-1]
     if not layer_type(last).affine:
         raise fail(layer, f"the branch ends in {yaml_name(last)}; expected it to end in "
-                          "dense or conv, since x + f(x) adds two independent Gaussians")
+                          f"{affine_names()}, since x + f(x) adds two independent Gaussians")
     if out.shape != st.shape:
         raise fail(layer, f"the branch maps shape {st.shape} to {out.shape}; expected it "
                           "to keep the shape, since its output is added to its input")
@@ -212,8 +259,8 @@ def parallel(layer: Any, st: State) -> State:
             given = "" if layer.branches[i] else " (empty: the identity)"
             raise fail(layer, f"merge sum needs Gaussian branch outputs, but branches[{i}]"
                               f"{given} gives {out.not_gaussian}, which is not Gaussian; "
-                              "expected each branch to end in dense or conv (possibly "
-                              f"through {_KEEPERS})")
+                              f"expected each branch to end in {affine_names()} (possibly "
+                              f"through {keepers()})")
     for i, out in enumerate(outs[1:], 1):
         if out.shape != outs[0].shape:
             raise fail(layer, f"merge sum adds outputs of shape {outs[0].shape} from "

@@ -1,0 +1,84 @@
+"""State maps of the spatial family: locally connected and transposed convolutions,
+sum pooling (the maps of ``conv`` and ``avg_pool`` are in ``_linear``).
+
+``conv_local`` has a weight (and a bias) of its own at every output position, so
+outputs at different positions are independent: its covariance is zero off the
+spatial diagonal, and its diagonal is the same joint-shift mean of the input's
+diagonal as a ``conv``'s. It therefore reads only the diagonal of its input. On a
+full covariance (a pool lies ahead) it computes on the diagonal and puts the result
+back on the diagonal of a full covariance of zeros (``to_full``). Fan-in (standard
+parameterization) is that of ``conv``: input channels times filter size, as in
+neural-tangents.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ..spec import ConvLocal, ConvTranspose, SumPool
+from ._linear import affine, map_ntk
+from ._spatial import conv_cov, sum_pool_cov
+from ._state import State, to_diagonal
+from ._transpose import transpose_cov
+
+
+def embed_diagonal(d):
+    """``(P, a1, ..., an)`` -> ``(P, a1, a1', ..., an, an')``, zero off the diagonal."""
+    n = d.ndim - 1
+    out = d
+    for i in range(n):
+        size = d.shape[1 + i]
+        eye = jnp.eye(size, dtype=d.dtype).reshape((1,) * (1 + 2 * i) + (size, size)
+                                                  + (1,) * (n - 1 - i))
+        out = jnp.expand_dims(out, 2 + 2 * i) * eye
+    return out
+
+
+def to_full(state: State) -> State:
+    """A diagonal state whose off-diagonal covariances are zero, as a full one."""
+    if state.full or not state.spatial:
+        return state
+    return state.replace(nngp=embed_diagonal(state.nngp),
+                         ntk=map_ntk(state, embed_diagonal), full=True)
+
+
+def _fan_in(state: State, layer) -> int:
+    n = state.channels
+    for k in layer.filter:
+        n *= k
+    return n
+
+
+def conv_local(state: State, layer: ConvLocal, standard: bool) -> State:
+    diag = to_diagonal(state)
+
+    def a(x):
+        return conv_cov(x, layer.filter, layer.strides, layer.padding, False)
+
+    out = affine(diag, a(diag.nngp), map_ntk(diag, a), layer.W_std, layer.b_std,
+                 _fan_in(state, layer), standard, layer.width)
+    return to_full(out) if state.full else out
+
+
+def conv_transpose(state: State, layer: ConvTranspose, standard: bool) -> State:
+    def a(x):
+        return transpose_cov(x, layer.filter, layer.strides, layer.padding, state.full)
+
+    return affine(state, a(state.nngp), map_ntk(state, a), layer.W_std, layer.b_std,
+                  _fan_in(state, layer), standard, layer.width)
+
+
+def sum_pool(state: State, layer: SumPool) -> State:
+    def a(x):
+        return sum_pool_cov(x, layer.window, layer.strides, layer.padding)
+
+    return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a))
+
+
+def global_sum_pool(state: State) -> State:
+    """Sum over all position pairs (full covariance) -> ``(P,)``."""
+    def a(x):
+        return jnp.sum(x, axis=tuple(range(1, x.ndim)))
+
+    return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a),
+                         spatial=False, full=False)
