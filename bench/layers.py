@@ -44,7 +44,7 @@ CASES = {
     "elementwise": ((16, 16, 3), 8, [
         CONV, {"sin": {"a": 1.0, "b": 1.0, "c": 0.3}}, CONV, {"gaussian": {"a": 1.0, "b": -1.0}},
         CONV, {"monomial": {"degree": 3}}, "global_avg_pool"] + HEAD),
-    "conv_local": ((12, 12, 3), 16, [
+    "conv_local": ((12, 12, 3), 256, [
         CONV, "relu", {"conv_local": {"filter": 3, "padding": "SAME", "W_std": S2}}, "relu",
         "flatten"] + HEAD),
     "conv_transpose": ((16, 16, 3), 8, [
