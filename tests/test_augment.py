@@ -161,6 +161,42 @@ def test_matches_neural_tangents_averaged_over_the_group(name):
             assert np.max(diff) <= tol, f"{name} {dtype} {kind}: {np.max(diff):.2e}"
 
 
+SPATIAL_NET = """
+layers:
+  - conv_local: {filter: 3, W_std: 1.4, b_std: 0.1}
+  - relu
+  - conv: {filter: 3, W_std: 1.4}
+  - erf
+  - sum_pool: {window: 3, strides: 1, padding: SAME}
+  - avg_pool: {window: 3, strides: 1, padding: SAME, normalize_edges: true}
+  - conv_local: {filter: 1, W_std: 1.2}
+  - global_sum_pool
+  - dense
+"""
+
+
+def test_the_spatial_family_under_a_flip_is_the_explicit_construction():
+    """conv_local, sum_pool, normalize_edges and global_sum_pool follow the window
+    rule (or average every position) like conv and avg_pool."""
+    arch = parse_architecture(SPATIAL_NET)
+    x = _x(4, (5, 6, 2), 7)
+    want, got = explicit(arch, ("hflip", "vflip"), x), augmented(arch, ("hflip", "vflip"), x)
+    off = ~np.eye(4, dtype=bool)
+    for kind in KINDS:
+        scale = np.max(np.abs(want[kind]))
+        assert np.max(np.abs(got[kind] - want[kind])[off]) <= 1e-12 * scale, kind
+        assert np.max(np.abs(np.diagonal(got[kind] - want[kind]))) <= DIAGONAL_TOL * scale
+
+
+def test_a_transposed_convolution_is_refused_under_a_flip():
+    arch = parse_architecture("layers: [conv_transpose, relu, global_avg_pool, dense]")
+    with pytest.raises(ConfigError) as e:
+        build_kernel_fn(arch, (4, 4, 1), KINDS, "float64", ("hflip",))
+    assert str(e.value) == (_head() + "architecture.layers[0].conv_transpose is not known "
+                            "to be flip-equivariant; expected layers listed in "
+                            "docs/config.md (kernel.augment)")
+
+
 # --- networks a flip changes ---------------------------------------------------------------
 
 def _head(augment="'hflip'"):

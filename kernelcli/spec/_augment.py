@@ -18,15 +18,16 @@ alike (``K(g x, g y) = K(x, y)``) the double mean is ``mean over g of K(x, g y)`
 is not equivariant is refused (:func:`check_augment`), naming its first layer that
 breaks it, rather than computed at |G|^2 the cost.
 
-A windowed layer (``conv``, ``avg_pool``) is equivariant along an axis of size
+A windowed layer (``conv``, ``conv_local``, ``avg_pool``, ``sum_pool``) is equivariant along an axis of size
 ``n`` with window ``k`` and stride ``s`` exactly when it pads that axis equally
 at both ends (``lo == hi``, the lax SAME rule; CIRCULAR pads the same amounts)
 and its windows tile the padded axis from end to end,
 ``(n + lo + hi - k) % s == 0``: then flipping the input flips the output grid.
 Dense layers, elementwise nonlinearities, ``layer_norm``, ``identity``,
-``flatten`` and ``global_avg_pool`` act alike at every position (or average over
+``flatten``, ``global_avg_pool`` and ``global_sum_pool`` act alike at every position (or average over
 all of them); ``residual`` and ``parallel`` are equivariant when all their branches
-are. Any other layer is refused until its rule is written here.
+are. Any other layer (``conv_transpose``, whose output grid depends on how the
+transposed padding splits) is refused until its rule is written here.
 """
 
 from __future__ import annotations
@@ -37,12 +38,16 @@ from ..errors import ConfigError
 from . import _fields as f
 from ._layers import (NONLINEARITIES, AvgPool, Conv, Dense, Flatten, GlobalAvgPool,
                       Identity, LayerNorm)
+from ._layers_spatial import ConvLocal, GlobalSumPool, SumPool
 from ._rank import bind_layer
 from ._registry import branches
 from ._shapes import State, label, spatial_out, step
 
 AUGMENTS = ("hflip", "vflip")
-_PLAIN = (Dense, Flatten, GlobalAvgPool, LayerNorm, Identity) + tuple(NONLINEARITIES)
+_PLAIN = (Dense, Flatten, GlobalAvgPool, GlobalSumPool, LayerNorm, Identity) + tuple(NONLINEARITIES)
+# A conv_local's kernel is the conv's on the spatial diagonal (each position's own
+# weights change nothing once averaged over their draws), so the window rule is its.
+_WINDOWED = (Conv, ConvLocal, AvgPool, SumPool)
 _NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
 
@@ -124,8 +129,8 @@ def _check_layers(layers, st: State, axis: int, value: str, name: str) -> State:
 def _check_layer(layer, size: int, axis: int, value: str, name: str) -> None:
     head = f"kernel.augment: {value} needs a network whose kernel is unchanged when both " \
            f"inputs are flipped, but {label(layer)}"
-    if isinstance(layer, (Conv, AvgPool)):
-        k = (layer.filter if isinstance(layer, Conv) else layer.window)[axis]
+    if isinstance(layer, _WINDOWED):
+        k = (layer.window if isinstance(layer, (AvgPool, SumPool)) else layer.filter)[axis]
         s = layer.strides[axis]
         lo, hi = _pads(size, k, s, layer.padding)
         if lo != hi:
