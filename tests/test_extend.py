@@ -321,3 +321,26 @@ def test_a_rectangle_run_is_refused(tmp_path):
     assert error_line(result) == (
         f"Error: {run} holds the rectangle K(x1, x2) of data.x2; extend grows a run of one "
         f"training set (no data.x2): compute the new rectangle as a run of its own")
+
+
+def test_a_run_with_readouts_and_augment_grows_bit_identical(files, tmp_path):
+    """The three issue-16 features together: a flip-averaged run with two readouts,
+    grown by --append, is the fresh run of the grown data set, every readout."""
+    arch = {"layers": GAP_NET[:2] + [GAP_NET[0], "relu"],
+            "readouts": {"head": ["global_avg_pool", "dense"], "after": [2, 4]}}
+
+    def run(name, x1):
+        doc = {"name": name, "data": {"x1": str(files / x1), "key": "x"},
+               "architecture": arch, "kernel": {"augment": "hflip"},
+               "compute": {"block": BLOCK}, "output": {"run_dir": f"run_{name}"}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert kernelcli.compute(tmp_path / f"{name}.yaml").result is not None
+        return tmp_path / f"run_{name}"
+
+    grown = run("grown", "old.npz")
+    kernelcli.extend(grown, append=files / "new.npz")
+    fresh = read_kernels(run("fresh", "all.npz") / "kernels.h5")[0]
+    got = read_kernels(grown / "kernels.h5")[0]
+    assert sorted(got) == ["nngp_d2", "nngp_d4", "ntk_d2", "ntk_d4"]
+    for name, k in fresh.items():
+        assert np.array_equal(got[name], k), name
