@@ -123,13 +123,14 @@ MESSAGES = [
      "cannot take: architecture.readouts.head[0].global_avg_pool: global_avg_pool needs "
      "spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets "
      "a vector of shape (1,) made by architecture.layers[2].global_avg_pool; spatial layers "
-     "cannot follow flatten or global_avg_pool"),
+     "cannot follow flatten, global_avg_pool or global_sum_pool"),
     ({"head": ["relu", "flatten", "dense"], "after": [1, 2]},
      f"architecture.readouts.after[1]: 2 reads out shape (6, 6, 1), {NOT_GAUSSIAN}, which the "
      "head cannot take: architecture.readouts.head[0].relu: relu acts on the output of relu "
-     "at architecture.layers[1].relu, which is not Gaussian; it must follow dense or conv "
-     "(possibly through avg_pool, global_avg_pool, identity, layer_norm, residual or a "
-     "parallel with merge sum)"),
+     "at architecture.layers[1].relu, which is not Gaussian; it must follow dense, conv, "
+     "conv_local or conv_transpose (possibly through avg_pool, global_avg_pool, "
+     "global_sum_pool, identity, layer_norm, sum_pool, residual or a parallel with merge "
+     "sum)"),
     ({"head": ["dense"], "after": [2]},
      f"architecture.readouts.after[0]: 2 reads out shape (6, 6, 1), {NOT_GAUSSIAN}, which the "
      "head cannot take: architecture.readouts.head: outputs shape (6, 6, 1) there; expected "
