@@ -66,11 +66,18 @@ class Conv:
     where: str = field(default="", compare=False, repr=False)
 
 
-def _conv(p) -> Conv:
-    return Conv(filter=p.pair("filter", 3, "a filter size"),
-                strides=p.pair("strides", 1, "a stride"),
-                padding=p.padding("SAME"), W_std=p.w_std(), b_std=p.b_std(),
-                width=p.width(), where=p.path)
+def conv_parser(cls):
+    """The reader of a layer with ``conv``'s parameters and defaults (``conv``,
+    ``conv_local``, ``conv_transpose``)."""
+    def parse(p):
+        return cls(filter=p.pair("filter", 3, "a filter size"),
+                   strides=p.pair("strides", 1, "a stride"),
+                   padding=p.padding("SAME"), W_std=p.w_std(), b_std=p.b_std(),
+                   width=p.width(), where=p.path)
+    return parse
+
+
+_conv = conv_parser(Conv)
 
 
 register(LayerType(Conv, "conv", S.conv,

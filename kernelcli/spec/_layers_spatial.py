@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import _shapes as S
-from ._layers import Axes
+from ._layers import Axes, conv_parser
 from ._registry import LayerType, register
 
 _CONV_PARAMETERS = ("filter", "strides", "padding", "W_std", "b_std", "width")
@@ -48,20 +48,11 @@ class ConvTranspose:
     where: str = field(default="", compare=False, repr=False)
 
 
-def _conv_like(cls):
-    def parse(p):
-        return cls(filter=p.pair("filter", 3, "a filter size"),
-                   strides=p.pair("strides", 1, "a stride"),
-                   padding=p.padding("SAME"), W_std=p.w_std(), b_std=p.b_std(),
-                   width=p.width(), where=p.path)
-    return parse
-
-
 register(
-    LayerType(ConvLocal, "conv_local", S.conv, _CONV_PARAMETERS, parse=_conv_like(ConvLocal),
+    LayerType(ConvLocal, "conv_local", S.conv, _CONV_PARAMETERS, parse=conv_parser(ConvLocal),
               affine=True),
     LayerType(ConvTranspose, "conv_transpose", S.conv_transpose, _CONV_PARAMETERS,
-              parse=_conv_like(ConvTranspose), affine=True),
+              parse=conv_parser(ConvTranspose), affine=True),
 )
 
 
