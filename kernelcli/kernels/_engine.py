@@ -81,11 +81,17 @@ class KernelFn(FlatRoute, LayerPass):
       dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (exact).
       augment: flips (``"hflip"``, ``"vflip"``) whose group the kernel is averaged
         over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
+      engine: the execution plan, ``"cpu"`` or ``"accelerator"`` (resolved already:
+        :func:`resolve_engine`); the kernels agree to rounding, not bit for bit.
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
                  kinds: Sequence[str] = ("nngp", "ntk"), dtype: str = "float32",
-                 augment: Sequence[str] = ()):
+                 augment: Sequence[str] = (), engine: str = "cpu"):
+        if engine not in PLANS:
+            raise ValueError(f"engine {engine!r}: expected one of {', '.join(PLANS)} "
+                             f"(resolve 'auto' with resolve_engine first)")
+        self.engine = engine
         self.input_shape = tuple(int(s) for s in input_shape)
         # every filter/window/strides with one entry per spatial axis of the input
         self.arch = arch = bind_architecture(arch, self.input_shape)
@@ -373,7 +379,23 @@ class KernelFn(FlatRoute, LayerPass):
 
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
                     kinds: Sequence[str] = ("nngp", "ntk"),
-                    dtype: str = "float32", augment: Sequence[str] = ()) -> KernelFn:
+                    dtype: str = "float32", augment: Sequence[str] = (),
+                    engine: str = "cpu") -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
-    ``augment``, averaged over that flip group (``kernel.augment``)."""
-    return KernelFn(arch, input_shape, kinds, dtype, augment)
+    ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
+    execution plan (``"cpu"`` or ``"accelerator"``, see :func:`resolve_engine`)."""
+    return KernelFn(arch, input_shape, kinds, dtype, augment, engine)
+
+
+PLANS = ("cpu", "accelerator")
+
+
+def resolve_engine(name: str, platform: str) -> str:
+    """The plan ``compute.engine: name`` means on devices of JAX platform ``platform``
+    (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ...): ``"auto"`` is
+    ``"accelerator"`` anywhere but on CPUs; ``"cpu"`` and ``"accelerator"`` are kept."""
+    if name == "auto":
+        return "cpu" if str(platform).lower() == "cpu" else "accelerator"
+    if name not in PLANS:
+        raise ValueError(f"engine {name!r}: expected one of auto, {', '.join(PLANS)}")
+    return name
