@@ -7,10 +7,14 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import FIXTURE_CASES, load_case
 from kernelcli.errors import ConfigError
-from kernelcli.kernels import resolve_engine
+from kernelcli.kernels import build_kernel_fn, resolve_engine
+from kernelcli.run import kernel_matrix
 from kernelcli.run._job import config_fingerprint
-from kernelcli.spec import load_config
+from kernelcli.spec import check_architecture, load_config
+
+KINDS = ("nngp", "ntk")
 
 
 def write_cfg(folder, compute=None):
@@ -54,3 +58,62 @@ def test_the_engine_does_not_change_the_configuration_fingerprint(tmp_path):
 ])
 def test_resolve_engine(name, platform, plan):
     assert resolve_engine(name, platform) == plan
+
+
+def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
+    from kernelcli.run._job import prepare
+
+    def engine(compute, stored_plan=None):
+        with prepare(load_config(write_cfg(tmp_path, compute)),
+                     stored_plan=stored_plan) as job:
+            return job.kfn.engine, job.manifest()["plan"]["engine"]
+
+    assert engine({}) == ("cpu", "cpu")  # auto on CPU devices
+    assert engine({"engine": "accelerator"}) == ("accelerator", "accelerator")
+    assert engine({"engine": "accelerator"}, {"engine": "cpu"}) == ("cpu", "cpu")
+    assert engine({"engine": "cpu"}, {"engine": "accelerator"}) == ("accelerator",
+                                                                    "accelerator")
+    assert engine({"engine": "accelerator"}, {}) == ("cpu", "cpu")  # a run before the key
+
+
+# -- the accelerator plan gives the CPU plan's kernels ----------------------------------
+
+SHARED = ("cnn1_flatten", "cnn1_gap", "cnn3_flatten", "cnn3_gap", "erf_net", "fc3",
+          "myrtle5", "rect", "residual", "standard_param")  # /work/shared/fixtures
+OTHERS = tuple(n for n in FIXTURE_CASES if n not in SHARED)
+AGREE = {"float64": 1e-12, "float32": 1e-5}
+
+
+def both_plans(name: str, dtype: str):
+    c = load_case(name)
+    arch = c.config.architecture
+    check_architecture(arch, c.x1.shape[1:])
+    return [kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, dtype, engine=e),
+                          c.x1, c.x2) for e in ("cpu", "accelerator")]
+
+
+def check_agree(name: str, dtype: str):
+    cpu, acc = both_plans(name, dtype)
+    for kind in KINDS:
+        a, b = (np.asarray(m[kind], np.float64) for m in (cpu, acc))
+        scale = np.max(np.abs(a))
+        parts = {"all": (a, b)}
+        if a.shape[0] == a.shape[1]:  # the per-input diagonal, and the pairs off it
+            off = ~np.eye(a.shape[0], dtype=bool)
+            parts = {"diagonal": (np.diag(a), np.diag(b)), "off-diagonal": (a[off], b[off])}
+        for part, (x, y) in parts.items():
+            err = float(np.max(np.abs(x - y)) / scale)
+            assert err <= AGREE[dtype], f"{name} {dtype} {kind} {part}: rel diff {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", SHARED)
+def test_the_accelerator_plan_gives_the_cpu_plans_kernels(name, dtype):
+    check_agree(name, dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", OTHERS)
+def test_the_accelerator_plan_gives_the_cpu_plans_kernels_on_every_fixture(name, dtype):
+    check_agree(name, dtype)
