@@ -117,3 +117,117 @@ def test_the_accelerator_plan_gives_the_cpu_plans_kernels(name, dtype):
 @pytest.mark.parametrize("name", OTHERS)
 def test_the_accelerator_plan_gives_the_cpu_plans_kernels_on_every_fixture(name, dtype):
     check_agree(name, dtype)
+
+
+# -- the accelerator plan's compiled structure ------------------------------------------
+
+def arch_of(layers):
+    text = yaml.safe_dump({"layers": layers})
+    return load_config_text(text)
+
+
+def load_config_text(architecture_yaml: str):
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="engine-"))
+    np.save(folder / "x.npy", np.zeros((2, 6, 6, 2)))
+    doc = {"name": "s", "data": {"x1": "x.npy"}, "architecture": yaml.safe_load(architecture_yaml)}
+    (folder / "s.yaml").write_text(yaml.safe_dump(doc))
+    return load_config(folder / "s.yaml").architecture
+
+
+def conv(w_std=1.5):
+    return {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": w_std, "b_std": 0.1}}
+
+
+NO_REPEATS = [conv(1.5), "relu", conv(1.4), "relu", {"avg_pool": {"window": [2, 2]}},
+              conv(1.3), "erf", "global_avg_pool", {"dense": {"W_std": 1.0}}]
+# the first block takes the input's channels, so the run is of the 4 (5) after it
+FOUR_REPEATS = [conv(), "relu"] * 5 + ["global_avg_pool", {"dense": {"W_std": 1.0}}]
+DIAGONAL_REPEATS = [conv(), "relu"] * 6 + ["flatten", {"dense": {"W_std": 1.0}}]
+
+
+def programs(layers, engine: str, n: int = 5, pairs: int = 7):
+    """The compiled pairs and stats programs' HLO text, and the lowered pairs program's."""
+    import jax
+    import jax.numpy as jnp
+
+    kfn = build_kernel_fn(arch_of(layers), (6, 6, 2), KINDS, "float32", engine=engine)
+
+    def spec(shape, dtype=jnp.float32):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    x = spec((n,) + kfn.input_shape)
+    v = tuple(spec((n,) + t) for t in kfn.variance_shapes)
+    index = spec((pairs,), jnp.int32)
+    lowered = kfn._pairs_jit.lower(x, v, x, v, index, index)
+    stats = kfn._stats_jit.lower(x).compile().as_text()
+    return kfn, lowered.compile().as_text(), stats, lowered.as_text()
+
+
+def whiles(hlo: str) -> int:
+    return hlo.count(" while(")
+
+
+@pytest.mark.parametrize("layers, loops", [(NO_REPEATS, 0), (FOUR_REPEATS, 1),
+                                           (DIAGONAL_REPEATS, 1)])
+def test_the_accelerator_plan_has_no_loops_but_the_layer_loop(layers, loops):
+    kfn, pairs, stats, lowered = programs(layers, "accelerator")
+    assert kfn.chunk == 1
+    for hlo in (pairs, stats):
+        assert whiles(hlo) == loops
+        assert " conditional(" not in hlo and "case" not in lowered
+        if loops:  # m = 4 or 5 layers: the loop runs two layers a step, m // 2 times
+            assert '"known_trip_count":{"n":"2"}' in hlo
+    # the batch is the pair batch the call was given: whole (P, H, H, W, W) covariances
+    shape = "tensor<7x6x6x6x6xf32>" if layers is not DIAGONAL_REPEATS else "tensor<7x6x6xf32>"
+    assert shape in lowered
+
+
+def test_the_cpu_plan_keeps_its_chunk_and_row_loops():
+    _, pairs, _, _ = programs(NO_REPEATS, "cpu")
+    assert whiles(pairs) >= 3  # the chunk loop, and a row loop per conv + nonlinearity
+
+
+# -- precision ----------------------------------------------------------------------------
+
+def contractions(text: str):
+    return [line for line in text.splitlines()
+            if "stablehlo.dot_general" in line or "stablehlo.convolution" in line]
+
+
+@pytest.mark.parametrize("engine", ["cpu", "accelerator"])
+@pytest.mark.parametrize("name", SHARED)
+def test_every_contraction_asks_for_full_precision(name, engine):
+    import jax
+    import jax.numpy as jnp
+
+    c = load_case(name)
+    kfn = build_kernel_fn(c.config.architecture, c.x1.shape[1:], KINDS, "float32",
+                          engine=engine)
+
+    def spec(shape, dtype=jnp.float32):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    x = spec((4,) + kfn.input_shape)
+    v = tuple(spec((4,) + t) for t in kfn.variance_shapes)
+    index = spec((3,), jnp.int32)
+    texts = [kfn._pairs_jit.lower(x, v, x, v, index, index).as_text(),
+             kfn._stats_jit.lower(x).as_text()]
+    if kfn.flat_input:
+        texts.append(kfn._grid_jit.lower(x, v, x, v).as_text())
+    found = [line for t in texts for line in contractions(t)]
+    assert found, f"{name}: no contraction in the programs"  # the input's covariance
+    for line in found:
+        assert "precision = [HIGHEST, HIGHEST]" in line, line
+
+
+@pytest.mark.parametrize("layers", [NO_REPEATS, FOUR_REPEATS, DIAGONAL_REPEATS])
+def test_both_plans_agree_through_runs_of_repeated_layers(layers):
+    x = np.random.default_rng(3).standard_normal((5, 6, 6, 2))
+    cpu, acc = (kernel_matrix(build_kernel_fn(arch_of(layers), (6, 6, 2), KINDS, "float64",
+                                              engine=e), x) for e in ("cpu", "accelerator"))
+    for kind in KINDS:
+        err = np.max(np.abs(cpu[kind] - acc[kind])) / np.max(np.abs(cpu[kind]))
+        assert err <= AGREE["float64"], (kind, err)
