@@ -42,6 +42,7 @@ from ..spec import (Architecture, Flatten, base_kind, bind_architecture, check_a
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import FlatRoute
 from ._passes import LayerPass
+from ._plans import PLANS
 from ._runner import pad_rows, run_on_devices
 from ._state import SelfVariances
 from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
@@ -411,16 +412,3 @@ def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
     execution plan (``"cpu"`` or ``"accelerator"``, see :func:`resolve_engine`)."""
     return KernelFn(arch, input_shape, kinds, dtype, augment, engine)
 
-
-PLANS = ("cpu", "accelerator")
-
-
-def resolve_engine(name: str, platform: str) -> str:
-    """The plan ``compute.engine: name`` means on devices of JAX platform ``platform``
-    (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ...): ``"auto"`` is
-    ``"accelerator"`` anywhere but on CPUs; ``"cpu"`` and ``"accelerator"`` are kept."""
-    if name == "auto":
-        return "cpu" if str(platform).lower() == "cpu" else "accelerator"
-    if name not in PLANS:
-        raise ValueError(f"engine {name!r}: expected one of auto, {', '.join(PLANS)}")
-    return name
