@@ -24,7 +24,7 @@ from typing import Sequence
 from jax import lax
 
 from ..spec import Conv, ConvLocal, branches, layer_type, walk
-from . import _linear
+from . import _batched, _linear
 from ._fused import conv_pointwise
 from ._linear_spatial import to_full
 from ._maps import is_pointwise, kernel_map
@@ -128,20 +128,23 @@ def live_states(layers: Sequence) -> int:
 
 
 def _apply(layer, state: State, variances, standard: bool, exact: bool, out: bool,
-           seen) -> State:
-    """One layer through its kernel map (``_maps``); ``out``, ``seen``: as for
-    ``forward``, for the branches of a layer that holds some."""
+           seen, batched: bool) -> State:
+    """One layer through its kernel map (``_maps``); ``out``, ``seen``, ``batched``: as
+    for ``forward``, for the branches of a layer that holds some."""
     m = kernel_map(layer)
     if m.linear is not None:
         return m.linear(state, layer, standard)
     if m.merge is not None:
-        return m.merge(layer, [forward(branch, state, variances, standard, exact, out, seen)
-                               for branch in branches(layer)])
+        merged = m.merge(layer, [forward(branch, state, variances, standard, exact, out,
+                                         seen, batched) for branch in branches(layer)])
+        return _batched.boundary(merged) if batched else merged
     v1, v2 = variances(state)
+    if batched:
+        return _batched.boundary(m.pointwise(layer, exact)(state, v1, v2))
     return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
 
 
-def _block(conv: Conv, act, standard: bool, exact: bool):
+def _block(conv: Conv, act, standard: bool, exact: bool, batched: bool = False):
     """One (convolution, nonlinearity) pair as ``(state, va, vb, spare) -> (state, v)``.
 
     ``va``, ``vb``: the nonlinearity's per-input variances; ``None`` in the
@@ -150,6 +153,8 @@ def _block(conv: Conv, act, standard: bool, exact: bool):
     the two layers run row by row (``conv_pointwise``), writing into ``spare``.
     """
     pointwise = kernel_map(act).pointwise(act, exact)
+    if batched:
+        return _batched.block(conv, pointwise, standard)
 
     def run(state: State, va, vb, spare):
         self_pair = va is None
@@ -178,12 +183,14 @@ def _layout(state: State, full: bool) -> State:
 
 
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
-            out: bool = False, seen=None) -> State:
+            out: bool = False, seen=None, batched: bool = False) -> State:
     """Apply ``layers`` in order, keeping the full covariance only where
     ``full_needed(layers, out)`` says (``out``: whether the output must be full;
     a branch's input is cut at once when the branch needs only its diagonal).
     ``seen(state)``, when given, is called with the state after every layer
-    (branches included): how the engine measures its largest covariance."""
+    (branches included): how the engine measures its largest covariance.
+    ``batched``: the accelerator plan's layers (``_batched``): each one pass over the
+    whole batch, no row or slab loops."""
     need = full_needed(layers, out)
     state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
@@ -194,23 +201,25 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
         m = repeats(layers, k, state)
         if m:  # a run of identical blocks: one loop over layers
             at = variances.run(m) if isinstance(variances, PairVariances) else None
-            state, spare, recs = repeat_layers(state, m, _block(layer, after, standard, exact),
-                                               at, spare)
+            state, spare, recs = repeat_layers(
+                state, m, _block(layer, after, standard, exact, batched), at, spare)
             if recs is not None:
+                variances.runs.append((len(variances.recorded), m))
                 variances.recorded.extend(recs[t] for t in range(m))
             k += 2 * m
             continue
-        if isinstance(layer, Conv) and is_pointwise(after) and state.full:
+        if isinstance(layer, Conv) and is_pointwise(after) and (state.full or batched):
             if isinstance(variances, PairVariances):
                 v1, v2 = variances(state)
             else:
                 v1 = v2 = None
-            state, v = _block(layer, after, standard, exact)(state, v1, v2, spare)
+            state, v = _block(layer, after, standard, exact, batched)(state, v1, v2, spare)
             if v1 is None:
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too
         else:
-            state = _apply(layer, state, variances, standard, exact, need[k + 1], seen)
+            state = _apply(layer, state, variances, standard, exact, need[k + 1], seen,
+                           batched)
         state = _layout(state, need[k + 1])
         if seen is not None:
             seen(state)

@@ -42,8 +42,15 @@ from ..spec import (Architecture, Flatten, base_kind, bind_architecture, check_a
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import FlatRoute
 from ._passes import LayerPass
+from ._plans import PLANS
 from ._runner import pad_rows, run_on_devices
+from ._state import SelfVariances
 from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
+
+
+# Live covariance bytes of one per-input call on the accelerator plan (no chunk loop:
+# the call's rows are one program step).
+STATS_CALL_BYTES = 256 << 20
 
 
 class Stats(NamedTuple):
@@ -81,11 +88,17 @@ class KernelFn(FlatRoute, LayerPass):
       dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (exact).
       augment: flips (``"hflip"``, ``"vflip"``) whose group the kernel is averaged
         over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
+      engine: the execution plan, ``"cpu"`` or ``"accelerator"`` (resolved already:
+        :func:`resolve_engine`); the kernels agree to rounding, not bit for bit.
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
                  kinds: Sequence[str] = ("nngp", "ntk"), dtype: str = "float32",
-                 augment: Sequence[str] = ()):
+                 augment: Sequence[str] = (), engine: str = "cpu"):
+        if engine not in PLANS:
+            raise ValueError(f"engine {engine!r}: expected one of {', '.join(PLANS)} "
+                             f"(resolve 'auto' with resolve_engine first)")
+        self.engine = engine
         self.input_shape = tuple(int(s) for s in input_shape)
         # every filter/window/strides with one entry per spatial axis of the input
         self.arch = arch = bind_architecture(arch, self.input_shape)
@@ -114,6 +127,7 @@ class KernelFn(FlatRoute, LayerPass):
         self._standard = arch.parameterization == "standard"
         self._exact = self.dtype == np.float64
         self._want_ntk = "ntk" in self.base_kinds
+        self._batched = engine == "accelerator"  # the layers of _batched, no loops
         self._trace = None  # see _traced
         self._check_output_is_flat()
         # Networks that flatten the raw input first (or take vectors) depend on a pair
@@ -123,7 +137,8 @@ class KernelFn(FlatRoute, LayerPass):
         chunk_bytes = _env.chunk_bytes() or default_chunk_bytes()
         per_pair = self.cov_elements * self.dtype.itemsize
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
-        self.chunk = slab * max(1, chunk_bytes // (slab * per_pair))
+        # accelerator: 1, no chunk loop at all (a call's pairs are one program step)
+        self.chunk = 1 if self._batched else slab * max(1, chunk_bytes // (slab * per_pair))
         options = compiler_options(self.full_cov)
         self._stats_jit = SerialJit(self._stats_fn, self.dtype, compiler_options=options)
         self._pairs_jit = SerialJit(self._pairs_fn, self.dtype, compiler_options=options)
@@ -138,7 +153,11 @@ class KernelFn(FlatRoute, LayerPass):
         Chunks keep the working set (a few covariances) cache-sized and the
         temporaries allocated once per call, whatever the batch; the layers see
         the chunk as an explicit leading axis, so they can cut it into slabs.
+
+        The accelerator plan has no chunks: ``fn`` on all the rows at once.
         """
+        if self._batched:
+            return fn(*rows)
         n = rows[0].shape[0]
         c = min(self.chunk, n)
         m = -(-n // c) * c
@@ -158,20 +177,28 @@ class KernelFn(FlatRoute, LayerPass):
         """``(variances, outputs)`` of one input with itself, as shapes (traced once)."""
         return self._traced()[0]
 
+    def _variance_runs(self):
+        """``(first, m)`` of each run of repeated layers, by variance index (see
+        ``SelfVariances.runs``)."""
+        return self._traced()[2]
+
     def _traced(self):
-        """``(shapes, largest)``: ``_self_shapes``, and the most covariance entries one
-        pair holds after any layer (branches included), from one trace that computes
-        nothing; kept, since a kernel function's shapes never change."""
+        """``(shapes, largest, runs)``: ``_self_shapes``, the most covariance entries one
+        pair holds after any layer (branches included), and ``_variance_runs``, from one
+        trace that computes nothing; kept, since a kernel function's shapes never
+        change."""
         if self._trace is None:
             sizes = []
+            rec = SelfVariances()
 
             def seen(state):
                 sizes.append(state.nngp[0].size)
 
             with self._scope():
-                shapes = jax.eval_shape(lambda x: self._self_fn(x, seen), jax.ShapeDtypeStruct(
-                    (1,) + self.input_shape, self.dtype))
-            self._trace = (shapes, max(sizes))
+                shapes = jax.eval_shape(lambda x: self._self_fn(x, seen, rec),
+                                        jax.ShapeDtypeStruct((1,) + self.input_shape,
+                                                             self.dtype))
+            self._trace = (shapes, max(sizes), tuple(rec.runs))
         return self._trace
 
     def _check_output_is_flat(self):
@@ -259,15 +286,20 @@ class KernelFn(FlatRoute, LayerPass):
 
     @property
     def stats_batch(self) -> int:
-        """Most rows per call of the per-input pass: a few chunks."""
+        """Most rows per call of the per-input pass: a few chunks; on the accelerator
+        plan as many as hold ``STATS_CALL_BYTES`` of live covariances (at least 1)."""
+        if self._batched:
+            return max(1, STATS_CALL_BYTES // max(1, self.live_bytes_per_pair))
         return max(self.chunk, 1) * 8
 
     def stats_rows(self, n: int) -> int:
         """Rows per call for ``n`` inputs: :attr:`stats_batch`, or fewer so that a short
         set still makes several calls (one per device, whatever the devices), but never
         less than a chunk: a call's chunks then have one shape whatever ``n``, so each
-        input's numbers are the same bits whichever call it is in."""
-        if self.flat_input:  # a squared norm per input: not worth a compile per device
+        input's numbers are the same bits whichever call it is in. On the accelerator
+        plan a call is one program step whatever its rows: :attr:`stats_batch` rows, or
+        ``n`` when fewer (the devices take the calls there are)."""
+        if self.flat_input or self._batched:  # a squared norm per input: not worth a compile per device
             return max(1, min(self.stats_batch, n))
         spread = max(self.chunk, -(-n // 8))
         return max(1, min(self.stats_batch, spread, n))
@@ -373,7 +405,10 @@ class KernelFn(FlatRoute, LayerPass):
 
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
                     kinds: Sequence[str] = ("nngp", "ntk"),
-                    dtype: str = "float32", augment: Sequence[str] = ()) -> KernelFn:
+                    dtype: str = "float32", augment: Sequence[str] = (),
+                    engine: str = "cpu") -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
-    ``augment``, averaged over that flip group (``kernel.augment``)."""
-    return KernelFn(arch, input_shape, kinds, dtype, augment)
+    ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
+    execution plan (``"cpu"`` or ``"accelerator"``, see :func:`resolve_engine`)."""
+    return KernelFn(arch, input_shape, kinds, dtype, augment, engine)
+

@@ -3,8 +3,9 @@ per-input pass.
 
 ``LayerPass`` holds, for :class:`~kernelcli.kernels._engine.KernelFn` (which
 provides ``arch``, ``group``, ``n_spatial``, ``base_kinds``, ``_want_ntk``,
-``_standard``, ``_exact``, ``_input_full``, ``_readout_full``, ``_chunked`` and
-the flat route's ``_flat_pairs_fn`` / ``_flat_grid_fn``):
+``_standard``, ``_exact``, ``_batched``, ``_input_full``, ``_readout_full``,
+``_chunked``, ``_variance_runs`` and the flat route's ``_flat_pairs_fn`` /
+``_flat_grid_fn``):
 
 * the layout of the input's covariance and of the state at each readout point
   (``_full_needs``, from ``_compose.full_needed``);
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 from . import _group
 from ._compose import forward, full_needed
 from ._linear import input_state
-from ._state import PairVariances, SelfVariances
+from ._state import PairVariances, SelfVariances, stack_run
 
 
 class LayerPass:
@@ -62,19 +63,20 @@ class LayerPass:
         ro = self.arch.readouts
         if ro is None:
             return self._outputs(forward(layers, state, variances, self._standard,
-                                         self._exact, seen=seen))
+                                         self._exact, seen=seen, batched=self._batched))
         out, start = {}, 0
         for after, full in zip(ro.after, self._readout_full):
             stop = after - skipped
             state = forward(layers[start:stop], state, variances, self._standard,
-                            self._exact, out=full, seen=seen)
-            head = forward(ro.head, state, variances, self._standard, self._exact, seen=seen)
+                            self._exact, out=full, seen=seen, batched=self._batched)
+            head = forward(ro.head, state, variances, self._standard, self._exact, seen=seen,
+                           batched=self._batched)
             out.update(self._outputs(head, f"_d{after}"))
             start = stop
         return out
 
-    def _self_fn(self, x, seen=None):
-        rec = SelfVariances()
+    def _self_fn(self, x, seen=None, rec=None):
+        rec = SelfVariances() if rec is None else rec
         out = self._run(x, x, rec, seen)
         v = tuple(rec.recorded)
         if len(self.group) > 1:  # K_G(x, x) = mean over g of K(x, g x)
@@ -107,8 +109,11 @@ class LayerPass:
         if self.flat_input:
             return self._flat_pairs_fn(x1, v1, x2, v2, i, j)
 
+        # runs of repeated layers read their variances from stacks, made once per call
+        stacks = {first: stack_run(v1, v2, first, m) for first, m in self._variance_runs()}
+
         def chunk(a, b):
-            return self._run(x1[a], x2[b], PairVariances(v1, v2, a, b))
+            return self._run(x1[a], x2[b], PairVariances(v1, v2, a, b, stacks))
 
         return self._chunked(chunk, i, j)
 

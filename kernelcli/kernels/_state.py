@@ -102,10 +102,15 @@ class PairVariances:
     Each layer gathers only its own variances, when it runs, so a chunk of pairs
     never holds the gathered variances of every layer at once (at depth 21 those
     were 10x the chunk's covariances).
+
+    ``stacks``: ``{first: (s1, s2)}``, the ``(m, n, ...)`` stacks of ``v1[first:first
+    + m]`` and ``v2[...]`` for each run of repeated layers (:func:`stack_run`), made
+    once outside a program's chunk loop; a run without one is stacked where it is read.
     """
 
-    def __init__(self, v1, v2, rows1=None, rows2=None):
+    def __init__(self, v1, v2, rows1=None, rows2=None, stacks=None):
         self.v1, self.v2, self.rows1, self.rows2, self.k = v1, v2, rows1, rows2, 0
+        self.stacks = stacks or {}
 
     def _take(self, k):
         def pick(v, rows):
@@ -119,18 +124,38 @@ class PairVariances:
 
     def run(self, m: int):
         """The next ``m`` layers' variances as ``at(i) -> (va, vb)`` for a traced
-        layer index ``i`` (inside a loop over layers): one gather, of layer ``i``."""
+        layer index ``i`` (inside a loop over layers): layer ``i``'s per-input arrays
+        sliced out of their stack at a traced index (a dynamic slice on the device:
+        no branch whose index the host would have to read), then its pairs' rows
+        gathered, so only layer ``i``'s are gathered."""
         first = self.k
         self.k += m
-        branches = [lambda t=t: self._take(first + t) for t in range(m)]
-        return lambda i: lax.switch(i, branches)
+        s1, s2 = self.stacks.get(first) or stack_run(self.v1, self.v2, first, m)
+
+        def at(i):
+            def pick(s, rows):
+                v = lax.dynamic_index_in_dim(s, i, 0, keepdims=False)
+                return v if rows is None else v[rows]
+
+            return pick(s1, self.rows1), pick(s2, self.rows2)
+
+        return at
+
+
+def stack_run(v1, v2, first: int, m: int):
+    """The per-input variances of layers ``first .. first + m - 1`` (a run of repeated
+    layers, so all of one shape), stacked: ``((m, n1, ...), (m, n2, ...))``."""
+    return jnp.stack(v1[first:first + m]), jnp.stack(v2[first:first + m])
 
 
 class SelfVariances:
-    """Variances of a per-input (self-pair) pass: read off the state and recorded."""
+    """Variances of a per-input (self-pair) pass: read off the state and recorded.
+    ``runs``: ``(first, m)`` of each run of ``m`` repeated layers whose variances
+    were recorded from index ``first`` on (what a pair pass reads with ``run``)."""
 
     def __init__(self):
         self.recorded: List[Any] = []
+        self.runs: List[Tuple[int, int]] = []
 
     def __call__(self, state: State):
         d = diagonal(state.nngp, state.full) if state.spatial else state.nngp

@@ -84,7 +84,9 @@ class Job:
             "data_fingerprints": self.fingerprints,
             "plan": {**self.plan.geometry.to_manifest(),
                      "test_diagonal": self.cfg.kernel.test_diagonal,
-                     "dtype": self.cfg.kernel.dtype},
+                     "dtype": self.cfg.kernel.dtype,
+                     # the execution plan rounds differently: a resume keeps it
+                     "engine": self.kfn.engine},
         }
         if self.extension is not None:  # keys of extended runs only: others keep their bytes
             out.update(extend=self.extension, lineage=list(self.lineage or ()))
@@ -206,7 +208,7 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
 
 def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension) -> Job:
     _interrupt.check()
-    from ..kernels import build_kernel_fn  # jax is only imported once the config is sound
+    from ..kernels import build_kernel_fn, resolve_engine  # jax: once the config is sound
 
     _interrupt.check()
     inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess,
@@ -214,14 +216,17 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
     try:
         _interrupt.check()
         devices = local_devices(cfg.compute.devices)
+        stored = stored_plan or {}
+        # an existing run keeps the plan it started with (one without the key: "cpu")
+        engine = (stored.get("engine", "cpu") if stored_plan is not None
+                  else resolve_engine(cfg.compute.engine, devices[0].platform))
         kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
-                              cfg.kernel.kinds, cfg.kernel.dtype, cfg.kernel.augment)
+                              cfg.kernel.kinds, cfg.kernel.dtype, cfg.kernel.augment, engine)
         _interrupt.check()
         budget, source = cfg.compute.memory, "compute.memory"
         if budget is None:
             available, source = memory_available()
             budget = auto_budget(available) // len(devices)
-        stored = stored_plan or {}
         plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
                         costs=engine_costs(kfn),
                         budget_bytes=budget, devices=len(devices), n_test=inputs.n_test,
@@ -277,7 +282,7 @@ def adopts(job: Job, store) -> bool:
             f"the same configuration and data")
     check_manifest(manifest, run_dir)
     check_same_data(job, manifest, run_dir)
-    stored = manifest["plan"]
+    stored = dict({"engine": "cpu"}, **manifest["plan"])  # runs before the key: "cpu"
     return not refit and all(stored.get(k) == v for k, v in job.manifest()["plan"].items())
 
 

@@ -21,6 +21,7 @@ from ..spec import is_kernel_name
 FORMAT = 2  # 2: manifest checksum, sealed tiles with run identity, checksummed result
 _KINDS = ("nngp", "ntk")
 _DTYPES = ("float32", "float64")
+_ENGINES = ("cpu", "accelerator")  # plan.engine: kernelcli.kernels.resolve_engine's answers
 _MAX_N = 1 << 40
 
 
@@ -77,6 +78,9 @@ def check_manifest(manifest: dict, run_dir) -> dict:
     if p.get("dtype") not in _DTYPES:
         raise DamagedFileError(f"{where}: plan.dtype is {_show(p.get('dtype'))}; expected "
                                f"one of {', '.join(_DTYPES)}")
+    if p.get("engine", "cpu") not in _ENGINES:  # runs before the key ran the CPU plan
+        raise DamagedFileError(f"{where}: plan.engine is {_show(p.get('engine'))}; expected "
+                               f"one of {', '.join(_ENGINES)}")
     _plan(manifest, run_dir)
     return manifest
 

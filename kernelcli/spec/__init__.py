@@ -22,6 +22,7 @@ from ._augment import show_augment as show_augment
 from ._check import check_architecture as check_architecture
 from ._check import layer_shapes as layer_shapes
 from ._config import DTYPES as DTYPES
+from ._config import ENGINES as ENGINES
 from ._config import EXECUTORS as EXECUTORS
 from ._config import KINDS as KINDS
 from ._config import LAYOUTS as LAYOUTS

@@ -20,6 +20,8 @@ DTYPES = ("float32", "float64")
 LAYOUTS = ("NHWC", "NCHW", "NLC", "NCL", "NDHWC", "NCDHW")
 PARAMETERIZATIONS = ("ntk", "standard")
 EXECUTORS = ("local", "ray")
+# compute.engine: the execution plan of the kernels (kernelcli.kernels.resolve_engine)
+ENGINES = ("auto", "cpu", "accelerator")
 PREPROCESS_KINDS = ("standardize", "zca")
 
 
@@ -116,6 +118,7 @@ class ComputeSpec:
     block: Optional[int] = None       # storage tile edge; None = auto
     executor: str = "local"           # local | ray (tile jobs as tasks on a Ray cluster)
     address: Optional[str] = None     # Ray cluster address; None = RAY_ADDRESS or a local one
+    engine: str = "auto"              # auto | cpu | accelerator (the kernels' execution plan)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ import yaml
 
 from ..errors import ConfigError
 from . import _fields as f
-from ._config import (DTYPES, EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS, PREPROCESS_KINDS,
-                      Architecture, ComputeSpec, DataSpec, KernelSpec, OutputSpec,
+from ._config import (DTYPES, ENGINES, EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS,
+                      PREPROCESS_KINDS, Architecture, ComputeSpec, DataSpec, KernelSpec, OutputSpec,
                       PreprocessSpec, Readouts, RunConfig)
 from ._augment import parse_augment
 from ._parse_layers import MAX_LAYERS, parse_layers
@@ -43,7 +43,7 @@ _KEYS = {
              "test_key", "test_labels", "test_labels_key", "test_limit", "preprocess"),
     "architecture": ("parameterization", "layers", "readouts"),
     "kernel": ("kinds", "dtype", "test_diagonal", "augment"),
-    "compute": ("memory", "devices", "block", "executor", "address"),
+    "compute": ("memory", "devices", "block", "executor", "address", "engine"),
     "output": ("run_dir", "keep_tiles"),
 }
 _DEFAULT_NAME = "run"  # only when the text has no file to take a name from
@@ -377,6 +377,7 @@ def _compute(d: dict) -> ComputeSpec:
                          maximum=MAX_BLOCK),
         executor=executor,
         address=address,
+        engine=f.choice(d.get("engine", "auto"), "compute.engine", ENGINES, "an engine"),
     )
 
 

@@ -1,0 +1,233 @@
+"""The two execution plans of the kernels (``compute.engine``): the key, its resolution,
+and the accelerator plan against the CPU plan on the reference fixtures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import FIXTURE_CASES, load_case
+from kernelcli.errors import ConfigError
+from kernelcli.kernels import build_kernel_fn, resolve_engine
+from kernelcli.run import kernel_matrix
+from kernelcli.run._job import config_fingerprint
+from kernelcli.spec import check_architecture, load_config
+
+KINDS = ("nngp", "ntk")
+
+
+def write_cfg(folder, compute=None):
+    np.save(folder / "x.npy", np.random.default_rng(0).standard_normal((6, 4, 4, 2)))
+    doc = {"name": "e", "data": {"x1": "x.npy"},
+           "architecture": {"layers": [{"conv": {"filter": [3, 3]}}, "relu",
+                                       "global_avg_pool"]},
+           "compute": dict(compute or {}), "output": {"run_dir": "run"}}
+    path = folder / "e.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+# -- the key and its resolution ---------------------------------------------------------
+
+def test_engine_defaults_to_auto_and_is_read_case_insensitively(tmp_path):
+    assert load_config(write_cfg(tmp_path)).compute.engine == "auto"
+    cfg = load_config(write_cfg(tmp_path, {"engine": "Accelerator"}))
+    assert cfg.compute.engine == "accelerator"
+
+
+@pytest.mark.parametrize("value, shown", [("gpu", "'gpu'"), (3, "3")])
+def test_a_bad_engine_is_a_config_error(tmp_path, value, shown):
+    with pytest.raises(ConfigError) as info:
+        load_config(write_cfg(tmp_path, {"engine": value}))
+    assert info.value.exit_code == 2
+    assert str(info.value).startswith(
+        f"e.yaml: compute.engine: {shown} is not an engine; expected one of auto, cpu, "
+        f"accelerator")
+
+
+def test_the_engine_does_not_change_the_configuration_fingerprint(tmp_path):
+    prints = {config_fingerprint(load_config(write_cfg(tmp_path, {"engine": e})))
+              for e in ("auto", "cpu", "accelerator")}
+    assert len(prints) == 1
+
+
+@pytest.mark.parametrize("name, platform, plan", [
+    ("auto", "cpu", "cpu"), ("auto", "gpu", "accelerator"), ("auto", "cuda", "accelerator"),
+    ("auto", "tpu", "accelerator"), ("cpu", "gpu", "cpu"), ("accelerator", "cpu", "accelerator"),
+])
+def test_resolve_engine(name, platform, plan):
+    assert resolve_engine(name, platform) == plan
+
+
+def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
+    from kernelcli.run._job import prepare
+
+    def engine(compute, stored_plan=None):
+        with prepare(load_config(write_cfg(tmp_path, compute)),
+                     stored_plan=stored_plan) as job:
+            return job.kfn.engine, job.manifest()["plan"]["engine"]
+
+    assert engine({}) == ("cpu", "cpu")  # auto on CPU devices
+    assert engine({"engine": "accelerator"}) == ("accelerator", "accelerator")
+    assert engine({"engine": "accelerator"}, {"engine": "cpu"}) == ("cpu", "cpu")
+    assert engine({"engine": "cpu"}, {"engine": "accelerator"}) == ("accelerator",
+                                                                    "accelerator")
+    assert engine({"engine": "accelerator"}, {}) == ("cpu", "cpu")  # a run before the key
+
+
+# -- the accelerator plan gives the CPU plan's kernels ----------------------------------
+
+SHARED = ("cnn1_flatten", "cnn1_gap", "cnn3_flatten", "cnn3_gap", "erf_net", "fc3",
+          "myrtle5", "rect", "residual", "standard_param")  # /work/shared/fixtures
+OTHERS = tuple(n for n in FIXTURE_CASES if n not in SHARED)
+AGREE = {"float64": 1e-12, "float32": 1e-5}
+
+
+def both_plans(name: str, dtype: str):
+    c = load_case(name)
+    arch = c.config.architecture
+    check_architecture(arch, c.x1.shape[1:])
+    return [kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, dtype, engine=e),
+                          c.x1, c.x2) for e in ("cpu", "accelerator")]
+
+
+def check_agree(name: str, dtype: str):
+    cpu, acc = both_plans(name, dtype)
+    for kind in KINDS:
+        a, b = (np.asarray(m[kind], np.float64) for m in (cpu, acc))
+        scale = np.max(np.abs(a))
+        parts = {"all": (a, b)}
+        if a.shape[0] == a.shape[1]:  # the per-input diagonal, and the pairs off it
+            off = ~np.eye(a.shape[0], dtype=bool)
+            parts = {"diagonal": (np.diag(a), np.diag(b)), "off-diagonal": (a[off], b[off])}
+        for part, (x, y) in parts.items():
+            err = float(np.max(np.abs(x - y)) / scale)
+            assert err <= AGREE[dtype], f"{name} {dtype} {kind} {part}: rel diff {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", SHARED)
+def test_the_accelerator_plan_gives_the_cpu_plans_kernels(name, dtype):
+    check_agree(name, dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", OTHERS)
+def test_the_accelerator_plan_gives_the_cpu_plans_kernels_on_every_fixture(name, dtype):
+    check_agree(name, dtype)
+
+
+# -- the accelerator plan's compiled structure ------------------------------------------
+
+def arch_of(layers):
+    text = yaml.safe_dump({"layers": layers})
+    return load_config_text(text)
+
+
+def load_config_text(architecture_yaml: str):
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="engine-"))
+    np.save(folder / "x.npy", np.zeros((2, 6, 6, 2)))
+    doc = {"name": "s", "data": {"x1": "x.npy"}, "architecture": yaml.safe_load(architecture_yaml)}
+    (folder / "s.yaml").write_text(yaml.safe_dump(doc))
+    return load_config(folder / "s.yaml").architecture
+
+
+def conv(w_std=1.5):
+    return {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": w_std, "b_std": 0.1}}
+
+
+NO_REPEATS = [conv(1.5), "relu", conv(1.4), "relu", {"avg_pool": {"window": [2, 2]}},
+              conv(1.3), "erf", "global_avg_pool", {"dense": {"W_std": 1.0}}]
+# the first block takes the input's channels, so the run is of the 4 (5) after it
+FOUR_REPEATS = [conv(), "relu"] * 5 + ["global_avg_pool", {"dense": {"W_std": 1.0}}]
+DIAGONAL_REPEATS = [conv(), "relu"] * 6 + ["flatten", {"dense": {"W_std": 1.0}}]
+
+
+def programs(layers, engine: str, n: int = 5, pairs: int = 7):
+    """The compiled pairs and stats programs' HLO text, and the lowered pairs program's."""
+    import jax
+    import jax.numpy as jnp
+
+    kfn = build_kernel_fn(arch_of(layers), (6, 6, 2), KINDS, "float32", engine=engine)
+
+    def spec(shape, dtype=jnp.float32):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    x = spec((n,) + kfn.input_shape)
+    v = tuple(spec((n,) + t) for t in kfn.variance_shapes)
+    index = spec((pairs,), jnp.int32)
+    lowered = kfn._pairs_jit.lower(x, v, x, v, index, index)
+    stats = kfn._stats_jit.lower(x).compile().as_text()
+    return kfn, lowered.compile().as_text(), stats, lowered.as_text()
+
+
+def whiles(hlo: str) -> int:
+    return hlo.count(" while(")
+
+
+@pytest.mark.parametrize("layers, loops", [(NO_REPEATS, 0), (FOUR_REPEATS, 1),
+                                           (DIAGONAL_REPEATS, 1)])
+def test_the_accelerator_plan_has_no_loops_but_the_layer_loop(layers, loops):
+    kfn, pairs, stats, lowered = programs(layers, "accelerator")
+    assert kfn.chunk == 1
+    for hlo in (pairs, stats):
+        assert whiles(hlo) == loops
+        assert " conditional(" not in hlo and "case" not in lowered
+        if loops:  # m = 4 or 5 layers: the loop runs two layers a step, m // 2 times
+            assert '"known_trip_count":{"n":"2"}' in hlo
+    # the batch is the pair batch the call was given: whole (P, H, H, W, W) covariances
+    shape = "tensor<7x6x6x6x6xf32>" if layers is not DIAGONAL_REPEATS else "tensor<7x6x6xf32>"
+    assert shape in lowered
+
+
+def test_the_cpu_plan_keeps_its_chunk_and_row_loops():
+    _, pairs, _, _ = programs(NO_REPEATS, "cpu")
+    assert whiles(pairs) >= 3  # the chunk loop, and a row loop per conv + nonlinearity
+
+
+# -- precision ----------------------------------------------------------------------------
+
+def contractions(text: str):
+    return [line for line in text.splitlines()
+            if "stablehlo.dot_general" in line or "stablehlo.convolution" in line]
+
+
+@pytest.mark.parametrize("engine", ["cpu", "accelerator"])
+@pytest.mark.parametrize("name", SHARED)
+def test_every_contraction_asks_for_full_precision(name, engine):
+    import jax
+    import jax.numpy as jnp
+
+    c = load_case(name)
+    kfn = build_kernel_fn(c.config.architecture, c.x1.shape[1:], KINDS, "float32",
+                          engine=engine)
+
+    def spec(shape, dtype=jnp.float32):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    x = spec((4,) + kfn.input_shape)
+    v = tuple(spec((4,) + t) for t in kfn.variance_shapes)
+    index = spec((3,), jnp.int32)
+    texts = [kfn._pairs_jit.lower(x, v, x, v, index, index).as_text(),
+             kfn._stats_jit.lower(x).as_text()]
+    if kfn.flat_input:
+        texts.append(kfn._grid_jit.lower(x, v, x, v).as_text())
+    found = [line for t in texts for line in contractions(t)]
+    assert found, f"{name}: no contraction in the programs"  # the input's covariance
+    for line in found:
+        assert "precision = [HIGHEST, HIGHEST]" in line, line
+
+
+@pytest.mark.parametrize("layers", [NO_REPEATS, FOUR_REPEATS, DIAGONAL_REPEATS])
+def test_both_plans_agree_through_runs_of_repeated_layers(layers):
+    x = np.random.default_rng(3).standard_normal((5, 6, 6, 2))
+    cpu, acc = (kernel_matrix(build_kernel_fn(arch_of(layers), (6, 6, 2), KINDS, "float64",
+                                              engine=e), x) for e in ("cpu", "accelerator"))
+    for kind in KINDS:
+        err = np.max(np.abs(cpu[kind] - acc[kind])) / np.max(np.abs(cpu[kind]))
+        assert err <= AGREE["float64"], (kind, err)
