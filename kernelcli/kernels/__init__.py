@@ -1,8 +1,11 @@
 """Kernel maths: layer maps composed into NNGP/NTK pair-batch functions (JAX only)."""
 
+from ._cost import (H200_BANDWIDTH, H200_LAUNCH_LATENCY, CostModel, LayerCost, cost_model,
+                    count_launches, describe_cost, pairs_program_text)
 from ._engine import KernelFn, Stats, build_kernel_fn
 from ._runner import pad_rows, run_on_devices
 from ._xla import release_free_memory
 
-__all__ = ["KernelFn", "Stats", "build_kernel_fn", "pad_rows", "release_free_memory",
+__all__ = ["H200_BANDWIDTH", "H200_LAUNCH_LATENCY", "CostModel", "LayerCost", "cost_model",
+           "count_launches", "describe_cost", "pairs_program_text", "KernelFn", "Stats", "build_kernel_fn", "pad_rows", "release_free_memory",
            "run_on_devices"]
