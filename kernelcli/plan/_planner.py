@@ -165,7 +165,7 @@ def make_plan(n1: int, n2: int, *, symmetric: bool, bytes_per_pair: int, fixed_b
         devices=require_int("compute.devices", devices, minimum=1, error=ConfigError),
         untiled_bytes_per_pair=int(untiled_bytes_per_pair), memory_kind=memory)
     # the key, and which memory it means where that is not the host's
-    key = "`compute.memory`" + (", device memory" if memory == "device" else "")
+    key = "`compute.memory`" + (", device memory" if memory.memory_kind == "device" else "")
     if pair_batch is not None:
         pair_batch = require_int("pair_batch", pair_batch, minimum=1, error=ConfigError)
     fit = memory.fit()
