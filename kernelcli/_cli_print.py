@@ -59,8 +59,14 @@ def report_repairs(out) -> None:
                    f"computed again", err=True)
 
 
-def memory_source_text(source: str) -> str:
-    """What bound the memory budget, in words (``memory_source`` of a plan)."""
+def memory_source_text(source: str, memory: str = "host") -> str:
+    """What bound the memory budget, in words (``memory_source`` of a plan, and which
+    memory it is: ``memory_budget_of``)."""
+    if source == "device memory_stats":
+        return ("device memory_stats (the least free device: its allocator's limit, JAX's "
+                "preallocated pool, less its use), less headroom")
+    if source == "compute.memory" and memory == "device":
+        return "compute.memory of the configuration (device memory)"
     if source == "MemAvailable":
         return "MemAvailable (no tighter cgroup limit), less headroom"
     if source.startswith("cgroup "):
@@ -82,7 +88,7 @@ def print_run_summary(summary: dict) -> None:
         f"blocks of edge {summary['block']:,}, {summary['pair_batch']:,} pairs per call",
         f"  memory: peak {format_size(summary['peak_bytes_per_device'])} per device of a "
         f"budget of {format_size(summary['memory_budget_bytes'])} from "
-        f"{memory_source_text(summary['memory_source'])}",
+        f"{memory_source_text(summary['memory_source'], summary.get('memory_budget_of'))}",
     ]
     for line in lines:
         click.echo(line, err=True)
@@ -117,9 +123,15 @@ def print_estimate(out: dict) -> None:
         if fmt == "size":
             text = format_size(value)
         elif fmt == "source":
-            text = memory_source_text(value)
+            text = memory_source_text(value, out.get("memory_budget_of", "host"))
         else:
             text = fmt.format(value)
+        if key == "process_peak_bytes_estimate" and "device_peak_bytes_estimate" in out:
+            # an accelerator: host and device memory are apart
+            click.echo(f"  {'peak host memory (process)':<30} {text}")
+            click.echo(f"  {'peak device memory per device':<30} "
+                       f"{format_size(out['device_peak_bytes_estimate'])}")
+            continue
         click.echo(f"  {label:<30} {text}")
         if key == "pairs_total" and out.get("group_size", 1) > 1:
             click.echo(f"  {'kernel.augment':<30} {', '.join(out['augment'])}: "
@@ -142,6 +154,8 @@ def print_estimate(out: dict) -> None:
         click.echo(f"  {'workers':<30} {w}")
         click.echo(f"  {'pairs of the busiest worker':<30} {out['worker_pairs_max']:,} "
                    f"({out['worker_balance']:.2f}x an even share)")
+    if "cost_launches_per_batch" in out:
+        _print_cost(out)
     if "seconds_estimate" in out:
         click.echo(f"  {'time per pair':<30} {out['seconds_per_pair'] * 1e3:.3f} ms")
         click.echo(f"  {'estimated wall time':<30} {hms(out['seconds_estimate'])}")
@@ -154,6 +168,18 @@ def print_estimate(out: dict) -> None:
     if "seconds_estimate_workers" in out:
         label = f"wall time on {out['workers']} workers"
         click.echo(f"  {label:<30} {hms(out['seconds_estimate_workers'])}")
+
+
+def _print_cost(out: dict) -> None:
+    """The accelerator plan's cost model (``kernelcli.kernels.cost_model``)."""
+    from .kernels import CostModel, LayerCost, describe_cost
+
+    model = CostModel(tuple(LayerCost(**c) for c in out["cost_layers"]),
+                      out["cost_launches_per_batch"], out["cost_launches_source"],
+                      out["pair_batch"], out["cost_bandwidth"], out["cost_launch_latency"])
+    for label, line in zip(("cost model: launches", "  bytes", "  predicted"),
+                           describe_cost(model)):
+        click.echo(f"  {label:<30} {line}")
 
 
 def print_status(report) -> None:

@@ -55,6 +55,12 @@ def _run(fn, *args, for_run=None, **kwargs):
         fail(_interrupt.message(signum, *_interrupt.current_run()), 128 + signum)
     except MemoryError:
         fail("out of memory; lower `compute.memory` in the configuration", 1)
+    except RuntimeError as exc:  # XLA's RESOURCE_EXHAUSTED outside a run's tiles
+        from .run import is_out_of_memory, out_of_memory_error
+
+        if not is_out_of_memory(exc):
+            raise
+        fail(str(out_of_memory_error(memory="either")), 1)  # which one is not known here
     from .run import RunResult
 
     signum = _interrupt.requested()
@@ -279,20 +285,32 @@ def clean(run_dir, quiet, as_json):
 @click.option("--workers", type=click.IntRange(min=1), metavar="W",
               help="Also show how the work divides over W processes (--shard I/N): the most "
                    "loaded one's pair evaluations and, with --time, its wall time.")
+@click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), metavar="B/S",
+              help="Device memory bandwidth in bytes per second for the accelerator plan's "
+                   "cost model (default 4.8e12, an H200's).")
+@click.option("--launch-latency", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Seconds per kernel launch for the accelerator plan's cost model "
+                   "(default 5e-6).")
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @verbose_option
-def estimate(config, memory, run_time, workers, as_json):
+def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_json):
     """Show the plan for CONFIG before anything runs: sizes, blocks, pair batch,
     peak memory per device against the budget, and what one untiled call would need.
 
     The peak comes from XLA's own memory analysis of the compiled kernel call. With
     compute.memory: auto the budget is what this process can still take: the host's
     MemAvailable or, when tighter, its cgroup's limit less its usage (a scheduler's
-    memory limit); the output says which.
+    memory limit); on a GPU it is the device's own free memory (JAX's preallocated
+    pool less what is in use), and the host's and the device's peaks are shown apart.
+
+    On the accelerator plan (compute.engine) it also shows the cost model: program
+    launches per pair batch, bytes per pair (and the layers moving the most), and the
+    predicted time per kernel entry at --bandwidth and --launch-latency.
     """
     from .run import estimate as run_estimate
 
-    out = _run(run_estimate, config, run_time=run_time, workers=workers).to_dict()
+    out = _run(run_estimate, config, run_time=run_time, workers=workers,
+               bandwidth=bandwidth, launch_latency=launch_latency).to_dict()
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
     else:

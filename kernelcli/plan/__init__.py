@@ -6,6 +6,7 @@ from ._geometry import Geometry as Geometry
 from ._geometry import TotalsMismatch as TotalsMismatch
 from ._geometry import geometry_from_manifest as geometry_from_manifest
 from ._geometry import make_geometry as make_geometry
+from ._planner import ACCELERATOR_MAX_PAIR_BATCH as ACCELERATOR_MAX_PAIR_BATCH
 from ._planner import EngineCosts as EngineCosts
 from ._planner import MemoryFigures as MemoryFigures
 from ._planner import Plan as Plan
@@ -18,7 +19,7 @@ from ._planner import memory_line as memory_line
 from ._planner import plan_run as plan_run
 
 __all__ = [
-    "Block", "EngineCosts", "Geometry", "MANIFEST_KEYS", "MemoryFigures", "Plan",
+    "ACCELERATOR_MAX_PAIR_BATCH", "Block", "EngineCosts", "Geometry", "MANIFEST_KEYS", "MemoryFigures", "Plan",
     "TotalsMismatch", "assign", "auto_block", "auto_budget", "auto_pair_batch",
     "geometry_from_manifest", "make_geometry", "make_plan", "memory_line", "plan_run",
 ]

@@ -14,6 +14,10 @@ Two sizes are chosen, for different reasons:
 * ``pair_batch`` -- pairs evaluated in one kernel call: enough chunks to amortise a
   call, few enough that every device gets several batches of a block, and never
   more than the memory budget fits (``fixed_bytes + pair_batch * bytes_per_pair``).
+  The accelerator plan (``EngineCosts.engine``) has no chunk loop: a call is one
+  program step over its pairs, so its batch is as large as the (device) memory
+  budget holds, up to ``ACCELERATOR_MAX_PAIR_BATCH`` and about two batches per device
+  of a block.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ MiB = 1024**2
 # makes per-block costs (a tile file, an fsync) show; more loses more to a kill.
 _BLOCK_WORK = 2e11
 _OPS_PER_ENTRY = 30  # elementwise operations per covariance entry per layer (measured HLO)
+# The accelerator plan's largest pair batch: beyond a few thousand pairs a step is long
+# enough to hide a launch, and larger programs only cost compile time and device memory.
+ACCELERATOR_MAX_PAIR_BATCH = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,19 +60,22 @@ class EngineCosts:
     kinds: tuple
     itemsize: int
     compiled_memory: Callable[[int, int, int], int]
+    engine: str = "cpu"
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryFigures:
     """Bytes per device of one kernel call: ``fixed_bytes + pairs * bytes_per_pair``,
     within ``budget_bytes``; ``untiled_bytes_per_pair`` (when known) is a pair's whole
-    covariance, for what one untiled call would need."""
+    covariance, for what one untiled call would need; ``memory_kind``: which memory the
+    budget is, ``"host"`` (CPU devices) or ``"device"`` (an accelerator's own)."""
 
     bytes_per_pair: int
     fixed_bytes: int
     budget_bytes: int
     devices: int = 1
     untiled_bytes_per_pair: int = 0
+    memory_kind: str = "host"
 
     def fit(self) -> int:
         """Pairs per call the budget holds (< 1: not even one)."""
@@ -78,7 +88,7 @@ class MemoryFigures:
 _GEOMETRY = ("n1", "n2", "symmetric", "block", "pair_batch", "kinds", "itemsize", "blocks",
              "n_test", "pairs_total", "blocks_total", "batches_total", "output_bytes")
 _MEMORY = ("bytes_per_pair", "fixed_bytes", "budget_bytes", "devices",
-           "untiled_bytes_per_pair")
+           "untiled_bytes_per_pair", "memory_kind")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,14 +138,15 @@ class Plan:
             "untiled_peak_bytes": self.untiled_peak_bytes,
             "output_bytes": g.output_bytes,
             "bytes_per_pair": m.bytes_per_pair, "fixed_bytes": m.fixed_bytes,
-            "devices": m.devices,
+            "devices": m.devices, "memory_budget_of": m.memory_kind,
         }
 
 
 def make_plan(n1: int, n2: int, *, symmetric: bool, bytes_per_pair: int, fixed_bytes: int,
               budget_bytes: int, kinds, itemsize: int, block: int,
               pair_batch: Optional[int] = None, devices: int = 1,
-              untiled_bytes_per_pair: int = 0, n_test: int = 0) -> Plan:
+              untiled_bytes_per_pair: int = 0, n_test: int = 0,
+              memory: str = "host") -> Plan:
     """Plan an ``(n1, n2)`` kernel matrix in ``block``-edged tiles within ``budget_bytes``
     per device, from a known memory line (``fixed_bytes + pairs * bytes_per_pair``).
 
@@ -144,6 +155,7 @@ def make_plan(n1: int, n2: int, *, symmetric: bool, bytes_per_pair: int, fixed_b
 
     Raises :class:`BudgetError` when the budget cannot hold one pair (or the given
     ``pair_batch``) and :class:`ConfigError` for a non-positive ``block``/``devices``.
+    ``memory``: which memory the budget is (``"host"`` or ``"device"``, for messages).
     """
     bytes_per_pair = require_int("bytes_per_pair", bytes_per_pair, minimum=1, error=ValueError)
     memory = MemoryFigures(
@@ -151,14 +163,16 @@ def make_plan(n1: int, n2: int, *, symmetric: bool, bytes_per_pair: int, fixed_b
         fixed_bytes=require_int("fixed_bytes", fixed_bytes, minimum=0, error=ValueError),
         budget_bytes=require_int("budget_bytes", budget_bytes, minimum=None, error=ValueError),
         devices=require_int("compute.devices", devices, minimum=1, error=ConfigError),
-        untiled_bytes_per_pair=int(untiled_bytes_per_pair))
+        untiled_bytes_per_pair=int(untiled_bytes_per_pair), memory_kind=memory)
+    # the key, and which memory it means where that is not the host's
+    key = "`compute.memory`" + (", device memory" if memory.memory_kind == "device" else "")
     if pair_batch is not None:
         pair_batch = require_int("pair_batch", pair_batch, minimum=1, error=ConfigError)
     fit = memory.fit()
     if fit < 1:
         smallest = memory.peak(1)
         raise BudgetError(
-            f"the memory budget (`compute.memory`) of {format_size(memory.budget_bytes)} "
+            f"the memory budget ({key}) of {format_size(memory.budget_bytes)} "
             f"cannot hold one pair evaluation, which needs {format_size(bytes_per_pair)} on "
             f"top of {format_size(memory.fixed_bytes)} fixed; the smallest budget that works "
             f"is {format_size(smallest)} ({smallest} bytes)"
@@ -167,7 +181,7 @@ def make_plan(n1: int, n2: int, *, symmetric: bool, bytes_per_pair: int, fixed_b
         needed = memory.peak(pair_batch)
         raise BudgetError(
             f"`pair_batch` (={pair_batch}) needs {format_size(needed)} but the memory "
-            f"budget (`compute.memory`) is {format_size(memory.budget_bytes)}; at most {fit} "
+            f"budget ({key}) is {format_size(memory.budget_bytes)}; at most {fit} "
             f"pairs fit, or the smallest budget that works for {pair_batch} is "
             f"{format_size(needed)} ({needed} bytes)"
         )
@@ -182,11 +196,12 @@ def make_plan(n1: int, n2: int, *, symmetric: bool, bytes_per_pair: int, fixed_b
 
 def plan_run(n1: int, n2: int, *, symmetric: bool, costs: EngineCosts, budget_bytes: int,
              devices: int = 1, n_test: int = 0, block: Optional[int] = None,
-             pair_batch: Optional[int] = None) -> Plan:
+             pair_batch: Optional[int] = None, memory: str = "host") -> Plan:
     """The plan of a run: block edge and pair batch (given, as on resume, or chosen as
     the module docstring explains), the memory line measured at that batch, and the fit.
 
-    ``budget_bytes`` is per device. A given ``pair_batch`` is kept exactly, so a resumed
+    ``budget_bytes`` is per device, of ``memory`` (``"host"``, or ``"device"`` on an
+    accelerator). A given ``pair_batch`` is kept exactly, so a resumed
     run evaluates the batches an uninterrupted one would.
     """
     if block is None:
@@ -203,7 +218,7 @@ def plan_run(n1: int, n2: int, *, symmetric: bool, costs: EngineCosts, budget_by
                      fixed_bytes=fixed, budget_bytes=budget_bytes, kinds=costs.kinds,
                      itemsize=costs.itemsize, block=block, pair_batch=pair_batch,
                      devices=devices, untiled_bytes_per_pair=costs.cov_elements * costs.itemsize,
-                     n_test=n_test)
+                     n_test=n_test, memory=memory)
 
 
 def memory_line(costs: EngineCosts, block: int, batch: int) -> tuple[int, int]:
@@ -248,12 +263,18 @@ def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int,
         return None
     if costs.flat_input:  # one Gram matrix per call: one call per block
         return int(min(fit, block * block))
+    pairs = block * block // 2 if pairs is None else pairs
+    if costs.engine == "accelerator":
+        # No chunk loop: the batch is the program step, as large as memory holds (the
+        # caller caps it at the budget's fit), but about two batches per device of a
+        # block, so a device runs one batch while the next is being launched.
+        per_device = -(-pairs // (2 * n_devices))
+        return int(max(1, min(fit, ACCELERATOR_MAX_PAIR_BATCH, per_device)))
     # Several (4) batches per device in a block's pairs, for the work queue to balance;
     # but never fewer than 4 pairs a batch when the block has them (a small data set):
     # a call on a few pairs costs about what one on a single pair does (BENCHMARKS.md).
     # A batch smaller than a chunk is fine (the engine shrinks the chunk), one larger
     # than the block would only evaluate padding.
-    pairs = block * block // 2 if pairs is None else pairs
     per_device = max(-(-pairs // (4 * n_devices)), min(-(-pairs // n_devices), 4))
     want = min(64 * costs.chunk, per_device)
     return int(max(1, min(fit, want)))

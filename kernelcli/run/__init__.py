@@ -2,7 +2,7 @@
 
 from ._api import assemble, compute, load_run_config, resume, run_summary, status
 from ._clean import clean
-from ._devices import configure_host_devices
+from ._devices import configure_host_devices, is_out_of_memory, out_of_memory_error
 from ._estimate import estimate
 from ._extend import extend
 from ._executor import Progress
@@ -14,8 +14,8 @@ from ._shards import parse_shard
 from ._verify import VerifyReport, verify
 
 __all__ = ["assemble", "clean", "CleanResult", "compute", "configure_host_devices", "estimate",
-           "EstimateResult", "extend", "ExtendResult", "FlowRow", "kernel_matrix",
-           "load_run_config", "parse_shard",
+           "EstimateResult", "extend", "ExtendResult", "FlowRow", "is_out_of_memory",
+           "kernel_matrix", "load_run_config", "out_of_memory_error", "parse_shard",
            "predict", "PredictChoice", "PredictResult", "PredictRow", "Progress", "resume",
            "RunResult", "run_summary", "ShardProgress", "status", "StatusReport",
            "VerifyReport", "verify"]

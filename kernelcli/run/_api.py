@@ -17,6 +17,7 @@ from ..errors import (ComputeError, DamagedFileError, DiskFullError, Quarantined
                       RunDirError, UsageError)
 from ..spec import EXECUTORS, RunConfig, load_config, parse_config
 from ..store import RunStore
+from ._devices import is_out_of_memory, out_of_memory_error
 from ._executor import Progress, execute, interrupted_error
 from ._clean import remove_verified_tiles
 from ._job import Job, adopts, config_fingerprint, extended_config, prepare_run, side_files
@@ -188,6 +189,12 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
             raise interrupted_error(store.run_dir, shard, exc.signum) from None
         except KeyboardInterrupt:
             raise interrupted_error(store.run_dir, shard) from None
+        except RuntimeError as exc:  # XLA's out of memory: an error that says what to do
+            if not is_out_of_memory(exc):
+                raise
+            raise out_of_memory_error(job.plan.budget_bytes, job.plan.memory_kind,
+                                      job.memory_source == "compute.memory",
+                                      store.run_dir, shard) from exc
     return RunResult(result=None if path is None else str(path), assembled=path is not None,
                      blocks_missing=missing, blocks_total=job.plan.blocks_total,
                      repaired=tuple(repaired), resumed=resumed,

@@ -6,7 +6,7 @@ import os
 from typing import Optional
 
 from .. import _env
-from ..errors import ConfigError
+from ..errors import ComputeError, ConfigError
 
 
 def configure_host_devices() -> None:
@@ -32,3 +32,67 @@ def local_devices(requested: Optional[int]) -> list:
                           f"{len(devices)} are available ({devices[0].platform}); "
                           f"use `all` or a count up to {len(devices)}")
     return devices[:requested]
+
+
+DEVICE_SOURCE = "device memory_stats"
+
+
+def device_memory_available(devices) -> Optional[tuple[int, str]]:
+    """``(bytes, "device memory_stats")``: what the least free of ``devices`` can still
+    take, from each device's ``memory_stats()`` (``bytes_limit - bytes_in_use``); or
+    ``None`` where a device does not say (CPU devices return ``None``, some backends
+    raise or leave the keys out): the run then plans by host memory, as on CPU.
+
+    ``bytes_limit`` is the device allocator's pool. With JAX's preallocation on (the
+    default, unless ``XLA_PYTHON_CLIENT_PREALLOCATE=false``) the pool is reserved at
+    start-up as ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (default 0.75) of the device's
+    memory, and everything the run allocates comes out of it, so the pool less what is
+    in use is the right budget: the memory outside it is not ours to take (another
+    process, or XLA's own workspace). Without preallocation ``bytes_limit`` is the
+    most the allocator may grow to (the same fraction, or the device's memory), and
+    the difference is still what a program of this process can get. A run uses
+    every device alike, so the budget per device is the smallest device's.
+    """
+    free = []
+    for device in devices:
+        if getattr(device, "platform", "cpu") == "cpu":
+            return None
+        try:
+            stats = device.memory_stats()
+        except Exception:  # noqa: BLE001 - backends without statistics raise various errors
+            return None
+        if not stats or "bytes_limit" not in stats:
+            return None
+        free.append(max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))))
+    if not free:
+        return None
+    return min(free), DEVICE_SOURCE
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is XLA's out-of-memory error: a ``RuntimeError`` (jaxlib's
+    ``XlaRuntimeError``, ``jax.errors.JaxRuntimeError`` in later versions; matched by
+    its base class, never by a private jaxlib name) whose message says
+    ``RESOURCE_EXHAUSTED``."""
+    return isinstance(exc, RuntimeError) and "RESOURCE_EXHAUSTED" in str(exc)
+
+
+def out_of_memory_error(budget_bytes=None, memory: str = "device", given: bool = False,
+                        run_dir=None, shard=None) -> ComputeError:
+    """The out-of-memory error (exit 1) for XLA's ``RESOURCE_EXHAUSTED``: which memory,
+    the budget the plan used and where it came from, what to change, and (given
+    ``run_dir``) that completed tiles are kept."""
+    from ..spec import format_size
+
+    which = "device memory" if memory == "device" else "memory"
+    now = ""
+    if budget_bytes is not None:
+        now = (f" (now {format_size(budget_bytes)} per device"
+               f"{'' if given else ', from auto'})")
+    text = (f"out of {which} (RESOURCE_EXHAUSTED): lower `compute.memory` in the "
+            f"configuration{now}, or set XLA_PYTHON_CLIENT_MEM_FRACTION (the share of a "
+            f"GPU's memory JAX takes, default 0.75) / XLA_PYTHON_CLIENT_PREALLOCATE=false")
+    if run_dir is not None:
+        again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
+        text += f"; completed tiles are kept: continue with `kernelcli resume {run_dir}{again}`"
+    return ComputeError(text)

@@ -18,7 +18,9 @@ from ._shards import check_shard_count, worker_loads
 from ._timing import time_run
 
 
-def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> EstimateResult:
+def estimate(config, run_time: bool = False, workers: Optional[int] = None,
+             bandwidth: Optional[float] = None,
+             launch_latency: Optional[float] = None) -> EstimateResult:
     """The plan of a run before anything runs (and, with ``run_time``, a timed batch).
 
     ``config``: a YAML file's path or a loaded :class:`~kernelcli.spec.RunConfig`.
@@ -26,6 +28,12 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
     arrays): the most loaded worker's share of pair evaluations from the same split
     the shards use, and with ``run_time`` the wall time when every worker is like
     this machine.
+
+    On an accelerator the host's and the devices' peaks are apart (``process_peak``
+    is the host's: inputs, variances, tiles, Python; ``device_peak_bytes_estimate``
+    the compiled programs' per device), and an accelerator plan's cost model
+    (:func:`kernelcli.kernels.cost_model`) is reported at ``bandwidth`` (bytes/s) and
+    ``launch_latency`` (s), default an H200's.
     """
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise UsageError.naming(f"<<workers>>: {workers!r} is not a worker count; expected a "
@@ -44,8 +52,15 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
         _interrupt.check()
         stats_peak = job.kfn.compiled_stats_memory(stats_rows)
         _interrupt.check()
-        process_peak = (peak_rss_bytes() + job.stats_bytes + stats_peak
-                        + len(job.devices) * plan.peak_bytes_per_device)
+        on_device = plan.memory_kind == "device"
+        device_peak = max(plan.peak_bytes_per_device, stats_peak) if on_device else None
+        # on CPU the devices' buffers are the process's; on an accelerator the host
+        # holds the inputs, variances and a tile per device on top of its baseline
+        process_peak = peak_rss_bytes() + job.stats_bytes + (
+            len(job.devices) * plan.block * plan.block * len(plan.kinds) * plan.itemsize
+            if on_device else stats_peak + len(job.devices) * plan.peak_bytes_per_device)
+        cost = (_cost(job, bandwidth, launch_latency)
+                if getattr(job.kfn, "engine", "cpu") == "accelerator" else {})
         split = {}
         if workers is not None:
             check_shard_count((0, int(workers)), plan, argument="workers")
@@ -75,7 +90,24 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None) -> E
             process_peak_bytes_estimate=process_peak, solve=solve, workers=split,
             timing=timing, memory_source=job.memory_source,
             augment=tuple(job.kfn.augment), group_size=len(job.kfn.group),
-            readouts=readout_work(cfg.architecture))
+            readouts=readout_work(cfg.architecture), device_peak_bytes=device_peak,
+            cost=cost)
+
+
+def _cost(job: Job, bandwidth, launch_latency) -> dict:
+    """The accelerator plan's cost model at the plan's pair batch, launches counted in
+    the compiled pairs program (the memory model's executable where shapes match)."""
+    from ..kernels import H200_BANDWIDTH, H200_LAUNCH_LATENCY, cost_model, pairs_program_text
+
+    plan = job.plan
+    _interrupt.check()
+    text = pairs_program_text(job.kfn, plan.block, plan.block, plan.pair_batch)
+    _interrupt.check()
+    model = cost_model(job.kfn, plan.pair_batch, hlo_text=text,
+                       platform=job.devices[0].platform,
+                       bandwidth=bandwidth or H200_BANDWIDTH,
+                       launch_latency=launch_latency or H200_LAUNCH_LATENCY)
+    return model.to_dict()
 
 
 def readout_work(arch) -> dict:

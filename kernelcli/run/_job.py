@@ -26,7 +26,7 @@ from ..plan import EngineCosts, Plan, auto_budget, plan_run
 from ..errors import RunDirError
 from ..spec import RunConfig, as_pairs
 from ..store import LABELS, labels_name, preprocess_name
-from ._devices import local_devices
+from ._devices import device_memory_available, local_devices
 from ._inputs import Inputs, check_preprocess_file, open_inputs
 from ._manifest import FORMAT as MANIFEST_FORMAT
 from ._manifest import check_manifest
@@ -41,8 +41,9 @@ class Job:
     plan: Plan
     devices: list
     fingerprints: dict
-    # what bound the memory budget: "compute.memory" (given), else what
-    # kernelcli._system.memory_available says ("MemAvailable" or "cgroup <folder>")
+    # what bound the memory budget: "compute.memory" (given), else "device memory_stats"
+    # (an accelerator's, run/_devices.py) or what kernelcli._system.memory_available
+    # says ("MemAvailable" or "cgroup <folder>")
     memory_source: str = "compute.memory"
     # a run grown by `kernelcli extend`: what was added (the manifest's "extend") and
     # the earlier runs whose tiles it keeps (its "lineage", see kernelcli.store)
@@ -184,7 +185,34 @@ def engine_costs(kfn) -> EngineCosts:
     return EngineCosts(chunk=kfn.chunk, flat_input=kfn.flat_input,
                        cov_elements=1 if kfn.flat_input else kfn.cov_elements,
                        layers=kfn.n_layers, kinds=tuple(kfn.kinds),
-                       itemsize=kfn.dtype.itemsize, compiled_memory=compiled_memory)
+                       itemsize=kfn.dtype.itemsize, compiled_memory=compiled_memory,
+                       engine=kfn.engine)
+
+
+# Headroom left on an accelerator's free memory with compute.memory: auto: a smaller
+# share than the host's (nothing else of the process lives there), for the allocator's
+# fragmentation and the buffers XLA keeps between calls.
+DEVICE_HEADROOM = (0.1, 256 << 20)
+
+
+def memory_budget(cfg: RunConfig, devices) -> tuple[int, str, str]:
+    """``(bytes per device, source, memory)``: the plan's budget, what bound it (see
+    :attr:`Job.memory_source`) and which memory it is: ``"device"`` on accelerators
+    (their own memory, ``compute.memory`` included), else ``"host"``.
+
+    ``compute.memory: auto`` on accelerators is the least free device's memory
+    (:func:`~kernelcli.run._devices.device_memory_available`) less a headroom; where a
+    device does not report its memory, and on CPU, the host's free memory less a
+    headroom, shared by the devices."""
+    on_device = any(getattr(d, "platform", "cpu") != "cpu" for d in devices)
+    found = device_memory_available(devices) if on_device else None
+    memory = "device" if on_device else "host"
+    if cfg.compute.memory is not None:
+        return cfg.compute.memory, "compute.memory", memory
+    if found is not None:
+        return auto_budget(found[0], *DEVICE_HEADROOM), found[1], "device"
+    available, source = memory_available()
+    return auto_budget(available) // len(devices), source, "host"
 
 
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
@@ -223,15 +251,12 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
                               cfg.kernel.kinds, cfg.kernel.dtype, cfg.kernel.augment, engine)
         _interrupt.check()
-        budget, source = cfg.compute.memory, "compute.memory"
-        if budget is None:
-            available, source = memory_available()
-            budget = auto_budget(available) // len(devices)
+        budget, source, memory = memory_budget(cfg, devices)
         plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
                         costs=engine_costs(kfn),
                         budget_bytes=budget, devices=len(devices), n_test=inputs.n_test,
                         block=stored.get("block", cfg.compute.block),
-                        pair_batch=stored.get("pair_batch"))
+                        pair_batch=stored.get("pair_batch"), memory=memory)
         _interrupt.check()
         if fingerprints is None:
             fingerprints = inputs.fingerprints()

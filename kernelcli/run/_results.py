@@ -176,6 +176,9 @@ class EstimateResult:
     readouts: dict = dataclasses.field(default_factory=dict)  # run/_estimate.readout_work
     augment: tuple = ()          # kernel.augment: each pair is group_size evaluations
     group_size: int = 1
+    # on an accelerator: the devices' peak, per device (the process peak is the host's)
+    device_peak_bytes: Optional[int] = None
+    cost: dict = dataclasses.field(default_factory=dict)  # an accelerator plan's cost model
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -192,6 +195,9 @@ class EstimateResult:
         out.update(self.workers)
         out.update(self.timing)
         out.update(self.readouts)
+        if self.device_peak_bytes is not None:
+            out["device_peak_bytes_estimate"] = self.device_peak_bytes
+        out.update(self.cost)
         return out
 
 
