@@ -41,7 +41,7 @@ from ..spec import (Architecture, Flatten, base_kind, bind_architecture, check_a
                     flip_group, walk)
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import FlatRoute
-from ._mesh import device_mesh, mapped, replicated, split
+from ._mesh import MeshCalls, device_mesh, replicated, split
 from ._passes import LayerPass
 from ._runner import pad_rows, run_on_devices
 from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
@@ -71,7 +71,7 @@ class Stats(NamedTuple):
                      {k: np.concatenate([p.diag[k] for p in parts]) for k in parts[0].diag})
 
 
-class KernelFn(FlatRoute, LayerPass):
+class KernelFn(FlatRoute, LayerPass, MeshCalls):
     """NNGP/NTK of one architecture on inputs of one example shape.
 
     Args:
@@ -132,30 +132,6 @@ class KernelFn(FlatRoute, LayerPass):
         self._grid_jit = SerialJit(self._grid_fn, self.dtype, compiler_options=options)
         self._options = options
         self._mesh_jits: dict = {}  # (program, device ids) -> SerialJit over that mesh
-
-    # Whether pair batches and per-input calls on several devices are one SPMD program
-    # over their mesh (``_mesh.py``): the accelerator plan's way (one compilation for
-    # all devices); None: by ``engine``. Tests set it to run the CPU plan's programs so.
-    mesh_calls: Optional[bool] = None
-
-    def _on_mesh(self, devices) -> bool:
-        devices = [d for d in (devices or []) if d is not None]
-        on = self.mesh_calls
-        if on is None:
-            on = getattr(self, "engine", "cpu") == "accelerator"
-        return bool(on) and len(devices) > 1
-
-    def _mesh_jit(self, program: str, mesh) -> SerialJit:
-        """The per-device ``program`` ("pairs" or "stats") as one program over ``mesh``,
-        compiled once per shape (kept)."""
-        key = (program, tuple(d.id for d in mesh.devices.flat))
-        if key not in self._mesh_jits:
-            if program == "pairs":  # inputs and variances replicated, indices split
-                fn = mapped(self._pairs_fn, mesh, (False, False, False, False, True, True))
-            else:
-                fn = mapped(self._stats_fn, mesh, (True,))
-            self._mesh_jits[key] = SerialJit(fn, self.dtype, compiler_options=self._options)
-        return self._mesh_jits[key]
 
     # -- traced functions -------------------------------------------------
     def _chunked(self, fn, *rows):

@@ -13,8 +13,12 @@ same bits, as job ``c * devices + d`` of the per-device path.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import jax
 import numpy as np
+
+from ._xla import SerialJit
 
 AXIS = "devices"
 
@@ -56,3 +60,32 @@ def mapped(fn, mesh, in_split, out_split=True):
     except TypeError:  # jax < 0.6: the same switch's earlier name
         return shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                          check_rep=False)
+
+
+class MeshCalls:
+    """The mesh path of a ``KernelFn`` (which has ``_pairs_fn``, ``_stats_fn``,
+    ``dtype``, ``_options`` and ``_mesh_jits``)."""
+
+    # Whether pair batches and per-input calls on several devices are one SPMD program
+    # over their mesh (``_mesh.py``): the accelerator plan's way (one compilation for
+    # all devices); None: by ``engine``. Tests set it to run the CPU plan's programs so.
+    mesh_calls: Optional[bool] = None
+
+    def _on_mesh(self, devices) -> bool:
+        devices = [d for d in (devices or []) if d is not None]
+        on = self.mesh_calls
+        if on is None:
+            on = getattr(self, "engine", "cpu") == "accelerator"
+        return bool(on) and len(devices) > 1
+
+    def _mesh_jit(self, program: str, mesh) -> SerialJit:
+        """The per-device ``program`` ("pairs" or "stats") as one program over ``mesh``,
+        compiled once per shape (kept)."""
+        key = (program, tuple(d.id for d in mesh.devices.flat))
+        if key not in self._mesh_jits:
+            if program == "pairs":  # inputs and variances replicated, indices split
+                fn = mapped(self._pairs_fn, mesh, (False, False, False, False, True, True))
+            else:
+                fn = mapped(self._stats_fn, mesh, (True,))
+            self._mesh_jits[key] = SerialJit(fn, self.dtype, compiler_options=self._options)
+        return self._mesh_jits[key]
