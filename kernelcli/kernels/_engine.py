@@ -241,8 +241,8 @@ class KernelFn(FlatRoute, LayerPass, MeshCalls):
         args = (spec((n_rows,) + self.input_shape), tuple(spec((n_rows,) + t) for t in v),
                 spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v))
         if self.uses_grid(n_rows, n_cols, pair_batch):
-            on = jax.sharding.SingleDeviceSharding(devices[0])  # one device: see grid_values
-            args = jax.tree_util.tree_map(lambda a: spec(a.shape), args)
+            first = jax.sharding.SingleDeviceSharding(devices[0])  # one device: grid_values
+            args = jax.tree_util.tree_map(lambda a: spec(a.shape, sharding=first), args)
             m = self._grid_jit.compile(*args).memory_analysis()
         elif mesh is not None:
             index = spec((pair_batch * len(devices),), jnp.int32, split(mesh))
