@@ -41,6 +41,7 @@ from ..spec import (Architecture, Flatten, base_kind, bind_architecture, check_a
                     flip_group, walk)
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import FlatRoute
+from ._mesh import MeshCalls, device_mesh, replicated, split
 from ._passes import LayerPass
 from ._plans import PLANS
 from ._runner import pad_rows, run_on_devices
@@ -77,7 +78,7 @@ class Stats(NamedTuple):
                      {k: np.concatenate([p.diag[k] for p in parts]) for k in parts[0].diag})
 
 
-class KernelFn(FlatRoute, LayerPass):
+class KernelFn(FlatRoute, LayerPass, MeshCalls):
     """NNGP/NTK of one architecture on inputs of one example shape.
 
     Args:
@@ -144,6 +145,8 @@ class KernelFn(FlatRoute, LayerPass):
         self._pairs_jit = SerialJit(self._pairs_fn, self.dtype, compiler_options=options)
         self._memory: dict = {}  # compiled_memory's answers, by sizes
         self._grid_jit = SerialJit(self._grid_fn, self.dtype, compiler_options=options)
+        self._options = options
+        self._mesh_jits: dict = {}  # (program, device ids) -> SerialJit over that mesh
 
     # -- traced functions -------------------------------------------------
     def _chunked(self, fn, *rows):
@@ -250,18 +253,27 @@ class KernelFn(FlatRoute, LayerPass):
 
     def _compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
                          arguments: bool) -> int:
-        # Compiled for the first local device, where a run's first pair batches go:
-        # the executable is kept and that device's calls of this shape reuse it.
-        on = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        # Compiled for the first local device, where a run's first pair batches go (or,
+        # on a mesh, for all of them): the executable is kept and the calls of this
+        # shape reuse it. On a mesh XLA's analysis is of the per-device program.
+        devices = jax.local_devices()
+        mesh = device_mesh(devices) if self._on_mesh(devices) else None
+        on = (jax.sharding.SingleDeviceSharding(devices[0]) if mesh is None
+              else replicated(mesh))
 
-        def spec(shape, dtype=self.dtype):
-            return jax.ShapeDtypeStruct(shape, dtype, sharding=on)
+        def spec(shape, dtype=self.dtype, sharding=on):
+            return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
         v = self.variance_shapes
         args = (spec((n_rows,) + self.input_shape), tuple(spec((n_rows,) + t) for t in v),
                 spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v))
         if self.uses_grid(n_rows, n_cols, pair_batch):
+            first = jax.sharding.SingleDeviceSharding(devices[0])  # one device: grid_values
+            args = jax.tree_util.tree_map(lambda a: spec(a.shape, sharding=first), args)
             m = self._grid_jit.compile(*args).memory_analysis()
+        elif mesh is not None:
+            index = spec((pair_batch * len(devices),), jnp.int32, split(mesh))
+            m = self._mesh_jit("pairs", mesh).compile(*args, index, index).memory_analysis()
         else:
             index = spec((pair_batch,), jnp.int32)
             m = self._pairs_jit.compile(*args, index, index).memory_analysis()
@@ -272,9 +284,16 @@ class KernelFn(FlatRoute, LayerPass):
 
     def compiled_stats_memory(self, rows: int) -> int:
         """XLA's peak estimate (bytes) for one per-input call on ``rows`` inputs."""
-        spec = jax.ShapeDtypeStruct((rows,) + self.input_shape, self.dtype)
-        with self._scope():
-            m = self._stats_jit.lower(spec).compile().memory_analysis()
+        devices = jax.local_devices()
+        if self._on_mesh(devices):
+            mesh = device_mesh(devices)
+            spec = jax.ShapeDtypeStruct((rows * len(devices),) + self.input_shape,
+                                        self.dtype, sharding=split(mesh))
+            m = self._mesh_jit("stats", mesh).compile(spec).memory_analysis()
+        else:  # the program the first device's per-input calls of ``rows`` rows reuse
+            on = jax.sharding.SingleDeviceSharding(devices[0])
+            spec = jax.ShapeDtypeStruct((rows,) + self.input_shape, self.dtype, sharding=on)
+            m = self._stats_jit.compile(spec).memory_analysis()
         if m is None:
             return 3 * rows * self.live_bytes_per_pair
         return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
@@ -313,12 +332,17 @@ class KernelFn(FlatRoute, LayerPass):
         x = np.asarray(x, dtype=self.dtype)
         n = x.shape[0]
         batch = max(1, min(batch, n)) if batch else self.stats_rows(n)
+        if self._on_mesh(devices):  # call c: the per-device calls c*D .. c*D + D-1
+            mesh = device_mesh(devices)
+            batch *= len(mesh.devices.flat)
         starts = list(range(0, n, batch))
         parts = [None] * len(starts)
 
         def work(device, b: int):
             rows = pad_rows(x[starts[b]:starts[b] + batch], batch)
             with self._scope():  # per thread: the runner's threads are not the caller's
+                if isinstance(device, jax.sharding.Mesh):
+                    return self._mesh_jit("stats", device)(jax.device_put(rows, split(device)))
                 arg = jnp.asarray(rows) if device is None else jax.device_put(rows, device)
                 return self._stats_jit(arg)
 
@@ -328,7 +352,8 @@ class KernelFn(FlatRoute, LayerPass):
             parts[b] = ([np.asarray(a)[:m] for a in v],
                         {k: np.asarray(diag[k])[:m] for k in self.kinds})
 
-        run_on_devices(list(devices or [None]), len(starts), work, done)
+        where = [mesh] if self._on_mesh(devices) else list(devices or [None])
+        run_on_devices(where, len(starts), work, done)
         return Stats.concat([Stats(tuple(p[0]), p[1]) for p in parts])
 
     def pairs(self, x1, s1: Stats, x2, s2: Stats, i, j) -> Dict[str, jax.Array]:
@@ -373,6 +398,10 @@ class KernelFn(FlatRoute, LayerPass):
         total = len(i)
         out = {k: np.empty(total, self.dtype) for k in self.kinds}
         pb = max(1, int(pair_batch))
+        where = list(devices or [None])
+        if self._on_mesh(devices):  # call k: the per-device calls k*D .. k*D + D-1
+            where = [device_mesh(devices)]
+            pb *= len(devices)
         i = np.asarray(i, np.int32)
         j = np.asarray(j, np.int32)
         cast = functools.partial(np.asarray, dtype=self.dtype)
@@ -382,6 +411,11 @@ class KernelFn(FlatRoute, LayerPass):
 
         def work(device, k: int):
             put = jnp.asarray if device is None else (lambda a: jax.device_put(a, device))
+            put_index, program = put, self._pairs_jit
+            if isinstance(device, jax.sharding.Mesh):  # inputs on every device, pairs split
+                put = functools.partial(jax.device_put, device=replicated(device))
+                put_index = functools.partial(jax.device_put, device=split(device))
+                program = self._mesh_jit("pairs", device)
             ii = pad_rows(i[k * pb:(k + 1) * pb], pb)
             jj = pad_rows(j[k * pb:(k + 1) * pb], pb)
             with self._scope():  # per thread: the runner's threads are not the caller's
@@ -389,7 +423,7 @@ class KernelFn(FlatRoute, LayerPass):
                     a1, v1, a2, v2 = inputs
                     placed[device] = (put(a1), tuple(map(put, v1)), put(a2),
                                       tuple(map(put, v2)))
-                return self._pairs_jit(*placed[device], put(ii), put(jj))
+                return program(*placed[device], put_index(ii), put_index(jj))
 
         def done(k: int, got) -> None:
             s = k * pb
@@ -399,7 +433,7 @@ class KernelFn(FlatRoute, LayerPass):
             if on_batch is not None:
                 on_batch(m)
 
-        complete = run_on_devices(list(devices or [None]), -(-total // pb), work, done, stop)
+        complete = run_on_devices(where, -(-total // pb), work, done, stop)
         return out if complete else None
 
 

@@ -6,8 +6,11 @@ job from a shared queue (XLA releases the GIL while it computes, and one XLA
 computation alone leaves the other cores idle), so a slow device never holds
 up the others and job ``k`` is the same work whichever device runs it.
 
+Each thread launches its next job before it reads the previous result back (JAX
+dispatches asynchronously), so the device computes while the host copies.
+
 A stop (``stop()`` turning true, e.g. a signal handler's request) is honoured
-between jobs: the threads take no new job and finish the one they are in. No
+between jobs: the threads take no new job and finish the ones in flight. No
 thread is left inside XLA when the caller leaves -- an interpreter that exits
 with one there aborts the process -- so on any exception in the calling thread
 (Ctrl-C's ``KeyboardInterrupt`` in a notebook) it waits for them before
@@ -43,7 +46,14 @@ def run_on_devices(devices: Sequence, n_jobs: int, work: Callable,
     from a queue; ``on_done(k, result)`` after each, one at a time (under a lock) and
     never once ``stop()`` is true or the caller has left (such a result is dropped).
     Returns whether every job's result was delivered (``False``: ``stop()`` became
-    true first). A thread's error is raised here."""
+    true first). A thread's error is raised here.
+
+    ``work`` may return before its result is computed (JAX dispatches asynchronously):
+    a thread launches its next job before it waits for the previous one's result
+    (``block_until_ready`` on the result's leaves, outside the lock) and hands it to
+    ``on_done``, so a device never idles while the host reads a result back; at most
+    two jobs are in flight per device. A thread leaves only once its jobs in flight
+    are finished (their results dropped after a stop or an error)."""
     todo: "queue.SimpleQueue" = queue.SimpleQueue()
     for k in range(n_jobs):
         todo.put(k)
@@ -53,23 +63,43 @@ def run_on_devices(devices: Sequence, n_jobs: int, work: Callable,
     lock = threading.Lock()
     delivered = [0]
 
+    def halted() -> bool:
+        return bool(errors or left or stop())
+
+    def deliver(k: int, result) -> None:
+        _ready(result)  # the device's wait, outside the lock: other threads deliver
+        with lock:  # a result that arrives after a stop is dropped, not counted
+            if left or stop():
+                return
+            if on_done is not None:
+                on_done(k, result)
+            delivered[0] += 1
+
     def worker(device, began: threading.Event) -> None:
         began.set()
+        flight: list = []  # (k, result) launched, oldest first: at most two
         try:
-            while not errors and not left and not stop():
-                try:
-                    k = todo.get_nowait()
-                except queue.Empty:
+            while True:
+                k = None
+                if not halted():
+                    try:
+                        k = todo.get_nowait()
+                    except queue.Empty:
+                        pass
+                if k is not None:
+                    flight.append((k, work(device, k)))
+                if not flight:
                     return
-                result = work(device, k)
-                with lock:  # a result that arrives after a stop is dropped, not counted
-                    if left or stop():
-                        return
-                    if on_done is not None:
-                        on_done(k, result)
-                    delivered[0] += 1
+                if k is None or len(flight) == 2:
+                    deliver(*flight.pop(0))
         except BaseException as exc:  # surfaced in the calling thread
             errors.append(exc)
+        finally:
+            for _, result in flight:  # no computation of ours left running
+                try:
+                    _ready(result)
+                except BaseException:  # noqa: BLE001 - its error is not the one raised
+                    pass
 
     devices = list(devices)[:max(1, n_jobs)]
     began = [threading.Event() for _ in devices]
@@ -94,3 +124,19 @@ def run_on_devices(devices: Sequence, n_jobs: int, work: Callable,
     if errors:
         raise errors[0]
     return delivered[0] == n_jobs
+
+
+def _ready(result) -> None:
+    """Wait until ``result`` (a tree of JAX arrays, or of anything else) is computed."""
+    for leaf in _leaves(result):
+        wait = getattr(leaf, "block_until_ready", None)
+        if wait is not None:
+            wait()
+
+
+def _leaves(tree) -> list:
+    if isinstance(tree, (list, tuple)):
+        return [x for t in tree for x in _leaves(t)]
+    if isinstance(tree, dict):
+        return [x for t in tree.values() for x in _leaves(t)]
+    return [tree]

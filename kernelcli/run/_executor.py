@@ -21,12 +21,14 @@ inputs' self-kernels from the per-input pass. Both backends run exactly this on
 exactly these inputs, so a tile is the same bits whichever ran it, and
 :func:`~._matrix.kernel_matrix` assembles an in-memory matrix by the same route.
 A block becomes a tile file only when all its pairs are done, so a kill loses
-at most the blocks in flight.
+at most the blocks in flight. Tiles are checked, written and counted by one
+background thread (:class:`~._writer.TileWriter`) while the next block computes.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
@@ -38,6 +40,7 @@ from ..errors import Interrupted
 from ..store import RunStore
 from ._checks import check_diagonal, check_tile
 from ._job import Job
+from ._writer import TileWriter
 
 
 @dataclass
@@ -207,6 +210,8 @@ class Tally:
     """Progress over a set of blocks, reported through a callback."""
 
     def __init__(self, blocks, done: set, progress, devices=()):
+        # updated by the computing thread (pairs) and the tile writer's (blocks)
+        self._lock = threading.RLock()
         self.blocks = list(blocks)
         self.where = (devices[0].platform, len(devices)) if devices else ("", 0)
         self.progress = progress
@@ -223,17 +228,19 @@ class Tally:
                                    self.this_run, *self.where))
 
     def pairs(self, m: int, computed: bool = True):
-        self.pairs_done += m
-        if computed:
-            self.this_run += m
-        self.report()
+        with self._lock:
+            self.pairs_done += m
+            if computed:
+                self.this_run += m
+            self.report()
 
     def block_done(self, extra_pairs: int = 0, computed: bool = True):
-        self.pairs_done += extra_pairs
-        if computed:
-            self.this_run += extra_pairs
-        self.blocks_done += 1
-        self.report()
+        with self._lock:
+            self.pairs_done += extra_pairs
+            if computed:
+                self.this_run += extra_pairs
+            self.blocks_done += 1
+            self.report()
 
 
 def pending_blocks(store: RunStore, blocks) -> tuple[list, set]:
@@ -264,24 +271,35 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
         return
     rows, columns = job.inputs.rows, job.inputs.columns
 
-    def wanted(block) -> bool:
-        if store.has(block):  # another process wrote it meanwhile
-            tally.block_done(block.n_pairs, computed=False)
-            return False
-        return True
+    def publish(block, tile, reported) -> None:  # on the writer's thread, in order
+        check_tile(block, tile)
+        store.write_tile(block, tile)
+        del tile
+        tally.block_done(block.n_pairs - reported)  # the rest: diagonal, or not reported
+        if after_tile is not None:
+            after_tile(block)
 
-    with backend_of(job) as backend:
+    with backend_of(job) as backend, TileWriter(publish) as writer:
+
+        def wanted(block) -> bool:
+            writer.check()  # a tile that could not be written stops the computation
+            if store.has(block):  # another process wrote it meanwhile
+                tally.block_done(block.n_pairs, computed=False)
+                return False
+            return True
+
+        def on_pairs(m: int) -> None:
+            tally.pairs(m)
+            writer.check()
+
         s1 = backend.input_stats(rows)
         s2 = s1 if job.inputs.symmetric else backend.input_stats(columns)
         write_test_diagonal(job, store, s1)
         for block, tile, reported in backend.tiles(pending, rows, columns, s1, s2, wanted,
-                                                   tally.pairs):
-            check_tile(block, tile)
-            store.write_tile(block, tile)
+                                                   on_pairs):
+            writer.put(block, tile, reported)
             del tile
-            tally.block_done(block.n_pairs - reported)  # the rest: diagonal, or not reported
-            if after_tile is not None:
-                after_tile(block)
+        writer.finish()
 
 
 def needs_test_diagonal(job: Job, store: RunStore) -> bool:

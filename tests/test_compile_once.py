@@ -1,0 +1,101 @@
+"""Compile once: on two (XLA host) devices, the mesh path (the accelerator plan's way:
+one SPMD program over the devices, ``kernels/_mesh.py``) compiles each program shape
+once, the memory model's compilations included, and gives the per-device path's
+values bit for bit; the per-device path (the CPU plan) compiles once per device and
+shape, its memory model reusing the first device's executable. Compilations are
+counted by JAX's own backend-compile events, in a subprocess (fresh caches)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    import jax
+    from jax import monitoring
+    compiles = [0]
+
+    def on_duration(name, secs, **kw):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles[0] += 1
+
+    monitoring.register_event_duration_secs_listener(on_duration)
+    import numpy as np
+    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.spec import parse_architecture
+
+    mesh_first = sys.argv[1] == "mesh"
+    arch = parse_architecture({"layers": [
+        {"conv": {"filter": [3, 3], "padding": "SAME", "b_std": 0.1}}, "relu",
+        {"conv": {"filter": [3, 3], "padding": "SAME", "b_std": 0.1}}, "relu",
+        "global_avg_pool", "dense"]})
+    x = np.random.RandomState(0).rand(40, 6, 6, 1).astype(np.float32)
+    i, j = np.tril_indices(40, -1)   # 780 pairs: 13 batches of 64, the last one padded
+    devs = jax.local_devices()
+
+    def run(mesh):
+        kfn = build_kernel_fn(arch, (6, 6, 1))
+        kfn.mesh_calls = mesh
+        before = compiles[0]
+        rows = 16  # 40 inputs: three per-device calls, or two mesh calls (one padded)
+        kfn.compiled_memory(40, 40, 32, arguments=False)   # the planner's questions
+        kfn.compiled_stats_memory(rows)
+        s = kfn.stats(x, devs, batch=rows)
+        v = kfn.pair_values(x, s, x, s, i, j, 32, devs)
+        v2 = kfn.pair_values(x, s, x, s, i[:100], j[:100], 32, devs)  # same shapes again
+        return compiles[0] - before, s, v, v2, rows
+
+    first = run(mesh_first)
+    second = run(not mesh_first)
+    mesh, cpu = (first, second) if mesh_first else (second, first)
+    same = (all(np.array_equal(a, b) for a, b in zip(mesh[1].variances, cpu[1].variances))
+            and all(np.array_equal(mesh[1].diag[k], cpu[1].diag[k]) for k in cpu[1].diag)
+            and all(np.array_equal(mesh[2][k], cpu[2][k]) for k in cpu[2])
+            and all(np.array_equal(mesh[3][k], cpu[3][k]) for k in cpu[3]))
+    print(json.dumps({"devices": len(devs), "compiles": first[0], "same": bool(same),
+                      "stats_calls": -(-40 // first[4])}))
+''')
+
+
+def _run(mode: str) -> dict:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    p = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_the_mesh_path_compiles_each_program_once_and_gives_the_same_bits():
+    got = _run("mesh")
+    assert got["devices"] == 2 and got["same"]
+    assert got["compiles"] == 2  # the pair program and the per-input program, once each
+
+
+def test_the_per_device_path_compiles_per_device_and_the_memory_model_reuses_it():
+    got = _run("cpu")
+    assert got["devices"] == 2 and got["same"] and got["stats_calls"] >= 2
+    assert got["compiles"] == 4  # each program on each device; none for the memory model
+
+
+def test_the_accelerator_engine_runs_on_the_mesh():
+    import inspect
+
+    from kernelcli.kernels import KernelFn
+
+    if "engine" not in inspect.signature(KernelFn.__init__).parameters:
+        pytest.skip("KernelFn has no engine= yet (added on the engine branch)")
+    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.spec import parse_architecture
+
+    kfn = build_kernel_fn(parse_architecture({"layers": ["dense", "relu", "dense"]}), (4,),
+                          engine="accelerator")
+    assert kfn._on_mesh(["d0", "d1"]) and not kfn._on_mesh(["d0"])
