@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 SCRIPT = textwrap.dedent('''
     import json, os, sys
@@ -83,16 +82,13 @@ def test_the_mesh_path_compiles_each_program_once_and_gives_the_same_bits():
 def test_the_per_device_path_compiles_per_device_and_the_memory_model_reuses_it():
     got = _run("cpu")
     assert got["devices"] == 2 and got["same"] and got["stats_calls"] >= 2
-    assert got["compiles"] == 4  # each program on each device; none for the memory model
+    # each program on each device that ran one of its calls (the pair program's 13
+    # batches reach both devices; the three per-input calls may all go to one thread
+    # when the machine is loaded), none for the memory model
+    assert got["compiles"] in (3, 4)
 
 
 def test_the_accelerator_engine_runs_on_the_mesh():
-    import inspect
-
-    from kernelcli.kernels import KernelFn
-
-    if "engine" not in inspect.signature(KernelFn.__init__).parameters:
-        pytest.skip("KernelFn has no engine= yet (added on the engine branch)")
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.spec import parse_architecture
 

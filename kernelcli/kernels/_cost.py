@@ -21,7 +21,7 @@ import re
 from math import prod
 from typing import Optional, Sequence
 
-from ..spec import branches, layer_shapes, layer_type
+from ..spec import Conv, branches, layer_shapes, layer_type
 from ._compose import full_needed
 
 H200_BANDWIDTH = 4.8e12      # bytes per second (HBM3e)
@@ -103,6 +103,9 @@ def layer_costs(kfn) -> tuple:
 
     out: list = []
 
+    def first_layer(prefix: str, k: int) -> bool:
+        return not prefix and k == 0
+
     def walk(layers, in_shape, out_full: bool, prefix: str):
         need = full_needed(layers, out_full)
         rows = layer_shapes(dataclasses.replace(arch, layers=tuple(layers), readouts=None),
@@ -110,7 +113,8 @@ def layer_costs(kfn) -> tuple:
         for k, (layer, before, after) in enumerate(rows):
             t = layer_type(layer)
             name = f"{prefix}{k}:{t.name}"
-            read = arrays * entries(before, need[k]) * item
+            # the raw input's NTK is a scalar zero: the first layer reads the NNGP alone
+            read = (1 if first_layer(prefix, k) else arrays) * entries(before, need[k]) * item
             if t.reads_variances:  # the two inputs' own variances, on the diagonal
                 read += 2 * entries(before, False) * item
             write = arrays * entries(after, need[k + 1]) * item
@@ -120,6 +124,13 @@ def layer_costs(kfn) -> tuple:
                     walk(branch, before, need[k + 1], f"{name}.{b}.")
             if held:  # the merge reads each branch's output (or the input itself)
                 read = len(held) * arrays * entries(after, need[k + 1]) * item
+            if (t.reads_variances and k and isinstance(layers[k - 1], Conv)
+                    and out[-1].name == f"{prefix}{k - 1}:conv"):
+                # a convolution and the nonlinearity after it are one pass (the
+                # plans' blocks): it reads the convolution's input, writes this output
+                conv = out.pop()
+                name = f"{conv.name}+{t.name}"
+                read = conv.read_bytes + read - conv.write_bytes
             out.append(LayerCost(name, read, write))
 
     first = entries(kfn.input_shape, full_needed(layers)[0]) if not kfn.flat_input else 1

@@ -41,6 +41,7 @@ from ..spec import (Architecture, Flatten, base_kind, bind_architecture, check_a
                     flip_group, walk)
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import FlatRoute
+from ._memory_model import CompiledMemory
 from ._mesh import MeshCalls, device_mesh, replicated, split
 from ._passes import LayerPass
 from ._plans import PLANS
@@ -52,6 +53,7 @@ from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
 # Live covariance bytes of one per-input call on the accelerator plan (no chunk loop:
 # the call's rows are one program step).
 STATS_CALL_BYTES = 256 << 20
+STATS_CALL_ROWS = 1024  # and at most this many rows (the executor reads 1024 at a time)
 
 
 class Stats(NamedTuple):
@@ -78,7 +80,7 @@ class Stats(NamedTuple):
                      {k: np.concatenate([p.diag[k] for p in parts]) for k in parts[0].diag})
 
 
-class KernelFn(FlatRoute, LayerPass, MeshCalls):
+class KernelFn(FlatRoute, LayerPass, MeshCalls, CompiledMemory):
     """NNGP/NTK of one architecture on inputs of one example shape.
 
     Args:
@@ -235,69 +237,6 @@ class KernelFn(FlatRoute, LayerPass, MeshCalls):
         arrays = live * (2 if self._want_ntk else 1)
         return arrays * self.cov_elements * self.dtype.itemsize
 
-    def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
-                        arguments: bool = True) -> int:
-        """XLA's own peak estimate (bytes) for one ``pairs`` call with blocks of
-        ``n_rows`` / ``n_cols`` examples and ``pair_batch`` pairs: arguments,
-        outputs and temporaries of the compiled program. ``arguments=False``
-        leaves out the block's inputs and their variances, which all pairs of the
-        block share: what remains grows with the pairs in flight.
-
-        Each new set of sizes is a compilation; its answer is kept, so planning the
-        same shapes again (every ``kernel_matrix`` call of a notebook) costs nothing.
-        """
-        key = (int(n_rows), int(n_cols), int(pair_batch), bool(arguments))
-        if key not in self._memory:
-            self._memory[key] = self._compiled_memory(*key)
-        return self._memory[key]
-
-    def _compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
-                         arguments: bool) -> int:
-        # Compiled for the first local device, where a run's first pair batches go (or,
-        # on a mesh, for all of them): the executable is kept and the calls of this
-        # shape reuse it. On a mesh XLA's analysis is of the per-device program.
-        devices = jax.local_devices()
-        mesh = device_mesh(devices) if self._on_mesh(devices) else None
-        on = (jax.sharding.SingleDeviceSharding(devices[0]) if mesh is None
-              else replicated(mesh))
-
-        def spec(shape, dtype=self.dtype, sharding=on):
-            return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-
-        v = self.variance_shapes
-        args = (spec((n_rows,) + self.input_shape), tuple(spec((n_rows,) + t) for t in v),
-                spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v))
-        if self.uses_grid(n_rows, n_cols, pair_batch):
-            first = jax.sharding.SingleDeviceSharding(devices[0])  # one device: grid_values
-            args = jax.tree_util.tree_map(lambda a: spec(a.shape, sharding=first), args)
-            m = self._grid_jit.compile(*args).memory_analysis()
-        elif mesh is not None:
-            index = spec((pair_batch * len(devices),), jnp.int32, split(mesh))
-            m = self._mesh_jit("pairs", mesh).compile(*args, index, index).memory_analysis()
-        else:
-            index = spec((pair_batch,), jnp.int32)
-            m = self._pairs_jit.compile(*args, index, index).memory_analysis()
-        if m is None:  # backend without memory analysis: fall back to the live-tensor count
-            return 3 * pair_batch * self.live_bytes_per_pair
-        return int(arguments * m.argument_size_in_bytes + m.output_size_in_bytes
-                   + m.temp_size_in_bytes)
-
-    def compiled_stats_memory(self, rows: int) -> int:
-        """XLA's peak estimate (bytes) for one per-input call on ``rows`` inputs."""
-        devices = jax.local_devices()
-        if self._on_mesh(devices):
-            mesh = device_mesh(devices)
-            spec = jax.ShapeDtypeStruct((rows * len(devices),) + self.input_shape,
-                                        self.dtype, sharding=split(mesh))
-            m = self._mesh_jit("stats", mesh).compile(spec).memory_analysis()
-        else:  # the program the first device's per-input calls of ``rows`` rows reuse
-            on = jax.sharding.SingleDeviceSharding(devices[0])
-            spec = jax.ShapeDtypeStruct((rows,) + self.input_shape, self.dtype, sharding=on)
-            m = self._stats_jit.compile(spec).memory_analysis()
-        if m is None:
-            return 3 * rows * self.live_bytes_per_pair
-        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
-
     # -- public API -------------------------------------------------------
     def _cast(self, x):
         with self._scope():
@@ -315,10 +254,17 @@ class KernelFn(FlatRoute, LayerPass, MeshCalls):
         """Rows per call for ``n`` inputs: :attr:`stats_batch`, or fewer so that a short
         set still makes several calls (one per device, whatever the devices), but never
         less than a chunk: a call's chunks then have one shape whatever ``n``, so each
-        input's numbers are the same bits whichever call it is in. On the accelerator
-        plan a call is one program step whatever its rows: :attr:`stats_batch` rows, or
-        ``n`` when fewer (the devices take the calls there are)."""
-        if self.flat_input or self._batched:  # a squared norm per input: not worth a compile per device
+        input's numbers are the same bits whichever call it is in.
+
+        On the accelerator plan a call is one program step: always
+        ``min(stats_batch, STATS_CALL_ROWS)`` rows, the last call padded, whatever
+        ``n``. A GPU's reductions (global pooling, flatten) may be tiled by the shape of
+        the whole call, so one shape for every call of every run is what keeps an
+        input's numbers the same bits in a run, its resume, a shard and a grown run
+        (``kernelcli extend``)."""
+        if self._batched:
+            return max(1, min(self.stats_batch, STATS_CALL_ROWS))
+        if self.flat_input:  # a squared norm per input: not worth a compile per device
             return max(1, min(self.stats_batch, n))
         spread = max(self.chunk, -(-n // 8))
         return max(1, min(self.stats_batch, spread, n))

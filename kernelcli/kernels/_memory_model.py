@@ -1,0 +1,80 @@
+"""XLA's own peak estimate of a ``KernelFn``'s programs: what the planner sizes pair
+batches (and ``estimate`` its peaks) by. Each estimate is of the executable the run
+then calls (compiled once and kept by ``SerialJit``), so asking costs no extra
+compilation when the run uses those shapes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ._mesh import device_mesh, replicated, split
+
+
+class CompiledMemory:
+    """The memory model of a ``KernelFn`` (a mixin: ``dtype``, ``input_shape``,
+    ``variance_shapes``, ``live_bytes_per_pair``, the programs' ``SerialJit``s and the
+    mesh path's ``_on_mesh`` / ``_mesh_jit`` come from the class)."""
+
+    def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
+                        arguments: bool = True) -> int:
+        """XLA's own peak estimate (bytes) for one ``pairs`` call with blocks of
+        ``n_rows`` / ``n_cols`` examples and ``pair_batch`` pairs: arguments,
+        outputs and temporaries of the compiled program. ``arguments=False``
+        leaves out the block's inputs and their variances, which all pairs of the
+        block share: what remains grows with the pairs in flight.
+
+        Each new set of sizes is a compilation; its answer is kept, so planning the
+        same shapes again (every ``kernel_matrix`` call of a notebook) costs nothing.
+        """
+        key = (int(n_rows), int(n_cols), int(pair_batch), bool(arguments))
+        if key not in self._memory:
+            self._memory[key] = self._compiled_memory(*key)
+        return self._memory[key]
+
+    def _compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
+                         arguments: bool) -> int:
+        # Compiled for the first local device, where a run's first pair batches go (or,
+        # on a mesh, for all of them): the executable is kept and the calls of this
+        # shape reuse it. On a mesh XLA's analysis is of the per-device program.
+        devices = jax.local_devices()
+        mesh = device_mesh(devices) if self._on_mesh(devices) else None
+        on = (jax.sharding.SingleDeviceSharding(devices[0]) if mesh is None
+              else replicated(mesh))
+
+        def spec(shape, dtype=self.dtype, sharding=on):
+            return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+        v = self.variance_shapes
+        args = (spec((n_rows,) + self.input_shape), tuple(spec((n_rows,) + t) for t in v),
+                spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v))
+        if self.uses_grid(n_rows, n_cols, pair_batch):
+            first = jax.sharding.SingleDeviceSharding(devices[0])  # one device: grid_values
+            args = jax.tree_util.tree_map(lambda a: spec(a.shape, sharding=first), args)
+            m = self._grid_jit.compile(*args).memory_analysis()
+        elif mesh is not None:
+            index = spec((pair_batch * len(devices),), jnp.int32, split(mesh))
+            m = self._mesh_jit("pairs", mesh).compile(*args, index, index).memory_analysis()
+        else:
+            index = spec((pair_batch,), jnp.int32)
+            m = self._pairs_jit.compile(*args, index, index).memory_analysis()
+        if m is None:  # backend without memory analysis: fall back to the live-tensor count
+            return 3 * pair_batch * self.live_bytes_per_pair
+        return int(arguments * m.argument_size_in_bytes + m.output_size_in_bytes
+                   + m.temp_size_in_bytes)
+
+    def compiled_stats_memory(self, rows: int) -> int:
+        """XLA's peak estimate (bytes) for one per-input call on ``rows`` inputs."""
+        devices = jax.local_devices()
+        if self._on_mesh(devices):
+            mesh = device_mesh(devices)
+            spec = jax.ShapeDtypeStruct((rows * len(devices),) + self.input_shape,
+                                        self.dtype, sharding=split(mesh))
+            m = self._mesh_jit("stats", mesh).compile(spec).memory_analysis()
+        else:  # the program the first device's per-input calls of ``rows`` rows reuse
+            on = jax.sharding.SingleDeviceSharding(devices[0])
+            spec = jax.ShapeDtypeStruct((rows,) + self.input_shape, self.dtype, sharding=on)
+            m = self._stats_jit.compile(spec).memory_analysis()
+        if m is None:
+            return 3 * rows * self.live_bytes_per_pair
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
