@@ -48,10 +48,15 @@ class Job:
     # the earlier runs whose tiles it keeps (its "lineage", see kernelcli.store)
     extension: Optional[dict] = None
     lineage: Optional[list] = None
+    # compute.executor: ray -- the connection and kernel actors that made the plan
+    # (kernelcli.run._ray.RaySession), reused by the tiles; closed with the job
+    ray: Optional[object] = None
 
     def close(self) -> None:
-        """Close the inputs' files (idempotent)."""
+        """Close the inputs' files and the Ray session (idempotent)."""
         self.inputs.close()
+        if self.ray is not None:
+            self.ray.close()
 
     def __enter__(self) -> "Job":
         return self
@@ -185,6 +190,35 @@ def engine_costs(kfn) -> EngineCosts:
                        itemsize=kfn.dtype.itemsize, compiled_memory=compiled_memory)
 
 
+def memory_budget(requested: Optional[int], devices, count: Optional[int] = None
+                  ) -> tuple[int, str]:
+    """The memory budget per device and what bound it: ``compute.memory`` when given,
+    else the free memory (:func:`~kernelcli._system.memory_available`) shared by
+    ``count`` devices (default: ``devices``, the devices that compute)."""
+    if requested is not None:
+        return requested, "compute.memory"
+    available, source = memory_available()
+    return auto_budget(available) // (count or len(devices)), source
+
+
+def kernel_spec(cfg: RunConfig, input_shape) -> tuple:
+    """What builds a run's kernel function anywhere (a Ray worker too): architecture,
+    input shape, kinds, dtype, augment."""
+    return (cfg.architecture, tuple(input_shape), tuple(cfg.kernel.kinds), cfg.kernel.dtype,
+            tuple(cfg.kernel.augment))
+
+
+def build_for_engine(spec: tuple, engine: str, platform: str):
+    """The kernel function of ``spec`` with ``compute.engine`` resolved for ``platform``
+    (the engine choice exists from kernelcli.kernels' ``resolve_engine`` on)."""
+    from .. import kernels
+
+    resolve = getattr(kernels, "resolve_engine", None)
+    if resolve is None:
+        return kernels.build_kernel_fn(*spec)
+    return kernels.build_kernel_fn(*spec, engine=resolve(engine, platform))
+
+
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
             fingerprints: Optional[dict] = None, preprocess=None,
             fit_preprocess: bool = True, extension: Optional[dict] = None) -> Job:
@@ -211,20 +245,26 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
     _interrupt.check()
     inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess,
                          appends=(extension or {}).get("append", ()))
+    ray = None
     try:
         _interrupt.check()
-        devices = local_devices(cfg.compute.devices)
-        kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
-                              cfg.kernel.kinds, cfg.kernel.dtype, cfg.kernel.augment)
-        _interrupt.check()
-        budget, source = cfg.compute.memory, "compute.memory"
-        if budget is None:
-            available, source = memory_available()
-            budget = auto_budget(available) // len(devices)
+        if cfg.compute.executor == "ray":  # planned on a worker, for its platform
+            from ._ray import RaySession
+
+            devices = local_devices(None)  # this driver's, for display only
+            ray = RaySession(cfg, kernel_spec(cfg, inputs.x1.example_shape))
+            kfn, costs, budget, source, n_devices = ray.plan_inputs()
+        else:
+            devices = local_devices(cfg.compute.devices)
+            kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
+                                  cfg.kernel.kinds, cfg.kernel.dtype, cfg.kernel.augment)
+            _interrupt.check()
+            budget, source = memory_budget(cfg.compute.memory, devices)
+            costs, n_devices = engine_costs(kfn), len(devices)
         stored = stored_plan or {}
         plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
-                        costs=engine_costs(kfn),
-                        budget_bytes=budget, devices=len(devices), n_test=inputs.n_test,
+                        costs=costs,
+                        budget_bytes=budget, devices=n_devices, n_test=inputs.n_test,
                         block=stored.get("block", cfg.compute.block),
                         pair_batch=stored.get("pair_batch"))
         _interrupt.check()
@@ -233,8 +273,10 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         _interrupt.check()
     except BaseException:
         inputs.close()
+        if ray is not None:
+            ray.close()
         raise
-    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source, extension)
+    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source, extension, ray=ray)
 
 
 def prepare_run(cfg: RunConfig, store=None, shard=None,
