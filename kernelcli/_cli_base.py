@@ -64,10 +64,19 @@ def _quiet_jax(level: int) -> None:
 
 def verbose_option(fn):
     """``-v/--verbose`` on a command (counted with the group's); JAX's warnings are
-    silenced before the command runs unless the count reaches 2."""
+    silenced before the command runs unless the count reaches 2, and the command
+    starts with :func:`kernelcli._gpu_check.warn_once` (these commands compute)."""
     @functools.wraps(fn)
     def command(*args, **kwargs):
+        from ._gpu_check import warn_once
+
+        from .errors import KernelcliError
+
         _quiet_jax(verbosity())
+        try:
+            warn_once()  # these commands compute: a GPU they would not use is worth a line
+        except KernelcliError as exc:  # KERNELCLI_NO_GPU_WARNING's value
+            fail(str(exc), exc.exit_code)
         return fn(*args, **kwargs)
 
     return click.option("-v", "--verbose", count=True, expose_value=False,

@@ -79,7 +79,7 @@ def print_run_summary(summary: dict) -> None:
     n = summary["devices"]
     executor = summary["executor"]
     where = (f"{n} {summary['platform']} device{'' if n == 1 else 's'}"
-             if executor == "local" else f"a Ray cluster (this machine: {summary['platform']})")
+             if executor == "local" else f"a Ray cluster ({summary['platform']} workers)")
     test = f" and {summary['n_test']:,} test rows" if summary["n_test"] else ""
     lines = [
         f"{summary['name']}: computing on {where}",

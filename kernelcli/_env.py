@@ -17,6 +17,7 @@ from .errors import ConfigError
 CACHE_DIR = "KERNELCLI_CACHE_DIR"
 CHUNK_BYTES = "KERNELCLI_CHUNK_BYTES"
 FUSION_EMITTERS = "KERNELCLI_XLA_FUSION_EMITTERS"
+NO_GPU_WARNING = "KERNELCLI_NO_GPU_WARNING"
 
 #: name -> the module that uses it (as docs/environment.md's "read by" column says).
 VARIABLES = {
@@ -30,6 +31,7 @@ VARIABLES = {
     "HDF5_EXTFILE_PREFIX": "kernelcli/data/_h5.py",
     "HDF5_VDS_PREFIX": "kernelcli/data/_h5.py",
     "TF_CPP_MIN_LOG_LEVEL": "kernelcli/_cli_base.py",
+    NO_GPU_WARNING: "kernelcli/_gpu_check.py",
 }
 
 
@@ -67,3 +69,15 @@ def fusion_emitters(environ: Optional[Mapping[str, str]] = None) -> Optional[boo
         raise ConfigError(f"{FUSION_EMITTERS}: {value!r} is not accepted; expected 0 (classic "
                           f"loop emitter) or 1 (fusion emitters), or unset it")
     return value.strip() == "1"
+
+
+def no_gpu_warning(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """``KERNELCLI_NO_GPU_WARNING``: ``1`` silences the CLI's warning that an NVIDIA GPU is
+    present but JAX computes on the CPU; unset, empty or ``0``: the warning is shown."""
+    value = get(NO_GPU_WARNING, environ)
+    if value is None or value.strip() in ("", "0"):
+        return False
+    if value.strip() != "1":
+        raise ConfigError(f"{NO_GPU_WARNING}: {value!r} is not accepted; expected 1 (no "
+                          f"warning) or 0, or unset it")
+    return True

@@ -106,8 +106,8 @@ _SHARD_HELP = ("Be process I of N (0-based: I = 0 .. N-1) of a job array writing
                "tiles (deterministic, balanced by pair evaluations). The process that finds "
                "every tile done assembles the result. E.g. --shard "
                "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.")
-_EXECUTOR_HELP = ("Where tile jobs run (overrides compute.executor): local devices, or tasks "
-                  "on a Ray cluster (needs `pip install 'kernelcli[ray]'`).")
+_EXECUTOR_HELP = ("Where tile jobs run (overrides compute.executor): local devices, or kernel "
+                  "actors on a Ray cluster (needs `pip install 'kernelcli[ray]'`).")
 _ADDRESS_HELP = ("Ray cluster address for --executor ray (overrides compute.address), e.g. "
                  "127.0.0.1:6379 or ray://head:10001; default RAY_ADDRESS or a new local one.")
 
@@ -143,7 +143,7 @@ def main():
       kernelcli compute CONFIG --shard I/N      # process I (0-based) of a job array of N
       kernelcli assemble RUN_DIR                # the result, once every tile exists
       kernelcli clean RUN_DIR                   # drop the tiles once kernels.h5 verifies
-      kernelcli compute CONFIG --executor ray --address HEAD:6379   # tiles as Ray tasks
+      kernelcli compute CONFIG --executor ray --address HEAD:6379   # tiles on Ray actors
 
     The configuration format is described in README.md (Configuration).
     """

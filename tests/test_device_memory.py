@@ -81,16 +81,17 @@ def test_memory_budget_says_which_memory_it_is():
     from kernelcli.plan import auto_budget
 
     gpus = [FakeDevice({"bytes_limit": 100 * GiB, "bytes_in_use": 0})] * 2
-    assert memory_budget(_cfg(), gpus) == (auto_budget(100 * GiB, *DEVICE_HEADROOM),
-                                           "device memory_stats", "device")
+    assert memory_budget(_cfg().compute.memory, gpus) == (
+        auto_budget(100 * GiB, *DEVICE_HEADROOM), "device memory_stats", "device")
     assert auto_budget(100 * GiB, *DEVICE_HEADROOM) == 90 * GiB
-    assert memory_budget(_cfg(8 * GiB), gpus) == (8 * GiB, "compute.memory", "device")
+    assert memory_budget(_cfg(8 * GiB).compute.memory, gpus) == (
+        8 * GiB, "compute.memory", "device")
     cpus = jax.local_devices()
-    assert memory_budget(_cfg(8 * GiB), cpus) == (8 * GiB, "compute.memory", "host")
-    budget, source, memory = memory_budget(_cfg(), cpus)
+    assert memory_budget(_cfg(8 * GiB).compute.memory, cpus) == (8 * GiB, "compute.memory", "host")
+    budget, source, memory = memory_budget(_cfg().compute.memory, cpus)
     assert memory == "host" and (source == "MemAvailable" or source.startswith("cgroup "))
     # an accelerator that does not report its memory: host memory, as on CPU
-    budget, source, memory = memory_budget(_cfg(), [FakeDevice(None)])
+    budget, source, memory = memory_budget(_cfg().compute.memory, [FakeDevice(None)])
     assert memory == "host" and source != "device memory_stats"
 
 

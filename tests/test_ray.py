@@ -1,9 +1,11 @@
 """The Ray executor (`compute.executor: ray`), against a real local Ray cluster.
 
 The cluster is started by the test on the loopback address only (`ray start --head
---num-cpus 2`, its processes killed by pid afterwards); a tile task's worker process
-is SIGKILLed mid-run, Ray retries the task, and the assembled matrix must be
-bit-identical to a single-process local run. Ray is an optional extra
+--num-cpus 2`, its processes killed by pid afterwards); a kernel actor's process is
+SIGKILLed mid-tile, Ray restarts it and retries its calls, and the assembled matrix
+must be bit-identical to a single-process local run. In-process drivers check that
+each actor compiles its programs once for any number of blocks, that the plan is
+made on a worker, and that a stop kills the actors. Ray is an optional extra
 (`pip install 'kernelcli[ray]'`): without it these tests are skipped, and the tests
 that check the configuration and the missing-Ray message run anyway.
 """
@@ -178,7 +180,7 @@ def ray_cluster():
 
 
 def _tile_workers(psutil, head_pid: int) -> list:
-    """Ray worker processes of the cluster that are running a kernelcli tile task now."""
+    """Ray worker processes of the cluster whose kernel actor is computing a tile now."""
     out = []
     try:
         children = psutil.Process(head_pid).children(recursive=True)
@@ -189,7 +191,7 @@ def _tile_workers(psutil, head_pid: int) -> list:
             title = " ".join(p.cmdline())
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if title.startswith("ray::kernelcli_tile"):
+        if title.startswith("ray::KernelWorker.tile"):
             out.append(p)
     return out
 
@@ -240,3 +242,145 @@ def test_ray_run_survives_a_killed_worker_and_is_bit_identical_to_a_local_run(tm
     got = read_kernels(run_dir / "kernels.h5")
     for kind in want:
         assert np.array_equal(got[kind], want[kind]), kind
+
+
+# -- actors, in-process drivers on the same cluster ------------------------------------------
+
+@pytest.fixture
+def ray_driver(ray_cluster, monkeypatch):
+    """This process as a Ray driver of the test cluster (what RAY_TMPDIR & co. say)."""
+    import ray._private.ray_constants as constants
+
+    for key in ("RAY_TMPDIR", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED"):
+        monkeypatch.setenv(key, ray_cluster["env"][key])
+    # Read by Ray when it is imported (this process imported it already): without it,
+    # ray.init turns 127.0.0.1 into the machine's address, where the head does not listen.
+    monkeypatch.setattr(constants, "ENABLE_RAY_CLUSTER", False)
+    return ray_cluster["address"]
+
+
+class _Compiles:
+    """Compilations in this process while active (jax's monitoring event)."""
+
+    n = 0
+    active = False
+    registered = False
+
+    def __enter__(self):
+        import jax
+
+        if not _Compiles.registered:  # listeners cannot be removed in old jax: one, gated
+            jax.monitoring.register_event_duration_secs_listener(_Compiles._count)
+            _Compiles.registered = True
+        _Compiles.n, _Compiles.active = 0, True
+        return self
+
+    def __exit__(self, *exc):
+        _Compiles.active = False
+
+    @staticmethod
+    def _count(event, duration, **kwargs):
+        if _Compiles.active and event == "/jax/core/compile/backend_compile_duration":
+            _Compiles.n += 1
+
+
+def _job(tmp_path, address, **compute):
+    from kernelcli.run._job import prepare
+
+    cfg = load_config(write_case(tmp_path, compute=dict(compute, executor="ray",
+                                                        address=address)))
+    return cfg, prepare(cfg)
+
+
+def test_the_plan_is_made_on_a_worker_and_is_a_local_runs_plan_here(tmp_path, ray_driver):
+    import dataclasses
+
+    from kernelcli.run._job import prepare
+
+    with _Compiles() as driver:
+        cfg, job = _job(tmp_path, ray_driver)
+    with job:
+        # every compiled program of the memory model was compiled by the first actor
+        assert driver.n == 0
+        counters = job.ray.ray.get(job.ray.actors[0].counters.remote())
+        assert counters["builds"] == 1 and counters["compiles"] >= 2
+        assert counters["pid"] != os.getpid()
+        assert job.ray.info["platform"] == "cpu" and len(job.ray.actors) == 1
+        ray_plan = job.plan
+    local = dataclasses.replace(cfg, compute=dataclasses.replace(cfg.compute, executor="local",
+                                                                 address=None))
+    with _Compiles() as driver, prepare(local) as job:
+        assert driver.n >= 2 and job.ray is None
+        # a CPU cluster on this machine: a local run's plan (the free memory moves a bit)
+        assert job.plan.geometry == ray_plan.geometry
+        assert (dataclasses.replace(job.plan.memory, budget_bytes=0)
+                == dataclasses.replace(ray_plan.memory, budget_bytes=0))
+        assert abs(job.plan.memory.budget_bytes / ray_plan.memory.budget_bytes - 1) < 0.1
+
+
+def test_each_actor_compiles_once_for_any_number_of_blocks(tmp_path, ray_driver):
+    from kernelcli.run._executor import LocalBackend
+    from kernelcli.run._ray import RayBackend
+
+    _cfg, job = _job(tmp_path, ray_driver)
+    with job:
+        rows, blocks = job.inputs.rows, job.plan.blocks
+        with RayBackend(job) as backend:
+            actors, ray = backend.actors, backend.ray
+            assert len(actors) == 2  # one per CPU of the cluster
+            s1 = backend.input_stats(rows)
+            first = {b.key: t for b, t, _ in backend.tiles(blocks, rows, rows, s1, s1)}
+            after_one = ray.get([a.counters.remote() for a in actors])
+            again = {b.key: t for b, t, _ in backend.tiles(blocks, rows, rows, s1, s1)}
+            after_two = ray.get([a.counters.remote() for a in actors])
+        assert len(blocks) == 15 and sorted(first) == sorted(again) == sorted(b.key for b in blocks)
+        # the same actors (no restart), each built once, and 15 more blocks compiled nothing
+        assert after_two == after_one
+        assert [c["builds"] for c in after_one] == [1, 1]
+        assert all(c["compiles"] <= 8 for c in after_one), after_one
+        local = LocalBackend(job.kfn, job.devices, job.plan.block, job.plan.pair_batch)
+        ls1 = local.input_stats(rows)
+        for block, tile, _ in local.tiles(blocks, rows, rows, ls1, ls1):
+            for kind in tile:
+                assert np.array_equal(first[block.key][kind], tile[kind]), (block.key, kind)
+                assert np.array_equal(again[block.key][kind], tile[kind]), (block.key, kind)
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_stop_during_the_tiles_raises_interrupted_and_kills_the_actors(tmp_path, ray_driver,
+                                                                         attempt):
+    from kernelcli import _interrupt
+    from kernelcli.errors import Interrupted
+    from kernelcli.run._ray import RayBackend
+
+    import ray
+
+    _cfg, job = _job(tmp_path, ray_driver, devices=1)
+    _interrupt.reset()
+    try:
+        with job:
+            rows = job.inputs.rows
+            with pytest.raises(Interrupted):
+                with RayBackend(job) as backend:
+                    assert len(backend.actors) == 1  # compute.devices caps the pool
+                    pid = ray.get(backend.actors[0].counters.remote())["pid"]
+                    s1 = backend.input_stats(rows)
+                    got = backend.tiles(job.plan.blocks, rows, rows, s1, s1)
+                    next(got)
+                    _interrupt.request(signal.SIGINT)
+                    next(got)
+            assert not backend.inflight and job.ray.actors == []
+            assert not ray.is_initialized()  # this driver started its connection: shut down
+    finally:
+        _interrupt.reset()
+    psutil = ray_cluster_psutil()
+    deadline = time.monotonic() + 20
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.pid_exists(pid), "the actor's process outlived the stop"
+
+
+def ray_cluster_psutil():
+    import psutil
+
+    return psutil

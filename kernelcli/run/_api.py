@@ -124,10 +124,11 @@ def _verified_result(store: RunStore) -> Optional[str]:
 
 def run_summary(job: Job) -> dict:
     """What a run is about to do: the plan (``Plan.to_dict()`` keys), the devices'
-    ``platform``, the ``executor`` and what bound the memory budget
-    (``memory_source``); given to the ``on_start`` callback of :func:`compute` and
-    :func:`resume` before the first tile."""
-    return dict(job.plan.to_dict(), name=job.cfg.name, platform=job.devices[0].platform,
+    ``platform`` (a Ray run's: its workers'), the ``executor`` and what bound the memory
+    budget (``memory_source``); given to the ``on_start`` callback of :func:`compute`
+    and :func:`resume` before the first tile."""
+    platform = job.ray.info["platform"] if job.ray is not None else job.devices[0].platform
+    return dict(job.plan.to_dict(), name=job.cfg.name, platform=platform,
                 executor=job.cfg.compute.executor, memory_source=job.memory_source)
 
 

@@ -10,7 +10,7 @@ message exist once:
 
 * :class:`LocalBackend` (here): blocks one after another in this process, each
   block's pair batches spread over the local devices by the engine's runner;
-* :class:`~._ray.RayBackend`: one Ray task per block, on a cluster.
+* :class:`~._ray.RayBackend`: blocks fed to kernel actors on a Ray cluster, one per GPU.
 
 Per block: its rows of ``x1`` and columns of ``x2`` and their per-input
 variances, padded to the block edge so every call has one shape and XLA compiles
@@ -264,7 +264,7 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
     appears meanwhile (written by another process of a job array) is skipped."""
     blocks = job.plan.blocks if blocks is None else list(blocks)
     pending, done = pending_blocks(store, blocks)
-    local = job.cfg.compute.executor != "ray"  # Ray tasks run on the cluster's devices
+    local = job.cfg.compute.executor != "ray"  # Ray actors run on the cluster's devices
     tally = Tally(blocks, done, progress, job.devices if local else ())
     tally.report()
     if not pending and not needs_test_diagonal(job, store):

@@ -49,10 +49,15 @@ class Job:
     # the earlier runs whose tiles it keeps (its "lineage", see kernelcli.store)
     extension: Optional[dict] = None
     lineage: Optional[list] = None
+    # compute.executor: ray -- the connection and kernel actors that made the plan
+    # (kernelcli.run._ray.RaySession), reused by the tiles; closed with the job
+    ray: Optional[object] = None
 
     def close(self) -> None:
-        """Close the inputs' files (idempotent)."""
+        """Close the inputs' files and the Ray session (idempotent)."""
         self.inputs.close()
+        if self.ray is not None:
+            self.ray.close()
 
     def __enter__(self) -> "Job":
         return self
@@ -195,24 +200,41 @@ def engine_costs(kfn) -> EngineCosts:
 DEVICE_HEADROOM = (0.1, 256 << 20)
 
 
-def memory_budget(cfg: RunConfig, devices) -> tuple[int, str, str]:
+def memory_budget(requested: Optional[int], devices, count: Optional[int] = None
+                  ) -> tuple[int, str, str]:
     """``(bytes per device, source, memory)``: the plan's budget, what bound it (see
     :attr:`Job.memory_source`) and which memory it is: ``"device"`` on accelerators
     (their own memory, ``compute.memory`` included), else ``"host"``.
 
-    ``compute.memory: auto`` on accelerators is the least free device's memory
-    (:func:`~kernelcli.run._devices.device_memory_available`) less a headroom; where a
-    device does not report its memory, and on CPU, the host's free memory less a
-    headroom, shared by the devices."""
+    ``requested`` (``compute.memory``) wins when given. Otherwise, on accelerators, the
+    least free device's memory (:func:`~kernelcli.run._devices.device_memory_available`)
+    less a headroom; where a device does not report its memory, and on CPU, the host's
+    free memory less a headroom, shared by ``count`` devices (default: ``devices``, the
+    devices that compute; a Ray actor counts the actors of its node)."""
     on_device = any(getattr(d, "platform", "cpu") != "cpu" for d in devices)
     found = device_memory_available(devices) if on_device else None
     memory = "device" if on_device else "host"
-    if cfg.compute.memory is not None:
-        return cfg.compute.memory, "compute.memory", memory
+    if requested is not None:
+        return requested, "compute.memory", memory
     if found is not None:
         return auto_budget(found[0], *DEVICE_HEADROOM), found[1], "device"
     available, source = memory_available()
-    return auto_budget(available) // len(devices), source, "host"
+    return auto_budget(available) // (count or len(devices)), source, "host"
+
+
+def kernel_spec(cfg: RunConfig, input_shape) -> tuple:
+    """What builds a run's kernel function anywhere (a Ray worker too): architecture,
+    input shape, kinds, dtype, augment."""
+    return (cfg.architecture, tuple(input_shape), tuple(cfg.kernel.kinds), cfg.kernel.dtype,
+            tuple(cfg.kernel.augment))
+
+
+def build_for_engine(spec: tuple, engine: str, platform: str):
+    """The kernel function of ``spec`` with ``engine`` (``compute.engine``, or the plan
+    an existing run recorded) resolved for ``platform``."""
+    from ..kernels import build_kernel_fn, resolve_engine
+
+    return build_kernel_fn(*spec, engine=resolve_engine(engine, platform))
 
 
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
@@ -236,25 +258,30 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
 
 def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension) -> Job:
     _interrupt.check()
-    from ..kernels import build_kernel_fn, resolve_engine  # jax: once the config is sound
-
-    _interrupt.check()
     inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess,
                          appends=(extension or {}).get("append", ()))
+    ray = None
     try:
         _interrupt.check()
-        devices = local_devices(cfg.compute.devices)
         stored = stored_plan or {}
         # an existing run keeps the plan it started with (one without the key: "cpu")
-        engine = (stored.get("engine", "cpu") if stored_plan is not None
-                  else resolve_engine(cfg.compute.engine, devices[0].platform))
-        kfn = build_kernel_fn(cfg.architecture, inputs.x1.example_shape,
-                              cfg.kernel.kinds, cfg.kernel.dtype, cfg.kernel.augment, engine)
-        _interrupt.check()
-        budget, source, memory = memory_budget(cfg, devices)
+        engine = stored.get("engine", "cpu") if stored_plan is not None else cfg.compute.engine
+        spec = kernel_spec(cfg, inputs.x1.example_shape)
+        if cfg.compute.executor == "ray":  # planned on a worker, for its platform
+            from ._ray import RaySession
+
+            devices = local_devices(None)  # this driver's, for display only
+            ray = RaySession(cfg, spec, engine)
+            kfn, costs, budget, source, memory, n_devices = ray.plan_inputs()
+        else:
+            devices = local_devices(cfg.compute.devices)
+            kfn = build_for_engine(spec, engine, devices[0].platform)
+            _interrupt.check()
+            budget, source, memory = memory_budget(cfg.compute.memory, devices)
+            costs, n_devices = engine_costs(kfn), len(devices)
         plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
-                        costs=engine_costs(kfn),
-                        budget_bytes=budget, devices=len(devices), n_test=inputs.n_test,
+                        costs=costs,
+                        budget_bytes=budget, devices=n_devices, n_test=inputs.n_test,
                         block=stored.get("block", cfg.compute.block),
                         pair_batch=stored.get("pair_batch"), memory=memory)
         _interrupt.check()
@@ -263,8 +290,10 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         _interrupt.check()
     except BaseException:
         inputs.close()
+        if ray is not None:
+            ray.close()
         raise
-    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source, extension)
+    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source, extension, ray=ray)
 
 
 def prepare_run(cfg: RunConfig, store=None, shard=None,

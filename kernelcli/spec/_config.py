@@ -116,7 +116,7 @@ class ComputeSpec:
     memory: Optional[int] = None      # bytes per device; None = auto
     devices: Optional[int] = None     # None = all local devices
     block: Optional[int] = None       # storage tile edge; None = auto
-    executor: str = "local"           # local | ray (tile jobs as tasks on a Ray cluster)
+    executor: str = "local"           # local | ray (tile jobs on kernel actors of a Ray cluster)
     address: Optional[str] = None     # Ray cluster address; None = RAY_ADDRESS or a local one
     engine: str = "auto"              # auto | cpu | accelerator (the kernels' execution plan)
 
