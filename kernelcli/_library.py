@@ -77,6 +77,8 @@ class KernelFunction:
       devices: the jax devices to spread the work over (default: all local ones).
       augment: ``None`` (the plain kernel), ``"hflip"``, ``"vflip"`` or a list of them:
         the kernel averaged over that flip group, as ``kernel.augment`` in a config.
+      engine: ``"auto"`` (the accelerator plan on a GPU, the CPU plan on CPUs),
+        ``"cpu"`` or ``"accelerator"``, as ``compute.engine`` in a config.
 
     With ``readouts`` in the architecture a call returns a dict keyed by each readout's
     body layer count (``after``), each value what the call returns without readouts:
@@ -93,12 +95,15 @@ class KernelFunction:
 
     def __call__(self, x1, x2=None, get: Union[str, Sequence[str]] = _KINDS, *,
                  dtype: str = "float32", memory: Union[int, str] = "auto", devices=None,
-                 augment: Union[None, str, Sequence[str]] = None):
+                 augment: Union[None, str, Sequence[str]] = None, engine: str = "auto"):
         from .run import kernel_matrix
-        from .spec import DTYPES, parse_augment, parse_size
+        from .spec import DTYPES, ENGINES, parse_augment, parse_size
 
         if dtype not in DTYPES:
             raise ConfigError(f"dtype: {dtype!r} is not accepted; expected one of {DTYPES}")
+        if engine not in ENGINES:
+            raise ConfigError(f"engine: {engine!r} is not accepted; expected one of "
+                              f"{', '.join(ENGINES)}")
         single = isinstance(get, str)
         kinds = (get,) if single else tuple(get)
         if not kinds or any(k not in _KINDS for k in kinds) or len(set(kinds)) != len(kinds):
@@ -121,7 +126,8 @@ class KernelFunction:
         # read as a config's kernel.augment is: both accept (and refuse) the same values
         flips = parse_augment(list(augment) if isinstance(augment, tuple) else augment,
                               "augment")
-        kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype, flips)
+        kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype, flips,
+                           _resolved(engine, devices))
         out = kernel_matrix(kfn, a1, a2, memory=budget, devices=devices)
 
         def pick(suffix=""):
@@ -133,15 +139,26 @@ class KernelFunction:
             return pick()
         return {after: pick(f"_d{after}") for after in readouts.after}
 
-    def _kernel(self, shape, kinds, dtype, augment=()):
-        key = (tuple(shape), kinds, dtype, augment)
+    def _kernel(self, shape, kinds, dtype, augment=(), engine="cpu"):
+        key = (tuple(shape), kinds, dtype, augment, engine)
         if key not in self._built:
             from .kernels import build_kernel_fn
             from .spec import check_architecture
 
             check_architecture(self.architecture, tuple(shape))
-            self._built[key] = build_kernel_fn(self.architecture, shape, kinds, dtype, augment)
+            self._built[key] = build_kernel_fn(self.architecture, shape, kinds, dtype, augment,
+                                               engine)
         return self._built[key]
+
+
+def _resolved(engine: str, devices) -> str:
+    """``engine`` resolved for the platform of the devices the call computes on."""
+    import jax
+
+    from .kernels import resolve_engine
+
+    platform = (list(devices)[0] if devices else jax.local_devices()[0]).platform
+    return resolve_engine(engine, platform)
 
 
 def kernel_fn(architecture) -> KernelFunction:

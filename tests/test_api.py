@@ -119,12 +119,27 @@ def test_a_stax_network_gives_the_kernels_of_its_yaml():
                                     "or (N, D)"),
     (lambda k, x: k(x * np.nan), "x1: holds NaN or infinite values; expected finite numbers"),
     (lambda k, x: k(x, memory="lots"), "memory: 'lots' is not a size; expected"),
+    (lambda k, x: k(x, engine="gpu"), "engine: 'gpu' is not accepted; expected one of auto, "
+                                      "cpu, accelerator"),
 ])
 def test_bad_calls_name_the_argument(call, message):
     kfn = kernelcli.kernel_fn(FIXTURES_DIR / "cnn1_gap.yaml")
     with pytest.raises((ConfigError, DataError)) as exc:
         call(kfn, images(2, seed=4))
     assert str(exc.value).startswith(message)
+
+
+def test_engine_picks_the_plan_and_both_give_the_same_kernels():
+    """``engine`` as ``compute.engine``: auto is the CPU plan here, and the accelerator
+    plan forced on a CPU gives the same kernels to float32 rounding."""
+    kfn = kernelcli.kernel_fn(FIXTURES_DIR / "cnn1_gap.yaml")
+    x = images(5, seed=3)
+    auto = kfn(x, engine="auto")
+    cpu = kfn(x, engine="cpu")
+    accelerator = kfn(x, engine="accelerator")
+    assert all(np.array_equal(a, c) for a, c in zip(auto, cpu))
+    for a, c in zip(accelerator, cpu):
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-7)
 
 
 def test_stax_refuses_what_kernelcli_cannot_compute():

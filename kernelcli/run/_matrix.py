@@ -13,10 +13,9 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from .._system import available_ram_bytes
-from ..plan import auto_budget, plan_run
+from ..plan import plan_run
 from ._executor import LocalBackend
-from ._job import engine_costs
+from ._job import engine_costs, memory_budget
 
 
 class _Rows:
@@ -40,7 +39,8 @@ def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=Non
     computed (a diagonal block's strict lower triangle; the diagonal from the
     per-input pass) and mirrored, so it is exactly symmetric.
 
-    ``memory``: bytes per device (default: what ``compute.memory: auto`` gives);
+    ``memory``: bytes per device (default: what ``compute.memory: auto`` gives: on
+    accelerators their free device memory, else the host's);
     ``devices``: default all local ones; ``block``, ``pair_batch``: as a run's plan
     (default: the planner's choice, as in ``compute``).
     """
@@ -50,11 +50,10 @@ def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=Non
     a1 = np.asarray(x1, dtype=kfn.dtype)
     symmetric = x2 is None
     a2 = a1 if symmetric else np.asarray(x2, dtype=kfn.dtype)
-    if memory is None:
-        memory = auto_budget(available_ram_bytes()) // len(devices)
+    budget, _, which = memory_budget(memory, devices)
     plan = plan_run(a1.shape[0], a2.shape[0], symmetric=symmetric, costs=engine_costs(kfn),
-                    budget_bytes=memory, devices=len(devices), block=block,
-                    pair_batch=pair_batch)
+                    budget_bytes=budget, devices=len(devices), block=block,
+                    pair_batch=pair_batch, memory=which)
     rows = _Rows(a1)
     columns = rows if symmetric else _Rows(a2)
     out = {k: np.empty((a1.shape[0], a2.shape[0]), kfn.dtype) for k in kfn.kinds}
