@@ -80,6 +80,7 @@ def print_run_summary(summary: dict) -> None:
     executor = summary["executor"]
     where = (f"{n} {summary['platform']} device{'' if n == 1 else 's'}"
              if executor == "local" else f"a Ray cluster ({summary['platform']} workers)")
+    where += f", {summary.get('engine', 'cpu')} plan"
     test = f" and {summary['n_test']:,} test rows" if summary["n_test"] else ""
     lines = [
         f"{summary['name']}: computing on {where}",
@@ -115,7 +116,7 @@ ESTIMATE_ROWS = (
 
 def print_estimate(out: dict) -> None:
     click.echo(f"plan for {out['name']} ({', '.join(out['kinds'])}, {out['dtype']}, "
-               f"{out['platform']})")
+               f"{out['platform']}, {out.get('engine', 'cpu')} plan)")
     for key, label, fmt in ESTIMATE_ROWS:
         value = out[key]
         if key == "n_test" and not value:

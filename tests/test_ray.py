@@ -384,3 +384,28 @@ def ray_cluster_psutil():
     import psutil
 
     return psutil
+
+
+def test_an_actor_out_of_device_memory_is_the_out_of_memory_error(ray_driver):
+    """XLA's RESOURCE_EXHAUSTED raised inside an actor comes back as what the run layer
+    maps to the out-of-memory error (naming compute.memory), not a generic failure."""
+    import ray
+
+    from kernelcli.run._devices import is_out_of_memory
+    from kernelcli.run._ray import _connect, _get_all
+
+    _connect(ray, ray_driver)
+    try:
+        @ray.remote(num_cpus=0)
+        class Worker:
+            def tile(self):
+                raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to "
+                                   "allocate 81.00GiB.")
+
+        w = Worker.remote()
+        with pytest.raises(RuntimeError) as exc:
+            _get_all(ray, [w.tile.remote()])
+        assert is_out_of_memory(exc.value)
+        assert "81.00GiB" in str(exc.value)
+    finally:
+        ray.shutdown()

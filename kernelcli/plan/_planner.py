@@ -101,6 +101,7 @@ class Plan:
 
     geometry: Geometry
     memory: MemoryFigures
+    engine: str = "cpu"  # the kernels' execution plan (compute.engine, resolved)
 
     def __getattr__(self, name):
         # only called for names the dataclass lacks: the two parts' fields
@@ -138,7 +139,7 @@ class Plan:
             "untiled_peak_bytes": self.untiled_peak_bytes,
             "output_bytes": g.output_bytes,
             "bytes_per_pair": m.bytes_per_pair, "fixed_bytes": m.fixed_bytes,
-            "devices": m.devices, "memory_budget_of": m.memory_kind,
+            "devices": m.devices, "memory_budget_of": m.memory_kind, "engine": self.engine,
         }
 
 
@@ -214,11 +215,12 @@ def plan_run(n1: int, n2: int, *, symmetric: bool, costs: EngineCosts, budget_by
     if pair_batch is None:
         fit = (budget_bytes - fixed) // bytes_per_pair
         pair_batch = None if fit < 1 else min(want, fit)  # None: make_plan says why
-    return make_plan(n1, n2, symmetric=symmetric, bytes_per_pair=bytes_per_pair,
+    plan = make_plan(n1, n2, symmetric=symmetric, bytes_per_pair=bytes_per_pair,
                      fixed_bytes=fixed, budget_bytes=budget_bytes, kinds=costs.kinds,
                      itemsize=costs.itemsize, block=block, pair_batch=pair_batch,
                      devices=devices, untiled_bytes_per_pair=costs.cov_elements * costs.itemsize,
                      n_test=n_test, memory=memory)
+    return dataclasses.replace(plan, engine=costs.engine)
 
 
 def memory_line(costs: EngineCosts, block: int, batch: int) -> tuple[int, int]:
