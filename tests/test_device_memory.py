@@ -121,23 +121,37 @@ def test_accelerator_pair_batch_is_what_device_memory_holds():
 
     # 64-edge blocks (a heavy pair): 2,080 pairs in a diagonal block, 4,096 in others
     cpu = plan_run(1000, 1000, symmetric=True, costs=_costs("cpu"), budget_bytes=100 * GiB)
-    assert cpu.pair_batch == 64  # the CPU plan: 64 chunks of one pair
+    assert cpu.block == 64 and cpu.pair_batch == 64  # the CPU plan: 64 chunks of one pair
     acc = plan_run(1000, 1000, symmetric=True, costs=_costs("accelerator"),
-                   budget_bytes=100 * GiB)
+                   budget_bytes=100 * GiB, block=64)
     assert acc.pair_batch == 4096 // 2  # two batches of the largest block on one device
     # memory-bound: (20 GiB - 1 GiB) / 10 MiB
     tight = plan_run(1000, 1000, symmetric=True, costs=_costs("accelerator"),
-                     budget_bytes=20 * GiB, devices=1)
+                     budget_bytes=20 * GiB, devices=1, block=64)
     assert tight.pair_batch == 19 * 1024 // 10
     assert tight.peak_bytes_per_device <= 20 * GiB
     # eight devices: still about two batches each of a block
     many = plan_run(1000, 1000, symmetric=True, costs=_costs("accelerator"),
-                    budget_bytes=100 * GiB, devices=8)
+                    budget_bytes=100 * GiB, devices=8, block=64)
     assert many.pair_batch == 4096 // 16
     # never beyond the cap, however light a pair
     light = plan_run(100000, 100000, symmetric=True, costs=_costs("accelerator", per_pair=1),
                      budget_bytes=100 * GiB, block=1024)
     assert light.pair_batch == ACCELERATOR_MAX_PAIR_BATCH
+
+
+def test_accelerator_blocks_hold_a_thousand_times_the_work_of_a_cpu_block():
+    """A block is about half a minute of work either way; a GPU does that much about a
+    thousand times faster, so its blocks are larger (their file and fsync are then a
+    small share of the device's time)."""
+    from kernelcli.plan import plan_run
+
+    cpu = plan_run(5000, 5000, symmetric=True, costs=_costs("cpu"), budget_bytes=100 * GiB)
+    acc = plan_run(5000, 5000, symmetric=True, costs=_costs("accelerator"),
+                   budget_bytes=100 * GiB)
+    # 2e11 operations a block, 6.6e8 a pair: 303 pairs (the 64 floor) on CPU, x1000 here
+    assert (cpu.block, acc.block) == (64, 552)
+    assert acc.pair_batch == 4096
 
 
 # -- out of memory -----------------------------------------------------------------------

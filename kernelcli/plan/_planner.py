@@ -35,6 +35,11 @@ MiB = 1024**2
 # Work of one block, in elementwise operations: about half a minute here. Fewer
 # makes per-block costs (a tile file, an fsync) show; more loses more to a kill.
 _BLOCK_WORK = 2e11
+# On the accelerator plan: a GPU streams two to three orders of magnitude more
+# elementwise work than a CPU core (an H200 copies at ~3 TB/s, this VM at ~26 GB/s),
+# so the same half minute per block is about this many times the work; smaller blocks
+# would spend a visible share of the device's time on a tile's file and fsync.
+_ACCELERATOR_BLOCK_FACTOR = 1000
 _OPS_PER_ENTRY = 30  # elementwise operations per covariance entry per layer (measured HLO)
 # The accelerator plan's largest pair batch: beyond a few thousand pairs a step is long
 # enough to hide a launch, and larger programs only cost compile time and device memory.
@@ -242,7 +247,8 @@ def memory_line(costs: EngineCosts, block: int, batch: int) -> tuple[int, int]:
 
 def auto_block(costs: EngineCosts, n_max: int) -> int:
     """Block edge (multiple of 8, 64..1024, at most the data set rounded up to 8) for
-    about ``_BLOCK_WORK`` elementwise operations per block.
+    about ``_BLOCK_WORK`` elementwise operations per block (on the accelerator plan
+    ``_ACCELERATOR_BLOCK_FACTOR`` times that).
 
     Networks on flat inputs (one Gram matrix per call) may take blocks up to 4096: a
     pair costs them a few operations, so a 1024 block is milliseconds of work, and
@@ -250,7 +256,8 @@ def auto_block(costs: EngineCosts, n_max: int) -> int:
     (BENCHMARKS.md: fc2)."""
     work = costs.cov_elements * max(1, costs.layers) * _OPS_PER_ENTRY
     largest = 4096 if costs.flat_input else 1024
-    target = min(max(_BLOCK_WORK / work, 64 * 64), largest * largest)
+    budget = _BLOCK_WORK * (_ACCELERATOR_BLOCK_FACTOR if costs.engine == "accelerator" else 1)
+    target = min(max(budget / work, 64 * 64), largest * largest)
     edge = int(round(target ** 0.5 / 8)) * 8
     return max(8, min(max(edge, 64), largest, -(-n_max // 8) * 8))
 
