@@ -1,5 +1,6 @@
 """The machinery under the ``kernelcli`` commands: the group that owns the process's
-signals and exit status, the one way a command fails, and ``-v``.
+signals and exit status, the one way a command fails (:func:`_run`: errors, signals and
+resource failures to exit codes), and ``-v``.
 
 Everything here that changes the process as a whole (signal handlers, log levels,
 warning filters, XLA's C++ log level) is the command line's alone: the library
@@ -13,12 +14,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import signal
 import sys
 import warnings
 
 import click
 
 from . import _env
+from .errors import KernelcliError
 
 
 def fail(message: str, code: int) -> None:
@@ -141,3 +144,61 @@ class Main(click.Group):
                 state.__exit__()
                 _interrupt.uninstall(saved)
         _interrupt.exit_process(code)
+
+
+# The library's arguments as this command line spells them: a library error names
+# the argument (``shard=``), the CLI's message names the flag.
+FLAGS = {"shard": "--shard", "shards": "--shards", "workers": "--workers",
+         "executor": "--executor", "address": "--address", "overwrite": "--overwrite",
+         "run_dir": "--run-dir", "ridges": "--ridge", "kinds": "--kind", "solver": "--solver",
+         "times": "--time"}
+
+
+def _flag(argument: str) -> str:
+    return FLAGS.get(argument, f"{argument}=")
+
+
+def _run(fn, *args, for_run=None, **kwargs):
+    """Call ``fn``; turn kernelcli errors, signals and resource failures into exit codes.
+
+    SIGINT / SIGTERM (recorded by the handlers of :class:`~kernelcli._cli_base.Main`) stop
+    the library at its next safe point with :class:`~kernelcli.errors.Interrupted` (exit
+    130 / 143). A signal that came after the last safe point still fails the command: exit 128 +
+    signum, saying that the result is complete when it is (or, given ``for_run``, how
+    to resume that run); never exit 0 after a signal. Errors naming a library argument
+    name this command line's flag (:data:`FLAGS`).
+    """
+    from . import _interrupt
+
+    try:
+        out = fn(*args, **kwargs)
+    except KernelcliError as exc:  # Interrupted included: its exit code is 128 + signum
+        fail(exc.render(_flag), exc.exit_code)
+    except KeyboardInterrupt:  # raised by code of the caller's (the handlers never raise)
+        signum = _interrupt.requested() or signal.SIGINT
+        fail(_interrupt.message(signum, *_interrupt.current_run()), 128 + signum)
+    except MemoryError:
+        fail("out of memory; lower `compute.memory` in the configuration", 1)
+    except RuntimeError as exc:  # XLA's RESOURCE_EXHAUSTED outside a run's tiles
+        from .run import is_out_of_memory, out_of_memory_error
+
+        if not is_out_of_memory(exc):
+            raise
+        fail(str(out_of_memory_error(memory="either")), 1)  # which one is not known here
+    from .run import RunResult
+
+    signum = _interrupt.requested()
+    if signum is not None:
+        name = _interrupt.signal_name(signum)
+        if isinstance(out, RunResult) and out.result:
+            text = f"interrupted ({name}) after the run finished: {out.result} is complete"
+        elif isinstance(out, RunResult) and out.shard:
+            i, n = out.shard
+            text = (f"interrupted ({name}) after shard {i}/{n} had done its tiles; the "
+                    f"last shard to finish assembles the result")
+        elif for_run is not None:
+            text = _interrupt.message(signum, for_run)  # a run exists: resume it
+        else:
+            text = _interrupt.message(signum)
+        fail(text, 128 + signum)
+    return out

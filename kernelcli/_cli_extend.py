@@ -9,7 +9,8 @@ import click
 
 from . import _cli_print
 from ._cli_base import verbose_option
-from .cli import FLAGS, _JSON_HELP, _on_start, _progress, _run, main
+from ._cli_base import FLAGS, _run
+from .cli import _JSON_HELP, _on_start, _progress, main
 
 FLAGS.update({name: "--" + name.replace("_", "-") for name in (
     "test", "test_key", "test_labels", "test_labels_key", "append", "append_key",

@@ -80,7 +80,7 @@ def print_run_summary(summary: dict) -> None:
     executor = summary["executor"]
     where = (f"{n} {summary['platform']} device{'' if n == 1 else 's'}"
              if executor == "local" else f"a Ray cluster ({summary['platform']} workers)")
-    where += f", {summary.get('engine', 'cpu')} plan"
+    where += f" ({summary.get('engine', 'cpu')} plan)"
     test = f" and {summary['n_test']:,} test rows" if summary["n_test"] else ""
     lines = [
         f"{summary['name']}: computing on {where}",

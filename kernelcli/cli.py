@@ -10,75 +10,15 @@ user's mistake, 1 otherwise); a mistake never prints a traceback.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 
 import click
 
 from . import __version__, _cli_print
-from ._cli_base import Main, count_verbose, fail, verbose_option, verbosity, VERBOSE_HELP
-from .errors import KernelcliError
+from ._cli_base import Main, _run, count_verbose, verbose_option, verbosity, VERBOSE_HELP
 from .spec import EXECUTORS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-# The library's arguments as this command line spells them: a library error names
-# the argument (``shard=``), the CLI's message names the flag.
-FLAGS = {"shard": "--shard", "shards": "--shards", "workers": "--workers",
-         "executor": "--executor", "address": "--address", "overwrite": "--overwrite",
-         "run_dir": "--run-dir", "ridges": "--ridge", "kinds": "--kind", "solver": "--solver",
-         "times": "--time"}
-
-
-def _flag(argument: str) -> str:
-    return FLAGS.get(argument, f"{argument}=")
-
-
-def _run(fn, *args, for_run=None, **kwargs):
-    """Call ``fn``; turn kernelcli errors, signals and resource failures into exit codes.
-
-    SIGINT / SIGTERM (recorded by the handlers of :class:`~kernelcli._cli_base.Main`) stop
-    the library at its next safe point with :class:`~kernelcli.errors.Interrupted` (exit
-    130 / 143). A signal that came after the last safe point still fails the command: exit 128 +
-    signum, saying that the result is complete when it is (or, given ``for_run``, how
-    to resume that run); never exit 0 after a signal. Errors naming a library argument
-    name this command line's flag (:data:`FLAGS`).
-    """
-    from . import _interrupt
-
-    try:
-        out = fn(*args, **kwargs)
-    except KernelcliError as exc:  # Interrupted included: its exit code is 128 + signum
-        fail(exc.render(_flag), exc.exit_code)
-    except KeyboardInterrupt:  # raised by code of the caller's (the handlers never raise)
-        signum = _interrupt.requested() or signal.SIGINT
-        fail(_interrupt.message(signum, *_interrupt.current_run()), 128 + signum)
-    except MemoryError:
-        fail("out of memory; lower `compute.memory` in the configuration", 1)
-    except RuntimeError as exc:  # XLA's RESOURCE_EXHAUSTED outside a run's tiles
-        from .run import is_out_of_memory, out_of_memory_error
-
-        if not is_out_of_memory(exc):
-            raise
-        fail(str(out_of_memory_error(memory="either")), 1)  # which one is not known here
-    from .run import RunResult
-
-    signum = _interrupt.requested()
-    if signum is not None:
-        name = _interrupt.signal_name(signum)
-        if isinstance(out, RunResult) and out.result:
-            text = f"interrupted ({name}) after the run finished: {out.result} is complete"
-        elif isinstance(out, RunResult) and out.shard:
-            i, n = out.shard
-            text = (f"interrupted ({name}) after shard {i}/{n} had done its tiles; the "
-                    f"last shard to finish assembles the result")
-        elif for_run is not None:
-            text = _interrupt.message(signum, for_run)  # a run exists: resume it
-        else:
-            text = _interrupt.message(signum)
-        fail(text, 128 + signum)
-    return out
-
 
 def _progress(name: str, quiet: bool, shard=None):
     if quiet:
