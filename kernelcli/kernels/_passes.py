@@ -82,7 +82,8 @@ class LayerPass:
         if len(self.group) > 1:  # K_G(x, x) = mean over g of K(x, g x)
             values = [out] + [
                 self._run(x, _group.flip_rows(x, g),
-                          PairVariances(v, _group.flip_variances(v, g, self.n_spatial)))
+                          PairVariances(v, _group.flip_variances(v, g, self.n_spatial),
+                                        stacks={} if self._batched else None))
                 for g in self.group[1:]]
             out = {k: _group.mean_over(jnp.stack([o[k] for o in values]), len(self.group), 0)
                    for k in out}
@@ -109,8 +110,10 @@ class LayerPass:
         if self.flat_input:
             return self._flat_pairs_fn(x1, v1, x2, v2, i, j)
 
-        # runs of repeated layers read their variances from stacks, made once per call
-        stacks = {first: stack_run(v1, v2, first, m) for first, m in self._variance_runs()}
+        # accelerator plan: runs of repeated layers read their variances from stacks,
+        # made once per call (the CPU plan branches per layer: PairVariances)
+        stacks = ({first: stack_run(v1, v2, first, m) for first, m in self._variance_runs()}
+                  if self._batched else None)
 
         def chunk(a, b):
             return self._run(x1[a], x2[b], PairVariances(v1, v2, a, b, stacks))

@@ -103,14 +103,22 @@ class PairVariances:
     never holds the gathered variances of every layer at once (at depth 21 those
     were 10x the chunk's covariances).
 
-    ``stacks``: ``{first: (s1, s2)}``, the ``(m, n, ...)`` stacks of ``v1[first:first
-    + m]`` and ``v2[...]`` for each run of repeated layers (:func:`stack_run`), made
-    once outside a program's chunk loop; a run without one is stacked where it is read.
+    How a loop over a run of repeated layers reads layer ``i``'s variances (``run``)
+    is the plans' one difference here. The CPU plan (``stacks is None``) branches on
+    ``i`` with ``lax.switch``, one branch per layer: each branch gathers its own
+    layer's rows, nothing is copied up front (a stack of a run's per-input arrays
+    would be ``m`` copies of them per call: twice the temporaries of a flatten
+    network's pair batch). The accelerator plan cannot branch: XLA:GPU reads a
+    switch's index on the host, a round trip per layer. It slices layer ``i`` out of
+    a stack of the run's per-input arrays at the traced index instead (a dynamic
+    slice on the device): ``stacks`` is ``{first: (s1, s2)}``, the ``(m, n, ...)``
+    stacks of ``v1[first:first + m]`` and ``v2[...]`` (:func:`stack_run`), made once
+    per call outside the layers; a run without one is stacked where it is read.
     """
 
     def __init__(self, v1, v2, rows1=None, rows2=None, stacks=None):
         self.v1, self.v2, self.rows1, self.rows2, self.k = v1, v2, rows1, rows2, 0
-        self.stacks = stacks or {}
+        self.stacks = stacks
 
     def _take(self, k):
         def pick(v, rows):
@@ -124,12 +132,14 @@ class PairVariances:
 
     def run(self, m: int):
         """The next ``m`` layers' variances as ``at(i) -> (va, vb)`` for a traced
-        layer index ``i`` (inside a loop over layers): layer ``i``'s per-input arrays
-        sliced out of their stack at a traced index (a dynamic slice on the device:
-        no branch whose index the host would have to read), then its pairs' rows
-        gathered, so only layer ``i``'s are gathered."""
+        layer index ``i`` (inside a loop over layers); only layer ``i``'s pairs' rows
+        are gathered. A branch per layer (CPU plan) or a dynamic slice of their stack
+        (accelerator plan), as the class says."""
         first = self.k
         self.k += m
+        if self.stacks is None:
+            branches = [lambda t=t: self._take(first + t) for t in range(m)]
+            return lambda i: lax.switch(i, branches)
         s1, s2 = self.stacks.get(first) or stack_run(self.v1, self.v2, first, m)
 
         def at(i):
