@@ -235,34 +235,15 @@ def cost_model(kfn, pair_batch: int, *, hlo_text: Optional[str] = None,
 
 def pairs_program_text(kfn, n_rows: int, n_cols: int, pair_batch: int) -> Optional[str]:
     """The text of the compiled pairs program ``kfn`` calls on ``n_rows x n_cols``
-    blocks at ``pair_batch`` pairs (the executable the memory model compiled, when the
-    shapes match: no second compilation); ``None`` for a flat-input network's grid
-    program or where the text is not available."""
+    blocks at ``pair_batch`` pairs (``KernelFn.pairs_executable``: the executable the
+    memory model compiled, no second compilation); ``None`` for a flat-input network's
+    grid program or where the text is not available."""
     if kfn.uses_grid(n_rows, n_cols, pair_batch):
         return None
     try:
-        return _pairs_executable(kfn, n_rows, n_cols, pair_batch).as_text()
-    except (AttributeError, NotImplementedError):  # an engine without the program
+        return kfn.pairs_executable(n_rows, n_cols, pair_batch).as_text()
+    except (AttributeError, NotImplementedError):  # an executable without its text
         return None
-
-
-def _pairs_executable(kfn, n_rows: int, n_cols: int, pair_batch: int):
-    # The arguments exactly as KernelFn.compiled_memory gives them, so SerialJit hands
-    # back the executable it compiled then.
-    import jax
-    import jax.numpy as jnp
-
-    on = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-
-    def spec(shape, dtype=kfn.dtype):
-        return jax.ShapeDtypeStruct(shape, dtype, sharding=on)
-
-    v = kfn.variance_shapes
-    index = spec((pair_batch,), jnp.int32)
-    return kfn._pairs_jit.compile(
-        spec((n_rows,) + kfn.input_shape), tuple(spec((n_rows,) + t) for t in v),
-        spec((n_cols,) + kfn.input_shape), tuple(spec((n_cols,) + t) for t in v),
-        index, index)
 
 
 def describe_cost(model: CostModel, n: int = 3) -> Sequence[str]:

@@ -32,11 +32,15 @@ class CompiledMemory:
             self._memory[key] = self._compiled_memory(*key)
         return self._memory[key]
 
-    def _compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
-                         arguments: bool) -> int:
+    def pairs_executable(self, n_rows: int, n_cols: int, pair_batch: int):
+        """The compiled program one pair call of ``n_rows x n_cols`` blocks at
+        ``pair_batch`` pairs runs (the grid program of a flat-input block, the mesh
+        program, or the first device's pairs program), compiled once and kept: the
+        memory model's analysis and the cost model's launch count read this one
+        executable, and the run's calls of these shapes reuse it."""
         # Compiled for the first local device, where a run's first pair batches go (or,
-        # on a mesh, for all of them): the executable is kept and the calls of this
-        # shape reuse it. On a mesh XLA's analysis is of the per-device program.
+        # on a mesh, for all of them). On a mesh XLA's analysis is of the per-device
+        # program.
         devices = jax.local_devices()
         mesh = device_mesh(devices) if self._on_mesh(devices) else None
         on = (jax.sharding.SingleDeviceSharding(devices[0]) if mesh is None
@@ -51,13 +55,16 @@ class CompiledMemory:
         if self.uses_grid(n_rows, n_cols, pair_batch):
             first = jax.sharding.SingleDeviceSharding(devices[0])  # one device: grid_values
             args = jax.tree_util.tree_map(lambda a: spec(a.shape, sharding=first), args)
-            m = self._grid_jit.compile(*args).memory_analysis()
-        elif mesh is not None:
+            return self._grid_jit.compile(*args)
+        if mesh is not None:
             index = spec((pair_batch * len(devices),), jnp.int32, split(mesh))
-            m = self._mesh_jit("pairs", mesh).compile(*args, index, index).memory_analysis()
-        else:
-            index = spec((pair_batch,), jnp.int32)
-            m = self._pairs_jit.compile(*args, index, index).memory_analysis()
+            return self._mesh_jit("pairs", mesh).compile(*args, index, index)
+        index = spec((pair_batch,), jnp.int32)
+        return self._pairs_jit.compile(*args, index, index)
+
+    def _compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
+                         arguments: bool) -> int:
+        m = self.pairs_executable(n_rows, n_cols, pair_batch).memory_analysis()
         if m is None:  # backend without memory analysis: fall back to the live-tensor count
             return 3 * pair_batch * self.live_bytes_per_pair
         return int(arguments * m.argument_size_in_bytes + m.output_size_in_bytes

@@ -64,7 +64,7 @@ def mapped(fn, mesh, in_split, out_split=True):
 
 class MeshCalls:
     """The mesh path of a ``KernelFn`` (which has ``_pairs_fn``, ``_stats_fn``,
-    ``dtype``, ``_options`` and ``_mesh_jits``)."""
+    ``dtype``, ``engine``, ``_options`` and ``_mesh_jits``)."""
 
     # Whether pair batches and per-input calls on several devices are one SPMD program
     # over their mesh (``_mesh.py``): the accelerator plan's way (one compilation for
@@ -75,7 +75,7 @@ class MeshCalls:
         devices = [d for d in (devices or []) if d is not None]
         on = self.mesh_calls
         if on is None:
-            on = getattr(self, "engine", "cpu") == "accelerator"
+            on = self.engine == "accelerator"
         return bool(on) and len(devices) > 1
 
     def _mesh_jit(self, program: str, mesh) -> SerialJit:

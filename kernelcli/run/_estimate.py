@@ -60,7 +60,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             len(job.devices) * plan.block * plan.block * len(plan.kinds) * plan.itemsize
             if on_device else stats_peak + len(job.devices) * plan.peak_bytes_per_device)
         cost = (_cost(job, bandwidth, launch_latency)
-                if getattr(job.kfn, "engine", "cpu") == "accelerator" else {})
+                if job.kfn.engine == "accelerator" else {})
         split = {}
         if workers is not None:
             check_shard_count((0, int(workers)), plan, argument="workers")
