@@ -21,17 +21,17 @@ NO_GPU_WARNING = "KERNELCLI_NO_GPU_WARNING"
 
 #: name -> the module that uses it (as docs/environment.md's "read by" column says).
 VARIABLES = {
-    CACHE_DIR: "kernelcli/_cache.py",
-    "JAX_COMPILATION_CACHE_DIR": "kernelcli/_cache.py",
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "kernelcli/_cache.py",
-    "XDG_CACHE_HOME": "kernelcli/_cache.py",
+    CACHE_DIR: "kernelcli/cli/_setup.py",
+    "JAX_COMPILATION_CACHE_DIR": "kernelcli/cli/_setup.py",
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "kernelcli/cli/_setup.py",
+    "XDG_CACHE_HOME": "kernelcli/cli/_setup.py",
     "XLA_FLAGS": "kernelcli/run/_devices.py",
     CHUNK_BYTES: "kernelcli/kernels/_engine.py",
     FUSION_EMITTERS: "kernelcli/kernels/_xla.py",
     "HDF5_EXTFILE_PREFIX": "kernelcli/data/_h5.py",
     "HDF5_VDS_PREFIX": "kernelcli/data/_h5.py",
-    "TF_CPP_MIN_LOG_LEVEL": "kernelcli/_cli_base.py",
-    NO_GPU_WARNING: "kernelcli/_gpu_check.py",
+    "TF_CPP_MIN_LOG_LEVEL": "kernelcli/cli/_setup.py",
+    NO_GPU_WARNING: "kernelcli/cli/_setup.py",
 }
 
 

@@ -34,7 +34,7 @@ import pytest
 
 from kernelcli.spec import RunConfig, load_config
 
-# The CLI's persistent compilation cache (kernelcli/_cache.py): one folder per test
+# The CLI's persistent compilation cache (kernelcli/cli/_setup.py): one folder per test
 # session, so subprocess tests share compiled programs but never touch the user's cache.
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=False,

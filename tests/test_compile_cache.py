@@ -1,4 +1,4 @@
-"""The CLI's persistent compilation cache (kernelcli/_cache.py): real ``kernelcli
+"""The CLI's persistent compilation cache (kernelcli/cli/_setup.py): real ``kernelcli
 compute`` subprocesses; what is checked is the cache folder's entries, never timings."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernelcli._cache import cache_dir
+from kernelcli.cli._setup import cache_dir
 from helpers_cli import cli_env, images, run_cli, write_config
 
 

@@ -1,5 +1,5 @@
 """The CLI's warning when an NVIDIA GPU is present but JAX computes on the CPU
-(kernelcli/_gpu_check.py): the detection on a fake driver tree, the line, its switch,
+(kernelcli/cli/_setup.py): the detection on a fake driver tree, the line, its switch,
 and no warning on this GPU-less machine."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernelcli import _gpu_check
+from kernelcli.cli import _setup as _gpu_check
 from kernelcli.errors import ConfigError
 
 from helpers_cli import images, run_cli, write_config

@@ -122,14 +122,25 @@ def _verified_result(store: RunStore) -> Optional[str]:
     return None
 
 
-def run_summary(job: Job) -> dict:
-    """What a run is about to do: the plan (``Plan.to_dict()`` keys), the devices'
-    ``platform`` (a Ray run's: its workers'), the ``executor`` and what bound the memory
-    budget (``memory_source``); given to the ``on_start`` callback of :func:`compute`
-    and :func:`resume` before the first tile."""
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """What a run is about to do: its ``plan``, the devices' ``platform`` (a Ray run's:
+    its workers'), the ``executor`` and what bound the memory budget
+    (``memory_source``)."""
+
+    plan: object  # kernelcli.plan.Plan
+    name: str
+    platform: str
+    executor: str
+    memory_source: str
+
+
+def run_summary(job: Job) -> RunSummary:
+    """The :class:`RunSummary` given to the ``on_start`` callback of :func:`compute` and
+    :func:`resume` before the first tile."""
     platform = job.ray.info["platform"] if job.ray is not None else job.devices[0].platform
-    return dict(job.plan.to_dict(), name=job.cfg.name, platform=platform,
-                executor=job.cfg.compute.executor, memory_source=job.memory_source)
+    return RunSummary(job.plan, job.cfg.name, platform, job.cfg.compute.executor,
+                      job.memory_source)
 
 
 def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
@@ -230,7 +241,7 @@ def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskF
 def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite: bool = False,
             progress: Optional[Callable[[Progress], None]] = None, shard: Shard = None,
             executor: Optional[str] = None, address: Optional[str] = None,
-            on_start: Optional[Callable[[dict], None]] = None) -> RunResult:
+            on_start: Optional[Callable[[RunSummary], None]] = None) -> RunResult:
     """Run (or continue) the configuration ``config`` (a YAML file's path, or one loaded
     with :func:`kernelcli.spec.load_config`).
 
@@ -264,7 +275,7 @@ def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
            shard: Shard = None, executor: Optional[str] = None,
            address: Optional[str] = None, *,
            loaded: Optional[tuple[RunStore, RunConfig]] = None,
-           on_start: Optional[Callable[[dict], None]] = None) -> RunResult:
+           on_start: Optional[Callable[[RunSummary], None]] = None) -> RunResult:
     """Continue the run in ``run_dir`` where it stopped; bit-identical to an uninterrupted run.
 
     ``shard = (I, N)`` continues only process I's share of a job array of N.

@@ -60,7 +60,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             len(job.devices) * plan.block * plan.block * len(plan.kinds) * plan.itemsize
             if on_device else stats_peak + len(job.devices) * plan.peak_bytes_per_device)
         cost = (_cost(job, bandwidth, launch_latency)
-                if job.kfn.engine == "accelerator" else {})
+                if job.kfn.engine == "accelerator" else None)
         split = {}
         if workers is not None:
             check_shard_count((0, int(workers)), plan, argument="workers")
@@ -94,7 +94,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             cost=cost)
 
 
-def _cost(job: Job, bandwidth, launch_latency) -> dict:
+def _cost(job: Job, bandwidth, launch_latency):
     """The accelerator plan's cost model at the plan's pair batch, launches counted in
     the compiled pairs program (the memory model's executable where shapes match)."""
     from ..kernels import H200_BANDWIDTH, H200_LAUNCH_LATENCY, cost_model, pairs_program_text
@@ -103,11 +103,10 @@ def _cost(job: Job, bandwidth, launch_latency) -> dict:
     _interrupt.check()
     text = pairs_program_text(job.kfn, plan.block, plan.block, plan.pair_batch)
     _interrupt.check()
-    model = cost_model(job.kfn, plan.pair_batch, hlo_text=text,
-                       platform=job.devices[0].platform,
-                       bandwidth=bandwidth or H200_BANDWIDTH,
-                       launch_latency=launch_latency or H200_LAUNCH_LATENCY)
-    return model.to_dict()
+    return cost_model(job.kfn, plan.pair_batch, hlo_text=text,
+                      platform=job.devices[0].platform,
+                      bandwidth=bandwidth or H200_BANDWIDTH,
+                      launch_latency=launch_latency or H200_LAUNCH_LATENCY)
 
 
 def readout_work(arch) -> dict:

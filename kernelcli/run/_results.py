@@ -178,7 +178,7 @@ class EstimateResult:
     group_size: int = 1
     # on an accelerator: the devices' peak, per device (the process peak is the host's)
     device_peak_bytes: Optional[int] = None
-    cost: dict = dataclasses.field(default_factory=dict)  # an accelerator plan's cost model
+    cost: Optional[object] = None  # an accelerator plan's kernelcli.kernels.CostModel
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -197,7 +197,8 @@ class EstimateResult:
         out.update(self.readouts)
         if self.device_peak_bytes is not None:
             out["device_peak_bytes_estimate"] = self.device_peak_bytes
-        out.update(self.cost)
+        if self.cost is not None:
+            out.update(self.cost.to_dict())
         return out
 
 

@@ -1,0 +1,104 @@
+"""The commands around a run's computation: ``estimate`` (its plan, before it runs)
+and ``predict`` (kernel regression with a finished run)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ._group import call
+from ._options import json_option, numbers, run_dir_argument, verbose_option
+
+
+@click.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--memory", is_flag=True,
+              help="Report the plan and its memory (always shown; the flag is accepted for "
+                   "scripts that pass it).")
+@click.option("--time", "run_time", is_flag=True,
+              help="Also run one real pair batch and extrapolate the wall time.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="W",
+              help="Also show how the work divides over W processes (--shard I/N): the most "
+                   "loaded one's pair evaluations and, with --time, its wall time.")
+@click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), metavar="B/S",
+              help="Device memory bandwidth in bytes per second for the accelerator plan's "
+                   "cost model (default 4.8e12, an H200's).")
+@click.option("--launch-latency", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Seconds per kernel launch for the accelerator plan's cost model "
+                   "(default 5e-6).")
+@json_option
+@verbose_option
+def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_json):
+    """Show the plan for CONFIG before anything runs: sizes, blocks, pair batch,
+    peak memory per device against the budget, and what one untiled call would need.
+
+    The peak comes from XLA's own memory analysis of the compiled kernel call. With
+    compute.memory: auto the budget is what this process can still take: the host's
+    MemAvailable or, when tighter, its cgroup's limit less its usage (a scheduler's
+    memory limit); on a GPU it is the device's own free memory (JAX's preallocated
+    pool less what is in use), and the host's and the device's peaks are shown apart.
+
+    On the accelerator plan (compute.engine) it also shows the cost model: program
+    launches per pair batch, bytes per pair (and the layers moving the most), and the
+    predicted time per kernel entry at --bandwidth and --launch-latency.
+    """
+    from ..run import estimate as run_estimate
+    from ._print_estimate import print_estimate
+
+    out = call(run_estimate, config, run_time=run_time, workers=workers,
+               bandwidth=bandwidth, launch_latency=launch_latency)
+    if as_json:
+        click.echo(json.dumps(out.to_dict(), sort_keys=True))
+    else:
+        print_estimate(out)
+
+
+@click.command()
+@run_dir_argument
+@click.option("--ridge", "ridges", multiple=True, metavar="R[,R...]",
+              callback=numbers("give finite numbers >= 0, e.g. --ridge 1e-4,1e-2"),
+              help="Ridge(s) to sweep, each added to the diagonal as ridge * trace(K)/n "
+                   "(repeat the option or separate by commas); the one of each kind is "
+                   "chosen by leave-one-out on the training set (5-fold cross-validation "
+                   "with --solver cg). Default: 1e-6,1e-4,1e-2,0.1,1.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["nngp", "ntk"]),
+              help="Kernel(s) to predict with (repeatable; default: every kind of the run).")
+@click.option("--solver", type=click.Choice(["auto", "cholesky", "cg"]), default="auto",
+              show_default=True,
+              help="cholesky: float64 factor in memory (16 N^2 bytes); cg: conjugate "
+                   "gradients streaming K from kernels.h5 by row blocks; auto: Cholesky "
+                   "when it fits in the available memory (MemAvailable, or the cgroup's "
+                   "limit less its usage when tighter).")
+@click.option("--time", "times", multiple=True, metavar="T[,T...]",
+              callback=numbers("give numbers >= 0 or inf, e.g. --time 1,10,inf"),
+              help="Also the gradient-flow ensemble after training time(s) T on the MSE "
+                   "loss (neural-tangents' gradient_descent_mse_ensemble: t x learning "
+                   "rate; inf: the ridge solution), every ridge; mean and variance. Needs "
+                   "an eigendecomposition in memory (not --solver cg).")
+@json_option
+def predict(run_dir, ridges, kinds, solver, times, as_json):
+    """Kernel regression on a finished run: the NNGP posterior mean and the NTK's
+    infinite-time gradient-descent prediction for the test set, per ridge.
+
+    The run's configuration must name the training labels and a test set
+    (data.labels_key, data.test, data.test_labels_key). Solves in float64 with
+    one-hot targets and writes RUN_DIR/predictions.h5; prints, per kind, the
+    ridge chosen by leave-one-out on the training set with the test accuracy and
+    MSE there, then the whole sweep's test numbers (when the test set has labels).
+
+    \b
+    Example:
+      kernelcli compute configs/demo_digits_predict.yaml
+      kernelcli predict runs/demo_digits_predict --ridge 1e-4,1e-2 --time 100,inf
+    """
+    from ..run import predict as run_predict
+    from ._print_predict import predict_lines
+
+    out = call(run_predict, run_dir, ridges=ridges, kinds=kinds or None, solver=solver,
+               times=times)
+    if as_json:
+        click.echo(json.dumps(out.to_dict(), sort_keys=True))
+        return
+    for line in predict_lines(out):
+        click.echo(line)

@@ -1,0 +1,91 @@
+"""What ``kernelcli estimate`` prints: the plan of a run, its memory and, when asked,
+its time and cost model, from :class:`kernelcli.run.EstimateResult`."""
+
+from __future__ import annotations
+
+import click
+
+from ..spec import format_size
+from ._print_run import memory_source_text
+from ._progress import format_duration
+
+
+def _row(label: str, text: str) -> None:
+    click.echo(f"  {label:<30} {text}")
+
+
+def print_estimate(est) -> None:
+    """The plan table of ``est`` (an EstimateResult), then its optional parts."""
+    plan = est.plan
+    g, m = plan.geometry, plan.memory
+    click.echo(f"plan for {est.name} ({', '.join(est.kinds)}, {est.dtype}, "
+               f"{est.platform}, {plan.engine} plan)")
+    _row("N1 (rows)", f"{g.n1:,}")
+    _row("N2 (columns)", f"{g.n2:,}")
+    if g.n_test:
+        _row("test rows (K(test, x1))", f"{g.n_test:,}")
+    _row("pair evaluations", f"{g.pairs_total:,}")
+    if est.group_size > 1:
+        _row("kernel.augment", f"{', '.join(est.augment)}: {est.group_size} evaluations per "
+                               f"pair (y and its flipped copies), "
+                               f"{g.pairs_total * est.group_size:,} in all")
+    _row("blocks (tiles)", f"{g.blocks_total:,}")
+    _row("block edge", f"{g.block:,}")
+    _row("pair batch", f"{g.pair_batch:,}")
+    _row("devices", f"{m.devices}")
+    _row("peak memory per device", format_size(plan.peak_bytes_per_device))
+    _row("memory budget per device", format_size(m.budget_bytes))
+    _row("memory budget from", memory_source_text(est.memory_source, m.memory_kind))
+    process = format_size(est.process_peak_bytes_estimate)
+    if est.device_peak_bytes is not None:  # an accelerator: host and device memory apart
+        _row("peak host memory (process)", process)
+        _row("peak device memory per device", format_size(est.device_peak_bytes))
+    else:
+        _row("peak memory of the process", process)
+    _row("covariance entries per pair", f"{est.cov_elements_per_pair:,}")
+    _row("one untiled call would need", format_size(plan.untiled_peak_bytes))
+    _row("result on disk", format_size(g.output_bytes))
+    _print_parts(est)
+
+
+def _print_parts(est) -> None:
+    """What ``predict`` will need, readouts, workers, the cost model and the time."""
+    if est.solve:
+        s = est.solve
+        fits = s["solver"] == "cholesky"
+        _row("predict: Cholesky solve needs",
+             f"{format_size(s['solve_bytes'])} (float64 kernel + factor; "
+             f"{format_size(s['solve_available_bytes'])} available: "
+             f"{'fits' if fits else 'does not fit, predict will use --solver cg'})")
+    if est.readouts:
+        r = est.readouts
+        one, apart = r["readout_layers_one_pass"], r["readout_layers_separate"]
+        _row("readouts (after body layers)", ", ".join(map(str, r["readouts"])))
+        _row("layers per pair, one pass", f"{one} (body to the last readout and a head "
+                                          f"per readout)")
+        _row("layers per pair, separately", f"{apart} (each truncated network run on its "
+                                            f"own: {apart / max(one, 1):.2f}x)")
+    if est.workers:
+        w = est.workers
+        _row("workers", f"{w['workers']}")
+        _row("pairs of the busiest worker", f"{w['worker_pairs_max']:,} "
+                                            f"({w['worker_balance']:.2f}x an even share)")
+    if est.cost is not None:
+        from ..kernels import describe_cost
+
+        for label, line in zip(("cost model: launches", "  bytes", "  predicted"),
+                               describe_cost(est.cost)):
+            _row(label, line)
+    t = est.timing
+    if "seconds_estimate" in t:
+        _row("time per pair", f"{t['seconds_per_pair'] * 1e3:.3f} ms")
+        _row("estimated wall time", format_duration(t["seconds_estimate"]))
+        parts = ", ".join(f"{name} {format_duration(t[key])}" for name, key in (
+            ("start-up", "startup_seconds"), ("compiling", "compile_seconds"),
+            ("per-input pass", "stats_seconds"), ("pairs", "pairs_seconds"),
+            ("writing", "writes_seconds")))
+        _row("  of which", parts)
+        _row("", "(a repeated run with the compilation cache skips compiling)")
+    if "seconds_estimate_workers" in t:
+        _row(f"wall time on {est.workers['workers']} workers",
+             format_duration(t["seconds_estimate_workers"]))

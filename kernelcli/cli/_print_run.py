@@ -1,0 +1,157 @@
+"""What the commands that run, grow, check and clean a run print: the text forms of the
+library's typed results (:mod:`kernelcli.run`), written with ``click.echo``: results on
+stdout, messages on stderr, as docs/cli.md says."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..spec import format_size
+
+
+def shown(path) -> str:
+    """A path as a user reads it: relative to the working folder when it is inside it
+    (as the README's examples show it), else absolute."""
+    text = str(path)
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:  # another drive (Windows)
+        return text
+    return rel if not rel.startswith("..") else text
+
+
+def report_run(out, run_dir, quiet: bool, finished_text: str) -> None:
+    """What compute/resume print at the end (on stderr), from their RunResult."""
+    if out.already_finished:
+        click.echo(finished_text.format(result=out.result), err=True)
+    elif quiet:
+        return
+    elif out.result is None:
+        i, n = out.shard
+        click.echo(f"shard {i}/{n}: its {out.shard_blocks} tiles are done; "
+                   f"{out.blocks_missing} of the run's {out.blocks_total} tiles are "
+                   f"still missing (other shards). The last shard to finish assembles the "
+                   f"result; or run `kernelcli assemble {run_dir}` once all are done",
+                   err=True)
+    else:
+        click.echo(f"wrote {shown(out.result)}", err=True)
+        if out.tiles_removed:
+            click.echo(f"removed its {out.tiles_removed:,} tiles (output.keep_tiles: false)",
+                       err=True)
+
+
+def report_repairs(out) -> None:
+    """Files that failed verification and were recomputed (always shown: it means the
+    disk or something else damaged a run file)."""
+    for line in out.repaired:
+        click.echo(f"Warning: {line.split('; moved to')[0]}; it was moved to quarantine and "
+                   f"computed again", err=True)
+
+
+def memory_source_text(source: str, memory: str = "host") -> str:
+    """What bound the memory budget, in words (``memory_source`` of a plan, and which
+    memory it is: ``memory_budget_of``)."""
+    if source == "device memory_stats":
+        return ("device memory_stats (the least free device: its allocator's limit, JAX's "
+                "preallocated pool, less its use), less headroom")
+    if source == "compute.memory" and memory == "device":
+        return "compute.memory of the configuration (device memory)"
+    if source == "MemAvailable":
+        return "MemAvailable (no tighter cgroup limit), less headroom"
+    if source.startswith("cgroup "):
+        return f"{source} (its limit less its usage, below MemAvailable), less headroom"
+    return "compute.memory of the configuration"
+
+
+def print_run_summary(summary) -> None:
+    """``-v`` for compute and resume (on stderr): where the run computes and its plan,
+    from :func:`kernelcli.run.run_summary`'s value."""
+    plan = summary.plan
+    g, m = plan.geometry, plan.memory
+    n = m.devices
+    where = (f"{n} {summary.platform} device{'' if n == 1 else 's'}"
+             if summary.executor == "local" else f"a Ray cluster ({summary.platform} workers)")
+    where += f" ({plan.engine} plan)"
+    test = f" and {g.n_test:,} test rows" if g.n_test else ""
+    lines = [
+        f"{summary.name}: computing on {where}",
+        f"  plan: {g.n1:,} x {g.n2:,}{test}, "
+        f"{g.pairs_total:,} pair evaluations in {g.blocks_total:,} "
+        f"blocks of edge {g.block:,}, {g.pair_batch:,} pairs per call",
+        f"  memory: peak {format_size(plan.peak_bytes_per_device)} per device of a "
+        f"budget of {format_size(m.budget_bytes)} from "
+        f"{memory_source_text(summary.memory_source, m.memory_kind)}",
+    ]
+    for line in lines:
+        click.echo(line, err=True)
+
+
+def print_status(report) -> None:
+    pct = 100.0 * report.pairs_done / max(report.pairs_total, 1)
+    state = "finished" if report.finished else "not finished"
+    removed = " (tiles removed after assembly)" if report.tiles_removed and report.finished \
+        else ""
+    click.echo(f"{report.name}: {state}, {pct:.1f}% of pairs "
+               f"({report.pairs_done:,}/{report.pairs_total:,}), "
+               f"blocks {report.blocks_done}/{report.blocks_total}{removed}")
+    if report.extend:
+        e = report.extend
+        doing = "extended" if report.finished else "extend in progress"
+        click.echo(f"  {doing}: {e['n1_before']:,} -> {e['n1']:,} training and "
+                   f"{e['n_test_before']:,} -> {e['n_test']:,} test examples; "
+                   f"{e['blocks_reused']:,} tiles kept from before")
+    if report.shards and not any(row.started for row in report.shards):
+        n = report.shards[0].count
+        click.echo(f"  no process of a {n}-process job array (--shard I/{n}) has run here; "
+                   f"how the run's tiles divide over {n}:")
+    for row in report.shards:
+        pct = 100.0 * row.pairs_done / row.pairs_total if row.pairs_total else 100.0
+        note = "done" if row.finished else ("running or stopped" if row.started
+                                            else "not started")
+        click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
+                   f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
+                   f"{row.blocks_done}/{row.blocks_total}, {note}")
+    if report.readouts:
+        click.echo(f"readouts: {', '.join(report.readouts)}")
+    if report.finished:
+        click.echo(f"result: {shown(report.result)}")
+    elif report.result_problem:
+        click.echo(f"result: {report.result_problem}")
+
+
+def print_verify(report, run_dir) -> None:
+    if report.ok and report.tiles_removed:
+        click.echo(f"{run_dir}: verified: manifest and kernels.h5 (its tiles were removed "
+                   f"after assembly)")
+    elif report.ok:
+        click.echo(f"{run_dir}: verified: manifest, {report.tiles_present:,} of "
+                   f"{report.tiles_total:,} tiles and kernels.h5")
+    else:
+        for problem in report.problems:
+            click.echo(f"Error: {problem}", err=True)
+        click.echo(f"then run: {report.next_step}", err=True)
+
+
+def print_clean(out) -> None:
+    if out.tiles_removed:
+        click.echo(f"removed {out.tiles_removed:,} tiles ({format_size(out.bytes_removed)}) "
+                   f"from {out.run_dir}; {out.result} verified and kept", err=True)
+    else:
+        click.echo(f"{out.run_dir} has no tiles left to remove; {out.result} verified",
+                   err=True)
+
+
+def print_extend(out) -> None:
+    """What ``extend`` will do (``--dry-run``) or did: the grown sizes and the cost
+    against a fresh run of the grown data set."""
+    what = "would grow" if out.dry_run else "grows"
+    pct = 100.0 * out.pairs_new / max(out.pairs_total, 1)
+    click.echo(f"{shown(out.run_dir)}: {what} from {out.n1_before:,} to {out.n1:,} training "
+               f"and from {out.n_test_before:,} to {out.n_test:,} test examples", err=True)
+    click.echo(f"  tiles: {out.blocks_reused:,} kept, {out.blocks_new:,} to compute, of "
+               f"{out.blocks_total:,} (a fresh run computes all {out.blocks_total:,})",
+               err=True)
+    click.echo(f"  pair evaluations: {out.pairs_new:,} of {out.pairs_total:,} ({pct:.1f}% of "
+               f"a fresh run)", err=True)
