@@ -15,7 +15,7 @@ from ._options import CONTEXT, group_verbose_option
 COMMANDS = (compute, resume, assemble, clean, estimate, predict, status, verify, extend)
 
 
-@click.group(cls=Main, context_settings=CONTEXT)
+@click.group(cls=Main, commands=COMMANDS, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="kernelcli")
 @group_verbose_option
 def main():
@@ -40,6 +40,3 @@ def main():
     """
     _setup.configure_process(click.get_current_context().invoked_subcommand)
 
-
-for _command in COMMANDS:
-    main.add_command(_command)
