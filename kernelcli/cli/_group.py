@@ -4,7 +4,10 @@ A library error (:class:`kernelcli.errors.KernelcliError`) raised by any command
 becomes one ``Error: ...`` line on stderr and the exit status it carries (2 for a
 user's mistake, 1 otherwise), here in :meth:`Main.invoke`; a mistake never prints a
 traceback. A library error naming an argument (``shard=``) names the flag of that
-argument instead, as click declares it (``--shard``). Signals: the group installs the
+argument instead, as click declares it (``--shard``). Output: a result that could not
+be written to stdout (a full device, a closed descriptor, a closed pipe) is such an
+error too (:mod:`kernelcli.cli._output`), and stdout is flushed before exit status 0 is
+decided, so nothing looks done that was not written. Signals: the group installs the
 recording handlers first thing (:mod:`kernelcli.cli._setup`) and never exits 0 once a
 signal came, up to the process's very end.
 """
@@ -19,13 +22,21 @@ import click
 
 from .. import _interrupt
 from ..errors import Interrupted, KernelcliError
-from . import _setup
+from . import _output, _setup
+
+
+def report(message: str, code: int) -> None:
+    """Print ``Error: message``, the command's last line, for exit status ``code``."""
+    _interrupt.final(code)  # a signal from now on exits at once, with no second line
+    try:
+        click.echo(f"Error: {message}", err=True)
+    except (OSError, ValueError):  # stderr is full or closed too: the status still says it
+        pass
 
 
 def fail(message: str, code: int) -> None:
     """Print ``Error: message`` and exit ``code``."""
-    _interrupt.final(code)  # a signal from now on exits at once, with no second line
-    click.echo(f"Error: {message}", err=True)
+    report(message, code)
     sys.exit(code)
 
 
@@ -56,10 +67,19 @@ class Main(click.Group):
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
                 if exc.code is not None and not isinstance(exc.code, int):
                     click.echo(exc.code, err=True)  # sys.exit("text"), as Python would
+            except _output.OutputError as exc:  # click's own output (--help, --version)
+                code = 1
+                report(str(exc), code)
             else:
                 if in_process:  # standalone_mode=False
                     return rv
                 code = 0
+            if code == 0:
+                try:
+                    _output.flush()  # what the command printed reached stdout
+                except _output.OutputError as exc:
+                    code = 1
+                    report(str(exc), code)
             signum = _interrupt.final(code)
             if code == 0 and signum is not None:  # e.g. --help, or a command without a run
                 code = 128 + signum

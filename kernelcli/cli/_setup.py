@@ -20,6 +20,7 @@ from typing import Mapping, Optional, Sequence
 import click
 
 from .. import _env, _interrupt
+from . import _output
 
 # compute, resume, estimate and extend stop at their safe points; the other commands
 # have none (and write only under temporary names): a signal ends them at once
@@ -28,10 +29,13 @@ WITH_SAFE_POINTS = ("compute", "resume", "estimate", "extend")
 
 @contextlib.contextmanager
 def cli_process(in_process: bool):
-    """The signal handlers installed first thing (they only record the signal). Called
-    in-process (``in_process``), the handlers, log levels, warning filters and XLA's
-    C++ log level are put back afterwards."""
+    """The signal handlers installed first thing (they only record the signal), and, for
+    the console script, stdout whose failed writes are errors (:mod:`._output`). Called
+    in-process (``in_process``), stdout is the caller's, and the handlers, log levels,
+    warning filters and XLA's C++ log level are put back afterwards."""
     saved = _interrupt.install()
+    if not in_process:
+        _output.guard_stdout()
     state = _ProcessState() if in_process else None
     try:
         yield
