@@ -2,6 +2,8 @@
 
 - :mod:`._main`: the group and the list of its commands;
 - :mod:`._group`: the one edge where errors and signals become exit codes;
+- :mod:`._output`: stdout whose failed writes (a full device, a closed descriptor or
+  pipe) are one error, so a result that was not written never exits 0;
 - :mod:`._options`: the options several commands share;
 - :mod:`._setup`: what the command line changes for the whole process (signal
   handlers, host devices, compilation cache, JAX's warnings, the GPU warning);
