@@ -120,6 +120,47 @@ def fixtures_dir() -> Path:
     return FIXTURES_DIR
 
 
+class ReferenceKernels:
+    """Each reference case and its kernels by the CPU plan (``build_kernel_fn`` then
+    ``kernel_matrix``, both kinds), made once per test session: the fixture tests and the
+    engine-plan tests compare the same matrices, each compiled once per case and dtype.
+    Computed under the kernel tests' strict JAX settings, whichever module asks first."""
+
+    KINDS = ("nngp", "ntk")
+
+    def __init__(self):
+        self._cases: dict = {}
+        self._kernels: dict = {}
+
+    def case(self, name: str) -> FixtureCase:
+        if name not in self._cases:
+            self._cases[name] = load_case(name)
+        return self._cases[name]
+
+    def __call__(self, name: str, dtype: str) -> dict:
+        """``{kind: matrix}`` of case ``name`` in ``dtype``; the caller must not modify them."""
+        if (name, dtype) not in self._kernels:
+            from kernelcli.kernels import build_kernel_fn
+            from kernelcli.run import kernel_matrix
+            from kernelcli.spec import check_architecture
+
+            c = self.case(name)
+            arch = c.config.architecture
+            with jax.numpy_dtype_promotion("strict"), jax.debug_nans(True):
+                check_architecture(arch, c.x1.shape[1:])
+                kfn = build_kernel_fn(arch, c.x1.shape[1:], self.KINDS, dtype, engine="cpu")
+                out = kernel_matrix(kfn, c.x1, c.x2)
+            for kind in self.KINDS:
+                assert out[kind].dtype == np.dtype(dtype), (kind, out[kind].dtype)
+            self._kernels[name, dtype] = out
+        return self._kernels[name, dtype]
+
+
+@pytest.fixture(scope="session")
+def reference_kernels() -> ReferenceKernels:
+    return ReferenceKernels()
+
+
 @pytest.fixture
 def keep_process_state(monkeypatch):
     """The CLI's group sets XLA_FLAGS and a SIGTERM handler; keep neither after a test.
