@@ -43,7 +43,8 @@ class Size:
         return rows * (rows + 1) // 2 + -(-N_TEST // BLOCK) * rows
 
 
-# 28 + 7 tiles in the grown run; where every kill came too late, 4x the rows, then 16x
+# 28 + 7 tiles in the grown run; where every kill came too late, twice the rows (4x
+# the pairs), then four times
 SIZES = (Size(36, 20), Size(72, 40), Size(144, 80))
 
 
