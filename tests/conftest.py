@@ -64,6 +64,19 @@ def pytest_configure(config):
 
 FIXTURES_DIR = Path(__file__).parent / "fixtures"
 FIXTURE_CASES = tuple(sorted(p.stem for p in FIXTURES_DIR.glob("*.yaml")))
+# The fast loop's reference cases: one or two of each family (rows, images, sequences,
+# volumes; rectangular; pools, local and transposed convolutions, branches, elementwise
+# maps, the standard parameterization). Every case runs with --slow (CI).
+FAST_CASES = ("fc3", "rect", "erf_net", "standard_param", "residual", "cnn1_gap",
+              "cnn1_flatten", "cnn3_flatten", "seq_ncl", "seq_rect", "seq_conv_pool_gap",
+              "vol_conv_gap", "cross_1d_local", "parallel_rect", "parallel_concat",
+              "spatial_local_diag", "spatial_avg_same_norm", "spatial_transpose",
+              "spatial_sum_pool", "elem_gaussian_rect", "elem_hermite_gap")
+
+
+def fast_subset(names):
+    """``names`` as test parameters, those outside ``FAST_CASES`` marked slow."""
+    return [n if n in FAST_CASES else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 
 @pytest.fixture(autouse=True)

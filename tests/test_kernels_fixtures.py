@@ -22,7 +22,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import FIXTURE_CASES, FixtureCase, load_case
+from conftest import FAST_CASES, FIXTURE_CASES, FixtureCase, fast_subset, load_case
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.spec import (POOLS, ABRelu, AvgPool, Conv, ConvLocal, Dense, Erf, Flatten,
                             GlobalAvgPool, Relu, Residual, SumPool, bind_architecture,
@@ -70,6 +70,10 @@ def test_every_fixture_is_exercised(fixtures_dir):
         assert (fixtures_dir / f"{name}.npz").is_file(), name
 
 
+def test_the_fast_loops_cases_are_fixtures():
+    assert set(FAST_CASES) <= set(FIXTURE_CASES)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", FIXTURE_CASES)
 @pytest.mark.slow
@@ -88,7 +92,7 @@ def test_off_diagonal_and_rectangular_entries_match_neural_tangents(name, dtype,
         assert err <= TOL[dtype], f"{name} {dtype} {kind}: rel err {err:.3e}"
 
 
-@pytest.mark.parametrize("name", FIXTURE_CASES)
+@pytest.mark.parametrize("name", fast_subset(FIXTURE_CASES))
 def test_float32_matches_neural_tangents_everywhere(name, reference_kernels):
     """In float32 the whole matrix, diagonal included, is within 1e-4."""
     c = case(name)
@@ -99,7 +103,7 @@ def test_float32_matches_neural_tangents_everywhere(name, reference_kernels):
         assert err <= TOL["float32"], f"{name} {kind}: rel err {err:.3e}"
 
 
-@pytest.mark.parametrize("name", [n for n in FIXTURE_CASES if case(n).symmetric])
+@pytest.mark.parametrize("name", fast_subset(n for n in FIXTURE_CASES if case(n).symmetric))
 def test_diagonal_entries_match_neural_tangents(name, reference_kernels):
     """Diagonal of the symmetric cases, float64.
 
@@ -336,7 +340,7 @@ EXTENDED_CASES = [n for n in FIXTURE_CASES
                   and _extended_layers(case(n).config.architecture.layers)]
 
 
-@pytest.mark.parametrize("name", EXTENDED_CASES)
+@pytest.mark.parametrize("name", fast_subset(EXTENDED_CASES))
 def test_diagonal_entries_match_extended_precision(name, reference_kernels):
     """Diagonal of the 1-D and 3-D cases at 1e-10 (float64) against long-double kernels:
     where neural-tangents' own diagonal is off by up to 7e-10 (nt_diagonal_is_inexact)."""
@@ -355,7 +359,7 @@ def test_diagonal_entries_match_extended_precision(name, reference_kernels):
 # --- structure ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", [n for n in FIXTURE_CASES if case(n).symmetric])
+@pytest.mark.parametrize("name", fast_subset(n for n in FIXTURE_CASES if case(n).symmetric))
 def test_symmetric_kernels_are_exactly_symmetric(name, dtype, reference_kernels):
     got = reference_kernels(name, dtype)
     for kind in KINDS:
@@ -368,14 +372,15 @@ def _assert_psd(k: np.ndarray, label: str):
     assert eig.min() >= -1e-8 * scale, f"{label}: min eig {eig.min():.3e}, max |eig| {scale:.3e}"
 
 
-@pytest.mark.parametrize("name", [n for n in FIXTURE_CASES if case(n).symmetric])
+@pytest.mark.parametrize("name", fast_subset(n for n in FIXTURE_CASES if case(n).symmetric))
 def test_symmetric_kernels_are_positive_semidefinite(name, reference_kernels):
     got = reference_kernels(name, "float64")
     for kind in KINDS:
         _assert_psd(got[kind], f"{name} {kind}")
 
 
-@pytest.mark.parametrize("name", [n for n in FIXTURE_CASES if not case(n).symmetric])
+@pytest.mark.parametrize("name", fast_subset(n for n in FIXTURE_CASES
+                                             if not case(n).symmetric))
 def test_rectangular_kernel_is_the_block_of_the_joint_kernel(name, reference_kernels):
     """K(x1, x2) equals the off-diagonal block of K on concat(x1, x2), which is PSD."""
     c = case(name)
