@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import FIXTURE_CASES, load_case
+from conftest import FIXTURE_CASES, fast_subset, load_case
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn, resolve_engine
 from kernelcli.run import kernel_matrix
@@ -109,7 +109,7 @@ def check_agree(name: str, dtype: str, reference_kernels):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", SHARED)
+@pytest.mark.parametrize("name", fast_subset(SHARED))
 def test_the_accelerator_plan_gives_the_cpu_plans_kernels(name, dtype, reference_kernels):
     check_agree(name, dtype, reference_kernels)
 
