@@ -146,6 +146,8 @@ def test_sigkill_during_extend_then_continue_is_bit_identical(tmp_path, data, en
     assert_bit_identical(read_kernels(run / "kernels.h5")[0], want)
     r = run_cli("verify", run, env=env)
     assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"{run}: verified: manifest, {size.grown_tiles:,} of "
+                        f"{size.grown_tiles:,} tiles and kernels.h5\n"), r.stdout
     leftovers = [p.name for p in list(run.iterdir()) + list((run / "tiles").iterdir())
                  if p.name.endswith(".tmp")]
     assert not leftovers
