@@ -64,6 +64,19 @@ def pytest_configure(config):
 
 FIXTURES_DIR = Path(__file__).parent / "fixtures"
 FIXTURE_CASES = tuple(sorted(p.stem for p in FIXTURES_DIR.glob("*.yaml")))
+# The fast loop's reference cases: one or two of each family (rows, images, sequences,
+# volumes; rectangular; pools, local and transposed convolutions, branches, elementwise
+# maps, the standard parameterization). Every case runs with --slow (CI).
+FAST_CASES = ("fc3", "rect", "erf_net", "standard_param", "residual", "cnn1_gap",
+              "cnn1_flatten", "cnn3_flatten", "seq_ncl", "seq_rect", "seq_conv_pool_gap",
+              "vol_conv_gap", "cross_1d_local", "parallel_rect", "parallel_concat",
+              "spatial_local_diag", "spatial_avg_same_norm", "spatial_transpose",
+              "spatial_sum_pool", "elem_gaussian_rect", "elem_hermite_gap")
+
+
+def fast_subset(names):
+    """``names`` as test parameters, those outside ``FAST_CASES`` marked slow."""
+    return [n if n in FAST_CASES else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 
 @pytest.fixture(autouse=True)
@@ -118,6 +131,47 @@ def load_case(name: str, fixtures_dir: Path = FIXTURES_DIR) -> FixtureCase:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES_DIR
+
+
+class ReferenceKernels:
+    """Each reference case and its kernels by the CPU plan (``build_kernel_fn`` then
+    ``kernel_matrix``, both kinds), made once per test session: the fixture tests and the
+    engine-plan tests compare the same matrices, each compiled once per case and dtype.
+    Computed under the kernel tests' strict JAX settings, whichever module asks first."""
+
+    KINDS = ("nngp", "ntk")
+
+    def __init__(self):
+        self._cases: dict = {}
+        self._kernels: dict = {}
+
+    def case(self, name: str) -> FixtureCase:
+        if name not in self._cases:
+            self._cases[name] = load_case(name)
+        return self._cases[name]
+
+    def __call__(self, name: str, dtype: str) -> dict:
+        """``{kind: matrix}`` of case ``name`` in ``dtype``; the caller must not modify them."""
+        if (name, dtype) not in self._kernels:
+            from kernelcli.kernels import build_kernel_fn
+            from kernelcli.run import kernel_matrix
+            from kernelcli.spec import check_architecture
+
+            c = self.case(name)
+            arch = c.config.architecture
+            with jax.numpy_dtype_promotion("strict"), jax.debug_nans(True):
+                check_architecture(arch, c.x1.shape[1:])
+                kfn = build_kernel_fn(arch, c.x1.shape[1:], self.KINDS, dtype, engine="cpu")
+                out = kernel_matrix(kfn, c.x1, c.x2)
+            for kind in self.KINDS:
+                assert out[kind].dtype == np.dtype(dtype), (kind, out[kind].dtype)
+            self._kernels[name, dtype] = out
+        return self._kernels[name, dtype]
+
+
+@pytest.fixture(scope="session")
+def reference_kernels() -> ReferenceKernels:
+    return ReferenceKernels()
 
 
 @pytest.fixture

@@ -29,7 +29,22 @@ def _off_diagonal(a: np.ndarray) -> np.ndarray:
     return a[~np.eye(*a.shape, dtype=bool)] if a.shape[0] == a.shape[1] else a.ravel()
 
 
-@pytest.mark.parametrize("name", FIXTURE_CASES)
+# The API's route (a YAML path -> kernel_fn -> a call) on one fixture of each kind of
+# input and network; tests/test_kernels_fixtures.py holds the kernels of all of them.
+API_CASES = ("fc3", "rect", "cnn1_gap", "cnn1_flatten", "seq_ncl", "seq_rect", "vol_conv_gap",
+             "standard_param", "residual", "parallel_rect", "spatial_local_diag",
+             "elem_gaussian_rect")
+
+
+def test_the_api_cases_are_fixtures_of_every_shape():
+    assert set(API_CASES) <= set(FIXTURE_CASES)
+    cases = [load_case(name) for name in API_CASES]
+    assert {c.x1.ndim for c in cases} == {2, 3, 4, 5}  # rows, sequences, images, volumes
+    assert {c.symmetric for c in cases} == {True, False}
+    assert {c.config.data.layout.endswith("C") for c in cases} == {True, False}
+
+
+@pytest.mark.parametrize("name", API_CASES)
 def test_kernel_fn_of_a_config_matches_neural_tangents(name):
     """float64 1e-10 off the diagonal (neural-tangents' own diagonal is inexact for some
     nets; tests/test_kernels_fixtures.py holds the diagonals to a closed form)."""

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -75,21 +76,27 @@ def _flip(x, g):
     return np.flip(x, tuple(1 + a for a in g)) if g else x
 
 
+@functools.lru_cache(maxsize=None)
+def float64_kernel_fn(arch, shape, augment=()):
+    """One float64 kernel function per network, shape and flips, so that the calls on
+    it share its compiled programs (a fresh one compiles them again)."""
+    return build_kernel_fn(arch, shape, KINDS, "float64", augment)
+
+
 def explicit(arch, augment, x1, x2=None):
     """mean over g, h of K(g x1, h x2), from kernelcli's plain kernel of the data
     concatenated with its flipped copies: no assumption on the network."""
     group = flip_group(augment, x1.ndim - 2)
     a1 = np.concatenate([_flip(x1, g) for g in group])
     a2 = None if x2 is None else np.concatenate([_flip(x2, g) for g in group])
-    k = kernel_matrix(build_kernel_fn(arch, x1.shape[1:], KINDS, "float64"), a1, a2)
+    k = kernel_matrix(float64_kernel_fn(arch, x1.shape[1:]), a1, a2)
     n2 = x1.shape[0] if x2 is None else x2.shape[0]
     m = len(group)
     return {kind: k[kind].reshape(m, x1.shape[0], m, n2).mean(axis=(0, 2)) for kind in KINDS}
 
 
 def augmented(arch, augment, x1, x2=None, **kw):
-    return kernel_matrix(build_kernel_fn(arch, x1.shape[1:], KINDS, "float64", augment),
-                         x1, x2, **kw)
+    return kernel_matrix(float64_kernel_fn(arch, x1.shape[1:], tuple(augment)), x1, x2, **kw)
 
 
 @pytest.mark.parametrize("text,shape,augment", [
@@ -118,7 +125,7 @@ def test_augmented_kernel_is_the_explicit_construction(text, shape, augment):
         k = got[kind]
         assert np.array_equal(k, k.T) and np.array_equal(tiled[kind], tiled[kind].T)
         assert np.linalg.eigvalsh(k).min() >= -1e-12 * scale
-    plain = kernel_matrix(build_kernel_fn(arch, shape, KINDS, "float64"), x)
+    plain = kernel_matrix(float64_kernel_fn(arch, shape), x)
     assert not np.allclose(plain["nngp"], got["nngp"], rtol=1e-6)  # augment changed it
 
 

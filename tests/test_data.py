@@ -1,5 +1,6 @@
 """kernelcli.data against real files written in every accepted format."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -353,7 +354,13 @@ def test_an_npz_training_file_with_a_key_and_npy_second_files_go_together(tmp_pa
     cfg = write_config(tmp_path, "c", x1="train.npz", key="x", x2="other.npy")
     result = invoke("estimate", cfg, "--json")
     assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)  # the 6 rows of train.npz's "x" against the 4 of other.npy
+    assert (report["n1"], report["n2"], report["n_test"]) == (6, 4, 0)
+    assert report["symmetric"] is False and report["pairs_total"] == 6 * 4
     text = (tmp_path / "c.yaml").read_text().replace("x2: other.npy", "test: other.npy\n  test_key: null")
     (tmp_path / "t.yaml").write_text(text)
     result = invoke("estimate", tmp_path / "t.yaml", "--json")
     assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)  # the train kernel and the 4 test rows against it
+    assert (report["n1"], report["n2"], report["n_test"]) == (6, 6, 4)
+    assert report["symmetric"] is True and report["pairs_total"] == 6 * 7 // 2 + 4 * 6

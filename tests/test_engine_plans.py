@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import FIXTURE_CASES, load_case
+from conftest import FIXTURE_CASES, fast_subset, load_case
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn, resolve_engine
 from kernelcli.run import kernel_matrix
@@ -84,16 +84,18 @@ OTHERS = tuple(n for n in FIXTURE_CASES if n not in SHARED)
 AGREE = {"float64": 1e-12, "float32": 1e-5}
 
 
-def both_plans(name: str, dtype: str):
-    c = load_case(name)
+def both_plans(name: str, dtype: str, reference_kernels):
+    """The CPU plan's kernels (made once per session: the fixture tests compare them to
+    neural-tangents) and the accelerator plan's."""
+    c = reference_kernels.case(name)
     arch = c.config.architecture
     check_architecture(arch, c.x1.shape[1:])
-    return [kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, dtype, engine=e),
-                          c.x1, c.x2) for e in ("cpu", "accelerator")]
+    acc = build_kernel_fn(arch, c.x1.shape[1:], KINDS, dtype, engine="accelerator")
+    return [reference_kernels(name, dtype), kernel_matrix(acc, c.x1, c.x2)]
 
 
-def check_agree(name: str, dtype: str):
-    cpu, acc = both_plans(name, dtype)
+def check_agree(name: str, dtype: str, reference_kernels):
+    cpu, acc = both_plans(name, dtype, reference_kernels)
     for kind in KINDS:
         a, b = (np.asarray(m[kind], np.float64) for m in (cpu, acc))
         scale = np.max(np.abs(a))
@@ -107,16 +109,17 @@ def check_agree(name: str, dtype: str):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", SHARED)
-def test_the_accelerator_plan_gives_the_cpu_plans_kernels(name, dtype):
-    check_agree(name, dtype)
+@pytest.mark.parametrize("name", fast_subset(SHARED))
+def test_the_accelerator_plan_gives_the_cpu_plans_kernels(name, dtype, reference_kernels):
+    check_agree(name, dtype, reference_kernels)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", OTHERS)
-def test_the_accelerator_plan_gives_the_cpu_plans_kernels_on_every_fixture(name, dtype):
-    check_agree(name, dtype)
+def test_the_accelerator_plan_gives_the_cpu_plans_kernels_on_every_fixture(name, dtype,
+                                                                          reference_kernels):
+    check_agree(name, dtype, reference_kernels)
 
 
 # -- the accelerator plan's compiled structure ------------------------------------------

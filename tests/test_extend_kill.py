@@ -3,6 +3,10 @@ the grown run, right after it, mid-way through the new tiles, while assembling);
 continuing with ``kernelcli resume`` or the same extend command must give, bit for
 bit, the fresh run of the grown data set, and an old ``kernels.h5`` must never pass
 for the grown result in between.
+
+A kill or signal that came too late (the extend had already finished: a fast machine)
+tests nothing: the test starts over with more rows (``SIZES``), and fails, never
+skips, when even the largest gives none mid-run.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import json
 import random
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +25,27 @@ import yaml
 from helpers_cli import (GAP2_NET, assert_bit_identical, cli_env, finish, images,
                          read_kernels, run_cli, start_cli, tile_names, wait_until)
 
-N_OLD, N_NEW, N_TEST, BLOCK = 36, 20, 6, 8
+N_TEST, BLOCK = 6, 8
 MAX_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class Size:
+    """The rows of the old run and the rows the extend appends."""
+
+    n_old: int
+    n_new: int
+
+    @property
+    def grown_tiles(self) -> int:
+        """Every training and test tile of the grown plan."""
+        rows = -(-(self.n_old + self.n_new) // BLOCK)
+        return rows * (rows + 1) // 2 + -(-N_TEST // BLOCK) * rows
+
+
+# 28 + 7 tiles in the grown run; where every kill came too late, twice the rows (4x
+# the pairs), then four times
+SIZES = (Size(36, 20), Size(72, 40), Size(144, 80))
 
 
 def config(folder: Path, name: str, x1: str) -> Path:
@@ -45,12 +69,23 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory, env):
-    """The files, a finished old run to copy, and the fresh run of the grown data set."""
-    d = tmp_path_factory.mktemp("extend_kill")
+    """``data(size)``: the files, a finished old run to copy, and the fresh run of the
+    grown data set (made once per size)."""
+    made: dict = {}
+
+    def get(size: Size):
+        if size not in made:
+            made[size] = _make_data(tmp_path_factory.mktemp("extend_kill"), size, env)
+        return made[size]
+    return get
+
+
+def _make_data(d: Path, size: Size, env):
+    n_old, n_all = size.n_old, size.n_old + size.n_new
     rng = np.random.default_rng(0)
-    x, y = images(N_OLD + N_NEW, 8, 8, 2, seed=5), rng.integers(0, 4, N_OLD + N_NEW)
-    np.savez(d / "old.npz", x=x[:N_OLD], y=y[:N_OLD])
-    np.savez(d / "new.npz", x=x[N_OLD:], y=y[N_OLD:])
+    x, y = images(n_all, 8, 8, 2, seed=5), rng.integers(0, 4, n_all)
+    np.savez(d / "old.npz", x=x[:n_old], y=y[:n_old])
+    np.savez(d / "new.npz", x=x[n_old:], y=y[n_old:])
     np.savez(d / "all.npz", x=x, y=y)
     np.savez(d / "test.npz", x=images(N_TEST, 8, 8, 2, seed=6), y=rng.integers(0, 4, N_TEST))
     for name, x1 in (("old", "old.npz"), ("all", "all.npz")):
@@ -66,7 +101,7 @@ def _switched(run: Path) -> bool:
         return False
 
 
-def _trigger(kind, arg, run: Path):
+def _trigger(kind, arg, run: Path, size: Size = SIZES[0]):
     if kind == "delay":
         deadline = time.monotonic() + arg
         return lambda: time.monotonic() >= deadline
@@ -84,7 +119,7 @@ def _trigger(kind, arg, run: Path):
         return more
     if kind == "assembling":
         return lambda: _switched(run) and not (run / "kernels.h5").exists() and len(
-            tile_names(run)) >= 28 + 7  # every training and test tile of the grown plan
+            tile_names(run)) >= size.grown_tiles
     raise ValueError(kind)
 
 
@@ -100,21 +135,42 @@ PLANS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", sorted(PLANS))
 def test_sigkill_during_extend_then_continue_is_bit_identical(tmp_path, data, env, seed):
+    for size in SIZES:
+        folder, want = data(size)
+        work = tmp_path / f"d{size.n_old}"
+        run, killed = _kill_and_continue(folder, work, size, env, seed)
+        if killed:
+            break
+        print(f"no kill landed growing {size}: again with more rows")
+    assert killed >= 1
+    assert_bit_identical(read_kernels(run / "kernels.h5")[0], want)
+    r = run_cli("verify", run, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"{run}: verified: manifest, {size.grown_tiles:,} of "
+                        f"{size.grown_tiles:,} tiles and kernels.h5\n"), r.stdout
+    leftovers = [p.name for p in list(run.iterdir()) + list((run / "tiles").iterdir())
+                 if p.name.endswith(".tmp")]
+    assert not leftovers
+
+
+def _kill_and_continue(folder: Path, work: Path, size: Size, env, seed: int):
+    """Extend a copy of ``folder``'s old run, killed at the moments of ``PLANS[seed]``
+    and continued, to the end. ``(run, number of kills that landed)``."""
     import shutil
 
-    folder, want = data
     rng = random.Random(seed)
-    shutil.copytree(folder, tmp_path / "d", ignore=shutil.ignore_patterns("run_all"))
-    run = tmp_path / "d" / "run_old"
-    extend = ("extend", run, "--append", tmp_path / "d" / "new.npz",
+    shutil.copytree(folder, work, ignore=shutil.ignore_patterns("run_all"))
+    run = work / "run_old"
+    n_all = size.n_old + size.n_new
+    extend = ("extend", run, "--append", work / "new.npz",
               "--append-labels-key", "y", "--quiet")
     killed = 0
     for attempt, kill in enumerate(PLANS[seed](rng) + [None]):
         assert attempt < MAX_ATTEMPTS
         args = ("resume", run, "--quiet") if _switched(run) and rng.random() < 0.5 else extend
-        proc = start_cli(*args, log_dir=tmp_path / "logs", env=env)
+        proc = start_cli(*args, log_dir=work.parent / f"logs{size.n_old}", env=env)
         if kill is not None:
-            wait_until(_trigger(*kill, run), proc)
+            wait_until(_trigger(*kill, run, size), proc)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 killed += 1
@@ -129,39 +185,39 @@ def test_sigkill_during_extend_then_continue_is_bit_identical(tmp_path, data, en
             assert r.returncode == 0, r.stderr
             report = json.loads(r.stdout)
             if report["finished"]:
-                assert report["pairs_total"] == (N_OLD + N_NEW) * (N_OLD + N_NEW + 1) // 2 \
-                    + N_TEST * (N_OLD + N_NEW) or not _switched(run)
+                assert report["pairs_total"] == n_all * (n_all + 1) // 2 \
+                    + N_TEST * n_all or not _switched(run)
             print(f"killed at {kill}: switched {_switched(run)}, "
                   f"{len(tile_names(run))} tiles, finished {report['finished']}")
-    assert killed >= 1
-    assert_bit_identical(read_kernels(run / "kernels.h5")[0], want)
-    r = run_cli("verify", run, env=env)
-    assert r.returncode == 0, r.stderr
-    leftovers = [p.name for p in list(run.iterdir()) + list((run / "tiles").iterdir())
-                 if p.name.endswith(".tmp")]
-    assert not leftovers
+    return run, killed
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_extend_saying_how_to_go_on(tmp_path, data, env, sig):
     """Before the switch the old run is unchanged (the same extend starts again); after
-    it the grown run is continued by resume. Either way the end is the fresh run."""
+    it the grown run is continued by resume. Either way the end is the fresh run.
+    Where the extend finished before the signal, again with more rows; never a skip."""
     import shutil
 
-    folder, want = data
-    shutil.copytree(folder, tmp_path / "d", ignore=shutil.ignore_patterns("run_all"))
-    run = tmp_path / "d" / "run_old"
-    extend = ("extend", run, "--append", tmp_path / "d" / "new.npz",
-              "--append-labels-key", "y", "--quiet")
-    proc = start_cli(*extend, log_dir=tmp_path / "logs", env=env)
-    # SIGINT during start-up (before the switch), SIGTERM right after the switch
-    wait_until(_trigger("delay", 0.8, run) if sig == signal.SIGINT
-               else _trigger("switched", None, run), proc)
-    proc.send_signal(sig)
-    rc, _out, err = finish(proc)
-    if rc == 0:
-        pytest.skip("the extend finished before the signal")
+    for size in SIZES:
+        folder, want = data(size)
+        work = tmp_path / f"d{size.n_old}"
+        shutil.copytree(folder, work, ignore=shutil.ignore_patterns("run_all"))
+        run = work / "run_old"
+        extend = ("extend", run, "--append", work / "new.npz",
+                  "--append-labels-key", "y", "--quiet")
+        proc = start_cli(*extend, log_dir=tmp_path / f"logs{size.n_old}", env=env)
+        # SIGINT during start-up (before the switch), SIGTERM right after the switch
+        wait_until(_trigger("delay", 0.8, run) if sig == signal.SIGINT
+                   else _trigger("switched", None, run), proc)
+        proc.send_signal(sig)
+        rc, _out, err = finish(proc)
+        if rc != 0:
+            break
+        print(f"growing {size} finished before the signal: again with more rows")
+    else:
+        pytest.fail(f"every extend finished before {sig!r}, even growing {SIZES[-1]}")
     assert rc == 128 + sig
     name = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
     assert err.strip().splitlines()[-1] in (

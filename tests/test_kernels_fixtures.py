@@ -18,16 +18,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Dict
 
 import numpy as np
 import pytest
 
-from conftest import FIXTURE_CASES, FixtureCase, load_case
+from conftest import FAST_CASES, FIXTURE_CASES, FixtureCase, fast_subset, load_case
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.spec import (POOLS, ABRelu, AvgPool, Conv, ConvLocal, Dense, Erf, Flatten,
                             GlobalAvgPool, Relu, Residual, SumPool, bind_architecture,
-                            check_architecture, spatial_out, walk)
+                            spatial_out, walk)
 from kernelcli.run import kernel_matrix
 
 KINDS = ("nngp", "ntk")
@@ -40,19 +39,6 @@ NT_RELU_DIAGONAL_NTK_TOL = 3e-8
 @functools.lru_cache(maxsize=None)
 def case(name: str) -> FixtureCase:
     return load_case(name)
-
-
-@functools.lru_cache(maxsize=None)
-def ours(name: str, dtype: str) -> Dict[str, np.ndarray]:
-    """Our kernel matrices for a fixture (both kinds, one compile per case and dtype)."""
-    c = case(name)
-    arch = c.config.architecture
-    check_architecture(arch, c.x1.shape[1:])
-    kfn = build_kernel_fn(arch, c.x1.shape[1:], KINDS, dtype)
-    out = kernel_matrix(kfn, c.x1, c.x2)
-    for kind in KINDS:
-        assert out[kind].dtype == np.dtype(dtype), (kind, out[kind].dtype)
-    return out
 
 
 def rel_err(got: np.ndarray, ref: np.ndarray, scale: float) -> float:
@@ -84,12 +70,17 @@ def test_every_fixture_is_exercised(fixtures_dir):
         assert (fixtures_dir / f"{name}.npz").is_file(), name
 
 
+def test_the_fast_loops_cases_are_fixtures():
+    assert set(FAST_CASES) <= set(FIXTURE_CASES)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", FIXTURE_CASES)
 @pytest.mark.slow
-def test_off_diagonal_and_rectangular_entries_match_neural_tangents(name, dtype):
+def test_off_diagonal_and_rectangular_entries_match_neural_tangents(name, dtype,
+                                                                    reference_kernels):
     c = case(name)
-    got = ours(name, dtype)
+    got = reference_kernels(name, dtype)
     for kind in KINDS:
         ref = c.expected(kind)
         assert got[kind].shape == ref.shape
@@ -101,19 +92,19 @@ def test_off_diagonal_and_rectangular_entries_match_neural_tangents(name, dtype)
         assert err <= TOL[dtype], f"{name} {dtype} {kind}: rel err {err:.3e}"
 
 
-@pytest.mark.parametrize("name", FIXTURE_CASES)
-def test_float32_matches_neural_tangents_everywhere(name):
+@pytest.mark.parametrize("name", fast_subset(FIXTURE_CASES))
+def test_float32_matches_neural_tangents_everywhere(name, reference_kernels):
     """In float32 the whole matrix, diagonal included, is within 1e-4."""
     c = case(name)
-    got = ours(name, "float32")
+    got = reference_kernels(name, "float32")
     for kind in KINDS:
         ref = c.expected(kind)
         err = rel_err(got[kind], ref, np.max(np.abs(ref)))
         assert err <= TOL["float32"], f"{name} {kind}: rel err {err:.3e}"
 
 
-@pytest.mark.parametrize("name", [n for n in FIXTURE_CASES if case(n).symmetric])
-def test_diagonal_entries_match_neural_tangents(name):
+@pytest.mark.parametrize("name", fast_subset(n for n in FIXTURE_CASES if case(n).symmetric))
+def test_diagonal_entries_match_neural_tangents(name, reference_kernels):
     """Diagonal of the symmetric cases, float64.
 
     The NNGP diagonal, and the NTK diagonal of every network that pools or has
@@ -132,7 +123,7 @@ def test_diagonal_entries_match_neural_tangents(name):
     checked at 1e-10 in ``test_diagonal_entries_match_closed_form``.
     """
     c = case(name)
-    got = ours(name, "float64")
+    got = reference_kernels(name, "float64")
     for kind in KINDS:
         ref = c.expected(kind)
         tol = TOL["float64"]
@@ -217,10 +208,10 @@ def test_closed_form_covers_every_inexact_neural_tangents_diagonal():
 
 
 @pytest.mark.parametrize("name", CLOSED_FORM_CASES)
-def test_diagonal_entries_match_closed_form(name):
+def test_diagonal_entries_match_closed_form(name, reference_kernels):
     """Exact diagonal at 1e-10 (float64): the value neural-tangents misses by ~1e-8."""
     c = case(name)
-    got = ours(name, "float64")
+    got = reference_kernels(name, "float64")
     exact = self_kernels_closed_form(bound_layers(c), c.x1)
     for kind in KINDS:
         scale = np.max(np.abs(c.expected(kind)))
@@ -349,12 +340,12 @@ EXTENDED_CASES = [n for n in FIXTURE_CASES
                   and _extended_layers(case(n).config.architecture.layers)]
 
 
-@pytest.mark.parametrize("name", EXTENDED_CASES)
-def test_diagonal_entries_match_extended_precision(name):
+@pytest.mark.parametrize("name", fast_subset(EXTENDED_CASES))
+def test_diagonal_entries_match_extended_precision(name, reference_kernels):
     """Diagonal of the 1-D and 3-D cases at 1e-10 (float64) against long-double kernels:
     where neural-tangents' own diagonal is off by up to 7e-10 (nt_diagonal_is_inexact)."""
     c = case(name)
-    got = ours(name, "float64")
+    got = reference_kernels(name, "float64")
     exact = self_kernels_extended(bound_layers(c), c.x1,
                                   c.config.architecture.parameterization == "standard")
     for kind in KINDS:
@@ -368,9 +359,9 @@ def test_diagonal_entries_match_extended_precision(name):
 # --- structure ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", [n for n in FIXTURE_CASES if case(n).symmetric])
-def test_symmetric_kernels_are_exactly_symmetric(name, dtype):
-    got = ours(name, dtype)
+@pytest.mark.parametrize("name", fast_subset(n for n in FIXTURE_CASES if case(n).symmetric))
+def test_symmetric_kernels_are_exactly_symmetric(name, dtype, reference_kernels):
+    got = reference_kernels(name, dtype)
     for kind in KINDS:
         assert np.array_equal(got[kind], got[kind].T), f"{name} {dtype} {kind}"
 
@@ -381,18 +372,19 @@ def _assert_psd(k: np.ndarray, label: str):
     assert eig.min() >= -1e-8 * scale, f"{label}: min eig {eig.min():.3e}, max |eig| {scale:.3e}"
 
 
-@pytest.mark.parametrize("name", [n for n in FIXTURE_CASES if case(n).symmetric])
-def test_symmetric_kernels_are_positive_semidefinite(name):
-    got = ours(name, "float64")
+@pytest.mark.parametrize("name", fast_subset(n for n in FIXTURE_CASES if case(n).symmetric))
+def test_symmetric_kernels_are_positive_semidefinite(name, reference_kernels):
+    got = reference_kernels(name, "float64")
     for kind in KINDS:
         _assert_psd(got[kind], f"{name} {kind}")
 
 
-@pytest.mark.parametrize("name", [n for n in FIXTURE_CASES if not case(n).symmetric])
-def test_rectangular_kernel_is_the_block_of_the_joint_kernel(name):
+@pytest.mark.parametrize("name", fast_subset(n for n in FIXTURE_CASES
+                                             if not case(n).symmetric))
+def test_rectangular_kernel_is_the_block_of_the_joint_kernel(name, reference_kernels):
     """K(x1, x2) equals the off-diagonal block of K on concat(x1, x2), which is PSD."""
     c = case(name)
-    rect = ours(name, "float64")
+    rect = reference_kernels(name, "float64")
     n1 = len(c.x1)
     kfn = build_kernel_fn(c.config.architecture, c.x1.shape[1:], KINDS, "float64")
     joint = kernel_matrix(kfn, np.concatenate([c.x1, c.x2]))

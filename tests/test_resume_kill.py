@@ -10,6 +10,10 @@ moments: test_signals.py).
 
 The runs share a persistent JAX compilation cache (results do not depend on it: the
 reference run compiles afresh) to keep the many process starts affordable.
+
+A kill or signal can only be tested while the run is going: where every one was too
+late (a fast machine finished first), the test starts over on a larger data set
+(``SIZES``), and fails, never skips, when even the largest gives no kill mid-run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import random
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -29,15 +34,30 @@ from helpers_cli import (GAP2_NET, assert_bit_identical, cli_env, finish, images
                          read_kernels, run_cli, start_cli, tile_names, wait_until,
                          write_config)
 
-N = 48          # 8x8x2 images, block 8: 6 block rows, 21 tiles
-BLOCK = 8
-TILES = (N // BLOCK) * (N // BLOCK + 1) // 2
 MAX_ATTEMPTS = 12
+
+
+@dataclass(frozen=True)
+class Size:
+    """A run's data set (``n`` 8x8x2 images) and tile edge."""
+
+    n: int
+    block: int = 8
+
+    @property
+    def tiles(self) -> int:
+        rows = -(-self.n // self.block)
+        return rows * (rows + 1) // 2
+
+
+# 21 tiles; where every kill came too late, 78 (4x the work), then 300 (16x)
+SIZES = (Size(48), Size(96), Size(192))
 
 
 @pytest.fixture(scope="module")
 def data():
-    return images(N, 8, 8, 2, seed=42)
+    """``data(size)``: the run's images (the same ones for every test of a size)."""
+    return lambda size: images(size.n, 8, 8, 2, seed=42)
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +68,29 @@ def env(tmp_path_factory):
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0)
 
 
-def make_run(folder: Path, data) -> Path:
+def make_run(folder: Path, data, size: Size) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / "x.npy", data)
-    return write_config(folder, "kill", layers=GAP2_NET, compute={"block": BLOCK},
+    return write_config(folder, "kill", layers=GAP2_NET, compute={"block": size.block},
                         run_dir="run", run_name="kill")
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, data):
-    """The uninterrupted run (fresh compilation, no cache)."""
-    d = tmp_path_factory.mktemp("reference")
-    cfg = make_run(d, data)
-    r = run_cli("compute", cfg, "--quiet")
-    assert r.returncode == 0, r.stderr
-    assert len(tile_names(d / "run")) == TILES
-    return read_kernels(d / "run" / "kernels.h5")
+    """``reference(size)``: the uninterrupted run (fresh compilation, no cache), made once
+    per size."""
+    made: dict = {}
+
+    def get(size: Size):
+        if size not in made:
+            d = tmp_path_factory.mktemp("reference")
+            cfg = make_run(d, data(size), size)
+            r = run_cli("compute", cfg, "--quiet")
+            assert r.returncode == 0, r.stderr
+            assert len(tile_names(d / "run")) == size.tiles
+            made[size] = read_kernels(d / "run" / "kernels.h5")
+        return made[size]
+    return get
 
 
 class TileLedger:
@@ -96,7 +123,7 @@ class TileLedger:
         return len(names)
 
 
-def _trigger(kind, arg, run: Path, start_tiles: int):
+def _trigger(kind, arg, run: Path, start_tiles: int, tiles: int):
     """A predicate that becomes true at the moment to kill."""
     if kind == "delay":
         deadline = time.monotonic() + arg
@@ -124,13 +151,13 @@ def _trigger(kind, arg, run: Path, start_tiles: int):
                     or len(tile_names(run)) >= start_tiles + 3)
         return writing
     if kind == "late":   # with at most one block to go
-        return lambda: len(tile_names(run)) >= TILES - 1
+        return lambda: len(tile_names(run)) >= tiles - 1
     if kind == "assembling":  # every tile written: assembling (or just finished)
-        return lambda: len(tile_names(run)) >= TILES
+        return lambda: len(tile_names(run)) >= tiles
     raise ValueError(kind)
 
 
-def drive(cfg: Path, run: Path, kills, env, logs: Path, sig=signal.SIGKILL):
+def drive(cfg: Path, run: Path, kills, env, logs: Path, tiles: int, sig=signal.SIGKILL):
     """Start the run, kill it at each moment of ``kills`` (continuing it between kills
     with ``resume``, or ``compute`` again when not even the manifest was written), then
     let it finish. Returns the number of attempts that were actually killed."""
@@ -149,13 +176,13 @@ def drive(cfg: Path, run: Path, kills, env, logs: Path, sig=signal.SIGKILL):
         start_tiles = ledger.check_and_record()
         proc = start_cli(*args, log_dir=logs, env=env)
         if kill is not None:
-            wait_until(_trigger(*kill, run, start_tiles), proc)
+            wait_until(_trigger(*kill, run, start_tiles, tiles), proc)
             if proc.poll() is None:
                 proc.send_signal(sig)
                 killed += 1
                 tmp = [n for n in os.listdir(run / "tiles") if n.endswith(".tmp")] \
                     if (run / "tiles").is_dir() else []
-                print(f"{args[0]}: killed at {kill} with {len(tile_names(run))}/{TILES} "
+                print(f"{args[0]}: killed at {kill} with {len(tile_names(run))}/{tiles} "
                       f"tiles, manifest: {(run / 'manifest.json').exists()}, writing: {tmp}")
         rc, _out, err = finish(proc)
         assert "Traceback" not in err
@@ -167,7 +194,7 @@ def drive(cfg: Path, run: Path, kills, env, logs: Path, sig=signal.SIGKILL):
             assert rc == -sig, (rc, err)
         ledger.check_and_record()
     # every tile ever completed is still there, untouched; and the run is whole
-    assert ledger.check_and_record() == TILES
+    assert ledger.check_and_record() == tiles
     leftovers = [p.name for p in list(run.iterdir()) + list((run / "tiles").iterdir())
                  if p.name.endswith(".tmp")]
     assert not leftovers, f"temporary files left behind: {leftovers}"
@@ -191,19 +218,25 @@ KILL_PLANS = {
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path, data, env,
                                                                 reference, seed):
-    rng = random.Random(seed)
-    kills = KILL_PLANS[seed](rng)
-    cfg = make_run(tmp_path / "job", data)
-    run = tmp_path / "job" / "run"
-    killed = drive(cfg, run, kills, env, tmp_path / "logs")
+    for size in SIZES:
+        rng = random.Random(seed)
+        kills = KILL_PLANS[seed](rng)
+        job = tmp_path / f"job{size.n}"
+        cfg = make_run(job, data(size), size)
+        run = job / "run"
+        killed = drive(cfg, run, kills, env, tmp_path / f"logs{size.n}", size.tiles)
+        if killed:
+            break
+        print(f"no kill landed on {size.tiles} tiles: again on a larger data set")
     assert killed >= 1, "no kill landed while the run was going"
+    want = reference(size)
     got = read_kernels(run / "kernels.h5")
-    assert_bit_identical(got[0], reference[0])
+    assert_bit_identical(got[0], want[0])
     for key in ("config", "kernelcli_version", "data_fingerprint"):
-        assert got[1][key] == reference[1][key]
+        assert got[1][key] == want[1][key]
     status = json.loads(run_cli("status", run, "--json", env=env).stdout)
     assert status["finished"] is True
-    assert status["blocks_done"] == status["blocks_total"] == TILES
+    assert status["blocks_done"] == status["blocks_total"] == size.tiles
 
 
 @pytest.mark.slow
@@ -213,17 +246,37 @@ def test_interrupt_stops_with_128_plus_signum_and_says_how_to_resume(tmp_path, d
                                                                      reference, sig):
     """Ctrl-C (or a scheduler's SIGTERM) during compute, and again during resume: each
     time exit 130 (143 for SIGTERM), one line saying how to continue, completed tiles
-    kept; then resume completes bit-identically."""
-    cfg = make_run(tmp_path / "job", data)
-    run = tmp_path / "job" / "run"
+    kept; then resume completes bit-identically. Where the run finished before the
+    signal could stop it, again on a larger data set; never a skip."""
+    for size in SIZES:
+        stopped = _interrupt_twice(tmp_path / f"job{size.n}", data(size), size, env, sig)
+        if stopped is not None:
+            break
+        print(f"the run of {size.tiles} tiles ended before the signal: again, larger")
+    else:
+        pytest.fail(f"every run finished before {sig.name} could interrupt it, even on "
+                    f"{SIZES[-1].tiles} tiles")
+    run, ledger = stopped
+    r = run_cli("resume", run, "--quiet", env=env)
+    assert r.returncode == 0, r.stderr
+    assert ledger.check_and_record() == size.tiles
+    assert_bit_identical(read_kernels(run / "kernels.h5")[0], reference(size)[0])
+
+
+def _interrupt_twice(folder: Path, data, size: Size, env, sig):
+    """Interrupt ``compute``, then ``resume``, each after two new tiles; check how each
+    stopped. The run directory and its :class:`TileLedger`, or ``None`` where the race
+    was lost (a run finished before the signal could stop it)."""
+    cfg = make_run(folder, data, size)
+    run = folder / "run"
     ledger = TileLedger(run)
     for args in (("compute", cfg), ("resume", run)):
         start = len(tile_names(run))
-        proc = start_cli(*args, log_dir=tmp_path / "logs", env=env)
+        proc = start_cli(*args, log_dir=folder / "logs", env=env)
         reached = wait_until(lambda: len(tile_names(run)) >= start + 2, proc)
         if proc.poll() is not None or not reached:
             finish(proc)
-            pytest.skip("the run finished before it could be interrupted")
+            return None
         proc.send_signal(sig)
         rc, _out, err = finish(proc, timeout=120)
         assert rc == 128 + sig, f"{args[0]}: exit status {rc} after {sig.name}; stderr:\n{err}"
@@ -237,8 +290,5 @@ def test_interrupt_stops_with_128_plus_signum_and_says_how_to_resume(tmp_path, d
         assert not (run / "kernels.h5").exists()
         status = json.loads(run_cli("status", run, "--json", env=env).stdout)
         assert status["finished"] is False
-        assert start + 2 <= status["blocks_done"] < TILES
-    r = run_cli("resume", run, "--quiet", env=env)
-    assert r.returncode == 0, r.stderr
-    assert ledger.check_and_record() == TILES
-    assert_bit_identical(read_kernels(run / "kernels.h5")[0], reference[0])
+        assert start + 2 <= status["blocks_done"] < size.tiles
+    return run, ledger
