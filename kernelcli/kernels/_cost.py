@@ -125,9 +125,8 @@ def layer_costs(kfn) -> tuple:
                     walk(branch, before, need[k + 1], f"{name}.{b}.")
             if held:  # the merge reads each branch's output (or the input itself)
                 read = len(held) * arrays * entries(after, need[k + 1]) * item
-            before_t = layer_type(layers[k - 1]) if k else None
             if (t.reads_variances and k and kernel_map(layers[k - 1]).fuses
-                    and out[-1].name == f"{prefix}{k - 1}:{before_t.name}"):
+                    and out[-1].name == f"{prefix}{k - 1}:{layer_type(layers[k - 1]).name}"):
                 # a convolution and the nonlinearity after it are one pass (the
                 # plans' blocks): it reads the convolution's input, writes this output
                 conv = out.pop()
