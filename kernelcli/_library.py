@@ -97,13 +97,11 @@ class KernelFunction:
                  dtype: str = "float32", memory: Union[int, str] = "auto", devices=None,
                  augment: Union[None, str, Sequence[str]] = None, engine: str = "auto"):
         from .run import kernel_matrix
-        from .spec import DTYPES, ENGINES, parse_augment, parse_size
+        from .spec import parse_augment, read_dtype, read_engine, read_memory
 
-        if dtype not in DTYPES:
-            raise ConfigError(f"dtype: {dtype!r} is not accepted; expected one of {DTYPES}")
-        if engine not in ENGINES:
-            raise ConfigError(f"engine: {engine!r} is not accepted; expected one of "
-                              f"{', '.join(ENGINES)}")
+        # read as a config's kernel.dtype and compute.engine are, naming the argument
+        dtype = read_dtype(dtype, "dtype")
+        engine = read_engine(engine, "engine")
         single = isinstance(get, str)
         kinds = (get,) if single else tuple(get)
         if not kinds or any(k not in _KINDS for k in kinds) or len(set(kinds)) != len(kinds):
@@ -114,15 +112,7 @@ class KernelFunction:
         if a2 is not None and a2.shape[1:] != a1.shape[1:]:
             raise DataError(f"x2: examples of shape {a2.shape[1:]} do not match x1's "
                             f"{a1.shape[1:]}")
-        budget = None
-        if memory != "auto":
-            try:
-                budget = parse_size(memory)
-            except ValueError as exc:
-                raise ConfigError(f"memory: {exc}") from None
-            if budget < 1:
-                raise ConfigError(f"memory: {memory!r} is not accepted; expected a positive "
-                                  f"size (bytes, or e.g. '4GiB'), or 'auto'")
+        budget = read_memory(memory, "memory")  # as compute.memory: None is auto
         # read as a config's kernel.augment is: both accept (and refuse) the same values
         flips = parse_augment(list(augment) if isinstance(augment, tuple) else augment,
                               "augment")

@@ -125,8 +125,8 @@ def test_a_stax_network_gives_the_kernels_of_its_yaml():
 @pytest.mark.parametrize("call, message", [
     (lambda k, x: k(x, get="ntkk"), "get: 'ntkk' is not accepted; expected 'nngp', 'ntk' or a "
                                     "tuple of them, each at most once"),
-    (lambda k, x: k(x, dtype="float16"), "dtype: 'float16' is not accepted; expected one of "
-                                         "('float32', 'float64')"),
+    (lambda k, x: k(x, dtype="float16"), "dtype: 'float16' is not a dtype; expected one of "
+                                         "float32, float64"),
     (lambda k, x: k(x, x[:, :3]), "x2: examples of shape (3, 6, 2) do not match x1's (6, 6, 2)"),
     (lambda k, x: k(x[None, None]), "x1: an array of shape (1, 1, 2, 6, 6, 2) and dtype "
                                     "float32 is not accepted; expected real numbers of shape "
@@ -134,7 +134,7 @@ def test_a_stax_network_gives_the_kernels_of_its_yaml():
                                     "or (N, D)"),
     (lambda k, x: k(x * np.nan), "x1: holds NaN or infinite values; expected finite numbers"),
     (lambda k, x: k(x, memory="lots"), "memory: 'lots' is not a size; expected"),
-    (lambda k, x: k(x, engine="gpu"), "engine: 'gpu' is not accepted; expected one of auto, "
+    (lambda k, x: k(x, engine="gpu"), "engine: 'gpu' is not an engine; expected one of auto, "
                                       "cpu, accelerator"),
 ])
 def test_bad_calls_name_the_argument(call, message):

@@ -67,3 +67,77 @@ def test_contributing_names_files_that_exist():
     assert "kernelcli/kernels/_maps.py" in paths and "tests/finite_nets.py" in paths
     for path in paths:
         assert (root / path).is_file(), f"CONTRIBUTING.md names missing {path}"
+
+
+# -- every layer reaches the user: a stax builder, a docs row, a Monte-Carlo case ---------
+
+def _stax_builders():
+    """One ``kernelcli.stax`` network per layer type, built the way a neural-tangents
+    user writes that layer: a layer added to the registry without a builder (and a
+    line here) fails ``test_every_layer_type_has_a_stax_builder``."""
+    from kernelcli import stax
+
+    return {
+        "dense": stax.Dense(4), "conv": stax.Conv(4, (3, 3)), "relu": stax.Relu(),
+        "erf": stax.Erf(), "gelu": stax.Gelu(), "abrelu": stax.ABRelu(-0.5, 1.0),
+        "avg_pool": stax.AvgPool((2, 2)), "global_avg_pool": stax.GlobalAvgPool(),
+        "flatten": stax.Flatten(), "layer_norm": stax.LayerNorm(),
+        "identity": stax.Identity(), "residual": stax.residual(stax.Dense(4)),
+        "parallel": stax.serial(stax.FanOut(2), stax.parallel(stax.Dense(4), stax.Identity()),
+                                stax.FanInSum()),
+        "sin": stax.Sin(), "rbf": stax.Rbf(), "exp": stax.Exp(), "gaussian": stax.Gaussian(),
+        "monomial": stax.Monomial(2), "rectified_monomial": stax.RectifiedMonomial(2),
+        "sign": stax.Sign(), "hermite": stax.Hermite(2),
+        "conv_local": stax.ConvLocal(4, (3, 3)), "conv_transpose": stax.ConvTranspose(4, (3, 3)),
+        "sum_pool": stax.SumPool((2, 2)), "global_sum_pool": stax.GlobalSumPool(),
+    }
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_every_layer_type_has_a_stax_builder(t):
+    from kernelcli.spec import parse_architecture
+
+    builders = _stax_builders()
+    assert t.name in builders, f"{t.name}: no kernelcli.stax builder (kernelcli/stax.py)"
+    arch = parse_architecture(builders[t.name].to_dict())
+    assert layer_type(arch.layers[0]) is t
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_every_layer_type_has_a_row_in_the_docs_layer_table(t):
+    from test_docs import _doc_layers
+
+    assert t.name in _doc_layers(), f"{t.name}: no row in docs/config.md's Layers table"
+
+
+def _monte_carlo_strings() -> str:
+    """The string constants of the tests that run the Monte-Carlo oracle
+    (``assert_mc_close``, ``empirical_nngp``): those tests' bodies and decorators and
+    the module-level constants they name, where their architectures are written."""
+    import ast
+
+    oracle = {"assert_mc_close", "empirical_nngp"}
+    found = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        consts = {t.id: node for node in tree.body if isinstance(node, ast.Assign)
+                  for t in node.targets if isinstance(t, ast.Name)}
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            parts = [fn] + fn.decorator_list
+            names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
+            if not names & oracle:
+                continue
+            parts += [consts[n] for n in names if n in consts]
+            found += [n.value for p in parts for n in ast.walk(p)
+                      if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return "\n".join(found)
+
+
+def test_every_layer_type_has_a_monte_carlo_case():
+    """A finite network (``FINITE_NETS``) is only an oracle once a test runs it."""
+    text = _monte_carlo_strings()
+    missing = [t.name for t in TYPES if not re.search(rf"(?<!\w){t.name}(?!\w)", text)]
+    assert not missing, (f"no Monte-Carlo test (assert_mc_close) builds {missing}: add one "
+                         f"to tests/test_kernels_montecarlo.py or its family's test file")

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from jax import lax
 
-from ..spec import Conv, ConvLocal, branches, layer_type, walk
+from ..spec import branches, layer_type, walk
 from . import _batched, _linear
 from ._fused import conv_pointwise
 from ._linear_spatial import to_full
@@ -98,7 +98,7 @@ def full_needed(layers: Sequence, out: bool = False) -> list:
         layer = layers[k]
         if layer_type(layer).pools:
             need[k] = True
-        elif isinstance(layer, ConvLocal):
+        elif kernel_map(layer).reads_diagonal:
             need[k] = False
         elif branches(layer):
             need[k] = any(full_needed(b, need[k + 1])[0] for b in branches(layer))
@@ -144,8 +144,9 @@ def _apply(layer, state: State, variances, standard: bool, exact: bool, out: boo
     return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
 
 
-def _block(conv: Conv, act, standard: bool, exact: bool, batched: bool = False):
-    """One (convolution, nonlinearity) pair as ``(state, va, vb, spare) -> (state, v)``.
+def _block(conv, act, standard: bool, exact: bool, batched: bool = False):
+    """One (convolution, nonlinearity) pair as ``(state, va, vb, spare) -> (state, v)``
+    (``conv``: a layer whose kernel map ``fuses``).
 
     ``va``, ``vb``: the nonlinearity's per-input variances; ``None`` in the
     per-input pass, where they are the convolved input diagonal (a joint shift
@@ -208,7 +209,7 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 variances.recorded.extend(recs[t] for t in range(m))
             k += 2 * m
             continue
-        if isinstance(layer, Conv) and is_pointwise(after) and (state.full or batched):
+        if kernel_map(layer).fuses and is_pointwise(after) and (state.full or batched):
             if isinstance(variances, PairVariances):
                 v1, v2 = variances(state)
             else:

@@ -21,8 +21,9 @@ import re
 from math import prod
 from typing import Optional, Sequence
 
-from ..spec import Conv, branches, layer_shapes, layer_type
+from ..spec import branches, layer_shapes, layer_type
 from ._compose import full_needed
+from ._maps import kernel_map
 
 H200_BANDWIDTH = 4.8e12      # bytes per second (HBM3e)
 H200_LAUNCH_LATENCY = 5e-6   # seconds per kernel launch, launch and tail together
@@ -124,8 +125,8 @@ def layer_costs(kfn) -> tuple:
                     walk(branch, before, need[k + 1], f"{name}.{b}.")
             if held:  # the merge reads each branch's output (or the input itself)
                 read = len(held) * arrays * entries(after, need[k + 1]) * item
-            if (t.reads_variances and k and isinstance(layers[k - 1], Conv)
-                    and out[-1].name == f"{prefix}{k - 1}:conv"):
+            if (t.reads_variances and k and kernel_map(layers[k - 1]).fuses
+                    and out[-1].name == f"{prefix}{k - 1}:{layer_type(layers[k - 1]).name}"):
                 # a convolution and the nonlinearity after it are one pass (the
                 # plans' blocks): it reads the convolution's input, writes this output
                 conv = out.pop()

@@ -16,7 +16,10 @@ The work splits in two passes:
 With ``architecture.readouts`` both passes walk the body once, up to the last
 readout, and apply the head to the state after each readout's layers; with
 ``kernel.augment`` they average over the flip group. What one traced program
-evaluates is ``_passes.LayerPass``.
+evaluates is ``_passes``' (``LayerPass``: the network on states; ``Traced``: the
+functions the programs trace); the programs themselves are ``_mesh.Programs`` and
+XLA's memory estimate of them ``_memory_model.CompiledMemory``, parts that
+``KernelFn`` holds and wires together with explicit arguments.
 
 Each is one ``jax.jit`` program, compiled once per array shape; callers keep
 shapes fixed (pad the last batch) so a long run compiles once. Networks that
@@ -37,17 +40,15 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError
-from ..spec import (Architecture, Flatten, base_kind, bind_architecture, check_augment,
-                    flip_group, walk)
+from ..spec import Architecture, base_kind, bind_architecture, check_augment, flip_group, walk
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
-from ._flat import FlatRoute
+from ._flat import is_flat_input
 from ._memory_model import CompiledMemory
-from ._mesh import MeshCalls, device_mesh, replicated, split
-from ._passes import LayerPass
+from ._mesh import Programs, device_mesh, on_mesh, replicated, split
+from ._passes import LayerPass, Traced, trace
 from ._plans import PLANS
 from ._runner import pad_rows, run_on_devices
-from ._state import SelfVariances
-from ._xla import SerialJit, compiler_options, default_chunk_bytes, x64_scope
+from ._xla import compiler_options, default_chunk_bytes, x64_scope
 
 
 # Live covariance bytes of one per-input call on the accelerator plan (no chunk loop:
@@ -80,7 +81,7 @@ class Stats(NamedTuple):
                      {k: np.concatenate([p.diag[k] for p in parts]) for k in parts[0].diag})
 
 
-class KernelFn(FlatRoute, LayerPass, MeshCalls, CompiledMemory):
+class KernelFn:
     """NNGP/NTK of one architecture on inputs of one example shape.
 
     Args:
@@ -122,92 +123,66 @@ class KernelFn(FlatRoute, LayerPass, MeshCalls, CompiledMemory):
         evaluated = list(arch.layers if ro is None
                          else arch.layers[:ro.after[-1]] + ro.head * len(ro.after))
         spatial = len(self.input_shape) >= 2
-        # whether the input's covariance must be full, and the state at each readout point
-        self._input_full, self._readout_full = self._full_needs(spatial)
+        self._batched = engine == "accelerator"  # the layers of _batched, no loops
+        self._want_ntk = "ntk" in self.base_kinds
+        self._net = LayerPass(arch, self.input_shape, self.base_kinds, self.group,
+                              self.n_spatial, standard=arch.parameterization == "standard",
+                              exact=self.dtype == np.float64, batched=self._batched)
         self.full_cov = spatial and any_full(evaluated)  # any layer's, branches included
         self.n_variances = count_variance_layers(evaluated)
         self.n_layers = sum(1 for _ in walk(evaluated))  # branches' layers included
-        self._standard = arch.parameterization == "standard"
-        self._exact = self.dtype == np.float64
-        self._want_ntk = "ntk" in self.base_kinds
-        self._batched = engine == "accelerator"  # the layers of _batched, no loops
-        self._trace = None  # see _traced
+        self._trace = trace(self._net, self.input_shape, self.dtype)
         self._check_output_is_flat()
         # Networks that flatten the raw input first (or take vectors) depend on a pair
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
-        self.flat_input = len(self.input_shape) == 1 or isinstance(arch.layers[0], Flatten)
+        self.flat_input = is_flat_input(arch.layers, self.input_shape)
         self.cov_elements = self._max_cov_elements()
         chunk_bytes = _env.chunk_bytes() or default_chunk_bytes()
         per_pair = self.cov_elements * self.dtype.itemsize
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
         # accelerator: 1, no chunk loop at all (a call's pairs are one program step)
         self.chunk = 1 if self._batched else slab * max(1, chunk_bytes // (slab * per_pair))
-        options = compiler_options(self.full_cov)
-        self._stats_jit = SerialJit(self._stats_fn, self.dtype, compiler_options=options)
-        self._pairs_jit = SerialJit(self._pairs_fn, self.dtype, compiler_options=options)
-        self._memory: dict = {}  # compiled_memory's answers, by sizes
-        self._grid_jit = SerialJit(self._grid_fn, self.dtype, compiler_options=options)
-        self._options = options
-        self._mesh_jits: dict = {}  # (program, device ids) -> SerialJit over that mesh
+        self._programs = Programs(Traced(self._net, self.chunk, self.flat_input,
+                                         self._trace.runs),
+                                  self.dtype, compiler_options(self.full_cov))
+        self._stats_jit = self._programs.stats
+        self._pairs_jit = self._programs.pairs
+        self._grid_jit = self._programs.grid
+        self._memory = CompiledMemory(self._programs, self.input_shape, self.dtype,
+                                      self.variance_shapes, self.live_bytes_per_pair,
+                                      self.uses_grid, self._on_mesh)
 
-    # -- traced functions -------------------------------------------------
-    def _chunked(self, fn, *rows):
-        """``fn`` over chunks of ``self.chunk`` rows of the ``rows`` arrays (padded
-        with repeats of the last row), one loop iteration per chunk, concatenated.
+    # Whether pair batches and per-input calls on several devices are one SPMD program
+    # over their mesh (``_mesh.py``): the accelerator plan's way (one compilation for
+    # all devices); None: by ``engine``. Tests set it to run the CPU plan's programs so.
+    mesh_calls: Optional[bool] = None
 
-        Chunks keep the working set (a few covariances) cache-sized and the
-        temporaries allocated once per call, whatever the batch; the layers see
-        the chunk as an explicit leading axis, so they can cut it into slabs.
+    def _on_mesh(self, devices) -> bool:
+        return on_mesh(devices, self.mesh_calls, self.engine)
 
-        The accelerator plan has no chunks: ``fn`` on all the rows at once.
-        """
-        if self._batched:
-            return fn(*rows)
-        n = rows[0].shape[0]
-        c = min(self.chunk, n)
-        m = -(-n // c) * c
-        padded = [pad_rows(r, m) for r in rows]
-        out = jax.lax.map(lambda args: fn(*args),
-                          tuple(r.reshape((m // c, c) + r.shape[1:]) for r in padded))
-        return jax.tree_util.tree_map(lambda a: a.reshape((m,) + a.shape[2:])[:n], out)
+    def _mesh_jit(self, program: str, mesh):
+        return self._programs.mesh(program, mesh)
 
-    def _stats_fn(self, x):
-        return self._chunked(self._self_fn, x)
+    # -- the memory model (``_memory_model``) ---------------------------------
+    def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
+                        arguments: bool = True) -> int:
+        """See :meth:`CompiledMemory.compiled_memory`."""
+        return self._memory.compiled_memory(n_rows, n_cols, pair_batch, arguments)
+
+    def pairs_executable(self, n_rows: int, n_cols: int, pair_batch: int):
+        """See :meth:`CompiledMemory.pairs_executable`."""
+        return self._memory.pairs_executable(n_rows, n_cols, pair_batch)
+
+    def compiled_stats_memory(self, rows: int) -> int:
+        """See :meth:`CompiledMemory.compiled_stats_memory`."""
+        return self._memory.compiled_stats_memory(rows)
 
     def _scope(self):
         """JAX's precision mode of this kernel, for this thread (see ``x64_scope``)."""
         return x64_scope(self.dtype)
 
-    def _self_shapes(self):
-        """``(variances, outputs)`` of one input with itself, as shapes (traced once)."""
-        return self._traced()[0]
-
-    def _variance_runs(self):
-        """``(first, m)`` of each run of repeated layers, by variance index (see
-        ``SelfVariances.runs``)."""
-        return self._traced()[2]
-
-    def _traced(self):
-        """``(shapes, largest, runs)``: ``_self_shapes``, the most covariance entries one
-        pair holds after any layer (branches included), and ``_variance_runs``, from one
-        trace that computes nothing; kept, since a kernel function's shapes never
-        change."""
-        if self._trace is None:
-            sizes = []
-            rec = SelfVariances()
-
-            def seen(state):
-                sizes.append(state.nngp[0].size)
-
-            with self._scope():
-                shapes = jax.eval_shape(lambda x: self._self_fn(x, seen, rec),
-                                        jax.ShapeDtypeStruct((1,) + self.input_shape,
-                                                             self.dtype))
-            self._trace = (shapes, max(sizes), tuple(rec.runs))
-        return self._trace
-
     def _check_output_is_flat(self):
-        for kind, s in self._self_shapes()[1].items():
+        for kind, s in self._trace.shapes[1].items():
             if s.shape != (1,):
                 raise ConfigError(
                     "architecture.layers: the network's output still has spatial axes "
@@ -220,12 +195,12 @@ class KernelFn(FlatRoute, LayerPass, MeshCalls, CompiledMemory):
         or the full covariance starts after the input (``conv_local``)."""
         if len(self.input_shape) < 2:
             return 1
-        return int(self._traced()[1])
+        return int(self._trace.largest)
 
     @property
     def variance_shapes(self) -> Tuple[Tuple[int, ...], ...]:
         """Per-example shape of each recorded variance, e.g. ``((32, 32), (16, 16))``."""
-        return tuple(s.shape[1:] for s in self._self_shapes()[0])
+        return tuple(s.shape[1:] for s in self._trace.shapes[0])
 
     @property
     def live_bytes_per_pair(self) -> int:

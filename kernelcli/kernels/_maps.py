@@ -19,6 +19,15 @@ An entry has exactly one of:
   ``branch``) joins the states ``outs`` its branches end in, one per branch in
   order (a residual's: its input, the identity, and its branch's output).
 
+and the flags the engine's special cases read, so that no stage tests a layer's
+class: ``fuses`` (a convolution that runs with the pointwise layer after it as one
+block, ``_compose._block``, and whose identical pairs run as one loop, ``_repeat``:
+``conv``), ``reads_diagonal`` (it reads only the spatial diagonal of its input's
+covariance and its output is zero off the diagonal, so no full covariance is kept
+before it: ``conv_local``), ``flattens`` (first in a network, it makes the kernel
+depend on a pair only through the inputs' dot product, the Gram-matrix route of
+``_flat``: ``flatten``).
+
 The maps are the very functions the engine compiled before the table existed,
 called in the same order, so the compiled programs are unchanged.
 """
@@ -43,6 +52,9 @@ class KernelMap:
     linear: Optional[Callable[[State, Any, bool], State]] = None
     pointwise: Optional[Callable[[Any, bool], Callable]] = None
     merge: Optional[Callable[[Any, Sequence[State]], State]] = None
+    fuses: bool = False
+    reads_diagonal: bool = False
+    flattens: bool = False
 
 
 def _sum(outs: Sequence[State]) -> State:
@@ -77,11 +89,12 @@ def _erf(layer: Erf, exact: bool) -> Callable:
 
 KERNEL_MAPS: Dict[type, KernelMap] = {
     Dense: KernelMap(linear=_linear.dense),
-    Conv: KernelMap(linear=_linear.conv),
+    Conv: KernelMap(linear=_linear.conv, fuses=True),
     AvgPool: KernelMap(linear=lambda state, layer, standard: _linear.avg_pool(state, layer)),
     GlobalAvgPool: KernelMap(linear=lambda state, layer, standard:
                              _linear.global_avg_pool(state)),
-    Flatten: KernelMap(linear=lambda state, layer, standard: _linear.flatten(state)),
+    Flatten: KernelMap(linear=lambda state, layer, standard: _linear.flatten(state),
+                       flattens=True),
     Identity: KernelMap(linear=lambda state, layer, standard: state),
     Relu: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
                     _nonlinear.abrelu(s, v1, v2, 0.0, 1.0, exact)),
@@ -111,7 +124,7 @@ KERNEL_MAPS: Dict[type, KernelMap] = {
     Residual: KernelMap(merge=lambda layer, outs: _sum(outs)),
     Parallel: KernelMap(merge=lambda layer, outs:
                         _sum(outs) if layer.merge == "sum" else _concat(outs)),
-    ConvLocal: KernelMap(linear=_linear_spatial.conv_local),
+    ConvLocal: KernelMap(linear=_linear_spatial.conv_local, reads_diagonal=True),
     ConvTranspose: KernelMap(linear=_linear_spatial.conv_transpose),
     SumPool: KernelMap(linear=lambda state, layer, standard:
                        _linear_spatial.sum_pool(state, layer)),

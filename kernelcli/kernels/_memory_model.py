@@ -12,9 +12,25 @@ from ._mesh import device_mesh, replicated, split
 
 
 class CompiledMemory:
-    """The memory model of a ``KernelFn`` (a mixin: ``dtype``, ``input_shape``,
-    ``variance_shapes``, ``live_bytes_per_pair``, the programs' ``SerialJit``s and the
-    mesh path's ``_on_mesh`` / ``_mesh_jit`` come from the class)."""
+    """The memory model of a ``KernelFn``, asked of its compiled ``programs``
+    (``_mesh.Programs``) for inputs of ``input_shape`` in ``dtype``.
+    ``variance_shapes``: per-example shape of each recorded variance;
+    ``live_bytes_per_pair``: the fallback's bytes per pair where a backend has no
+    memory analysis; ``uses_grid(rows, cols, pairs)``: whether such a call is the grid
+    program; ``on_mesh(devices)``: whether calls on ``devices`` take the mesh path
+    (read at each question: tests switch a kernel function's path after it is built).
+    """
+
+    def __init__(self, programs, input_shape, dtype, variance_shapes, live_bytes_per_pair: int,
+                 uses_grid, on_mesh):
+        self._programs = programs
+        self.input_shape = input_shape
+        self.dtype = dtype
+        self.variance_shapes = variance_shapes
+        self.live_bytes_per_pair = live_bytes_per_pair
+        self._uses_grid = uses_grid
+        self._on_mesh = on_mesh
+        self._memory: dict = {}  # compiled_memory's answers, by sizes
 
     def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
                         arguments: bool = True) -> int:
@@ -52,15 +68,15 @@ class CompiledMemory:
         v = self.variance_shapes
         args = (spec((n_rows,) + self.input_shape), tuple(spec((n_rows,) + t) for t in v),
                 spec((n_cols,) + self.input_shape), tuple(spec((n_cols,) + t) for t in v))
-        if self.uses_grid(n_rows, n_cols, pair_batch):
+        if self._uses_grid(n_rows, n_cols, pair_batch):
             first = jax.sharding.SingleDeviceSharding(devices[0])  # one device: grid_values
             args = jax.tree_util.tree_map(lambda a: spec(a.shape, sharding=first), args)
-            return self._grid_jit.compile(*args)
+            return self._programs.grid.compile(*args)
         if mesh is not None:
             index = spec((pair_batch * len(devices),), jnp.int32, split(mesh))
-            return self._mesh_jit("pairs", mesh).compile(*args, index, index)
+            return self._programs.mesh("pairs", mesh).compile(*args, index, index)
         index = spec((pair_batch,), jnp.int32)
-        return self._pairs_jit.compile(*args, index, index)
+        return self._programs.pairs.compile(*args, index, index)
 
     def _compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
                          arguments: bool) -> int:
@@ -77,11 +93,11 @@ class CompiledMemory:
             mesh = device_mesh(devices)
             spec = jax.ShapeDtypeStruct((rows * len(devices),) + self.input_shape,
                                         self.dtype, sharding=split(mesh))
-            m = self._mesh_jit("stats", mesh).compile(spec).memory_analysis()
+            m = self._programs.mesh("stats", mesh).compile(spec).memory_analysis()
         else:  # the program the first device's per-input calls of ``rows`` rows reuse
             on = jax.sharding.SingleDeviceSharding(devices[0])
             spec = jax.ShapeDtypeStruct((rows,) + self.input_shape, self.dtype, sharding=on)
-            m = self._stats_jit.compile(spec).memory_analysis()
+            m = self._programs.stats.compile(spec).memory_analysis()
         if m is None:
             return 3 * rows * self.live_bytes_per_pair
         return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)

@@ -62,30 +62,41 @@ def mapped(fn, mesh, in_split, out_split=True):
                          check_rep=False)
 
 
-class MeshCalls:
-    """The mesh path of a ``KernelFn`` (which has ``_pairs_fn``, ``_stats_fn``,
-    ``dtype``, ``engine``, ``_options`` and ``_mesh_jits``)."""
+def on_mesh(devices, mesh_calls: Optional[bool], engine: str) -> bool:
+    """Whether calls on ``devices`` are one SPMD program over their mesh: on several
+    devices, when ``mesh_calls`` says so, or (``None``) on the accelerator plan."""
+    devices = [d for d in (devices or []) if d is not None]
+    on = mesh_calls
+    if on is None:
+        on = engine == "accelerator"
+    return bool(on) and len(devices) > 1
 
-    # Whether pair batches and per-input calls on several devices are one SPMD program
-    # over their mesh (``_mesh.py``): the accelerator plan's way (one compilation for
-    # all devices); None: by ``engine``. Tests set it to run the CPU plan's programs so.
-    mesh_calls: Optional[bool] = None
 
-    def _on_mesh(self, devices) -> bool:
-        devices = [d for d in (devices or []) if d is not None]
-        on = self.mesh_calls
-        if on is None:
-            on = self.engine == "accelerator"
-        return bool(on) and len(devices) > 1
+class Programs:
+    """The compiled programs of one kernel function, each a ``SerialJit`` (compiled
+    once per shape, kept): ``stats`` (the per-input pass), ``pairs`` (a pair batch),
+    ``grid`` (a flat-input block), and through :meth:`mesh` the first two as one
+    program over a device mesh. ``traced``: the functions they trace
+    (``_passes.Traced``)."""
 
-    def _mesh_jit(self, program: str, mesh) -> SerialJit:
+    def __init__(self, traced, dtype, options):
+        self.stats = SerialJit(traced.stats_fn, dtype, compiler_options=options)
+        self.pairs = SerialJit(traced.pairs_fn, dtype, compiler_options=options)
+        self.grid = SerialJit(traced.grid_fn, dtype, compiler_options=options)
+        self._traced = traced
+        self._dtype = dtype
+        self._options = options
+        self._mesh_jits: dict = {}  # (program, device ids) -> SerialJit over that mesh
+
+    def mesh(self, program: str, mesh) -> SerialJit:
         """The per-device ``program`` ("pairs" or "stats") as one program over ``mesh``,
         compiled once per shape (kept)."""
         key = (program, tuple(d.id for d in mesh.devices.flat))
         if key not in self._mesh_jits:
             if program == "pairs":  # inputs and variances replicated, indices split
-                fn = mapped(self._pairs_fn, mesh, (False, False, False, False, True, True))
+                fn = mapped(self._traced.pairs_fn, mesh,
+                            (False, False, False, False, True, True))
             else:
-                fn = mapped(self._stats_fn, mesh, (True,))
-            self._mesh_jits[key] = SerialJit(fn, self.dtype, compiler_options=self._options)
+                fn = mapped(self._traced.stats_fn, mesh, (True,))
+            self._mesh_jits[key] = SerialJit(fn, self._dtype, compiler_options=self._options)
         return self._mesh_jits[key]

@@ -17,8 +17,7 @@ from typing import Sequence
 import jax.numpy as jnp
 from jax import lax
 
-from ..spec import Conv
-from ._maps import is_pointwise
+from ._maps import is_pointwise, kernel_map
 from ._spatial import out_size
 from ._state import State, diagonal, reusable
 
@@ -32,7 +31,7 @@ def repeats(layers: Sequence, k: int, state: State) -> int:
     and an NTK array (not the raw input's scalar zero).
     """
     conv, act = layers[k], layers[k + 1] if k + 1 < len(layers) else None
-    if not (isinstance(conv, Conv) and is_pointwise(act) and state.spatial
+    if not (kernel_map(conv).fuses and is_pointwise(act) and state.spatial
             and not isinstance(state.ntk, float) and state.channels == conv.width):
         return 0
     if any(out_size(n, k, s, conv.padding) != n

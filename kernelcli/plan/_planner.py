@@ -90,12 +90,6 @@ class MemoryFigures:
         return self.fixed_bytes + pairs * self.bytes_per_pair
 
 
-_GEOMETRY = ("n1", "n2", "symmetric", "block", "pair_batch", "kinds", "itemsize", "blocks",
-             "n_test", "pairs_total", "blocks_total", "batches_total", "output_bytes")
-_MEMORY = ("bytes_per_pair", "fixed_bytes", "budget_bytes", "devices",
-           "untiled_bytes_per_pair", "memory_kind")
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A run's :class:`Geometry` and the :class:`MemoryFigures` of its kernel calls.
@@ -108,13 +102,27 @@ class Plan:
     memory: MemoryFigures
     engine: str = "cpu"  # the kernels' execution plan (compute.engine, resolved)
 
-    def __getattr__(self, name):
-        # only called for names the dataclass lacks: the two parts' fields
-        if name in _GEOMETRY:
-            return getattr(self.geometry, name)
-        if name in _MEMORY:
-            return getattr(self.memory, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    # The two parts' fields, read through the plan (``plan.blocks``, ``plan.budget_bytes``):
+    # one read-only property each, so the plan's surface is written out here.
+    n1 = property(lambda self: self.geometry.n1)
+    n2 = property(lambda self: self.geometry.n2)
+    symmetric = property(lambda self: self.geometry.symmetric)
+    block = property(lambda self: self.geometry.block)
+    pair_batch = property(lambda self: self.geometry.pair_batch)
+    kinds = property(lambda self: self.geometry.kinds)
+    itemsize = property(lambda self: self.geometry.itemsize)
+    blocks = property(lambda self: self.geometry.blocks)
+    n_test = property(lambda self: self.geometry.n_test)
+    pairs_total = property(lambda self: self.geometry.pairs_total)
+    blocks_total = property(lambda self: self.geometry.blocks_total)
+    batches_total = property(lambda self: self.geometry.batches_total)
+    output_bytes = property(lambda self: self.geometry.output_bytes)
+    bytes_per_pair = property(lambda self: self.memory.bytes_per_pair)
+    fixed_bytes = property(lambda self: self.memory.fixed_bytes)
+    budget_bytes = property(lambda self: self.memory.budget_bytes)
+    devices = property(lambda self: self.memory.devices)
+    untiled_bytes_per_pair = property(lambda self: self.memory.untiled_bytes_per_pair)
+    memory_kind = property(lambda self: self.memory.memory_kind)
 
     def is_test(self, block) -> bool:
         return self.geometry.is_test(block)

@@ -14,6 +14,8 @@ and ``walk(layers)`` every layer, nested ones included: the one way any stage
 looks inside a layer.
 """
 
+# The registry's table first: the stages below look layers up in it.
+from . import _layer_types  # noqa: F401
 from ._augment import AUGMENTS as AUGMENTS
 from ._augment import check_augment as check_augment
 from ._augment import flip_group as flip_group
@@ -37,28 +39,28 @@ from ._config import DataSpec as DataSpec
 from ._config import KernelSpec as KernelSpec
 from ._config import OutputSpec as OutputSpec
 from ._config import RunConfig as RunConfig
-from ._layers import AFFINE as AFFINE
-from ._layers import NONLINEARITIES as NONLINEARITIES
+from ._layer_types import AFFINE as AFFINE
+from ._layer_types import NONLINEARITIES as NONLINEARITIES
 from ._layers import PADDINGS as PADDINGS
-from ._layers import POOLS as POOLS
+from ._layer_types import POOLS as POOLS
 from ._layers import ABRelu as ABRelu
 from ._layers import AvgPool as AvgPool
 from ._layers import Conv as Conv
 from ._layers import Dense as Dense
 from ._layers import Erf as Erf
-from ._layers import Exp as Exp
-from ._layers import Gaussian as Gaussian
-from ._layers import Hermite as Hermite
-from ._layers import Monomial as Monomial
-from ._layers import Rbf as Rbf
-from ._layers import RectifiedMonomial as RectifiedMonomial
-from ._layers import Sign as Sign
-from ._layers import Sin as Sin
+from ._layers_elementwise import Exp as Exp
+from ._layers_elementwise import Gaussian as Gaussian
+from ._layers_elementwise import Hermite as Hermite
+from ._layers_elementwise import Monomial as Monomial
+from ._layers_elementwise import Rbf as Rbf
+from ._layers_elementwise import RectifiedMonomial as RectifiedMonomial
+from ._layers_elementwise import Sign as Sign
+from ._layers_elementwise import Sin as Sin
 from ._layers import Flatten as Flatten
 from ._layers import Gelu as Gelu
 from ._layers import GlobalAvgPool as GlobalAvgPool
 from ._layers import Identity as Identity
-from ._layers import Layer as Layer
+from ._layer_types import Layer as Layer
 from ._layers import LayerNorm as LayerNorm
 from ._layers import Parallel as Parallel
 from ._layers import Relu as Relu
@@ -81,6 +83,9 @@ from ._registry import branches as branches
 from ._registry import layer_type as layer_type
 from ._registry import layer_types as layer_types
 from ._registry import walk as walk
+from ._settings import dtype as read_dtype
+from ._settings import engine as read_engine
+from ._settings import memory as read_memory
 from ._shapes import spatial_out as spatial_out
 from ._shapes import transpose_out as transpose_out
 from ._sizes import format_size as format_size

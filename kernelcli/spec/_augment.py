@@ -27,7 +27,9 @@ Dense layers, elementwise nonlinearities, ``layer_norm``, ``identity``,
 ``flatten``, ``global_avg_pool`` and ``global_sum_pool`` act alike at every position (or average over
 all of them); ``residual`` and ``parallel`` are equivariant when all their branches
 are. Any other layer (``conv_transpose``, whose output grid depends on how the
-transposed padding splits) is refused until its rule is written here.
+transposed padding splits) is refused until its rule is written. Each layer's rule
+is the ``flip`` field of its declaration (``LayerType``: ``"window"``, ``"alike"``,
+``"branches"`` or none); this module applies them.
 """
 
 from __future__ import annotations
@@ -36,18 +38,11 @@ from typing import Any, Sequence, Tuple
 
 from ..errors import ConfigError
 from . import _fields as f
-from ._layers import (NONLINEARITIES, AvgPool, Conv, Dense, Flatten, GlobalAvgPool,
-                      Identity, LayerNorm)
-from ._layers_spatial import ConvLocal, GlobalSumPool, SumPool
 from ._rank import bind_layer
-from ._registry import branches
+from ._registry import branches, layer_type
 from ._shapes import State, label, spatial_out, step
 
 AUGMENTS = ("hflip", "vflip")
-_PLAIN = (Dense, Flatten, GlobalAvgPool, GlobalSumPool, LayerNorm, Identity) + tuple(NONLINEARITIES)
-# A conv_local's kernel is the conv's on the spatial diagonal (each position's own
-# weights change nothing once averaged over their draws), so the window rule is its.
-_WINDOWED = (Conv, ConvLocal, AvgPool, SumPool)
 _NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
 
@@ -129,8 +124,9 @@ def _check_layers(layers, st: State, axis: int, value: str, name: str) -> State:
 def _check_layer(layer, size: int, axis: int, value: str, name: str) -> None:
     head = f"kernel.augment: {value} needs a network whose kernel is unchanged when both " \
            f"inputs are flipped, but {label(layer)}"
-    if isinstance(layer, _WINDOWED):
-        k = (layer.window if isinstance(layer, (AvgPool, SumPool)) else layer.filter)[axis]
+    t = layer_type(layer)
+    if t.flip == "window":
+        k = t.window(layer)[axis]
         s = layer.strides[axis]
         lo, hi = _pads(size, k, s, layer.padding)
         if lo != hi:
@@ -145,7 +141,7 @@ def _check_layer(layer, size: int, axis: int, value: str, name: str) -> None:
                 f"expected windows covering the axis from end to end: (size - window) "
                 f"divisible by the stride")
         return
-    if isinstance(layer, _PLAIN) or branches(layer):
+    if t.flip == "alike" or (t.flip == "branches" and branches(layer)):
         return
     raise ConfigError(f"{head} is not known to be flip-equivariant; expected layers listed "
                       f"in docs/config.md (kernel.augment)")

@@ -35,7 +35,7 @@ from typing import List, Sequence, Tuple
 from ..errors import ConfigError
 from ._config import Architecture
 from ._fields import MAX_AXES
-from ._layers import Layer
+from ._layer_types import Layer
 from ._rank import bind_layer
 from ._shapes import Shape, State, step
 

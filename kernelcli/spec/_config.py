@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Tuple
 
-from ._layers import Layer
+from ._layer_types import Layer
 
 KINDS = ("nngp", "ntk")
 DTYPES = ("float32", "float64")

@@ -6,8 +6,10 @@ path the layer came from (for example ``architecture.layers[3].conv``), kept
 only to name it in error messages; it takes no part in equality.
 
 Right after each dataclass comes the spec's whole knowledge of that layer, as
-one ``register(LayerType(...))``: its YAML name(s) and parameters with the
-reader that builds it, its shape rule (from ``_shapes``) and its order flags.
+one ``LayerType(...)``: its YAML name(s) and parameters with the
+reader that builds it, its shape rule (from ``_shapes``), its order flags and its
+flip rule (``kernel.augment``). ``TYPES`` lists them; ``_layer_types`` builds the
+registry from this module's and the other families' lists.
 Parsing (``_parse_layers``) and the shape check (``_check``) look layers up in
 the registry instead of testing classes, so adding a layer here (and its kernel
 map, see CONTRIBUTING.md) is all they need.
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple, Union
 
 from . import _shapes as S
-from ._registry import LayerType, Spelling, layer_types, register
+from ._registry import LayerType, Spelling
 
 PADDINGS = ("SAME", "VALID", "CIRCULAR")
 
@@ -46,9 +48,9 @@ class Dense:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(LayerType(
-    Dense, "dense", S.dense, ("W_std", "b_std", "width"), affine=True,
-    parse=lambda p: Dense(W_std=p.w_std(), b_std=p.b_std(), width=p.width(), where=p.path)))
+DENSE = LayerType(
+    Dense, "dense", S.dense, ("W_std", "b_std", "width"), affine=True, flip="alike",
+    parse=lambda p: Dense(W_std=p.w_std(), b_std=p.b_std(), width=p.width(), where=p.path))
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,9 @@ def conv_parser(cls):
 _conv = conv_parser(Conv)
 
 
-register(LayerType(Conv, "conv", S.conv,
-                   ("filter", "strides", "padding", "W_std", "b_std", "width"),
-                   parse=_conv, affine=True))
+CONV = LayerType(Conv, "conv", S.conv,
+                 ("filter", "strides", "padding", "W_std", "b_std", "width"),
+                 parse=_conv, affine=True, flip="window", window=lambda layer: layer.filter)
 
 
 @dataclass(frozen=True)
@@ -118,16 +120,18 @@ class ABRelu:
     where: str = field(default="", compare=False, repr=False)
 
 
-_ACTIVATION = dict(shape=S.nonlinearity, needs_gaussian=True, reads_variances=True)
-register(
-    LayerType(Relu, "relu", **_ACTIVATION),
-    LayerType(Erf, "erf", parameters=("a", "b", "c"), **_ACTIVATION,
+# A nonlinearity acts alike at every position, so it keeps a flip equivariance.
+ACTIVATION = dict(shape=S.nonlinearity, needs_gaussian=True, reads_variances=True,
+                  flip="alike")
+ACTIVATIONS = (
+    LayerType(Relu, "relu", **ACTIVATION),
+    LayerType(Erf, "erf", parameters=("a", "b", "c"), **ACTIVATION,
               parse=lambda p: Erf(a=p.scale("a", 1.0), b=p.scale("b", 1.0),
                                   c=p.scale("c", 0.0), where=p.path),
               also=(Spelling("sigmoid_like", (),
                              lambda p: Erf(**SIGMOID_LIKE, where=p.path)),)),
-    LayerType(Gelu, "gelu", **_ACTIVATION),
-    LayerType(ABRelu, "abrelu", parameters=("a", "b"), **_ACTIVATION,
+    LayerType(Gelu, "gelu", **ACTIVATION),
+    LayerType(ABRelu, "abrelu", parameters=("a", "b"), **ACTIVATION,
               parse=lambda p: ABRelu(a=p.slope("a"), b=p.slope("b"), where=p.path),
               also=(Spelling("leaky_relu", ("alpha",),
                              lambda p: ABRelu(a=p.slope("alpha"), b=1.0, where=p.path)),
@@ -154,9 +158,10 @@ def _avg_pool(p) -> AvgPool:
                    normalize_edges=p.boolean("normalize_edges", False), where=p.path)
 
 
-register(LayerType(AvgPool, "avg_pool", S.avg_pool,
-                   ("window", "strides", "padding", "normalize_edges"),
-                   parse=_avg_pool, pools=True))
+AVG_POOL = LayerType(AvgPool, "avg_pool", S.avg_pool,
+                     ("window", "strides", "padding", "normalize_edges"),
+                     parse=_avg_pool, pools=True, flip="window",
+                     window=lambda layer: layer.window)
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,8 @@ class GlobalAvgPool:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(LayerType(GlobalAvgPool, "global_avg_pool", S.global_avg_pool, pools=True))
+GLOBAL_AVG_POOL = LayerType(GlobalAvgPool, "global_avg_pool", S.global_avg_pool, pools=True,
+                            flip="alike")
 
 
 @dataclass(frozen=True)
@@ -172,7 +178,7 @@ class Flatten:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(LayerType(Flatten, "flatten", S.flatten))
+FLATTEN = LayerType(Flatten, "flatten", S.flatten, flip="alike")
 
 
 @dataclass(frozen=True)
@@ -180,8 +186,8 @@ class LayerNorm:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(LayerType(LayerNorm, "layer_norm", S.normalize, needs_gaussian=True,
-                   reads_variances=True))
+LAYER_NORM = LayerType(LayerNorm, "layer_norm", S.normalize, needs_gaussian=True,
+                       reads_variances=True, flip="alike")
 
 
 @dataclass(frozen=True)
@@ -189,7 +195,7 @@ class Identity:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(LayerType(Identity, "identity", S.keep))
+IDENTITY = LayerType(Identity, "identity", S.keep, flip="alike")
 
 
 @dataclass(frozen=True)
@@ -202,9 +208,10 @@ class Residual:
 
 # `residual: [...]` is `residual: {layers: [...]}`. As in neural-tangents, FanOut(2),
 # parallel(Identity, serial(layers)), FanInSum: its branches are the identity and f.
-register(LayerType(Residual, "residual", S.residual, ("layers",), needs_gaussian=True,
-                   parse=lambda p: Residual(layers=p.layers("layers"), where=p.path),
-                   branches=lambda layer: ((), layer.layers), bare="layers"))
+RESIDUAL = LayerType(Residual, "residual", S.residual, ("layers",), needs_gaussian=True,
+                     parse=lambda p: Residual(layers=p.layers("layers"), where=p.path),
+                     branches=lambda layer: ((), layer.layers), bare="layers",
+                     flip="branches")
 
 
 MERGES = ("sum", "concat")
@@ -221,26 +228,13 @@ class Parallel:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(LayerType(Parallel, "parallel", S.parallel, ("branches", "merge"),
-                   parse=lambda p: Parallel(branches=p.branches("branches"),
-                                            merge=p.choice("merge", MERGES, "a merge"),
-                                            where=p.path),
-                   branches=lambda layer: layer.branches))
+PARALLEL = LayerType(Parallel, "parallel", S.parallel, ("branches", "merge"),
+                     parse=lambda p: Parallel(branches=p.branches("branches"),
+                                              merge=p.choice("merge", MERGES, "a merge"),
+                                              where=p.path),
+                     branches=lambda layer: layer.branches, flip="branches")
 
 
-# The further elementwise nonlinearities register here, before the groups below.
-from ._layers_elementwise import (Exp, Gaussian, Hermite, Monomial,  # noqa: E402
-                                  RectifiedMonomial, Rbf, Sign, Sin)
-# So does the spatial family.
-from ._layers_spatial import ConvLocal, ConvTranspose, GlobalSumPool, SumPool  # noqa: E402
-
-Layer = Union[Dense, Conv, Relu, Erf, Gelu, ABRelu, AvgPool, GlobalAvgPool,
-              Flatten, LayerNorm, Identity, Residual, Sin, Rbf, Exp, Gaussian, Monomial,
-              RectifiedMonomial, Sign, Hermite, Parallel, ConvLocal, ConvTranspose, SumPool,
-              GlobalSumPool]
-
-# Groups of classes, derived from the declarations (for tests and callers that filter).
-NONLINEARITIES = tuple(t.cls for t in layer_types()
-                       if t.shape in (S.nonlinearity, S.unit_variance_nonlinearity))
-POOLS = tuple(t.cls for t in layer_types() if t.pools)
-AFFINE = tuple(t.cls for t in layer_types() if t.affine)
+# This family's declarations, in the registry's order (``_layer_types``).
+TYPES = (DENSE, CONV) + ACTIVATIONS + (AVG_POOL, GLOBAL_AVG_POOL, FLATTEN, LAYER_NORM,
+                                       IDENTITY, RESIDUAL, PARALLEL)

@@ -2,7 +2,7 @@
 
 neural-tangents 0.6.5's ``Sin``/``Cos``, ``Rbf``, ``Exp``, ``Gaussian``, ``Monomial``,
 ``RectifiedMonomial``, ``Sign`` and ``Hermite``, declared like the layers of
-``_layers`` (which imports this module, so they register with the rest); ``abs``
+``_layers`` (``TYPES``, which ``_layer_types`` adds to the registry); ``abs``
 (``abrelu`` with ``a=-1, b=1``) and ``sigmoid_like`` (an ``erf``) are spellings of
 layers declared there. The kernel maps are in ``kernelcli.kernels._elementwise``.
 
@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass, field
 
 from . import _shapes as S
-from ._registry import LayerType, Spelling, register
+from ._layers import ACTIVATION
+from ._registry import LayerType, Spelling
 
 MAX_MONOMIAL = 5      # neural-tangents' Monomial takes 0..5
 # Not bounded in neural-tangents. The kernel grows like (2n-1)!! v**n, so a degree is
@@ -106,24 +107,23 @@ def _sin(p, shift: float = 0.0) -> Sin:
                where=p.path)
 
 
-_ACTIVATION = dict(shape=S.nonlinearity, needs_gaussian=True, reads_variances=True)
-register(
-    LayerType(Sin, "sin", parameters=("a", "b", "c"), parse=_sin, **_ACTIVATION,
+TYPES = (
+    LayerType(Sin, "sin", parameters=("a", "b", "c"), parse=_sin, **ACTIVATION,
               also=(Spelling("cos", ("a", "b", "c"), lambda p: _sin(p, math.pi / 2)),)),
-    LayerType(Rbf, "rbf", parameters=("gamma",), **_ACTIVATION,
+    LayerType(Rbf, "rbf", parameters=("gamma",), **ACTIVATION,
               parse=lambda p: Rbf(gamma=p.scale("gamma", 1.0, minimum=0.0), where=p.path)),
-    LayerType(Exp, "exp", parameters=("a", "b"), **_ACTIVATION,
+    LayerType(Exp, "exp", parameters=("a", "b"), **ACTIVATION,
               parse=lambda p: Exp(a=p.scale("a", 1.0), b=p.scale("b", 1.0), where=p.path)),
-    LayerType(Gaussian, "gaussian", parameters=("a", "b"), **_ACTIVATION,
+    LayerType(Gaussian, "gaussian", parameters=("a", "b"), **ACTIVATION,
               parse=lambda p: Gaussian(a=p.scale("a", 1.0), b=p.scale("b", -1.0),
                                        where=p.path)),
-    LayerType(Monomial, "monomial", parameters=("degree",), **_ACTIVATION,
+    LayerType(Monomial, "monomial", parameters=("degree",), **ACTIVATION,
               parse=lambda p: Monomial(degree=p.degree(MAX_MONOMIAL), where=p.path)),
-    LayerType(RectifiedMonomial, "rectified_monomial", parameters=("degree",), **_ACTIVATION,
+    LayerType(RectifiedMonomial, "rectified_monomial", parameters=("degree",), **ACTIVATION,
               parse=lambda p: RectifiedMonomial(degree=p.degree(MAX_RECTIFIED_MONOMIAL),
                                                 where=p.path)),
-    LayerType(Sign, "sign", **_ACTIVATION),
+    LayerType(Sign, "sign", **ACTIVATION),
     LayerType(Hermite, "hermite", S.unit_variance_nonlinearity, ("degree",),
               parse=lambda p: Hermite(degree=p.degree(MAX_HERMITE), where=p.path),
-              needs_gaussian=True, reads_variances=True),
+              needs_gaussian=True, reads_variances=True, flip="alike"),
 )

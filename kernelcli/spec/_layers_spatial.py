@@ -1,7 +1,7 @@
 """Spatial layers beyond ``conv`` and ``avg_pool``: locally connected and transposed
 convolutions, sum pooling. Declared like those of ``_layers`` (a frozen dataclass,
-then its ``register(LayerType(...))``), in a module of their own to keep each file
-readable; ``_layers`` imports this one, so they register with the rest.
+then its ``LayerType(...)``, listed in ``TYPES``), in a module of their own to keep
+each file readable; ``_layer_types`` adds them to the registry with the rest.
 
 ``conv_local`` and ``conv_transpose`` take ``conv``'s parameters and defaults and,
 like it, make the signal Gaussian (``affine``); ``sum_pool`` takes ``avg_pool``'s
@@ -15,7 +15,7 @@ from typing import Optional
 
 from . import _shapes as S
 from ._layers import Axes, conv_parser
-from ._registry import LayerType, register
+from ._registry import LayerType
 
 _CONV_PARAMETERS = ("filter", "strides", "padding", "W_std", "b_std", "width")
 
@@ -48,12 +48,15 @@ class ConvTranspose:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(
-    LayerType(ConvLocal, "conv_local", S.conv, _CONV_PARAMETERS, parse=conv_parser(ConvLocal),
-              affine=True),
-    LayerType(ConvTranspose, "conv_transpose", S.conv_transpose, _CONV_PARAMETERS,
-              parse=conv_parser(ConvTranspose), affine=True),
-)
+# A conv_local's kernel is the conv's on the spatial diagonal (each position's own
+# weights change nothing once averaged over their draws), so the window flip rule is
+# its. A conv_transpose's output grid depends on how the transposed padding splits:
+# no flip rule is written for it, so kernel.augment refuses it.
+CONV_LOCAL = LayerType(ConvLocal, "conv_local", S.conv, _CONV_PARAMETERS,
+                       parse=conv_parser(ConvLocal), affine=True, flip="window",
+                       window=lambda layer: layer.filter)
+CONV_TRANSPOSE = LayerType(ConvTranspose, "conv_transpose", S.conv_transpose,
+                           _CONV_PARAMETERS, parse=conv_parser(ConvTranspose), affine=True)
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,11 @@ class GlobalSumPool:
     where: str = field(default="", compare=False, repr=False)
 
 
-register(
-    LayerType(SumPool, "sum_pool", S.avg_pool, ("window", "strides", "padding"),
-              parse=_sum_pool, pools=True),
-    LayerType(GlobalSumPool, "global_sum_pool", S.global_avg_pool, pools=True),
-)
+SUM_POOL = LayerType(SumPool, "sum_pool", S.avg_pool, ("window", "strides", "padding"),
+                     parse=_sum_pool, pools=True, flip="window",
+                     window=lambda layer: layer.window)
+GLOBAL_SUM_POOL = LayerType(GlobalSumPool, "global_sum_pool", S.global_avg_pool, pools=True,
+                            flip="alike")
+
+# This family's declarations, in the registry's order (``_layer_types``).
+TYPES = (CONV_LOCAL, CONV_TRANSPOSE, SUM_POOL, GLOBAL_SUM_POOL)

@@ -28,13 +28,13 @@ import yaml
 
 from ..errors import ConfigError
 from . import _fields as f
-from ._config import (DTYPES, ENGINES, EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS,
+from . import _settings as settings
+from ._config import (EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS,
                       PREPROCESS_KINDS, Architecture, ComputeSpec, DataSpec, KernelSpec, OutputSpec,
                       PreprocessSpec, Readouts, RunConfig)
 from ._augment import parse_augment
 from ._parse_layers import MAX_LAYERS, parse_layers
 from ._registry import walk
-from ._sizes import parse_size
 from ._yaml import MAX_CHARS, read_yaml
 
 SECTIONS = ("name", "data", "architecture", "kernel", "compute", "output")
@@ -339,27 +339,14 @@ def _kernel(d: dict) -> KernelSpec:
         seen.append(kind)
     return KernelSpec(
         kinds=tuple(k for k in KINDS if k in seen),  # canonical order, whatever was written
-        dtype=f.choice(d.get("dtype", "float32"), "kernel.dtype", DTYPES, "a dtype"),
+        dtype=settings.dtype(d.get("dtype", "float32"), "kernel.dtype"),
         test_diagonal=f.boolean(d.get("test_diagonal", False), "kernel.test_diagonal"),
         augment=parse_augment(d.get("augment"), "kernel.augment"),
     )
 
 
 def _compute(d: dict) -> ComputeSpec:
-    memory = d.get("memory", "auto")
-    if isinstance(memory, str) and memory.lower() == "auto":
-        budget = None
-    elif isinstance(memory, bool):  # parse_size would echo Python's True, not YAML's true
-        raise f.fail("compute.memory", f"{f.show(memory)} is not a size; expected auto or a "
-                                       "size such as '8GiB'")
-    else:
-        try:
-            budget = parse_size(memory)
-        except ValueError as e:
-            raise f.fail("compute.memory", f"{e}, or auto") from None
-        if budget == 0:
-            raise f.fail("compute.memory", f"{f.show(memory)} is zero bytes; expected auto "
-                                           "or a positive size such as '8GiB'")
+    budget = settings.memory(d.get("memory", "auto"), "compute.memory")
     executor = f.choice(d.get("executor", "local"), "compute.executor", EXECUTORS,
                         "an executor")
     address = f.optional_string(d.get("address"), "compute.address",
@@ -377,7 +364,7 @@ def _compute(d: dict) -> ComputeSpec:
                          maximum=MAX_BLOCK),
         executor=executor,
         address=address,
-        engine=f.choice(d.get("engine", "auto"), "compute.engine", ENGINES, "an engine"),
+        engine=settings.engine(d.get("engine", "auto"), "compute.engine"),
     )
 
 

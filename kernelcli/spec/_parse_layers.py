@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from . import _fields as f
-from ._layers import Layer
+from ._layer_types import Layer
 from ._params import BRANCH, LAYERS, Params
 from ._registry import layer_types, spelling
 

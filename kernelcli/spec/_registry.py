@@ -3,14 +3,17 @@
 A layer type lives in several stages (parsing the YAML, the shape and order
 check, the kernel maths, the Monte-Carlo oracle); each stage used to recognise
 it with its own chain of ``isinstance`` tests, so adding a layer meant finding
-every chain. The spec's part of a layer is now declared once, in
-:mod:`kernelcli.spec._layer_types`, and every spec stage looks its layer up
-here. The kernels keep their own table keyed by the same classes
+every chain. The spec's part of a layer is now declared once, next to its
+dataclass in its family's module (``_layers``, ``_layers_elementwise``,
+``_layers_spatial``: each a ``TYPES`` tuple), and every spec stage looks its
+layer up here. The kernels keep their own table keyed by the same classes
 (:mod:`kernelcli.kernels._maps`), because spec must not know about jax.
 
 This module holds only the record and the lookup, so that the modules the
 declarations draw on (parameter readers, shape rules) can import it without a
-cycle; the declarations register themselves when ``kernelcli.spec`` is imported.
+cycle. The table is filled in one place, :mod:`kernelcli.spec._layer_types`,
+which imports every family module and registers its ``TYPES`` in order;
+``kernelcli.spec`` imports it first, so the table is whole before any lookup.
 """
 
 from __future__ import annotations
@@ -50,6 +53,14 @@ class LayerType:
     the lists that the stages walk too, one per branch (a residual's are its
     identity, ``()``, and its branch); ``None`` for every other layer. ``also``:
     further YAML spellings (``leaky_relu`` is an ``ABRelu``).
+
+    ``flip``: the layer's rule under ``kernel.augment`` (``_augment``): ``"alike"``,
+    it treats every position alike (or averages over all of them), so it keeps any
+    flip equivariance; ``"window"``, a windowed layer, equivariant along an axis when
+    its padding is equal at both ends and its windows tile the axis; ``"branches"``,
+    equivariant when all its branches are; ``None``, no rule written: refused.
+    ``window``: ``layer -> sizes``, the window of a windowed layer (``filter`` or
+    ``window``, one entry per spatial axis once bound).
     """
 
     cls: type
@@ -64,6 +75,8 @@ class LayerType:
     branches: Optional[Callable[[Any], Tuple[Tuple[Any, ...], ...]]] = None
     bare: Optional[str] = None
     also: Tuple[Spelling, ...] = ()
+    flip: Optional[str] = None
+    window: Optional[Callable[[Any], Any]] = None
 
     @property
     def branch(self) -> bool:
@@ -79,11 +92,19 @@ _BY_CLASS: Dict[type, LayerType] = {}
 _BY_NAME: Dict[str, Tuple[LayerType, Spelling]] = {}
 
 
+FLIP_RULES = ("alike", "window", "branches")
+
+
 def register(*types: LayerType) -> Tuple[LayerType, ...]:
-    """Add ``types`` to the registry; a class or YAML name declared twice is a bug."""
+    """Add ``types`` to the registry (called by ``_layer_types`` alone); a class or
+    YAML name declared twice, or a flip rule not in ``FLIP_RULES``, is a bug."""
     for t in types:
         if t.cls in _BY_CLASS:
             raise ValueError(f"layer class {t.cls.__name__} is declared twice")
+        if t.flip is not None and t.flip not in FLIP_RULES:
+            raise ValueError(f"layer {t.name}: flip rule {t.flip!r} is not one of {FLIP_RULES}")
+        if t.flip == "window" and t.window is None:
+            raise ValueError(f"layer {t.name}: a window flip rule needs its window")
         for s in t.spellings:
             if s.name in _BY_NAME:
                 raise ValueError(f"layer name {s.name!r} is declared twice")
