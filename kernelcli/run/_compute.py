@@ -84,7 +84,7 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
     whichever process comes first and the others adopt its plan; the result is
     assembled by whichever process finds every tile done.
 
-    ``stop``: a :class:`~kernelcli.Stop` another thread (or the CLI's signal handlers)
+    ``stop``: a :class:`~kernelcli.run.Stop` another thread (or the CLI's signal handlers)
     may request; the run then ends at its next safe point with
     :class:`~kernelcli.errors.Interrupted`, its completed tiles kept. Default: a stop of
     this call's own (Ctrl-C's KeyboardInterrupt still ends it the same way).

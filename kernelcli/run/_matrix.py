@@ -45,7 +45,7 @@ def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=Non
     accelerators their free device memory, else the host's);
     ``devices``: default all local ones; ``block``, ``pair_batch``: as a run's plan
     (default: the planner's choice, as in ``compute``); ``stop``: a
-    :class:`~kernelcli.Stop` another thread may request (the call then raises
+    :class:`~kernelcli.run.Stop` another thread may request (the call then raises
     :class:`~kernelcli.errors.Interrupted` at its next safe point).
     """
     import jax

@@ -266,7 +266,7 @@ def _get_all(ray, refs, stop: Optional[Stop] = None):
         return ray.get(list(refs))
     except ray.exceptions.RayError as exc:
         if "RESOURCE_EXHAUSTED" in str(exc):  # a device out of memory on the worker:
-            # the out-of-memory error of a local run (run/_api.py), naming the budget
+            # the out-of-memory error of a local run (run/_finish.py), naming the budget
             raise RuntimeError(f"RESOURCE_EXHAUSTED on a Ray worker: {_describe(exc)}") from None
         raise ComputeError(f"a kernel actor's call failed on the Ray cluster (a dead actor "
                            f"is restarted {MAX_RETRIES} times): {_describe(exc)}; completed "
