@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Optional
 
 from .._stop import Stop, check, interrupted_error, or_new
