@@ -99,8 +99,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
         job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
                       extension=ext, stop=stop)
         with _closed_on_error(job):
-            rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None,
-                                               stop)
+            rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None, stop)
     except Interrupted as exc:
         raise Interrupted(f"interrupted ({signal_name(exc.signum)}) before "
                           f"{run_dir} was extended; it is unchanged: run the same extend "

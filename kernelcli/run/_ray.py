@@ -14,25 +14,27 @@ asked). Each builds the kernel function once, from the configuration, and keeps 
 compiled programs for every block it is fed. Not tasks: Ray gives a task that asks
 for a GPU its default ``max_calls=1``, so each would be a fresh process that
 re-imports JAX, re-initialises CUDA and recompiles. The plan is made on the first
-actor (:meth:`RayBackend.plan_inputs`, from :func:`~._job.prepare`): the engine resolved from the
-worker's platform, its memory budget and its compiled programs' memory.
+actor (:meth:`RayBackend.plan_inputs`, from :func:`~._job.prepare`): the engine
+resolved from the worker's platform, its memory budget and its compiled programs'
+memory.
 
-:class:`RayBackend` is one of the executor driver's two backends
-(:mod:`._backend`; :func:`~._executor.execute` checks, writes and tallies the tiles). Bit-identity
-with the local backend: the per-input pass runs on the same row slices the local
-backend reads (:func:`stats_slices`), and each tile on an actor is
-:func:`~._block.block_tile`, the local backend's own per-block computation, on the same
-padded inputs and pair batches. At most :data:`PER_ACTOR` blocks are queued on an
-actor at once (one computing, the next already shipped), so the inputs in flight are
-bounded. An actor whose process dies is restarted and its queued calls are retried
-(``MAX_RETRIES`` times); a call that raises fails the run (the same computation would
-raise again), naming the cause; the tiles written are kept.
+:class:`RayBackend` is one of the executor driver's two backends (:mod:`._backend`;
+:func:`~._executor.execute` checks, writes and tallies the tiles). Bit-identity with
+the local backend: the per-input pass runs on the same row slices the local backend
+reads (:func:`~._block.stats_slices`), and each tile on an actor is
+:func:`~._block.block_tile`, the local backend's own per-block computation, on the
+same padded inputs and pair batches. At most :data:`PER_ACTOR` blocks are queued on
+an actor at once (one computing, the next already shipped), so the inputs in flight
+are bounded. An actor whose process dies is restarted and its queued calls are
+retried (``MAX_RETRIES`` times); a call that raises fails the run (the same
+computation would raise again), naming the cause; the tiles written are kept.
 
-A stop (the ``stop`` the backend is given, :mod:`kernelcli._stop`; the CLI's
-signal handlers request it): the driver's wait loops check it every half second; on a stop the actors are killed, Ray is shut down
-(when this run started it) and :class:`~kernelcli.errors.Interrupted` is raised.
-``ray.init`` installs a SIGTERM handler of its own in the driver (one that raises
-``SystemExit`` anywhere); the caller's handler is put back right after it.
+A stop (the ``stop`` the backend is given, :mod:`kernelcli._stop`; the CLI's signal
+handlers request it): the driver's wait loops check it every half second; on a stop
+the actors are killed, Ray is shut down (when this run started it) and
+:class:`~kernelcli.errors.Interrupted` is raised. ``ray.init`` installs a SIGTERM
+handler of its own in the driver (one that raises ``SystemExit`` anywhere); the
+caller's handler is put back right after it.
 """
 
 from __future__ import annotations

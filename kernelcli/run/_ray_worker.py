@@ -30,8 +30,8 @@ class KernelWorker:
 
     ``spec``: ``(architecture, input_shape, kinds, dtype, augment)``; ``engine``:
     ``compute.engine`` as configured ("auto" resolves on this worker's platform), or
-    the plan an existing run recorded; ``memory``: ``compute.memory`` (``None``: from this worker's free memory, shared
-    by ``share`` actors of its node).
+    the plan an existing run recorded; ``memory``: ``compute.memory`` (``None``: from
+    this worker's free memory, shared by ``share`` actors of its node).
     """
 
     def __init__(self, spec, engine: str, memory: Optional[int], share: int):
