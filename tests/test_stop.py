@@ -88,3 +88,37 @@ def test_a_requested_stop_ends_an_in_memory_kernel_matrix():
     with pytest.raises(Interrupted) as info:
         kernel_matrix(kfn, x, stop=stop)
     assert info.value.exit_code == 130
+
+
+def test_two_in_memory_kernel_matrices_in_two_threads_are_independent():
+    """The library's route of ``kernel_fn``: one call stopped (its stop requested while
+    it runs) leaves the other's result whole, the bits of the same call alone."""
+    from kernelcli import stax
+    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.run import Stop, kernel_matrix
+    from kernelcli.spec import parse_architecture
+
+    arch = parse_architecture(stax.serial(stax.Flatten(), stax.Dense(8), stax.Relu(),
+                                          stax.Dense(1)).to_dict())
+    kfn = build_kernel_fn(arch, (4, 4, 1), ("nngp", "ntk"), "float32", ())
+    x = images(40, 4, 4, 1, seed=3)
+    alone = kernel_matrix(kfn, x, block=8)
+    stops = {"a": Stop(), "b": Stop()}
+    out: dict = {}
+
+    def run(name):
+        try:
+            out[name] = kernel_matrix(kfn, x, block=8, stop=stops[name])
+        except Interrupted as exc:
+            out[name] = exc
+
+    stops["a"].request(signal.SIGINT)
+    threads = [threading.Thread(target=run, args=(n,)) for n in stops]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert isinstance(out["a"], Interrupted) and out["a"].exit_code == 130
+    assert str(out["a"]) == "interrupted (SIGINT) before anything was written"
+    for kind in ("nngp", "ntk"):
+        assert np.array_equal(out["b"][kind], alone[kind])
