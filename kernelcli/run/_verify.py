@@ -44,7 +44,6 @@ class VerifyReport:
 
 
 def verify(run_dir) -> VerifyReport:
-
     store = RunStore.open(run_dir)
     plan = plan_from_manifest(store.manifest, run_dir)
     check_recorded_config(store)
