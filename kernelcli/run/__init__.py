@@ -10,7 +10,7 @@ Bottom to top (each module imports only those above it in this list, or beside i
   (``_local``) and the Ray implementation (``_ray``, ``_ray_worker``) side by side;
 * the prepared run (``_job``: a ``Job`` on the backend it was given), the executor
   driver (``_executor``), the in-memory route (``_matrix``);
-* the commands, one module each: ``_compute`` (``compute``, ``resume``, sharing
+* the commands, one module each: ``_compute``, ``_resume`` (both end in
   ``_finish``), ``_assemble``, ``_extend`` (with ``_carry``), ``_estimate`` (with
   ``_timing``), ``_clean``, ``_verify``, ``_status``, ``_predict``.
 
@@ -21,12 +21,13 @@ Cancellation is a :class:`Stop` given to the call (``stop=``), threaded down the
 from .._stop import Stop
 from ._assemble import assemble
 from ._clean import clean
-from ._compute import compute, resume
+from ._compute import compute
 from ._devices import configure_host_devices, is_out_of_memory, out_of_memory_error
 from ._estimate import estimate
 from ._extend import extend
 from ._executor import Progress
 from ._finish import RunSummary, run_summary
+from ._resume import resume
 from ._matrix import kernel_matrix
 from ._open import load_run_config
 from ._predict import predict

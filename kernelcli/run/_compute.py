@@ -1,5 +1,4 @@
-"""``compute`` and ``resume``: run a configuration (or continue a run) into its run
-directory.
+"""``compute``: run a configuration (or continue its run) into its run directory.
 
 Each returns a typed result (:mod:`kernelcli.run._results`) and raises only
 :mod:`kernelcli.errors`; progress is reported through a callback and a stop is
@@ -23,16 +22,16 @@ from ._executor import Progress
 from ._finish import RunSummary, finish
 from ._job import Job, adopts, config_fingerprint, prepare_run, side_files
 from ._manifest import check_manifest
-from ._open import check_recorded_config, load_run_config, verified_result, with_run_dir
+from ._open import check_recorded_config, verified_result, with_run_dir
 from ._results import RunResult
 from ._shards import shard_label
 
-__all__ = ["compute", "resume"]
+__all__ = ["check_combination", "compute", "with_executor"]
 
 Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 
 
-def _with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[str]) -> RunConfig:
+def with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[str]) -> RunConfig:
     """``cfg`` with the arguments ``executor`` / ``address`` (which win)."""
     if executor is None and address is None:
         return cfg
@@ -51,7 +50,7 @@ def _with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[st
     return dataclasses.replace(cfg, compute=compute)
 
 
-def _check_combination(cfg: RunConfig, shard: Shard, overwrite: bool = False) -> None:
+def check_combination(cfg: RunConfig, shard: Shard, overwrite: bool = False) -> None:
     """Refuse what cannot work, before anything is written."""
     if shard is not None and overwrite:
         raise UsageError.naming(f"<<overwrite>> cannot be combined with <<shard>> "
@@ -91,8 +90,8 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
     """
     stop = or_new(stop)
     cfg = config if isinstance(config, RunConfig) else load_config(config)
-    cfg = _with_executor(with_run_dir(cfg, run_dir), executor, address)
-    _check_combination(cfg, shard, overwrite)
+    cfg = with_executor(with_run_dir(cfg, run_dir), executor, address)
+    check_combination(cfg, shard, overwrite)
     store = None if overwrite else _existing_run(cfg)
     if store is None:
         with prepare_run(cfg, None, shard, stop=stop) as job:
@@ -106,29 +105,6 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
         fingerprints = None
     with prepare_run(cfg, store, shard, fingerprints, stop) as job:
         return _continue(job, store, progress, shard, True, on_start, stop)
-
-
-def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
-           shard: Shard = None, executor: Optional[str] = None,
-           address: Optional[str] = None, *,
-           loaded: Optional[tuple[RunStore, RunConfig]] = None,
-           on_start: Optional[Callable[[RunSummary], None]] = None,
-           stop: Optional[Stop] = None) -> RunResult:
-    """Continue the run in ``run_dir`` where it stopped; bit-identical to an uninterrupted run.
-
-    ``shard = (I, N)`` continues only process I's share of a job array of N.
-    ``loaded``: what :func:`load_run_config` returned for ``run_dir`` (not read again).
-    ``on_start``, ``stop``: as for :func:`compute`.
-    """
-    stop = or_new(stop)
-    store, cfg = loaded if loaded is not None else load_run_config(run_dir)
-    cfg = _with_executor(cfg, executor, address)
-    _check_combination(cfg, shard)
-    result = verified_result(store)  # a finished run needs neither its data nor jax
-    if result is not None:
-        return RunResult(result=result, already_finished=True)
-    with prepare_run(cfg, store, shard, stop=stop) as job:
-        return finish(job, store, progress, shard, True, on_start, stop)
 
 
 def _existing_run(cfg: RunConfig) -> Optional[RunStore]:

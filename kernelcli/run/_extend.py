@@ -44,7 +44,7 @@ from ..plan import make_geometry
 from ..store import RunStore
 from ._block import STATS_ROWS
 from ._carry import carry_keys, set_aside, take_over
-from ._compute import resume
+from ._resume import resume
 from ._executor import Progress
 from ._finish import finish
 from ._inputs import open_inputs
