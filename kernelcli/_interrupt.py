@@ -10,118 +10,93 @@ So nothing here raises from a handler:
 
 * Only the CLI installs handlers (:func:`install`, from ``kernelcli.cli``); the library
   never touches process-wide signal state.
-* A signal is only recorded (:func:`request`: a ``threading.Event`` and the signal's
-  number). The recording is done by a small watcher thread woken through
-  ``signal.set_wakeup_fd``, so it happens at once even while the main thread is inside
-  a long XLA compilation; the Python-level handler itself does nothing.
-* The library calls :func:`check` at safe points (between slices of the per-input
-  pass, between batches and blocks, around compilations, in the Ray driver's wait
-  loop); it raises :class:`kernelcli.errors.Interrupted` (exit status 128 + the
-  signal's number: 130 for SIGINT, 143 for SIGTERM). Device threads stop taking new
-  batches as soon as a stop is requested and are joined before it is raised, so no
-  thread is inside XLA when the interpreter exits.
+* A signal is only recorded: the handlers request the CLI's :class:`~kernelcli._stop.Stop`
+  (:func:`stop`), which the CLI passes to the library as its ``stop=`` argument. The
+  recording is done by a small watcher thread woken through ``signal.set_wakeup_fd``,
+  so it happens at once even while the main thread is inside a long XLA compilation;
+  the Python-level handler itself does nothing.
+* The library checks that stop at safe points (between slices of the per-input pass,
+  between batches and blocks, around compilations, in the Ray driver's wait loop); it
+  raises :class:`kernelcli.errors.Interrupted` (exit status 128 + the signal's number:
+  130 for SIGINT, 143 for SIGTERM). Device threads stop taking new batches as soon as
+  a stop is requested and are joined before it is raised, so no thread is inside XLA
+  when the interpreter exits.
 * A second SIGINT/SIGTERM while stopping ends the process at once
-  (``os._exit(128 + signum)``) after the one-line message: every file of a run is
-  written under a temporary name and renamed, so nothing is left half-written.
+  (``os._exit(128 + signum)``) after the one-line message (naming the run the stop
+  says is being computed): every file of a run is written under a temporary name and
+  renamed, so nothing is left half-written.
 * Commands without safe points (``status``, ``verify``, ``assemble``, ``predict``) are
   put in :func:`set_immediate` mode: the first signal ends them at once, the same way.
 
 Library users without these handlers (a notebook) still stop on Ctrl-C's
 ``KeyboardInterrupt``; ``compute``/``resume`` turn it into the same
 :class:`~kernelcli.errors.Interrupted` error.
+
+The state here is the process's signal state (one per process, as signals are); the
+library has none of its own.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
 import threading
 from typing import Optional
 
+from ._stop import Stop, message, signal_name
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-_event = threading.Event()
-_signum: Optional[int] = None
-_where: tuple = (None, None)      # (run dir, shard) of the run being computed, if any
+_stop = Stop()                    # what the handlers request; the CLI passes it down
 _immediate = False                # the first signal ends the process (no safe points)
 _final_code: Optional[int] = None  # set once the CLI has printed its last line
 _watcher: Optional[threading.Thread] = None
 _wakeup_fd: Optional[int] = None  # write end of the watcher's pipe
 _lock = threading.RLock()         # deciding on a signal vs. deciding the exit status
 
+__all__ = ["check", "current_run", "exit_process", "final", "flush_std", "hard_exit",
+           "install", "message", "request", "requested", "reset", "set_immediate",
+           "signal_name", "stop", "uninstall", "where"]
+
+
+def stop() -> Stop:
+    """The stop the handlers request: the CLI gives it to the library (``stop=``)."""
+    return _stop
+
 
 def request(signum: int) -> None:
     """Record that ``signum`` asked the work to stop (the first signal's number is kept)."""
-    global _signum
-    if _signum is None:
-        _signum = int(signum)
-    _event.set()
+    _stop.request(signum)
 
 
 def requested() -> Optional[int]:
     """The number of the signal that asked to stop, or ``None``."""
-    return _signum if _event.is_set() else None
+    return _stop.requested()
 
 
 def reset() -> None:
-    """Forget a recorded signal (a new CLI invocation in the same process)."""
-    global _signum, _final_code, _immediate
-    _event.clear()
-    _signum = None
+    """Forget a recorded signal (a new CLI invocation in the same process): a fresh stop."""
+    global _stop, _final_code, _immediate
+    _stop = Stop()
     _final_code = None
     _immediate = False
 
 
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def message(signum: int, run_dir=None, shard=None) -> str:
-    """What an interrupted command says (after ``Error: ``)."""
-    name = signal_name(signum)
-    if run_dir is None:
-        return f"interrupted ({name}) before anything was written"
-    again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
-    return (f"interrupted ({name}); completed tiles are kept: continue with "
-            f"`kernelcli resume {run_dir}{again}`")
-
-
 def check(run_dir=None, shard=None) -> None:
-    """Raise :class:`~kernelcli.errors.Interrupted` if a stop was requested.
-
-    The message names ``run_dir`` (and ``shard``), else the run of the innermost
-    :func:`where`, else says that nothing was written yet.
-    """
-    signum = requested()
-    if signum is None:
-        return
-    from .errors import Interrupted
-
-    if run_dir is None:
-        run_dir, shard = _where
-    raise Interrupted(message(signum, run_dir, shard), signum)
+    """:meth:`~kernelcli._stop.Stop.check` of the CLI's stop."""
+    _stop.check(run_dir, shard)
 
 
 def current_run() -> tuple:
-    """``(run dir, shard)`` of the innermost :func:`where`, or ``(None, None)``."""
-    return _where
+    """``(run dir, shard)`` the CLI's stop concerns (innermost :func:`where`), or
+    ``(None, None)``."""
+    return _stop.run
 
 
-@contextlib.contextmanager
 def where(run_dir, shard=None):
-    """Within this block, an interruption concerns the run in ``run_dir``."""
-    global _where
-    before = _where
-    _where = (run_dir, shard)
-    try:
-        yield
-    finally:
-        _where = before
+    """Within this block, an interruption of the CLI's command concerns ``run_dir``."""
+    return _stop.where(run_dir, shard)
 
 
 # -- the CLI's side: handlers, the watcher thread, hard exits ---------------------------
@@ -136,7 +111,7 @@ def _handler(signum, frame) -> None:
 
 def _on_signal(signum: int) -> None:
     with _lock:
-        if _event.is_set() or _immediate or _final_code is not None:
+        if _stop() or _immediate or _final_code is not None:
             hard_exit(signum)
         request(signum)
 
@@ -151,7 +126,7 @@ def hard_exit(signum: int) -> None:
                 text = (f"interrupted ({signal_name(signum)}) while exiting, after the "
                         f"command had finished")
             else:
-                text = message(signum, *_where)
+                text = message(signum, *_stop.run)
             try:
                 os.write(2, f"Error: {text}\n".encode())
             except OSError:
@@ -221,8 +196,8 @@ def set_immediate(on: bool = True) -> None:
     came already does so now)."""
     global _immediate
     _immediate = on
-    if on and _signum is not None:
-        hard_exit(_signum)
+    if on and _stop.requested() is not None:
+        hard_exit(_stop.requested())
 
 
 def final(code: int) -> Optional[int]:

@@ -77,7 +77,7 @@ def _cfg(memory=None):
 def test_memory_budget_says_which_memory_it_is():
     import jax
 
-    from kernelcli.run._job import DEVICE_HEADROOM, memory_budget
+    from kernelcli.run._budget import DEVICE_HEADROOM, memory_budget
     from kernelcli.plan import auto_budget
 
     gpus = [FakeDevice({"bytes_limit": 100 * GiB, "bytes_in_use": 0})] * 2

@@ -284,33 +284,34 @@ class _Compiles:
             _Compiles.n += 1
 
 
-def _job(tmp_path, address, **compute):
+def _job(tmp_path, address, stop=None, **compute):
     from kernelcli.run._job import prepare
 
     cfg = load_config(write_case(tmp_path, compute=dict(compute, executor="ray",
                                                         address=address)))
-    return cfg, prepare(cfg)
+    return cfg, prepare(cfg, stop=stop)
 
 
 def test_the_plan_is_made_on_a_worker_and_is_a_local_runs_plan_here(tmp_path, ray_driver):
     import dataclasses
 
     from kernelcli.run._job import prepare
+    from kernelcli.run._local import LocalBackend
 
     with _Compiles() as driver:
         cfg, job = _job(tmp_path, ray_driver)
     with job:
         # every compiled program of the memory model was compiled by the first actor
         assert driver.n == 0
-        counters = job.ray.ray.get(job.ray.actors[0].counters.remote())
+        counters = job.backend.ray.get(job.backend.actors[0].counters.remote())
         assert counters["builds"] == 1 and counters["compiles"] >= 2
         assert counters["pid"] != os.getpid()
-        assert job.ray.info["platform"] == "cpu" and len(job.ray.actors) == 1
+        assert job.backend.info["platform"] == "cpu" and len(job.backend.actors) == 1
         ray_plan = job.plan
     local = dataclasses.replace(cfg, compute=dataclasses.replace(cfg.compute, executor="local",
                                                                  address=None))
     with _Compiles() as driver, prepare(local) as job:
-        assert driver.n >= 2 and job.ray is None
+        assert driver.n >= 2 and isinstance(job.backend, LocalBackend)
         # a CPU cluster on this machine: a local run's plan (the free memory moves a bit)
         assert job.plan.geometry == ray_plan.geometry
         assert (dataclasses.replace(job.plan.memory, budget_bytes=0)
@@ -319,28 +320,29 @@ def test_the_plan_is_made_on_a_worker_and_is_a_local_runs_plan_here(tmp_path, ra
 
 
 def test_each_actor_compiles_once_for_any_number_of_blocks(tmp_path, ray_driver):
-    from kernelcli.run._executor import LocalBackend
-    from kernelcli.run._ray import RayBackend
+    from kernelcli.run._local import LocalBackend
 
     _cfg, job = _job(tmp_path, ray_driver)
     with job:
-        rows, blocks = job.inputs.rows, job.plan.blocks
-        with RayBackend(job) as backend:
+        rows, blocks, kfn, plan = job.inputs.rows, job.plan.blocks, job.kfn, job.plan
+        with job.backend as backend:
+            s1 = backend.input_stats(kfn, rows)
             actors, ray = backend.actors, backend.ray
             assert len(actors) == 2  # one per CPU of the cluster
-            s1 = backend.input_stats(rows)
-            first = {b.key: t for b, t, _ in backend.tiles(blocks, rows, rows, s1, s1)}
+            first = {b.key: t for b, t, _ in backend.tiles(kfn, plan, blocks, rows, rows,
+                                                           s1, s1)}
             after_one = ray.get([a.counters.remote() for a in actors])
-            again = {b.key: t for b, t, _ in backend.tiles(blocks, rows, rows, s1, s1)}
+            again = {b.key: t for b, t, _ in backend.tiles(kfn, plan, blocks, rows, rows,
+                                                           s1, s1)}
             after_two = ray.get([a.counters.remote() for a in actors])
         assert len(blocks) == 15 and sorted(first) == sorted(again) == sorted(b.key for b in blocks)
         # the same actors (no restart), each built once, and 15 more blocks compiled nothing
         assert after_two == after_one
         assert [c["builds"] for c in after_one] == [1, 1]
         assert all(c["compiles"] <= 8 for c in after_one), after_one
-        local = LocalBackend(job.kfn, job.devices, job.plan.block, job.plan.pair_batch)
-        ls1 = local.input_stats(rows)
-        for block, tile, _ in local.tiles(blocks, rows, rows, ls1, ls1):
+        local = LocalBackend(job.devices)
+        ls1 = local.input_stats(kfn, rows)
+        for block, tile, _ in local.tiles(kfn, plan, blocks, rows, rows, ls1, ls1):
             for kind in tile:
                 assert np.array_equal(first[block.key][kind], tile[kind]), (block.key, kind)
                 assert np.array_equal(again[block.key][kind], tile[kind]), (block.key, kind)
@@ -349,30 +351,26 @@ def test_each_actor_compiles_once_for_any_number_of_blocks(tmp_path, ray_driver)
 @pytest.mark.parametrize("attempt", range(3))
 def test_a_stop_during_the_tiles_raises_interrupted_and_kills_the_actors(tmp_path, ray_driver,
                                                                          attempt):
-    from kernelcli import _interrupt
     from kernelcli.errors import Interrupted
-    from kernelcli.run._ray import RayBackend
+    from kernelcli.run import Stop
 
     import ray
 
-    _cfg, job = _job(tmp_path, ray_driver, devices=1)
-    _interrupt.reset()
-    try:
-        with job:
-            rows = job.inputs.rows
-            with pytest.raises(Interrupted):
-                with RayBackend(job) as backend:
-                    assert len(backend.actors) == 1  # compute.devices caps the pool
-                    pid = ray.get(backend.actors[0].counters.remote())["pid"]
-                    s1 = backend.input_stats(rows)
-                    got = backend.tiles(job.plan.blocks, rows, rows, s1, s1)
-                    next(got)
-                    _interrupt.request(signal.SIGINT)
-                    next(got)
-            assert not backend.inflight and job.ray.actors == []
-            assert not ray.is_initialized()  # this driver started its connection: shut down
-    finally:
-        _interrupt.reset()
+    stop = Stop()
+    _cfg, job = _job(tmp_path, ray_driver, devices=1, stop=stop)
+    with job:
+        rows, kfn = job.inputs.rows, job.kfn
+        with pytest.raises(Interrupted):
+            with job.backend as backend:
+                s1 = backend.input_stats(kfn, rows)
+                assert len(backend.actors) == 1  # compute.devices caps the pool
+                pid = ray.get(backend.actors[0].counters.remote())["pid"]
+                got = backend.tiles(kfn, job.plan, job.plan.blocks, rows, rows, s1, s1)
+                next(got)
+                stop.request(signal.SIGINT)
+                next(got)
+        assert not backend.inflight and job.backend.actors == []
+        assert not ray.is_initialized()  # this driver started its connection: shut down
     psutil = ray_cluster_psutil()
     deadline = time.monotonic() + 20
     while psutil.pid_exists(pid) and time.monotonic() < deadline:

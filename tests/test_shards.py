@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 from kernelcli.cli import main
 from kernelcli.plan import assign, make_plan
-from kernelcli.run._api import plan_from_manifest
+from kernelcli.run._manifest import plan_from_manifest
 from kernelcli.run._shards import parse_shard, shard_blocks, worker_loads
 from kernelcli.store import RunStore
 from kernelcli.store._atomic import host_tag, remove_stale_tmp

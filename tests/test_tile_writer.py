@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from helpers_cli import images, write_config
-from kernelcli import _interrupt
 from kernelcli.errors import DiskFullError, Interrupted
 from kernelcli.run._writer import TileWriter
 
@@ -97,7 +96,7 @@ def test_an_interrupt_in_a_run_keeps_every_tile_handed_to_the_writer(tmp_path, m
                                                                        keep_process_state):
     """A stop requested while tile 1 is published (the writer's thread): the run ends with
     Interrupted, every tile computed by then is a tile file, and a resume finishes."""
-    from kernelcli.run import _writer, compute, resume
+    from kernelcli.run import Stop, _writer, compute, resume
     from kernelcli.store import RunStore
 
     np.save(tmp_path / "x.npy", images(32, seed=5))
@@ -111,15 +110,14 @@ def test_an_interrupt_in_a_run_keeps_every_tile_handed_to_the_writer(tmp_path, m
 
     monkeypatch.setattr(_writer.TileWriter, "put", spy)
 
+    stop = Stop()
+
     def progress(p):
         if p.blocks_done == 1:
-            _interrupt.request(signal.SIGINT)
+            stop.request(signal.SIGINT)
 
-    try:
-        with pytest.raises(Interrupted):
-            compute(cfg, progress=progress)
-    finally:
-        _interrupt.reset()
+    with pytest.raises(Interrupted):
+        compute(cfg, progress=progress, stop=stop)
     store = RunStore.open(tmp_path / "run")
     assert store.done_keys() == set(handed) and 1 <= len(handed) < 10
     assert resume(tmp_path / "run").assembled

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from .. import _interrupt
 from ._group import call
 from ._options import json_option, numbers, run_dir_argument, verbose_option
 
@@ -47,7 +48,7 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
     from ._print_estimate import print_estimate
 
     out = call(run_estimate, config, run_time=run_time, workers=workers,
-               bandwidth=bandwidth, launch_latency=launch_latency)
+               bandwidth=bandwidth, launch_latency=launch_latency, stop=_interrupt.stop())
     if as_json:
         click.echo(json.dumps(out.to_dict(), sort_keys=True))
     else:

@@ -1,7 +1,8 @@
 """The commands that compute tiles: ``compute``, ``resume`` and ``extend``.
 
 Each parses its options, calls one library function (:mod:`kernelcli.run`) through
-:func:`~kernelcli.cli._group.call` and prints the typed result; a library error goes
+:func:`~kernelcli.cli._group.call`, giving it the stop the signal handlers request
+(:func:`kernelcli._interrupt.stop`), and prints the typed result; a library error goes
 up to the group, which prints it (:mod:`kernelcli.cli._group`).
 """
 
@@ -11,6 +12,7 @@ import json
 
 import click
 
+from .. import _interrupt
 from . import _print_run
 from ._group import call
 from ._options import (executor_options, json_option, quiet_option, run_dir_argument,
@@ -65,7 +67,7 @@ def compute(config, run_dir, overwrite, quiet, as_json, shard, executor, address
     out = call(run_compute, cfg, run_dir=run_dir, overwrite=overwrite,
                progress=_progress(cfg.name, quiet, shard), shard=shard,
                executor=executor and executor.lower(), address=address,
-               on_start=_on_start(quiet))
+               on_start=_on_start(quiet), stop=_interrupt.stop())
     _report_run(out, run_dir or cfg.output.run_dir, quiet, as_json,
                 "{result} is already complete; use --overwrite to recompute it")
 
@@ -89,7 +91,7 @@ def resume(run_dir, quiet, as_json, shard, executor, address):
     loaded = call(load_run_config, run_dir, for_run=run_dir)
     out = call(run_resume, run_dir, progress=_progress(loaded[1].name, quiet, shard),
                shard=shard, executor=executor and executor.lower(), address=address,
-               loaded=loaded, on_start=_on_start(quiet))
+               loaded=loaded, on_start=_on_start(quiet), stop=_interrupt.stop())
     _report_run(out, run_dir, quiet, as_json, "{result} is already complete")
 
 
@@ -137,7 +139,8 @@ def extend(run_dir, test, test_key, test_labels, test_labels_key, append, append
                append_key=append_key, append_labels=append_labels,
                append_labels_key=append_labels_key, dry_run=dry_run,
                progress=None if dry_run else _progress(str(run_dir), quiet),
-               on_start=_on_start(quiet), for_run=None if dry_run else run_dir)
+               on_start=_on_start(quiet), stop=_interrupt.stop(),
+               for_run=None if dry_run else run_dir)
     finished = out.run is not None and out.run.already_finished
     if not as_json and (dry_run or not quiet) and not finished:
         _print_run.print_extend(out)

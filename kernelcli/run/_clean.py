@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..errors import ComputeError
 from ..store import RunStore
 from ._manifest import plan_from_manifest
+from ._open import check_recorded_config
 from ._results import CleanResult
 from ._verify import result_problem
 
@@ -23,8 +24,6 @@ def clean(run_dir) -> CleanResult:
     Raises :class:`ComputeError` (exit 1), deleting nothing, when ``kernels.h5`` does
     not exist or does not verify.
     """
-    from ._api import check_recorded_config  # the manifest checks every command makes
-
     store = RunStore.open(run_dir)
     plan = plan_from_manifest(store.manifest, run_dir)
     check_recorded_config(store)

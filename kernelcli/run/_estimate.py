@@ -1,17 +1,18 @@
 """``estimate``: the plan of a run, its memory and (optionally) its time, before it runs.
 
-A stop requested by a signal (:mod:`kernelcli._interrupt`) is honoured before and after
-each compilation: :class:`~kernelcli.errors.Interrupted`.
+A requested ``stop`` (:mod:`kernelcli._stop`) is honoured before and after each
+compilation: :class:`~kernelcli.errors.Interrupted`.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from .. import _interrupt
+from .._stop import Stop, check, or_new
 from .._system import peak_rss_bytes, process_age_seconds
 from ..errors import UsageError
 from ..spec import RunConfig, load_config, walk
+from ._block import STATS_ROWS
 from ._job import Job, prepare
 from ._results import EstimateResult
 from ._shards import check_shard_count, worker_loads
@@ -20,7 +21,8 @@ from ._timing import time_run
 
 def estimate(config, run_time: bool = False, workers: Optional[int] = None,
              bandwidth: Optional[float] = None,
-             launch_latency: Optional[float] = None) -> EstimateResult:
+             launch_latency: Optional[float] = None,
+             stop: Optional[Stop] = None) -> EstimateResult:
     """The plan of a run before anything runs (and, with ``run_time``, a timed batch).
 
     ``config``: a YAML file's path or a loaded :class:`~kernelcli.spec.RunConfig`.
@@ -34,24 +36,26 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
     the compiled programs' per device), and an accelerator plan's cost model
     (:func:`kernelcli.kernels.cost_model`) is reported at ``bandwidth`` (bytes/s) and
     ``launch_latency`` (s), default an H200's.
+
+    ``stop``: as for :func:`~kernelcli.run.compute`.
     """
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise UsageError.naming(f"<<workers>>: {workers!r} is not a worker count; expected a "
                                 f"positive integer")
-    _interrupt.check()
+    stop = or_new(stop)
+    check(stop)
     cfg = config if isinstance(config, RunConfig) else load_config(config)
-    with prepare(cfg, fit_preprocess=False) as job:
+    with prepare(cfg, fit_preprocess=False, stop=stop) as job:
         startup = process_age_seconds()  # what `compute` spends too before its first call
         plan = job.plan
         solve = (_solve_memory(plan.n1) if cfg.data.test is not None or cfg.data.has_labels
                  else {})
         # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
         # it frees stays with the process (malloc keeps it), so it adds up.
-        from ._executor import STATS_ROWS
         stats_rows = job.kfn.stats_rows(min(STATS_ROWS, plan.n1))
-        _interrupt.check()
+        check(stop)
         stats_peak = job.kfn.compiled_stats_memory(stats_rows)
-        _interrupt.check()
+        check(stop)
         on_device = plan.memory_kind == "device"
         device_peak = max(plan.peak_bytes_per_device, stats_peak) if on_device else None
         # on CPU the devices' buffers are the process's; on an accelerator the host
@@ -59,7 +63,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
         process_peak = peak_rss_bytes() + job.stats_bytes + (
             len(job.devices) * plan.block * plan.block * len(plan.kinds) * plan.itemsize
             if on_device else stats_peak + len(job.devices) * plan.peak_bytes_per_device)
-        cost = (_cost(job, bandwidth, launch_latency)
+        cost = (_cost(job, bandwidth, launch_latency, stop)
                 if job.kfn.engine == "accelerator" else None)
         split = {}
         if workers is not None:
@@ -74,7 +78,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             }
         timing = {}
         if run_time:
-            timing = time_run(job, startup)
+            timing = time_run(job, startup, stop)
             if workers is not None:
                 # Every worker starts, compiles and runs the per-input pass over all
                 # inputs; the pairs follow the most loaded worker's share.
@@ -94,15 +98,15 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             cost=cost)
 
 
-def _cost(job: Job, bandwidth, launch_latency):
+def _cost(job: Job, bandwidth, launch_latency, stop: Stop):
     """The accelerator plan's cost model at the plan's pair batch, launches counted in
     the compiled pairs program (the memory model's executable where shapes match)."""
     from ..kernels import H200_BANDWIDTH, H200_LAUNCH_LATENCY, cost_model, pairs_program_text
 
     plan = job.plan
-    _interrupt.check()
+    check(stop)
     text = pairs_program_text(job.kfn, plan.block, plan.block, plan.pair_batch)
-    _interrupt.check()
+    check(stop)
     return cost_model(job.kfn, plan.pair_batch, hlo_text=text,
                       platform=job.devices[0].platform,
                       bandwidth=bandwidth or H200_BANDWIDTH,

@@ -38,17 +38,21 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .. import _interrupt
+from .._stop import Stop, or_new, signal_name
 from ..errors import DataError, Interrupted, RunDirError, UsageError
 from ..plan import make_geometry
 from ..store import RunStore
-from ._api import _finish, _verified_result, load_run_config, resume
+from ._block import STATS_ROWS
 from ._carry import carry_keys, set_aside, take_over
-from ._executor import STATS_ROWS, LocalBackend, Progress
+from ._resume import resume
+from ._executor import Progress
+from ._finish import finish
 from ._inputs import open_inputs
+from ._local import LocalBackend
 from ._job import (APPEND_KEYS, TEST_KEYS, _closed_on_error, check_same_data,
                    extended_config, prepare, side_files, stored_preprocess)
 from ._manifest import plan_from_manifest
+from ._open import load_run_config, verified_result
 from ._results import ExtendResult
 
 
@@ -57,14 +61,17 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
            append_key: Optional[str] = None, append_labels=None,
            append_labels_key: Optional[str] = None, dry_run: bool = False,
            progress: Optional[Callable[[Progress], None]] = None,
-           on_start: Optional[Callable[[dict], None]] = None) -> ExtendResult:
+           on_start: Optional[Callable[[dict], None]] = None,
+           stop: Optional[Stop] = None) -> ExtendResult:
     """Grow the finished run in ``run_dir``: ``test`` (a file) adds or replaces its test
     set, ``append`` (a file) adds training rows after the existing ones; either or both.
     Keys as ``data.test_key`` etc. name the arrays in ``.npz``/``.h5`` files. With
     ``dry_run`` nothing is written: the cost is reported (no jax needed).
 
     The same call on a run it left unfinished (killed) continues it, as ``resume`` does.
+    ``stop``: as for :func:`~kernelcli.run.compute`.
     """
+    stop = or_new(stop)
     request = _request(test, test_key, test_labels, test_labels_key, append, append_key,
                        append_labels, append_labels_key)
     if test is None and append is None:
@@ -76,7 +83,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     if (m.get("extend") or {}).get("request") == request:  # this extend, once more
         if dry_run:
             return _report(store, plan_from_manifest(m, run_dir), m, dry_run=True)
-        out = resume(run_dir, progress, loaded=(store, cfg), on_start=on_start)
+        out = resume(run_dir, progress, loaded=(store, cfg), on_start=on_start, stop=stop)
         return _report(store, plan_from_manifest(m, run_dir), m, run=out)
     _check_extensible(store, cfg, request)
     old = m.get("extend") or {}
@@ -90,11 +97,11 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     stored = {k: m["plan"][k] for k in ("block", "pair_batch")}
     try:  # until the switch the run is the old one, finished: a stop changes nothing
         job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
-                      extension=ext)
+                      extension=ext, stop=stop)
         with _closed_on_error(job):
-            rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None)
+            rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None, stop)
     except Interrupted as exc:
-        raise Interrupted(f"interrupted ({_interrupt.signal_name(exc.signum)}) before "
+        raise Interrupted(f"interrupted ({signal_name(exc.signum)}) before "
                           f"{run_dir} was extended; it is unchanged: run the same extend "
                           f"again", exc.signum) from None
     with job:
@@ -106,7 +113,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
         set_aside(store, before, job.plan, ext["carry"])
         _switch(store, manifest, side_files(job), keep)
         take_over(store, job.plan)
-        run = _finish(job, store, progress, None, False, on_start)
+        run = finish(job, store, progress, None, False, on_start, stop)
     return _report(store, job.plan.geometry, store.manifest, run=run)
 
 
@@ -180,7 +187,7 @@ def _check_extensible(store: RunStore, cfg, request: dict) -> None:
         raise UsageError(f"{run_dir}: its tiles were removed after assembly (kernelcli clean "
                          f"or output.keep_tiles: false), and extend reuses them; compute the "
                          f"grown data set afresh with `kernelcli compute`")
-    if _verified_result(store) is None:
+    if verified_result(store) is None:
         raise UsageError(f"{run_dir} is not finished (its kernels.h5 does not exist or does "
                          f"not verify); extend grows a finished run: finish it with "
                          f"`kernelcli resume {run_dir}`, then extend")
@@ -236,7 +243,7 @@ def _check_files(cfg, request: dict) -> None:
         x1.close()
 
 
-def _same_stats_rows(store: RunStore, cfg, job, same_test: bool) -> tuple:
+def _same_stats_rows(store: RunStore, cfg, job, same_test: bool, stop=None) -> tuple:
     """How many leading training rows have the same per-input numbers in the grown run
     as in the old one, and (``same_test``: the test set stays) which test rows do: the
     old rows' pass is run again as the old run ran it (its own data, checked against its
@@ -260,12 +267,12 @@ def _same_stats_rows(store: RunStore, cfg, job, same_test: bool) -> tuple:
                           ("x1", "append"))
         known = old.n1 // STATS_ROWS * STATS_ROWS
     try:
-        backend = LocalBackend(job.kfn, job.devices, job.plan.block, job.plan.pair_batch)
-        before = backend.input_stats(old.rows)
+        backend = LocalBackend(job.devices, stop)
+        before = backend.input_stats(job.kfn, old.rows)
         n = old.n1
     finally:
         old.close()
-    after = backend.input_stats(job.inputs.rows)
+    after = backend.input_stats(job.kfn, job.inputs.rows)
     rows = _equal_rows(before, after, 0, 0, n if known is None else known)
     rows &= _as_stored(store, before, len(rows))
     test_same = None

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .. import __version__, _interrupt
-from .._system import memory_available
-from ..plan import EngineCosts, Plan, auto_budget, plan_run
+from .. import __version__
+from .._stop import Stop, check, or_new
+from ..plan import Plan, plan_run
 from ..errors import RunDirError
 from ..spec import RunConfig, as_pairs
 from ..store import LABELS, labels_name, preprocess_name
-from ._devices import device_memory_available, local_devices
+from ._backend import Backend, open_backend
+from ._block import kernel_spec
 from ._inputs import Inputs, check_preprocess_file, open_inputs
 from ._manifest import FORMAT as MANIFEST_FORMAT
 from ._manifest import check_manifest
@@ -49,15 +50,15 @@ class Job:
     # the earlier runs whose tiles it keeps (its "lineage", see kernelcli.store)
     extension: Optional[dict] = None
     lineage: Optional[list] = None
-    # compute.executor: ray -- the connection and kernel actors that made the plan
-    # (kernelcli.run._ray.RaySession), reused by the tiles; closed with the job
-    ray: Optional[object] = None
+    # where the tiles are computed (kernelcli.run._backend): the backend that made the
+    # plan computes its tiles; closed with the job
+    backend: Optional[Backend] = None
 
     def close(self) -> None:
-        """Close the inputs' files and the Ray session (idempotent)."""
+        """Close the inputs' files and the backend (idempotent)."""
         self.inputs.close()
-        if self.ray is not None:
-            self.ray.close()
+        if self.backend is not None:
+            self.backend.close()
 
     def __enter__(self) -> "Job":
         return self
@@ -176,70 +177,10 @@ def extended_config(cfg: RunConfig, extension: Optional[dict]) -> RunConfig:
     return dataclasses.replace(cfg, data=data)
 
 
-def engine_costs(kfn) -> EngineCosts:
-    """What the planner needs of the compiled kernel ``kfn``; each memory measurement is
-    a compilation, and a requested stop (:mod:`kernelcli._interrupt`) is honoured
-    before and after each."""
-
-    def compiled_memory(rows: int, cols: int, pairs: int) -> int:
-        _interrupt.check()
-        out = kfn.compiled_memory(rows, cols, pairs)
-        _interrupt.check()
-        return out
-
-    return EngineCosts(chunk=kfn.chunk, flat_input=kfn.flat_input,
-                       cov_elements=1 if kfn.flat_input else kfn.cov_elements,
-                       layers=kfn.n_layers, kinds=tuple(kfn.kinds),
-                       itemsize=kfn.dtype.itemsize, compiled_memory=compiled_memory,
-                       engine=kfn.engine)
-
-
-# Headroom left on an accelerator's free memory with compute.memory: auto: a smaller
-# share than the host's (nothing else of the process lives there), for the allocator's
-# fragmentation and the buffers XLA keeps between calls.
-DEVICE_HEADROOM = (0.1, 256 << 20)
-
-
-def memory_budget(requested: Optional[int], devices, count: Optional[int] = None
-                  ) -> tuple[int, str, str]:
-    """``(bytes per device, source, memory)``: the plan's budget, what bound it (see
-    :attr:`Job.memory_source`) and which memory it is: ``"device"`` on accelerators
-    (their own memory, ``compute.memory`` included), else ``"host"``.
-
-    ``requested`` (``compute.memory``) wins when given. Otherwise, on accelerators, the
-    least free device's memory (:func:`~kernelcli.run._devices.device_memory_available`)
-    less a headroom; where a device does not report its memory, and on CPU, the host's
-    free memory less a headroom, shared by ``count`` devices (default: ``devices``, the
-    devices that compute; a Ray actor counts the actors of its node)."""
-    on_device = any(getattr(d, "platform", "cpu") != "cpu" for d in devices)
-    found = device_memory_available(devices) if on_device else None
-    memory = "device" if on_device else "host"
-    if requested is not None:
-        return requested, "compute.memory", memory
-    if found is not None:
-        return auto_budget(found[0], *DEVICE_HEADROOM), found[1], "device"
-    available, source = memory_available()
-    return auto_budget(available) // (count or len(devices)), source, "host"
-
-
-def kernel_spec(cfg: RunConfig, input_shape) -> tuple:
-    """What builds a run's kernel function anywhere (a Ray worker too): architecture,
-    input shape, kinds, dtype, augment."""
-    return (cfg.architecture, tuple(input_shape), tuple(cfg.kernel.kinds), cfg.kernel.dtype,
-            tuple(cfg.kernel.augment))
-
-
-def build_for_engine(spec: tuple, engine: str, platform: str):
-    """The kernel function of ``spec`` with ``engine`` (``compute.engine``, or the plan
-    an existing run recorded) resolved for ``platform``."""
-    from ..kernels import build_kernel_fn, resolve_engine
-
-    return build_kernel_fn(*spec, engine=resolve_engine(engine, platform))
-
-
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
             fingerprints: Optional[dict] = None, preprocess=None,
-            fit_preprocess: bool = True, extension: Optional[dict] = None) -> Job:
+            fit_preprocess: bool = True, extension: Optional[dict] = None,
+            backend: Optional[Backend] = None, stop: Optional[Stop] = None) -> Job:
     """Open and check the data, compile the kernel, plan within the memory budget.
 
     ``stored_plan`` (from a manifest) fixes block edge and pair batch on resume, so
@@ -247,70 +188,69 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
     ``preprocess``: the fitted preprocessing of an existing run (never refitted);
     else it is fitted on ``x1`` unless ``fit_preprocess`` is false (``estimate``).
     ``extension``: what ``kernelcli extend`` added (the manifest's ``extend``).
+    ``backend``: where the plan is made and the tiles computed (default: the one
+    ``compute.executor`` names, :func:`~._backend.open_backend`); the job owns it.
 
-    A stop requested by a signal is honoured between the steps (loading, compiling,
+    A requested ``stop`` is honoured between the steps (loading, compiling,
     fingerprinting): :class:`~kernelcli.errors.Interrupted`, naming the run directory
     when the run exists already (``stored_plan``).
     """
-    with _interrupt.where(cfg.output.run_dir if stored_plan is not None else None):
-        return _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension)
+    stop = or_new(stop)
+    with stop.where(cfg.output.run_dir if stored_plan is not None else None):
+        return _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension,
+                        backend, stop)
 
 
-def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension) -> Job:
-    _interrupt.check()
+def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension,
+             backend, stop) -> Job:
+    check(stop)
     inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess,
                          appends=(extension or {}).get("append", ()))
-    ray = None
     try:
-        _interrupt.check()
+        check(stop)
         stored = stored_plan or {}
         # an existing run keeps the plan it started with (one without the key: "cpu")
         engine = stored.get("engine", "cpu") if stored_plan is not None else cfg.compute.engine
         spec = kernel_spec(cfg, inputs.x1.example_shape)
-        if cfg.compute.executor == "ray":  # planned on a worker, for its platform
-            from ._ray import RaySession
-
-            devices = local_devices(None)  # this driver's, for display only
-            ray = RaySession(cfg, spec, engine)
-            kfn, costs, budget, source, memory, n_devices = ray.plan_inputs()
-        else:
-            devices = local_devices(cfg.compute.devices)
-            kfn = build_for_engine(spec, engine, devices[0].platform)
-            _interrupt.check()
-            budget, source, memory = memory_budget(cfg.compute.memory, devices)
-            costs, n_devices = engine_costs(kfn), len(devices)
+        if backend is None:
+            backend = open_backend(cfg.compute, stop)
+        # a Ray backend plans on a worker, for its platform
+        kfn, costs, budget, source, memory, n_devices, devices = backend.plan_inputs(spec,
+                                                                                    engine)
         plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
                         costs=costs,
                         budget_bytes=budget, devices=n_devices, n_test=inputs.n_test,
                         block=stored.get("block", cfg.compute.block),
                         pair_batch=stored.get("pair_batch"), memory=memory)
-        _interrupt.check()
+        check(stop)
         if fingerprints is None:
             fingerprints = inputs.fingerprints()
-        _interrupt.check()
+        check(stop)
     except BaseException:
         inputs.close()
-        if ray is not None:
-            ray.close()
+        if backend is not None:
+            backend.close()
         raise
-    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source, extension, ray=ray)
+    return Job(cfg, inputs, kfn, plan, devices, fingerprints, source, extension,
+               backend=backend)
 
 
 def prepare_run(cfg: RunConfig, store=None, shard=None,
-                fingerprints: Optional[dict] = None) -> Job:
+                fingerprints: Optional[dict] = None, stop: Optional[Stop] = None) -> Job:
     """The job of a run: against ``store``'s plan and fitted preprocessing when the run
     exists (checking that its data did not change), else planned afresh; a ``shard``
     count the plan cannot serve is refused. The one place a run is prepared: a new run,
     a continued one and a job array's process that joins one all come here.
 
     ``fingerprints``: the data's, known already (a process that joined a run).
+    ``stop``: honoured while preparing, and by the job's backend.
     """
     if store is None:
-        job = prepare(cfg, fingerprints=fingerprints)
+        job = prepare(cfg, fingerprints=fingerprints, stop=stop)
     else:
         job = prepare(cfg, stored_plan=store.manifest["plan"], fingerprints=fingerprints,
                       preprocess=stored_preprocess(store),
-                      extension=store.manifest.get("extend"))
+                      extension=store.manifest.get("extend"), stop=stop)
         job.lineage = store.manifest.get("lineage")
     with _closed_on_error(job):
         if store is not None:

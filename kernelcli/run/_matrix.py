@@ -14,8 +14,9 @@ from typing import Dict, Optional
 import numpy as np
 
 from ..plan import plan_run
-from ._executor import LocalBackend
-from ._job import engine_costs, memory_budget
+from .._stop import Stop
+from ._budget import memory_budget
+from ._local import LocalBackend, local_costs
 
 
 class _Rows:
@@ -31,7 +32,8 @@ class _Rows:
 
 def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=None,
                   block: Optional[int] = None,
-                  pair_batch: Optional[int] = None) -> Dict[str, np.ndarray]:
+                  pair_batch: Optional[int] = None,
+                  stop: Optional[Stop] = None) -> Dict[str, np.ndarray]:
     """The kernels of ``kfn`` (a :class:`~kernelcli.kernels.KernelFn`) between the rows
     of ``x1`` (``(n1, *input_shape)``) and of ``x2`` (``(n2, ...)``): ``{kind: (n1, n2)}``.
 
@@ -42,7 +44,9 @@ def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=Non
     ``memory``: bytes per device (default: what ``compute.memory: auto`` gives: on
     accelerators their free device memory, else the host's);
     ``devices``: default all local ones; ``block``, ``pair_batch``: as a run's plan
-    (default: the planner's choice, as in ``compute``).
+    (default: the planner's choice, as in ``compute``); ``stop``: a
+    :class:`~kernelcli.run.Stop` another thread may request (the call then raises
+    :class:`~kernelcli.errors.Interrupted` at its next safe point).
     """
     import jax
 
@@ -51,16 +55,16 @@ def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=Non
     symmetric = x2 is None
     a2 = a1 if symmetric else np.asarray(x2, dtype=kfn.dtype)
     budget, _, which = memory_budget(memory, devices)
-    plan = plan_run(a1.shape[0], a2.shape[0], symmetric=symmetric, costs=engine_costs(kfn),
+    plan = plan_run(a1.shape[0], a2.shape[0], symmetric=symmetric, costs=local_costs(kfn, stop),
                     budget_bytes=budget, devices=len(devices), block=block,
                     pair_batch=pair_batch, memory=which)
     rows = _Rows(a1)
     columns = rows if symmetric else _Rows(a2)
     out = {k: np.empty((a1.shape[0], a2.shape[0]), kfn.dtype) for k in kfn.kinds}
-    with LocalBackend(kfn, devices, plan.block, plan.pair_batch) as backend:
-        s1 = backend.input_stats(rows)
-        s2 = s1 if symmetric else backend.input_stats(columns)
-        for b, tile, _ in backend.tiles(plan.blocks, rows, columns, s1, s2):
+    with LocalBackend(devices, stop) as backend:
+        s1 = backend.input_stats(kfn, rows)
+        s2 = s1 if symmetric else backend.input_stats(kfn, columns)
+        for b, tile, _ in backend.tiles(kfn, plan, plan.blocks, rows, columns, s1, s2):
             for k in kfn.kinds:
                 out[k][b.r0:b.r1, b.c0:b.c1] = tile[k]
                 if symmetric and not b.diagonal:

@@ -14,25 +14,27 @@ asked). Each builds the kernel function once, from the configuration, and keeps 
 compiled programs for every block it is fed. Not tasks: Ray gives a task that asks
 for a GPU its default ``max_calls=1``, so each would be a fresh process that
 re-imports JAX, re-initialises CUDA and recompiles. The plan is made on the first
-actor (:class:`RaySession`, from :func:`~._job.prepare`): the engine resolved from the
-worker's platform, its memory budget and its compiled programs' memory.
+actor (:meth:`RayBackend.plan_inputs`, from :func:`~._job.prepare`): the engine
+resolved from the worker's platform, its memory budget and its compiled programs'
+memory.
 
-:class:`RayBackend` is one of the executor driver's two backends
-(:func:`~._executor.execute` checks, writes and tallies the tiles). Bit-identity
-with the local backend: the per-input pass runs on the same row slices the local
-backend reads (:func:`stats_slices`), and each tile on an actor is
-:func:`block_tile`, the local backend's own per-block computation, on the same
-padded inputs and pair batches. At most :data:`PER_ACTOR` blocks are queued on an
-actor at once (one computing, the next already shipped), so the inputs in flight are
-bounded. An actor whose process dies is restarted and its queued calls are retried
-(``MAX_RETRIES`` times); a call that raises fails the run (the same computation would
-raise again), naming the cause; the tiles written are kept.
+:class:`RayBackend` is one of the executor driver's two backends (:mod:`._backend`;
+:func:`~._executor.execute` checks, writes and tallies the tiles). Bit-identity with
+the local backend: the per-input pass runs on the same row slices the local backend
+reads (:func:`~._block.stats_slices`), and each tile on an actor is
+:func:`~._block.block_tile`, the local backend's own per-block computation, on the
+same padded inputs and pair batches. At most :data:`PER_ACTOR` blocks are queued on
+an actor at once (one computing, the next already shipped), so the inputs in flight
+are bounded. An actor whose process dies is restarted and its queued calls are
+retried (``MAX_RETRIES`` times); a call that raises fails the run (the same
+computation would raise again), naming the cause; the tiles written are kept.
 
-SIGINT / SIGTERM (:mod:`kernelcli._interrupt`): the driver's wait loops check for a
-requested stop every half second; on a stop the actors are killed, Ray is shut down
-(when this run started it) and :class:`~kernelcli.errors.Interrupted` is raised.
-``ray.init`` installs a SIGTERM handler of its own in the driver (one that raises
-``SystemExit`` anywhere); the caller's handler is put back right after it.
+A stop (the ``stop`` the backend is given, :mod:`kernelcli._stop`; the CLI's signal
+handlers request it): the driver's wait loops check it every half second; on a stop
+the actors are killed, Ray is shut down (when this run started it) and
+:class:`~kernelcli.errors.Interrupted` is raised. ``ray.init`` installs a SIGTERM
+handler of its own in the driver (one that raises ``SystemExit`` anywhere); the
+caller's handler is put back right after it.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ import signal
 import threading
 from typing import Optional
 
-from .. import _interrupt
+from .._stop import Stop, check
 from ..errors import ComputeError, ConfigError
-from ._executor import block_input, stats_slices
-from ._job import Job
+from ._block import block_input, build_for_engine, stats_slices
+from ._budget import Planning, engine_costs
+from ._devices import local_devices
 
 MAX_RETRIES = 3
 
@@ -96,37 +99,63 @@ def _connect(ray, address: Optional[str]) -> bool:
     return True
 
 
-class RaySession:
-    """A connection to the cluster and one run's kernel actors: made by
-    :func:`~._job.prepare` (the first actor plans), used by :class:`RayBackend` (the
-    pool grows to its full size there) and closed with the job: actors killed, Ray
-    shut down when this session started it."""
+class RayBackend:
+    """Blocks fed to one run's kernel actors on a Ray cluster: the executor driver's
+    other backend (:class:`~kernelcli.run._backend.Backend`, beside :mod:`._local`).
 
-    def __init__(self, cfg, spec: tuple, engine: str):
-        self.ray = ray = require_ray()
-        self.spec = spec
+    Made from the configuration's ``compute`` section; :meth:`plan_inputs` connects and
+    starts the first actor, which plans; :meth:`input_stats` and :meth:`tiles` grow
+    the pool to its full size. :meth:`close` (with the job) kills the actors and shuts
+    Ray down when this backend started it. A requested ``stop`` is honoured in the
+    driver's wait loops, every half second."""
+
+    def __init__(self, compute, stop: Optional[Stop] = None):
+        self.ray = require_ray()
+        self.compute, self.stop = compute, stop
         self.actors: list = []
-        self.started = _connect(ray, cfg.compute.address)
-        try:
-            from ._ray_worker import KernelWorker
+        self.inflight: dict = {}  # ref -> (actor index, block)
+        self.started = False
+        self.size = 0
+        self.info: Optional[dict] = None
 
-            resources = ray.cluster_resources()
-            gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
-            size = gpus if gpus >= 1 else cpus
-            if cfg.compute.devices is not None:
-                size = min(size, cfg.compute.devices)
-            self.size = max(1, size)
-            ask = {"num_gpus": 1} if gpus >= 1 else {"num_cpus": 1}
-            # A CPU node's actors share its memory: as many as it has CPUs (at most
-            # the pool), the count a local run there would give its host devices.
-            share = 1 if gpus >= 1 else max(1, min(self.size, _cpus_per_node(ray)))
-            self.worker = ray.remote(KernelWorker).options(
-                max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES, **ask)
-            self.args = (spec, engine, cfg.compute.memory, share)
-            self.grow(1)
-        except BaseException:
-            self.close()
-            raise
+    @classmethod
+    def for_compute(cls, compute, stop: Optional[Stop] = None) -> "RayBackend":
+        return cls(compute, stop)
+
+    @property
+    def platform(self) -> str:
+        """The workers' platform (known once planned)."""
+        return self.info["platform"]
+
+    @property
+    def progress_devices(self) -> tuple:
+        return ()  # the actors run on the cluster's devices, not this process's
+
+    def __enter__(self) -> "RayBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self, spec: tuple, engine: str) -> None:
+        ray, compute = self.ray, self.compute
+        self.started = _connect(ray, compute.address)
+        from ._ray_worker import KernelWorker
+
+        resources = ray.cluster_resources()
+        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        size = gpus if gpus >= 1 else cpus
+        if compute.devices is not None:
+            size = min(size, compute.devices)
+        self.size = max(1, size)
+        ask = {"num_gpus": 1} if gpus >= 1 else {"num_cpus": 1}
+        # A CPU node's actors share its memory: as many as it has CPUs (at most
+        # the pool), the count a local run there would give its host devices.
+        share = 1 if gpus >= 1 else max(1, min(self.size, _cpus_per_node(ray)))
+        self.worker = ray.remote(KernelWorker).options(
+            max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES, **ask)
+        self.args = (spec, engine, compute.memory, share)
+        self.grow(1)
 
     def grow(self, n: int) -> list:
         """The first ``n`` actors (started as needed; at most the pool's size)."""
@@ -136,29 +165,31 @@ class RaySession:
 
     def call(self, method: str, *args):
         """One call on the first actor, waited for (responsive to a stop)."""
-        return _get_all(self.ray, [getattr(self.actors[0], method).remote(*args)])[0]
+        return _get_all(self.ray, [getattr(self.actors[0], method).remote(*args)],
+                        self.stop)[0]
 
-    def plan_inputs(self):
-        """``(kfn, costs, budget, source, memory, devices)`` for :func:`~._job.plan_run`, from
-        the first actor: the driver's kernel function is built for the worker's engine
-        (it only reads and pads the inputs), the costs and budget are the worker's."""
-        from ..plan import EngineCosts
-        from ._job import build_for_engine
+    def plan_inputs(self, spec: tuple, engine: str) -> Planning:
+        """What the planner needs, from the first actor: the driver's kernel function is
+        built for the worker's engine (it only reads and pads the inputs), the costs and
+        budget are the worker's; the devices shown are this driver's."""
+        try:
+            self._start(spec, engine)
+            info = self.call("info")
+            kfn = build_for_engine(spec, info["engine"], info["platform"])
 
-        info = self.call("info")
-        kfn = build_for_engine(self.spec, info["engine"], info["platform"])
+            def compiled_memory(rows: int, cols: int, pairs: int) -> int:
+                return self.call("compiled_memory", rows, cols, pairs)
 
-        def compiled_memory(rows: int, cols: int, pairs: int) -> int:
-            return self.call("compiled_memory", rows, cols, pairs)
-
-        costs = EngineCosts(chunk=info["chunk"], flat_input=info["flat_input"],
-                            cov_elements=info["cov_elements"], layers=info["layers"],
-                            kinds=tuple(info["kinds"]), itemsize=info["itemsize"],
-                            compiled_memory=compiled_memory, engine=info["engine"])
-        self.info = info
-        return kfn, costs, info["budget"], info["source"], info["memory"], info["devices"]
+            self.info = info
+            return Planning(kfn, engine_costs(info, compiled_memory), info["budget"],
+                            info["source"], info["memory"], info["devices"],
+                            local_devices(None))
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
+        self.inflight.clear()
         for actor in self.actors:
             try:
                 self.ray.kill(actor)
@@ -168,6 +199,52 @@ class RaySession:
         if self.started:
             self.started = False
             self.ray.shutdown()
+
+    def input_stats(self, kfn, src):
+        from ..kernels import Stats
+
+        actors = self.grow(self.size)
+        refs = []
+        for n, (s, e) in enumerate(stats_slices(src.n)):
+            check(self.stop)
+            actor = actors[n % len(actors)]
+            refs.append(actor.stats.remote(src.read(s, e, dtype=kfn.dtype)))
+        return Stats.concat(_get_all(self.ray, refs, self.stop))
+
+    def tiles(self, kfn, plan, blocks, rows, columns, s1, s2, wanted=lambda b: True,
+              on_pairs=None):
+        """``(block, tile, 0)`` as the actors return them (no per-batch progress)."""
+        ray, inflight, stop = self.ray, self.inflight, self.stop
+        actors = self.grow(self.size)
+        todo = iter(blocks)
+        load = [0] * len(actors)
+
+        def submit():
+            while min(load) < PER_ACTOR:
+                check(stop)
+                block = next(todo, None)
+                if block is None:
+                    return
+                if not wanted(block):
+                    continue
+                a = load.index(min(load))
+                bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
+                inflight[actors[a].tile.remote(plan.pair_batch, bi)] = (a, block)
+                load[a] += 1
+
+        try:
+            submit()
+            while inflight:
+                check(stop)
+                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+                for ref in ready:
+                    a, block = inflight.pop(ref)
+                    load[a] -= 1
+                    yield block, _get_all(ray, [ref], stop)[0], 0
+                submit()
+        except BaseException:
+            self.close()  # a stop or a failure: the actors go (and Ray, when started here)
+            raise
 
 
 def _cpus_per_node(ray) -> int:
@@ -179,73 +256,11 @@ def _cpus_per_node(ray) -> int:
 PER_ACTOR = 2  # blocks queued on one actor: one computing, the next already shipped
 
 
-class RayBackend:
-    """Blocks fed to the job's kernel actors (the executor driver's other backend);
-    on the way out the session is closed (actors killed, Ray shut down when this run
-    started it)."""
-
-    def __init__(self, job: Job):
-        self.ray = require_ray()
-        self.job = job
-        self.kfn = job.kfn
-        self.session = job.ray
-        self.inflight: dict = {}  # ref -> (actor index, block)
-
-    def __enter__(self) -> "RayBackend":
-        if self.session is None:  # a job prepared for another executor
-            raise ComputeError("the Ray executor needs a job prepared with "
-                               "compute.executor: ray")
-        self.actors = self.session.grow(self.session.size)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.inflight.clear()
-        self.session.close()
-
-    def input_stats(self, src):
-        from ..kernels import Stats
-
-        refs = []
-        for n, (s, e) in enumerate(stats_slices(src.n)):
-            _interrupt.check()
-            actor = self.actors[n % len(self.actors)]
-            refs.append(actor.stats.remote(src.read(s, e, dtype=self.kfn.dtype)))
-        return Stats.concat(_get_all(self.ray, refs))
-
-    def tiles(self, blocks, rows, columns, s1, s2, wanted=lambda b: True, on_pairs=None):
-        """``(block, tile, 0)`` as the actors return them (no per-batch progress)."""
-        ray, inflight, plan = self.ray, self.inflight, self.job.plan
-        todo = iter(blocks)
-        load = [0] * len(self.actors)
-
-        def submit():
-            while min(load) < PER_ACTOR:
-                _interrupt.check()
-                block = next(todo, None)
-                if block is None:
-                    return
-                if not wanted(block):
-                    continue
-                a = load.index(min(load))
-                bi = block_input(self.kfn, rows, columns, s1, s2, block, plan.block)
-                inflight[self.actors[a].tile.remote(plan.pair_batch, bi)] = (a, block)
-                load[a] += 1
-
-        submit()
-        while inflight:
-            _interrupt.check()
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
-            for ref in ready:
-                a, block = inflight.pop(ref)
-                load[a] -= 1
-                yield block, _get_all(ray, [ref])[0], 0
-            submit()
-
-def _get_all(ray, refs):
-    """``ray.get`` that stays responsive to a stop and names a failed task's cause."""
+def _get_all(ray, refs, stop: Optional[Stop] = None):
+    """``ray.get`` that stays responsive to ``stop`` and names a failed task's cause."""
     pending = list(refs)
     while True:
-        _interrupt.check()
+        check(stop)
         ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
         if not pending:
             break
@@ -253,7 +268,7 @@ def _get_all(ray, refs):
         return ray.get(list(refs))
     except ray.exceptions.RayError as exc:
         if "RESOURCE_EXHAUSTED" in str(exc):  # a device out of memory on the worker:
-            # the out-of-memory error of a local run (run/_api.py), naming the budget
+            # the out-of-memory error of a local run (run/_finish.py), naming the budget
             raise RuntimeError(f"RESOURCE_EXHAUSTED on a Ray worker: {_describe(exc)}") from None
         raise ComputeError(f"a kernel actor's call failed on the Ray cluster (a dead actor "
                            f"is restarted {MAX_RETRIES} times): {_describe(exc)}; completed "

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ._executor import block_tile
-from ._job import build_for_engine, memory_budget
+from ._block import block_tile, build_for_engine
+from ._budget import engine_facts, memory_budget
 
 # jax's monitoring event of one XLA compilation (the same name from jax 0.4.30 on)
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -30,8 +30,8 @@ class KernelWorker:
 
     ``spec``: ``(architecture, input_shape, kinds, dtype, augment)``; ``engine``:
     ``compute.engine`` as configured ("auto" resolves on this worker's platform), or
-    the plan an existing run recorded; ``memory``: ``compute.memory`` (``None``: from this worker's free memory, shared
-    by ``share`` actors of its node).
+    the plan an existing run recorded; ``memory``: ``compute.memory`` (``None``: from
+    this worker's free memory, shared by ``share`` actors of its node).
     """
 
     def __init__(self, spec, engine: str, memory: Optional[int], share: int):
@@ -54,21 +54,16 @@ class KernelWorker:
     def info(self) -> dict:
         """What :func:`~._job.prepare` plans with: this worker's platform, the devices a
         plan counts, the memory budget per device and its source, and the engine's
-        numbers (:class:`~kernelcli.plan.EngineCosts` without ``compiled_memory``,
-        which is :meth:`compiled_memory`)."""
+        numbers (:func:`~._budget.engine_facts`: :class:`~kernelcli.plan.EngineCosts`
+        without ``compiled_memory``, which is :meth:`compiled_memory`)."""
         import jax
 
-        kfn = self.kfn
         # A CPU node's actors share its cores and memory as a local run's host devices
         # do (one per core); a GPU actor has its device to itself.
         devices = self.share if self.platform == "cpu" else 1
         budget, source, memory = memory_budget(self.memory, jax.local_devices()[:1], devices)
         return dict(platform=self.platform, devices=devices, budget=budget, source=source,
-                    memory=memory, engine=kfn.engine, chunk=kfn.chunk,
-                    flat_input=kfn.flat_input,
-                    cov_elements=1 if kfn.flat_input else kfn.cov_elements,
-                    layers=kfn.n_layers, kinds=tuple(kfn.kinds),
-                    itemsize=kfn.dtype.itemsize)
+                    memory=memory, **engine_facts(self.kfn))
 
     def compiled_memory(self, rows: int, cols: int, pairs: int) -> int:
         return self.kfn.compiled_memory(rows, cols, pairs)

@@ -23,11 +23,12 @@ compilation part from the next run: it is reported apart (``compile_seconds``).
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import numpy as np
 
-from .. import _interrupt
-from ._executor import STATS_ROWS, block_input, block_tile, stats_slices
+from .._stop import Stop, check
+from ._block import STATS_ROWS, block_input, block_tile, stats_slices
 from ._job import Job
 
 
@@ -35,17 +36,18 @@ def _rounds(calls: int, devices: int) -> int:
     return -(-calls // devices)
 
 
-def _timed(fn):
-    _interrupt.check()
-    t = time.perf_counter()
-    out = fn()
-    _interrupt.check()
-    return time.perf_counter() - t, out
-
-
-def time_run(job: Job, startup: float) -> dict:
+def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> dict:
     """The parts of ``compute``'s wall time for ``job``, in seconds, and their sum;
-    ``startup``: this process's age when ``job`` was prepared."""
+    ``startup``: this process's age when ``job`` was prepared; a requested ``stop`` is
+    honoured before and after each timed call."""
+
+    def _timed(fn):
+        check(stop)
+        t = time.perf_counter()
+        out = fn()
+        check(stop)
+        return time.perf_counter() - t, out
+
     plan, kfn, devices = job.plan, job.kfn, job.devices
     d = len(devices)
     rows, columns = job.inputs.rows, job.inputs.columns

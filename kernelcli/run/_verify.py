@@ -19,6 +19,7 @@ import numpy as np
 
 from ..store import RunStore, row_bands
 from ._manifest import plan_from_manifest
+from ._open import check_recorded_config
 
 
 @dataclass
@@ -43,8 +44,6 @@ class VerifyReport:
 
 
 def verify(run_dir) -> VerifyReport:
-    from ._api import check_recorded_config  # the manifest checks compute and resume use
-
     store = RunStore.open(run_dir)
     plan = plan_from_manifest(store.manifest, run_dir)
     check_recorded_config(store)

@@ -1,0 +1,144 @@
+"""``compute``: run a configuration (or continue its run) into its run directory.
+
+Each returns a typed result (:mod:`kernelcli.run._results`) and raises only
+:mod:`kernelcli.errors`; progress is reported through a callback and a stop is
+requested through the ``stop`` it is given, so nothing here knows about terminals,
+click or signals. A run goes one way: the configuration (loaded once), the job
+(:func:`~kernelcli.run._job.prepare_run`, on the backend ``compute.executor`` names),
+the store, execution and assembly (:func:`~kernelcli.run._finish.finish`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Optional, Union
+
+from .._stop import Stop, or_new
+from ..errors import RunDirError, UsageError
+from ..spec import EXECUTORS, RunConfig, load_config
+from ..store import RunStore
+from ._executor import Progress
+from ._finish import RunSummary, finish
+from ._job import Job, adopts, config_fingerprint, prepare_run, side_files
+from ._manifest import check_manifest
+from ._open import check_recorded_config, verified_result, with_run_dir
+from ._results import RunResult
+from ._shards import shard_label
+
+__all__ = ["check_combination", "compute", "with_executor"]
+
+Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
+
+
+def with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[str]) -> RunConfig:
+    """``cfg`` with the arguments ``executor`` / ``address`` (which win)."""
+    if executor is None and address is None:
+        return cfg
+    compute = cfg.compute
+    if executor is not None:
+        if executor not in EXECUTORS:
+            raise UsageError.naming(f"<<executor>>: {executor!r} is not an executor; expected "
+                                    f"one of {', '.join(EXECUTORS)}")
+        compute = dataclasses.replace(compute, executor=executor)
+    if address is not None:
+        compute = dataclasses.replace(compute, address=address)
+    if compute.address is not None and compute.executor != "ray":
+        raise UsageError.naming(f"<<address>>: {compute.address!r} is given but the executor "
+                                f"is {compute.executor}; add <<executor>> ray, or drop "
+                                f"<<address>>")
+    return dataclasses.replace(cfg, compute=compute)
+
+
+def check_combination(cfg: RunConfig, shard: Shard, overwrite: bool = False) -> None:
+    """Refuse what cannot work, before anything is written."""
+    if shard is not None and overwrite:
+        raise UsageError.naming(f"<<overwrite>> cannot be combined with <<shard>> "
+                                f"{shard_label(shard)}: other processes of the job array may "
+                                f"be writing the run directory; remove it (or pick another "
+                                f"<<run_dir>>) before starting the array")
+    if cfg.compute.executor == "ray":
+        if shard is not None:
+            raise UsageError.naming(f"<<shard>> {shard_label(shard)} cannot be combined with "
+                                    f"the ray executor: a Ray driver already spreads all "
+                                    f"tiles over the cluster; use one or the other")
+        from ._ray import require_ray
+
+        require_ray()
+
+
+def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite: bool = False,
+            progress: Optional[Callable[[Progress], None]] = None, shard: Shard = None,
+            executor: Optional[str] = None, address: Optional[str] = None,
+            on_start: Optional[Callable[[RunSummary], None]] = None,
+            stop: Optional[Stop] = None) -> RunResult:
+    """Run (or continue) the configuration ``config`` (a YAML file's path, or one loaded
+    with :func:`kernelcli.spec.load_config`).
+
+    ``on_start(summary)`` is called once the run is planned, before its first tile, with
+    :func:`run_summary` (the plan, platform and memory source); not for a finished run.
+
+    ``shard = (I, N)`` computes only process I's share of the tiles (a job array of N
+    processes writing one run directory). The run directory is created race-free by
+    whichever process comes first and the others adopt its plan; the result is
+    assembled by whichever process finds every tile done.
+
+    ``stop``: a :class:`~kernelcli.run.Stop` another thread (or the CLI's signal handlers)
+    may request; the run then ends at its next safe point with
+    :class:`~kernelcli.errors.Interrupted`, its completed tiles kept. Default: a stop of
+    this call's own (Ctrl-C's KeyboardInterrupt still ends it the same way).
+    """
+    stop = or_new(stop)
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    cfg = with_executor(with_run_dir(cfg, run_dir), executor, address)
+    check_combination(cfg, shard, overwrite)
+    store = None if overwrite else _existing_run(cfg)
+    if store is None:
+        with prepare_run(cfg, None, shard, stop=stop) as job:
+            store, created = _create_run(job, overwrite)
+            if created or adopts(job, store):
+                return _continue(job, store, progress, shard, not created, on_start, stop)
+        # another process of a job array created the run first, with another plan or
+        # fit: continue it as any existing run, with the data fingerprints known now
+        fingerprints = job.fingerprints
+    else:
+        fingerprints = None
+    with prepare_run(cfg, store, shard, fingerprints, stop) as job:
+        return _continue(job, store, progress, shard, True, on_start, stop)
+
+
+def _existing_run(cfg: RunConfig) -> Optional[RunStore]:
+    """The store of the run ``cfg`` names when it holds a run already (of this
+    configuration, else RunDirError); ``None`` when there is none yet."""
+    run_dir = cfg.output.run_dir
+    if not (run_dir / "manifest.json").exists():
+        return None
+    store = RunStore.open(run_dir)
+    manifest = check_manifest(store.manifest, run_dir)
+    check_recorded_config(store)
+    if manifest.get("config_fingerprint") != config_fingerprint(cfg):
+        raise RunDirError.naming(
+            f"{run_dir} holds a run of a different configuration "
+            f"({manifest.get('name')!r}); continue that one with `kernelcli resume "
+            f"{run_dir}`, pick another <<run_dir>>, or replace it with <<overwrite>>")
+    return store
+
+
+def _create_run(job: Job, overwrite: bool) -> tuple[RunStore, bool]:
+    """The run directory of ``job``, made now: ``(store, True)``; or ``(store, False)``
+    when another process (of a job array) made it at the same moment."""
+    store = RunStore(job.cfg.output.run_dir)
+    if overwrite:
+        return store.create(job.manifest(), overwrite=True, side_files=side_files(job)), True
+    return store.create_or_join(job.manifest(), side_files=side_files(job))
+
+
+def _continue(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
+              on_start=None, stop: Optional[Stop] = None) -> RunResult:
+    """The run's result when it is complete already; else compute what is missing."""
+    result = verified_result(store)
+    if result is not None:
+        return RunResult(result=result, already_finished=True)
+    return finish(job, store, progress, shard, resumed, on_start, stop)
+
+

@@ -1,0 +1,141 @@
+"""Computing a prepared run's missing tiles and assembling it: what ``compute``,
+``resume`` and ``extend`` share once their job is prepared (:func:`finish`), and the
+:class:`RunSummary` their ``on_start`` callback is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from .._stop import Stop, check, interrupted_error, or_new
+from ..errors import ComputeError, DiskFullError, Interrupted, QuarantinedError
+from ..store import RunStore
+from ._assemble import assemble_if_complete
+from ._clean import remove_verified_tiles
+from ._devices import is_out_of_memory, out_of_memory_error
+from ._executor import execute
+from ._job import Job
+from ._results import RunResult
+from ._shards import shard_blocks
+
+__all__ = ["finish", "run_summary", "RunSummary"]
+
+Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """What a run is about to do: its ``plan``, the devices' ``platform`` (a Ray run's:
+    its workers'), the ``executor`` and what bound the memory budget
+    (``memory_source``)."""
+
+    plan: object  # kernelcli.plan.Plan
+    name: str
+    platform: str
+    executor: str
+    memory_source: str
+
+
+def run_summary(job: Job) -> RunSummary:
+    """The :class:`RunSummary` given to the ``on_start`` callback of :func:`compute` and
+    :func:`resume` before the first tile."""
+    platform = job.backend.platform
+    return RunSummary(job.plan, job.cfg.name, platform, job.cfg.compute.executor,
+                      job.memory_source)
+
+
+def finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
+           on_start=None, stop: Optional[Stop] = None) -> RunResult:
+    """Compute this process's missing tiles, then assemble if the run is complete.
+
+    Tiles (or a test diagonal) that fail verification at assembly are in quarantine
+    by then: they are computed once more and assembly tried again. With
+    ``output.keep_tiles: false`` the tiles are deleted once ``kernels.h5`` verifies.
+
+    A requested ``stop`` (the one the job's backend was given: checked at the
+    backends' safe points and before assembling; the CLI's signal handlers request
+    it) or a KeyboardInterrupt (a caller without the CLI's handlers) ends it with
+    :class:`~kernelcli.errors.Interrupted` (exit 128 + signum) saying how to resume;
+    within it ``stop`` names this run (:meth:`~kernelcli._stop.Stop.where`).
+    """
+    stop = or_new(stop)
+    blocks = shard_blocks(job.plan.blocks, shard)
+    todo, repaired, removed = blocks, [], 0
+    if on_start is not None:
+        on_start(run_summary(job))
+    with stop.where(store.run_dir, shard):
+        try:
+            check(stop)
+            if store.tiles_removed is not None:  # the result is gone: tiles are computed again
+                store.forget_tiles_removed()
+            store.drop_superseded()
+            if store.carried():  # a killed extend: the test tiles it kept (kernelcli extend)
+                from ._carry import take_over
+
+                take_over(store, job.plan)
+            if shard is not None:
+                store.mark_shard(shard[0], shard[1], {
+                    "blocks": len(blocks), "pairs": sum(b.n_pairs for b in blocks)})
+            for attempt in (1, 2):
+                try:
+                    execute(job, store, progress, blocks=todo)
+                    check(stop)
+                    path, missing = assemble_if_complete(store, job.plan)
+                    break
+                except QuarantinedError as exc:  # moved aside: computing again replaces it
+                    if attempt == 2:
+                        raise
+                    # (the test diagonal has no blocks: execute() sees it missing)
+                    todo = exc.blocks
+                    repaired.append(str(exc))
+                except DiskFullError as exc:
+                    raise _disk_full(store, job.plan, exc, shard) from None
+                except ComputeError as exc:  # a tile gone while it was read
+                    if isinstance(exc, Interrupted) or not _assembled_elsewhere(store):
+                        raise
+                    path, missing = store.result_path, 0
+                    break
+            if path is not None and not job.cfg.output.keep_tiles:
+                removed = remove_verified_tiles(store, job.plan).tiles_removed
+        except Interrupted as exc:
+            raise interrupted_error(store.run_dir, shard, exc.signum) from None
+        except KeyboardInterrupt:
+            raise interrupted_error(store.run_dir, shard) from None
+        except RuntimeError as exc:  # XLA's out of memory: an error that says what to do
+            if not is_out_of_memory(exc):
+                raise
+            raise out_of_memory_error(job.plan.budget_bytes, job.plan.memory_kind,
+                                      job.memory_source == "compute.memory",
+                                      store.run_dir, shard) from exc
+    return RunResult(result=None if path is None else str(path), assembled=path is not None,
+                     blocks_missing=missing, blocks_total=job.plan.blocks_total,
+                     repaired=tuple(repaired), resumed=resumed,
+                     shard=None if shard is None else tuple(shard), shard_blocks=len(blocks),
+                     tiles_removed=removed)
+
+
+def _assembled_elsewhere(store: RunStore) -> bool:
+    """Whether another process of a job array assembled ``kernels.h5`` and removed the
+    tiles (``output.keep_tiles: false``) while this one read them to assemble too."""
+    return (store.tiles_removed is not None and store.finished
+            and store.result_problem() is None)
+
+
+def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskFullError:
+    """The disk-full error, saying how much the rest of the run needs and how to go on."""
+    from ..spec import format_size
+
+    done = store.done_keys()
+    per_value = plan.itemsize * len(plan.kinds)
+    tiles = sum((b.r1 - b.r0) * (b.c1 - b.c0) * per_value + 4096
+                for b in plan.blocks if b.key not in done)
+    result = 0 if store.finished else (plan.n1 + plan.n_test) * plan.n2 * per_value
+    again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
+    return DiskFullError(
+        f"disk full while writing {exc.path}: the rest of the run needs about "
+        f"{format_size(tiles + result)} more in {store.run_dir} (tiles "
+        f"{format_size(tiles)}, kernels.h5 {format_size(result)}); free space, then "
+        f"`kernelcli resume {store.run_dir}{again}`", exc.path)
+
+

@@ -1,0 +1,47 @@
+"""``resume``: continue a run where it stopped; bit-identical to an uninterrupted run.
+
+The run's configuration is the one its manifest records (:mod:`._open`); the job is
+prepared against the run's plan and fitted preprocessing, then finished as
+``compute`` finishes one (:func:`~._finish.finish`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from .._stop import Stop, or_new
+from ..spec import RunConfig
+from ..store import RunStore
+from ._compute import check_combination, with_executor
+from ._executor import Progress
+from ._finish import RunSummary, finish
+from ._job import prepare_run
+from ._open import load_run_config, verified_result
+from ._results import RunResult
+
+__all__ = ["resume"]
+
+Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
+
+
+def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
+           shard: Shard = None, executor: Optional[str] = None,
+           address: Optional[str] = None, *,
+           loaded: Optional[tuple[RunStore, RunConfig]] = None,
+           on_start: Optional[Callable[[RunSummary], None]] = None,
+           stop: Optional[Stop] = None) -> RunResult:
+    """Continue the run in ``run_dir`` where it stopped; bit-identical to an uninterrupted run.
+
+    ``shard = (I, N)`` continues only process I's share of a job array of N.
+    ``loaded``: what :func:`load_run_config` returned for ``run_dir`` (not read again).
+    ``on_start``, ``stop``: as for :func:`~._compute.compute`.
+    """
+    stop = or_new(stop)
+    store, cfg = loaded if loaded is not None else load_run_config(run_dir)
+    cfg = with_executor(cfg, executor, address)
+    check_combination(cfg, shard)
+    result = verified_result(store)  # a finished run needs neither its data nor jax
+    if result is not None:
+        return RunResult(result=result, already_finished=True)
+    with prepare_run(cfg, store, shard, stop=stop) as job:
+        return finish(job, store, progress, shard, True, on_start, stop)
