@@ -113,7 +113,7 @@ def _verified_result(store: RunStore) -> Optional[str]:
     """The result's path when ``kernels.h5`` verifies; else ``None``, after moving a
     result that fails (another run's, damaged) to ``quarantine/`` so it is rebuilt. The
     result of the run this one grew from (``kernelcli extend``) is deleted instead."""
-    store.drop_superseded()
+    store.growth.drop_superseded()
     if not store.finished:
         return None
     if store.result_problem() is None:
@@ -168,8 +168,8 @@ def _finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
             _interrupt.check()
             if store.tiles_removed is not None:  # the result is gone: tiles are computed again
                 store.forget_tiles_removed()
-            store.drop_superseded()
-            if store.carried():  # a killed extend: the test tiles it kept (kernelcli extend)
+            store.growth.drop_superseded()
+            if store.growth.carried():  # a killed extend: the test tiles it kept (kernelcli extend)
                 from ._carry import take_over
 
                 take_over(store, job.plan)

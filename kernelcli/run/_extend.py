@@ -338,14 +338,14 @@ def _kept_blocks(store: RunStore, plan, rows: int) -> set:
 def _switch(store: RunStore, manifest: dict, side: dict, keep: set) -> None:
     """Turn the old run into the grown one (see the module docstring for the order)."""
     for key in sorted(store.done_keys() - keep):  # tiles the grown run does not keep
-        store.remove_tile(key)
-    store.remove_side_file("predictions.h5")  # the old run's; predict again
+        store.growth.remove_tile(key)
+    store.growth.remove_side_file("predictions.h5")  # the old run's; predict again
     store.grow(manifest, side)  # the switch: the manifest is replaced atomically
-    store.drop_superseded()
+    store.growth.drop_superseded()
     for name in store.side_files():  # the labels of the run it grew from
         if name.startswith("labels") and name != manifest.get("labels_file"):
-            store.remove_side_file(name)
-    store.remove_shard_markers()
+            store.growth.remove_side_file(name)
+    store.growth.remove_shard_markers()
 
 
 def _report(store: RunStore, plan, manifest: dict, run=None, dry_run: bool = False,

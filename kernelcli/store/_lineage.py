@@ -14,19 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-LINEAGE = "lineage"
-
-
-def lineage(manifest: dict) -> list:
-    """The manifest's ``lineage`` entries that are well formed (others are ignored: they
-    only ever widen what is accepted, so ignoring one refuses more, never less)."""
-    out = []
-    for entry in manifest.get(LINEAGE) or ():
-        if (isinstance(entry, dict) and isinstance(entry.get("run"), str)
-                and isinstance(entry.get("rows"), int) and not isinstance(entry["rows"], bool)
-                and entry["rows"] > 0):
-            out.append({"run": entry["run"], "rows": entry["rows"]})
-    return out
+from ._run_manifest import parse_lineage as lineage
 
 
 def accepted_runs(manifest: dict, run_id: str, block) -> tuple:
