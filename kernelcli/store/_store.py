@@ -108,6 +108,11 @@ class RunStore:
         its new path. Never deletes: the file may be evidence of a failing disk."""
         return move_to_quarantine(self.run_dir / QUARANTINE, path)
 
+    def quarantine_tiles(self, blocks) -> list:
+        """Move the tiles of ``blocks`` (which failed verification) to ``quarantine/``,
+        so a resume recomputes them; their new paths."""
+        return [self.quarantine(self.tiles_dir / f"{b.key}.h5") for b in blocks]
+
     @classmethod
     def open(cls, run_dir) -> "RunStore":
         """An existing run; :class:`RunDirError` if ``run_dir`` holds none.
