@@ -7,7 +7,7 @@ from ._estimate import estimate
 from ._extend import extend
 from ._executor import Progress
 from ._matrix import kernel_matrix
-from ._predict import predict
+from .regression import predict
 from ._results import (CleanResult, EstimateResult, ExtendResult, FlowRow, PredictChoice,
                        PredictResult, PredictRow, RunResult, ShardProgress, StatusReport)
 from ._shards import parse_shard

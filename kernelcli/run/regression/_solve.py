@@ -14,7 +14,7 @@ The ridge of each kind is chosen on the training set alone, by leave-one-out
 (``kernelcli.predict._selection``): a ridge chosen by test accuracy would overstate
 it. The whole sweep's test numbers are still reported, as such. With ``times`` the
 gradient-flow ensemble of neural-tangents' ``gradient_descent_mse_ensemble`` is
-evaluated too (``_predict_flow``). Results go to ``predictions.h5`` in the run
+evaluated too (:mod:`._flow`). Results go to ``predictions.h5`` in the run
 directory (written whole, then renamed).
 
 For the NTK the ridge prediction is the infinite-time gradient-descent mean of an
@@ -30,18 +30,18 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from ..errors import DamagedFileError, RunDirError, UsageError
-from ..predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
+from ...errors import DamagedFileError, RunDirError, UsageError
+from ...predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
                        accuracy, check_ridges, check_times, choose_ridge, choose_solver,
                        check_flow_memory, cholesky_factor, held_out_scores, load_kernel,
                        loo_predictions, mse, one_hot, predictive_variance, solve_cg_folds,
                        solve_memory_bytes, solve_with_factor)
-from ..predict import predict as predict_mean
-from ..spec import KINDS, base_kind, is_kernel_name
-from ..store import PREDICTIONS, ResultFile, RunStore
-from ._predict_file import RIDGE_CONVENTION, write_predictions
-from ._predict_flow import flow_kind, flow_rows
-from ._results import PredictChoice, PredictResult, PredictRow
+from ...predict import predict as predict_mean
+from ...spec import KINDS, base_kind, is_kernel_name
+from ...store import PREDICTIONS, ResultFile, RunStore
+from ._file import RIDGE_CONVENTION, write_predictions
+from ._flow import flow_kind, flow_rows
+from .._results import PredictChoice, PredictResult, PredictRow
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
 CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG

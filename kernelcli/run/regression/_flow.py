@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..predict import (H5KernelOperator, accuracy, eigen, flow_basis, flow_mean, flow_weights,
+from ...predict import (H5KernelOperator, accuracy, eigen, flow_basis, flow_mean, flow_weights,
                        load_kernel, mse, nngp_flow_variance, ntk_covariance, ntk_flow_variance)
-from ..spec import base_kind
-from ..store import ResultFile
-from ._results import FlowRow
+from ...spec import base_kind
+from ...store import ResultFile
+from .._results import FlowRow
 
 
 def _diag(result: Path, name: str) -> np.ndarray:
