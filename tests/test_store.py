@@ -310,3 +310,24 @@ def test_result_file_reads_names_labels_memmaps_and_checks_values(tmp_path):
     assert r.values_problem({"ntk": (2, 2)}, "float32") == "it has no dataset 'ntk'"
     with pytest.raises(DataError, match="holds no dataset 'ntk'"):
         r.load_float64("ntk")
+
+
+def test_a_manifest_round_trip_gives_the_same_geometry(tmp_path):
+    # moved from tests/test_planner.py with the manifest's plan fields (store.Manifest)
+    from kernelcli.errors import DamagedFileError
+    from kernelcli.plan import make_plan
+    from kernelcli.store import Manifest, new_manifest
+
+    p = make_plan(300, 200, symmetric=False, bytes_per_pair=1000, fixed_bytes=0,
+                  budget_bytes=10**9, kinds=("nngp", "ntk"), itemsize=4, block=64)
+
+    def manifest(**plan):
+        m = new_manifest(name="n", config_text="t", config_dir="/c", config_dir_from_run="..",
+                         config_fingerprint="f", data_fingerprints={}, geometry=p.geometry,
+                         test_diagonal=False, dtype="float32", engine="cpu")
+        m["plan"].update(plan)
+        return m
+
+    assert Manifest.check(manifest(), tmp_path).geometry == p.geometry
+    with pytest.raises(DamagedFileError, match="plan.pairs_total is 5 but its plan has 60000"):
+        Manifest.check(manifest(pairs_total=5), tmp_path)

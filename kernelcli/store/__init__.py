@@ -76,7 +76,6 @@ from ._manifest import MANIFEST as MANIFEST
 from ._run_manifest import FORMAT as MANIFEST_FORMAT
 from ._run_manifest import Manifest as Manifest
 from ._run_manifest import new_manifest as new_manifest
-from ._run_manifest import parse_lineage as lineage_of
 from ._run_manifest import result_attrs as result_attrs
 from ._result import ResultFile as ResultFile
 from ._result import tile_write_seconds as tile_write_seconds
@@ -84,5 +83,5 @@ from ._assemble import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
 
 __all__ = ["LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest", "PREDICTIONS", "RESULT",
-           "ResultFile", "TILES", "RunStore", "h5_written_whole", "labels_name", "lineage_of",
+           "ResultFile", "TILES", "RunStore", "h5_written_whole", "labels_name",
            "new_manifest", "preprocess_name", "result_attrs", "row_bands", "tile_write_seconds"]

@@ -10,8 +10,8 @@ like any other: whatever it holds, the answer is a one-line
 :class:`~kernelcli.errors.DamagedFileError`, never a ``KeyError`` or a computation
 on made-up values.
 
-Keys (``plan`` holds the geometry's fields, :data:`kernelcli.plan.MANIFEST_KEYS`,
-plus ``test_diagonal``, ``dtype`` and ``engine``)::
+Keys (``plan`` holds the geometry's fields, :data:`GEOMETRY_KEYS`, plus
+``test_diagonal``, ``dtype`` and ``engine``)::
 
     format, kernelcli_version, name, config_text, config_dir, config_dir_from_run,
     config_fingerprint, data_fingerprints, plan,
@@ -28,7 +28,7 @@ from typing import Optional
 
 from .. import __version__
 from ..errors import DamagedFileError, KernelcliError
-from ..plan import Geometry, TotalsMismatch, geometry_from_manifest
+from ..plan import Geometry, make_geometry
 from ..spec import DTYPES, ENGINES, KINDS, is_kernel_name
 
 FORMAT = 2  # 2: manifest checksum, sealed tiles with run identity, checksummed result
@@ -36,6 +36,9 @@ LINEAGE = "lineage"
 LABELS = "labels.npz"
 _ENGINES = tuple(e for e in ENGINES if e != "auto")  # plan.engine: resolve_engine's answers
 _MAX_N = 1 << 40
+# The plan fields that record the geometry (beside them: test_diagonal, dtype, engine).
+GEOMETRY_KEYS = ("n1", "n2", "n_test", "symmetric", "block", "pair_batch", "kinds",
+                 "pairs_total", "blocks_total")
 
 
 def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_from_run: str,
@@ -55,7 +58,7 @@ def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_fro
         "config_dir_from_run": config_dir_from_run,
         "config_fingerprint": config_fingerprint,
         "data_fingerprints": data_fingerprints,
-        "plan": {**geometry.to_manifest(), "test_diagonal": test_diagonal, "dtype": dtype,
+        "plan": {**geometry_fields(geometry), "test_diagonal": test_diagonal, "dtype": dtype,
                  # the execution plan rounds differently: a resume keeps it
                  "engine": engine},
     }
@@ -64,6 +67,13 @@ def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_fro
         if labels_file is not None:
             out["labels_file"] = labels_file
     return out
+
+
+def geometry_fields(g: Geometry) -> dict:
+    """The plan fields that record ``g`` (:data:`GEOMETRY_KEYS`), JSON types only."""
+    return {"n1": g.n1, "n2": g.n2, "n_test": g.n_test, "symmetric": g.symmetric,
+            "block": g.block, "pair_batch": g.pair_batch, "kinds": list(g.kinds),
+            "pairs_total": g.pairs_total, "blocks_total": g.blocks_total}
 
 
 def parse_lineage(manifest: dict) -> list:
@@ -230,12 +240,19 @@ def _check(manifest: dict, run_dir) -> None:
 
 
 def _geometry(manifest: dict, run_dir) -> Geometry:
+    """The geometry the (checked) plan fields record (the inverse of
+    :func:`geometry_fields`), its recorded totals those of its blocks."""
     p = manifest["plan"]
     where = Path(run_dir) / "manifest.json"
     try:
-        return geometry_from_manifest(p, itemsize=8 if p["dtype"] == "float64" else 4)
-    except TotalsMismatch as exc:
-        raise DamagedFileError(f"{where}: plan.{exc.key} is {_show(exc.recorded)} but its "
-                               f"plan has {exc.actual}") from None
+        geometry = make_geometry(p["n1"], p["n2"], symmetric=p["symmetric"],
+                                 block=p["block"], pair_batch=p["pair_batch"],
+                                 kinds=p["kinds"], n_test=p["n_test"],
+                                 itemsize=8 if p["dtype"] == "float64" else 4)
     except (KernelcliError, ValueError) as exc:
         raise DamagedFileError(f"{where}: its plan is not valid ({exc})") from None
+    for key in ("pairs_total", "blocks_total"):
+        if p.get(key) != getattr(geometry, key):
+            raise DamagedFileError(f"{where}: plan.{key} is {_show(p.get(key))} but its "
+                                   f"plan has {getattr(geometry, key)}")
+    return geometry
