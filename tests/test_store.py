@@ -285,6 +285,8 @@ def test_manifest_checks_itself_and_gives_its_geometry(tmp_path):
     assert m.labels_file == "labels.npz" and m.lineage == [] and m.engine == "cpu"
     with pytest.raises(DamagedFileError, match="plan.dtype is"):
         Manifest.check(_run_manifest(dtype="float16")[0], tmp_path)
+    with pytest.raises(DamagedFileError, match="plan.n1 is"):  # made directly: checked too
+        Manifest(_run_manifest(n1=0)[0], tmp_path)
     with pytest.raises(DamagedFileError, match="plan.blocks_total is 7 but its plan has 3"):
         Manifest.check(_run_manifest(blocks_total=7)[0], tmp_path)
 

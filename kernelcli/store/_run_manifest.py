@@ -91,18 +91,22 @@ def parse_lineage(manifest: dict) -> list:
 @dataclasses.dataclass(frozen=True)
 class Manifest:
     """A checked run manifest: ``data`` is the JSON object as stored (without its
-    checksum), ``geometry`` the plan it records. Build one with :meth:`check`."""
+    checksum), ``geometry`` the plan it records. It checks itself when it is made:
+    :class:`DamagedFileError` naming what is wrong (``run_dir`` names the file)."""
 
     data: dict
     run_dir: Path
-    geometry: Geometry
+    geometry: Geometry = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "run_dir", Path(self.run_dir))
+        _check(self.data, self.run_dir)
+        object.__setattr__(self, "geometry", _geometry(self.data, self.run_dir))
 
     @classmethod
     def check(cls, data: dict, run_dir) -> "Manifest":
-        """``data`` (a manifest's JSON object) checked as a kernelcli run's;
-        :class:`DamagedFileError` naming what is wrong otherwise."""
-        _check(data, run_dir)
-        return cls(data, Path(run_dir), _geometry(data, run_dir))
+        """``data`` (a manifest's JSON object) checked as a kernelcli run's."""
+        return cls(data, run_dir)
 
     @property
     def plan(self) -> dict:
