@@ -30,10 +30,10 @@ from .. import __version__
 from ..errors import DamagedFileError, KernelcliError
 from ..plan import Geometry, make_geometry
 from ..spec import DTYPES, ENGINES, KINDS, is_kernel_name
+from ._side import LABELS
 
 FORMAT = 2  # 2: manifest checksum, sealed tiles with run identity, checksummed result
 LINEAGE = "lineage"
-LABELS = "labels.npz"
 _ENGINES = tuple(e for e in ENGINES if e != "auto")  # plan.engine: resolve_engine's answers
 _MAX_N = 1 << 40
 # The plan fields that record the geometry (beside them: test_diagonal, dtype, engine).
@@ -74,6 +74,13 @@ def geometry_fields(g: Geometry) -> dict:
     return {"n1": g.n1, "n2": g.n2, "n_test": g.n_test, "symmetric": g.symmetric,
             "block": g.block, "pair_batch": g.pair_batch, "kinds": list(g.kinds),
             "pairs_total": g.pairs_total, "blocks_total": g.blocks_total}
+
+
+def labels_file_of(manifest: dict) -> str:
+    """The side file that holds the run's labels: ``labels.npz``, or the one a grown
+    run's manifest names (``labels-<fp>.npz``)."""
+    name = manifest.get("labels_file", LABELS)
+    return name if isinstance(name, str) else LABELS
 
 
 def parse_lineage(manifest: dict) -> list:
@@ -150,8 +157,7 @@ class Manifest:
 
     @property
     def labels_file(self) -> str:
-        name = self.data.get("labels_file", LABELS)
-        return name if isinstance(name, str) else LABELS
+        return labels_file_of(self.data)
 
     def result_shapes(self) -> dict:
         """dataset -> shape of every kernel dataset ``kernels.h5`` must hold."""

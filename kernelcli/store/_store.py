@@ -25,7 +25,7 @@ from ._grow import Growth
 from ._lineage import accepted_runs
 from ._markers import mark_shard, shard_markers
 from ._result import ResultFile
-from ._run_manifest import Manifest
+from ._run_manifest import Manifest, labels_file_of
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
@@ -34,7 +34,7 @@ from ._tiles import done_keys as _done_keys
 from ._tiles import read_tile as _read_tile
 from ._tiles import tile_path
 from ._tiles import write_tile as _write_tile
-from ._side import (LABELS, PREDICTIONS, QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES,
+from ._side import (QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES,
                     check_test_diagonal, is_side_file, move_to_quarantine, read_npz)
 
 
@@ -254,8 +254,7 @@ class RunStore:
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
         the file the manifest names, ``labels.npz`` by default)."""
-        name = self.manifest.get("labels_file", LABELS)
-        path = self.side_path(name if isinstance(name, str) else LABELS)
+        path = self.side_path(labels_file_of(self.manifest))
         return read_npz(path) if path.is_file() else {}
 
     @property
