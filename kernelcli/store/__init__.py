@@ -78,7 +78,7 @@ from ._run_manifest import Manifest as Manifest
 from ._run_manifest import new_manifest as new_manifest
 from ._run_manifest import result_attrs as result_attrs
 from ._result import ResultFile as ResultFile
-from ._result import tile_write_seconds as tile_write_seconds
+from ._tiles import tile_write_seconds as tile_write_seconds
 from ._result import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
 

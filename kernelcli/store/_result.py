@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -213,16 +212,3 @@ def result_digests(path: Path) -> dict:
             value = f[name].attrs.get("sha256", "")
             out[name] = value.decode() if isinstance(value, bytes) else str(value)
         return out
-
-
-
-def tile_write_seconds(kinds, tile: np.ndarray) -> float:
-    """Seconds to serialise ``tile`` once per kind as an HDF5 image in memory (what
-    ``estimate`` times of the store's writes; nothing touches the disk)."""
-    import io
-
-    t = time.perf_counter()
-    with h5py.File(io.BytesIO(), "w") as f:
-        for kind in kinds:
-            f.create_dataset(kind, data=tile)
-    return time.perf_counter() - t
