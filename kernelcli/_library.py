@@ -208,27 +208,15 @@ class Run:
     @property
     def names(self) -> tuple:
         if self._names is None:
-            import h5py
-
-            with h5py.File(self._result(), "r") as f:
-                self._names = tuple(k for k in f.keys())
+            self._result()  # finished, and this run's
+            self._names = self._store.result().names()
         return self._names
 
     def kernel(self, name: str) -> np.ndarray:
         """The dataset ``name`` of ``kernels.h5``, memory-mapped (nothing read yet)."""
-        import h5py
-
         path = self._result()
-        with h5py.File(path, "r") as f:
-            if name not in f:
-                raise ConfigError(f"{name!r} is not a dataset of {path}; it holds "
-                                  f"{sorted(f.keys())}")
-            ds = f[name]
-            offset = ds.id.get_offset()
-            if offset is None or ds.chunks is not None or ds.compression is not None:
-                return ds[...]  # not contiguous on disk (not written by kernelcli)
-            dtype, shape = ds.dtype, ds.shape
-        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+        return self._store.result().memmap(name, lambda names: ConfigError(
+            f"{name!r} is not a dataset of {path}; it holds {names}"))
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.kernel(name)

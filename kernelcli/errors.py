@@ -88,6 +88,18 @@ class QuarantinedError(DamagedFileError):
         self.blocks = list(blocks)
 
 
+class DamagedTiles(QuarantinedError):
+    """Tiles that failed verification, already moved to ``folder`` (``quarantine/``) by
+    the store; ``blocks`` lists them. Carries data only: the moving is the store's."""
+
+    def __init__(self, run_dir, damaged, folder):
+        blocks = [b for b, _ in damaged]
+        first = str(damaged[0][1])
+        more = "" if len(damaged) == 1 else f" (and {len(damaged) - 1} more tiles)"
+        super().__init__(f"{first}{more}; moved to {folder}/: "
+                         f"`kernelcli resume {run_dir}` computes it again", blocks)
+
+
 class Interrupted(ComputeError):
     """SIGINT or SIGTERM (or Ctrl-C's ``KeyboardInterrupt`` in a program without the
     CLI's handlers) stopped the work at a safe point; completed tiles are kept.

@@ -87,3 +87,24 @@ def test_the_check_sees_a_private_import():
     assert [_allowed("kernelcli.run", t) for t in targets] == [False, False, True, True]
     assert _allowed("kernelcli", "kernelcli._progress.format_duration")
     assert not _allowed("kernelcli.run", "kernelcli.predict._cholesky.forward_substitution")
+
+
+def h5py_importers():
+    """Modules outside ``kernelcli.store`` and ``kernelcli.data`` that import h5py
+    (at the top or lazily inside a function: every import in the AST counts)."""
+    for name, package, tree in _modules():
+        if name.split(".")[1:2] in (["store"], ["data"]):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(
+                    a.name.split(".")[0] == "h5py" for a in node.names):
+                yield name
+            elif (isinstance(node, ast.ImportFrom) and not node.level
+                  and (node.module or "").split(".")[0] == "h5py"):
+                yield name
+
+
+def test_only_the_store_and_data_import_h5py():
+    found = sorted(set(h5py_importers()))
+    assert not found, "h5py imported outside kernelcli.store and kernelcli.data:\n" + \
+        "\n".join(f"  {m}" for m in found)

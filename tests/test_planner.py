@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 
 from kernelcli.errors import BudgetError, ConfigError
 from kernelcli._system import available_ram_bytes
-from kernelcli.plan import (Block, EngineCosts, TotalsMismatch, assign, auto_block, auto_budget,
-                            auto_pair_batch, geometry_from_manifest, make_plan, memory_line,
-                            plan_run)
+from kernelcli.plan import (Block, EngineCosts, assign, auto_block, auto_budget,
+                            auto_pair_batch, make_plan, memory_line, plan_run)
 from kernelcli.spec import format_size
 
 MiB, GiB, TiB = 1024**2, 1024**3, 1024**4
@@ -141,14 +140,6 @@ def test_plan_run_measures_the_memory_line_and_fits_the_budget():
     assert (kept.block, kept.pair_batch) == (40, 7)
     with pytest.raises(BudgetError, match="cannot hold one pair"):
         plan_run(1000, 1000, symmetric=True, costs=costs(), budget_bytes=MiB)
-
-
-def test_a_manifest_round_trip_gives_the_same_geometry():
-    p = plan(300, 200, symmetric=False, block=64)
-    assert geometry_from_manifest(p.geometry.to_manifest(), itemsize=4) == p.geometry
-    bad = dict(p.geometry.to_manifest(), pairs_total=5)
-    with pytest.raises(TotalsMismatch, match="plan.pairs_total is 5 but its plan has 60000"):
-        geometry_from_manifest(bad, itemsize=4)
 
 
 def test_data_set_smaller_than_a_block_is_one_block():

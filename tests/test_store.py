@@ -253,3 +253,83 @@ def test_store_imports_neither_jax_nor_click():
     code = "import sys, kernelcli.store; print(sorted({'jax', 'click'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- the Manifest value object and the result-file reader ---------------------------
+
+def _run_manifest(**plan):
+    from kernelcli.plan import make_geometry
+    from kernelcli.store import new_manifest
+
+    g = make_geometry(4, 4, symmetric=True, block=2, pair_batch=3, kinds=("nngp",),
+                      itemsize=4)
+    m = new_manifest(name="n", config_text="t", config_dir="/c", config_dir_from_run="..",
+                     config_fingerprint="f", data_fingerprints={"x1": "a"}, geometry=g,
+                     test_diagonal=False, dtype="float32", engine="cpu")
+    m["plan"].update(plan)
+    return m, g
+
+
+def test_manifest_checks_itself_and_gives_its_geometry(tmp_path):
+    from kernelcli.errors import DamagedFileError
+    from kernelcli.store import MANIFEST_FORMAT, Manifest
+
+    data, g = _run_manifest()
+    assert sorted(data) == ["config_dir", "config_dir_from_run", "config_fingerprint",
+                            "config_text", "data_fingerprints", "format",
+                            "kernelcli_version", "name", "plan"]
+    assert data["format"] == MANIFEST_FORMAT
+    m = Manifest.check(data, tmp_path)
+    assert m.geometry == g and m.kinds == ("nngp",) and m.dtype == "float32"
+    assert m.result_shapes() == {"nngp": (4, 4)}
+    assert m.labels_file == "labels.npz" and m.lineage == [] and m.engine == "cpu"
+    with pytest.raises(DamagedFileError, match="plan.dtype is"):
+        Manifest.check(_run_manifest(dtype="float16")[0], tmp_path)
+    with pytest.raises(DamagedFileError, match="plan.n1 is"):  # made directly: checked too
+        Manifest(_run_manifest(n1=0)[0], tmp_path)
+    with pytest.raises(DamagedFileError, match="plan.blocks_total is 7 but its plan has 3"):
+        Manifest.check(_run_manifest(blocks_total=7)[0], tmp_path)
+
+
+def test_result_file_reads_names_labels_memmaps_and_checks_values(tmp_path):
+    import h5py
+
+    from kernelcli.errors import DataError
+    from kernelcli.store import ResultFile
+
+    k = np.array([[2.0, 1.0], [1.0, 3.0]], np.float32)
+    with h5py.File(tmp_path / "k.h5", "w") as f:
+        f["nngp"] = k
+        f["labels"] = np.array([0, 1])
+    r = ResultFile(tmp_path / "k.h5")
+    assert r.names() == ("labels", "nngp")
+    assert list(r.labels()) == ["labels"]
+    assert np.array_equal(r.memmap("nngp", KeyError), k)
+    assert r.load_float64("nngp").dtype == np.float64
+    assert r.values_problem({"nngp": (2, 2)}, "float32", ("nngp",)) is None
+    assert r.values_problem({"nngp": (2, 2)}, "float64") == \
+        "dataset 'nngp' is float32[2, 2], not float64[2, 2]"
+    assert r.values_problem({"ntk": (2, 2)}, "float32") == "it has no dataset 'ntk'"
+    with pytest.raises(DataError, match="holds no dataset 'ntk'"):
+        r.load_float64("ntk")
+
+
+def test_a_manifest_round_trip_gives_the_same_geometry(tmp_path):
+    # moved from tests/test_planner.py with the manifest's plan fields (store.Manifest)
+    from kernelcli.errors import DamagedFileError
+    from kernelcli.plan import make_plan
+    from kernelcli.store import Manifest, new_manifest
+
+    p = make_plan(300, 200, symmetric=False, bytes_per_pair=1000, fixed_bytes=0,
+                  budget_bytes=10**9, kinds=("nngp", "ntk"), itemsize=4, block=64)
+
+    def manifest(**plan):
+        m = new_manifest(name="n", config_text="t", config_dir="/c", config_dir_from_run="..",
+                         config_fingerprint="f", data_fingerprints={}, geometry=p.geometry,
+                         test_diagonal=False, dtype="float32", engine="cpu")
+        m["plan"].update(plan)
+        return m
+
+    assert Manifest.check(manifest(), tmp_path).geometry == p.geometry
+    with pytest.raises(DamagedFileError, match="plan.pairs_total is 5 but its plan has 60000"):
+        Manifest.check(manifest(pairs_total=5), tmp_path)

@@ -1,10 +1,7 @@
 """The planner: blocks of the kernel matrix, pairs per call and memory (no jax, no h5py)."""
 
 from ._blocks import Block as Block
-from ._geometry import MANIFEST_KEYS as MANIFEST_KEYS
 from ._geometry import Geometry as Geometry
-from ._geometry import TotalsMismatch as TotalsMismatch
-from ._geometry import geometry_from_manifest as geometry_from_manifest
 from ._geometry import make_geometry as make_geometry
 from ._planner import ACCELERATOR_MAX_PAIR_BATCH as ACCELERATOR_MAX_PAIR_BATCH
 from ._planner import EngineCosts as EngineCosts
@@ -19,7 +16,7 @@ from ._planner import memory_line as memory_line
 from ._planner import plan_run as plan_run
 
 __all__ = [
-    "ACCELERATOR_MAX_PAIR_BATCH", "Block", "EngineCosts", "Geometry", "MANIFEST_KEYS", "MemoryFigures", "Plan",
-    "TotalsMismatch", "assign", "auto_block", "auto_budget", "auto_pair_batch",
-    "geometry_from_manifest", "make_geometry", "make_plan", "memory_line", "plan_run",
+    "ACCELERATOR_MAX_PAIR_BATCH", "Block", "EngineCosts", "Geometry", "MemoryFigures", "Plan",
+    "assign", "auto_block", "auto_budget", "auto_pair_batch",
+    "make_geometry", "make_plan", "memory_line", "plan_run",
 ]

@@ -1,6 +1,7 @@
 """The geometry of a run: which blocks of the kernel matrix exist and how many pairs a
-kernel call takes. What a manifest records, and all that a run directory's readers
-(status, verify, assemble, shards) need: no memory figures, no jax, no h5py."""
+kernel call takes. All that a run directory's readers (status, verify, assemble,
+shards) need: no memory figures, no jax, no h5py. How a manifest records it is
+:class:`kernelcli.store.Manifest`'s."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from ..errors import ConfigError
 from ._blocks import Block
 
 _MAX_BLOCKS = 1_000_000  # keeps the plan's tuple of blocks (and the tiles folder) sane
-# The plan fields of a manifest (beside them it records the run's dtype and test_diagonal).
-MANIFEST_KEYS = ("n1", "n2", "n_test", "symmetric", "block", "pair_batch", "kinds",
-                 "pairs_total", "blocks_total")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,13 +60,6 @@ class Geometry:
         per_kind = self.n1 * self.n2 + self.n_test * (self.n2 + 1)
         return per_kind * self.itemsize * len(self.kinds)
 
-    def to_manifest(self) -> dict:
-        """The manifest's plan fields (:data:`MANIFEST_KEYS`), JSON types only."""
-        return {"n1": self.n1, "n2": self.n2, "n_test": self.n_test,
-                "symmetric": self.symmetric, "block": self.block,
-                "pair_batch": self.pair_batch, "kinds": list(self.kinds),
-                "pairs_total": self.pairs_total, "blocks_total": self.blocks_total}
-
 
 def make_geometry(n1: int, n2: int, *, symmetric: bool, block: int, pair_batch: int,
                   kinds, itemsize: int, n_test: int = 0) -> Geometry:
@@ -101,27 +92,6 @@ def make_geometry(n1: int, n2: int, *, symmetric: bool, block: int, pair_batch: 
     return Geometry(n1=n1, n2=n2, symmetric=bool(symmetric), block=edge,
                     pair_batch=pair_batch, kinds=kinds, itemsize=itemsize, blocks=blocks,
                     n_test=n_test)
-
-
-def geometry_from_manifest(plan: dict, itemsize: int) -> Geometry:
-    """The geometry a manifest's plan fields record (the inverse of
-    :meth:`Geometry.to_manifest`); ValueError/ConfigError when they do not make one,
-    including recorded totals that differ from the blocks'."""
-    geometry = make_geometry(plan["n1"], plan["n2"], symmetric=plan["symmetric"],
-                             block=plan["block"], pair_batch=plan["pair_batch"],
-                             kinds=plan["kinds"], itemsize=itemsize, n_test=plan["n_test"])
-    for key in ("pairs_total", "blocks_total"):
-        if plan.get(key) != getattr(geometry, key):
-            raise TotalsMismatch(key, plan.get(key), getattr(geometry, key))
-    return geometry
-
-
-class TotalsMismatch(ValueError):
-    """A recorded ``pairs_total``/``blocks_total`` that is not the geometry's."""
-
-    def __init__(self, key: str, recorded, actual: int):
-        super().__init__(f"plan.{key} is {recorded!r} but its plan has {actual}")
-        self.key, self.recorded, self.actual = key, recorded, actual
 
 
 def _grid(n1: int, n2: int, edge: int, symmetric: bool):

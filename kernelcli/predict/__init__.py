@@ -1,6 +1,7 @@
 """From kernels to predictions: kernel ridge regression on stored kernels.
 
-numpy and h5py only; no jax, no click. The regulariser is ``ridge * trace(K)/n``
+numpy only (stored kernels are read through :class:`kernelcli.store.ResultFile`);
+no jax, no click. The regulariser is ``ridge * trace(K)/n``
 (``trace_scaled=True``, the reference codes' convention) or ``ridge``; all
 solves are float64. ``solve_cholesky`` for kernels that fit in memory,
 ``solve_cg_ridges`` on an ``H5KernelOperator`` for those that do not;

@@ -1,4 +1,5 @@
-"""A stored kernel as a linear operator, streamed from HDF5 by row blocks (h5py, numpy).
+"""A stored kernel as a linear operator, streamed from HDF5 by row blocks (numpy; the
+file is read through :class:`kernelcli.store.ResultFile`).
 
 ``K @ v`` reads the dataset one block of rows at a time straight into a
 float64 buffer (HDF5 converts float32 on read, so no float32 copy is made):
@@ -13,26 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Tuple
 
-import h5py
 import numpy as np
 
 from ..errors import DataError, UsageError
+from ..store import ResultFile
 
 DEFAULT_BLOCK_BYTES = 256 * 2**20  # one float64 row block
 
 
 def _open_dataset(path: Path, dataset: str):
-    if not path.is_file():
-        raise DataError(f"{path} does not exist; give the kernels.h5 of a finished run")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise DataError(f"{path} is not a readable HDF5 file ({exc})") from None
-    if dataset not in f or not isinstance(f[dataset], h5py.Dataset):
-        names = ", ".join(k for k in f if isinstance(f[k], h5py.Dataset)) or "(none)"
-        f.close()
-        raise DataError(f"{path} holds no dataset {dataset!r}; it holds: {names}")
-    return f
+    """The dataset, for streamed reads; DataError when the file or it is not there."""
+    return ResultFile(path).kernel(dataset)
 
 
 class H5KernelOperator:
@@ -45,8 +37,7 @@ class H5KernelOperator:
     def __init__(self, path, dataset: str, block_rows: Optional[int] = None):
         self.path = Path(path)
         self.dataset = dataset
-        with _open_dataset(self.path, dataset) as f:
-            ds = f[dataset]
+        with _open_dataset(self.path, dataset) as ds:
             if ds.ndim != 2 or 0 in ds.shape:
                 raise DataError(f"{dataset!r} in {self.path} must be a non-empty 2-D kernel, "
                                 f"got shape {ds.shape}")
@@ -68,8 +59,7 @@ class H5KernelOperator:
         """Yield ``(start, stop, block (stop - start, N2) float64)``; the buffer is reused."""
         n1, n2 = self.shape
         buf = np.empty((self.block_rows, n2), dtype=np.float64)
-        with _open_dataset(self.path, self.dataset) as f:
-            ds = f[self.dataset]
+        with _open_dataset(self.path, self.dataset) as ds:
             for start in range(0, n1, self.block_rows):
                 stop = min(start + self.block_rows, n1)
                 ds.read_direct(buf, np.s_[start:stop], np.s_[0:stop - start])
@@ -95,8 +85,7 @@ class H5KernelOperator:
             raise DataError(f"{self.dataset!r} in {self.path} is {n1:,} x {n2:,}, not square; "
                             "a training kernel K(train, train) is needed here")
         out = np.empty(n1, dtype=np.float64)
-        with _open_dataset(self.path, self.dataset) as f:
-            ds = f[self.dataset]
+        with _open_dataset(self.path, self.dataset) as ds:
             for start in range(0, n1, self.block_rows):
                 stop = min(start + self.block_rows, n1)
                 out[start:stop] = np.diagonal(ds[start:stop, start:stop]).astype(np.float64)
@@ -133,9 +122,4 @@ class ArrayOperator:
 
 def load_kernel(path, dataset: str) -> np.ndarray:
     """Read a whole stored kernel as a C-ordered float64 array (N1, N2), with no float32 copy."""
-    with _open_dataset(Path(path), dataset) as f:
-        ds = f[dataset]
-        out = np.empty(ds.shape, dtype=np.float64)
-        if out.size:
-            ds.read_direct(out)
-    return out
+    return ResultFile(path).load_float64(dataset)

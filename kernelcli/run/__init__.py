@@ -30,7 +30,7 @@ from ._finish import RunSummary, run_summary
 from ._resume import resume
 from ._matrix import kernel_matrix
 from ._open import load_run_config
-from ._predict import predict
+from .regression import predict
 from ._results import (CleanResult, EstimateResult, ExtendResult, FlowRow, PredictChoice,
                        PredictResult, PredictRow, RunResult, ShardProgress, StatusReport)
 from ._shards import parse_shard

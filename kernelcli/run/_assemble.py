@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ..errors import ComputeError, QuarantinedError
+from ..errors import ComputeError, DamagedTiles
 from ..store import RunStore
 from ._manifest import plan_from_manifest, result_attrs
 from ._open import check_recorded_config, verified_result
@@ -35,23 +35,12 @@ def assemble_if_complete(store: RunStore, plan) -> tuple[Optional[Path], int]:
     p = store.manifest["plan"]
     damaged = store.damaged_tiles(plan.blocks, tuple(p["kinds"]))
     if damaged:
-        raise DamagedTiles(store, damaged)
+        moved = store.quarantine_tiles([b for b, _ in damaged])
+        raise DamagedTiles(store.run_dir, damaged, moved[0].parent)
     path = store.assemble(plan.blocks, plan.n1, plan.n2, tuple(p["kinds"]), p["dtype"],
                           plan.symmetric, result_attrs(store.manifest), n_test=plan.n_test,
                           test_diagonal=bool(p.get("test_diagonal")))
     return path, 0
-
-
-class DamagedTiles(QuarantinedError):
-    """Tiles that failed verification, now in ``quarantine/``; ``blocks`` lists them."""
-
-    def __init__(self, store: RunStore, damaged):
-        blocks = [b for b, _ in damaged]
-        moved = [store.quarantine(store.tiles_dir / f"{b.key}.h5") for b in blocks]
-        first = str(damaged[0][1])
-        more = "" if len(damaged) == 1 else f" (and {len(damaged) - 1} more tiles)"
-        super().__init__(f"{first}{more}; moved to {moved[0].parent}/: "
-                         f"`kernelcli resume {store.run_dir}` computes it again", blocks)
 
 
 def assemble(run_dir) -> RunResult:

@@ -46,7 +46,7 @@ def set_aside(store: RunStore, before, plan, keys) -> set:
     first_old, first_new = -(-before.n1 // before.block), -(-plan.n1 // plan.block)
     by_key = {b.key: b for b in plan.blocks}
     for key in keys:
-        store.set_aside(_old_key(by_key[key], first_old, first_new), key)
+        store.growth.set_aside(_old_key(by_key[key], first_old, first_new), key)
     return set(keys)
 
 
@@ -58,14 +58,14 @@ def take_over(store: RunStore, plan) -> int:
     previous, before = ext.get("previous"), ext.get("n1_before")
     by_key = {b.key: b for b in plan.blocks}
     written = 0
-    for key in store.carried():
+    for key in store.growth.carried():
         block = by_key.get(key)
         if (key not in wanted or block is None or not isinstance(before, int)
                 or store.has(block)):
-            store.drop_carried(key)
+            store.growth.drop_carried(key)
             continue
         shift = plan.n1 - before
         attrs = {"r0": block.r0 - shift, "r1": block.r1 - shift, "c0": block.c0,
                  "c1": block.c1}
-        written += store.take_carried(key, block, previous, attrs)
+        written += store.growth.take_carried(key, block, previous, attrs)
     return written

@@ -15,7 +15,6 @@ from ..store import RunStore
 from ._manifest import plan_from_manifest
 from ._open import check_recorded_config
 from ._results import CleanResult
-from ._verify import result_problem
 
 
 def clean(run_dir) -> CleanResult:
@@ -38,7 +37,7 @@ def remove_verified_tiles(store: RunStore, plan) -> CleanResult:
             f"cannot clean {run_dir}: {store.result_path} does not exist (the run is not "
             f"finished); nothing was deleted. Finish it with `kernelcli resume {run_dir}` "
             f"(or `kernelcli assemble {run_dir}`), then clean")
-    problem = result_problem(store, plan)
+    problem = store.result_problem(values=True)
     if problem is not None:
         raise ComputeError(
             f"cannot clean {run_dir}: {store.result_path} does not verify ({problem}); "

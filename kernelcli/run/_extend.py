@@ -285,16 +285,11 @@ def _as_stored(store: RunStore, stats, n: int) -> np.ndarray:
     """Rows whose self-kernels, as the old rows' pass gives them here, are the bits of the
     old result's diagonal: the pass run again is the one that made the run (not another
     platform's, whose last bits may differ). Read from the diagonal blocks only."""
-    import h5py
-
     same = np.ones(n, bool)
     edge = store.manifest["plan"]["block"]
-    with h5py.File(store.result_path, "r") as f:
-        for kind, values in stats.diag.items():
-            d = f[kind]
-            for r0 in range(0, n, edge):
-                r1 = min(r0 + edge, n)
-                same[r0:r1] &= np.diag(d[r0:r1, r0:r1]) == values[r0:r1]
+    for kind, values in stats.diag.items():
+        for r0, diag in store.result().diagonal_blocks(kind, n, edge):
+            same[r0:r0 + diag.shape[0]] &= diag == values[r0:r0 + diag.shape[0]]
     return same
 
 
@@ -345,14 +340,14 @@ def _kept_blocks(store: RunStore, plan, rows: int) -> set:
 def _switch(store: RunStore, manifest: dict, side: dict, keep: set) -> None:
     """Turn the old run into the grown one (see the module docstring for the order)."""
     for key in sorted(store.done_keys() - keep):  # tiles the grown run does not keep
-        store.remove_tile(key)
-    store.remove_side_file("predictions.h5")  # the old run's; predict again
+        store.growth.remove_tile(key)
+    store.growth.remove_side_file("predictions.h5")  # the old run's; predict again
     store.grow(manifest, side)  # the switch: the manifest is replaced atomically
-    store.drop_superseded()
+    store.growth.drop_superseded()
     for name in store.side_files():  # the labels of the run it grew from
         if name.startswith("labels") and name != manifest.get("labels_file"):
-            store.remove_side_file(name)
-    store.remove_shard_markers()
+            store.growth.remove_side_file(name)
+    store.growth.remove_shard_markers()
 
 
 def _report(store: RunStore, plan, manifest: dict, run=None, dry_run: bool = False,

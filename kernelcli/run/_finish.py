@@ -69,8 +69,8 @@ def finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
             check(stop)
             if store.tiles_removed is not None:  # the result is gone: tiles are computed again
                 store.forget_tiles_removed()
-            store.drop_superseded()
-            if store.carried():  # a killed extend: the test tiles it kept (kernelcli extend)
+            store.growth.drop_superseded()
+            if store.growth.carried():  # a killed extend: the test tiles it kept (kernelcli extend)
                 from ._carry import take_over
 
                 take_over(store, job.plan)

@@ -20,16 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .. import __version__
 from .._stop import Stop, check, or_new
 from ..plan import Plan, plan_run
 from ..errors import RunDirError
 from ..spec import RunConfig, as_pairs
-from ..store import LABELS, labels_name, preprocess_name
+from ..store import LABELS, labels_name, new_manifest, preprocess_name
 from ._backend import Backend, open_backend
 from ._block import kernel_spec
 from ._inputs import Inputs, check_preprocess_file, open_inputs
-from ._manifest import FORMAT as MANIFEST_FORMAT
 from ._manifest import check_manifest
 from ._shards import check_shard_count
 
@@ -79,27 +77,15 @@ class Job:
         return self.cfg.source.parent if self.cfg.source else Path.cwd()
 
     def manifest(self) -> dict:
-        out = {
-            "format": MANIFEST_FORMAT,
-            "kernelcli_version": __version__,
-            "name": self.cfg.name,
-            "config_text": self.cfg.text,
-            "config_dir": str(self._config_dir),
-            # A config, its data and its run moved together are found again from here.
-            "config_dir_from_run": os.path.relpath(self._config_dir, self.cfg.output.run_dir),
-            "config_fingerprint": config_fingerprint(self.cfg, self.extension),
-            "data_fingerprints": self.fingerprints,
-            "plan": {**self.plan.geometry.to_manifest(),
-                     "test_diagonal": self.cfg.kernel.test_diagonal,
-                     "dtype": self.cfg.kernel.dtype,
-                     # the execution plan rounds differently: a resume keeps it
-                     "engine": self.kfn.engine},
-        }
-        if self.extension is not None:  # keys of extended runs only: others keep their bytes
-            out.update(extend=self.extension, lineage=list(self.lineage or ()))
-            if "labels" in self.fingerprints:
-                out["labels_file"] = labels_name(self.fingerprints["labels"])
-        return out
+        labels = self.fingerprints.get("labels") if self.extension is not None else None
+        return new_manifest(
+            name=self.cfg.name, config_text=self.cfg.text, config_dir=str(self._config_dir),
+            config_dir_from_run=os.path.relpath(self._config_dir, self.cfg.output.run_dir),
+            config_fingerprint=config_fingerprint(self.cfg, self.extension),
+            data_fingerprints=self.fingerprints, geometry=self.plan.geometry,
+            test_diagonal=self.cfg.kernel.test_diagonal, dtype=self.cfg.kernel.dtype,
+            engine=self.kfn.engine, extend=self.extension, lineage=self.lineage,
+            labels_file=None if labels is None else labels_name(labels))
 
 
 def _prod(shape) -> int:

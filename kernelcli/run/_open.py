@@ -76,7 +76,7 @@ def verified_result(store: RunStore) -> Optional[str]:
     """The result's path when ``kernels.h5`` verifies; else ``None``, after moving a
     result that fails (another run's, damaged) to ``quarantine/`` so it is rebuilt. The
     result of the run this one grew from (``kernelcli extend``) is deleted instead."""
-    store.drop_superseded()
+    store.growth.drop_superseded()
     if not store.finished:
         return None
     if store.result_problem() is None:

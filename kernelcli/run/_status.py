@@ -7,8 +7,7 @@ from typing import Optional
 from ..errors import UsageError
 from ..plan import assign
 from ..spec import KINDS
-from ..store import RunStore, lineage_of
-from ._manifest import plan_from_manifest
+from ..store import Manifest, RunStore
 from ._results import ShardProgress, StatusReport
 from ._shards import check_shard_count
 
@@ -57,8 +56,8 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         raise UsageError.naming(f"<<shards>>: {shards!r} is not a process count; expected a "
                                 f"positive integer")
     store = RunStore.open(run_dir)
-    m = store.manifest
-    plan = plan_from_manifest(m, run_dir)
+    m = store.run_manifest
+    plan = m.geometry
     if shards is not None:
         check_shard_count((0, int(shards)), plan, argument="shards")
     done = store.done_keys()
@@ -80,22 +79,22 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
                           f"{run_dir}` computes them again")
     per_shard = shard_counts(store, plan, None if shards is None else int(shards), done) or {}
     return StatusReport(
-        run_dir=str(store.run_dir), name=m.get("name"), pairs_done=pairs_done,
+        run_dir=str(store.run_dir), name=m.name, pairs_done=pairs_done,
         pairs_total=plan.pairs_total, blocks_done=len(done & {b.key for b in plan.blocks}),
         blocks_total=plan.blocks_total, finished=problem is None,
         result=str(store.result_path) if problem is None else None,
         result_problem=result_problem, shard_count=per_shard.get("count"),
         shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
         tiles_removed=removed, extend=_extend_summary(m, plan),
-        readouts=tuple(k for k in m["plan"]["kinds"] if k not in KINDS))
+        readouts=tuple(k for k in m.kinds if k not in KINDS))
 
 
-def _extend_summary(m: dict, plan) -> Optional[dict]:
+def _extend_summary(m: Manifest, plan) -> Optional[dict]:
     """What ``kernelcli extend`` grew the run from, and the tiles it keeps."""
-    ext = m.get("extend")
+    ext = m.extend
     if not isinstance(ext, dict):
         return None
-    rows = max([e["rows"] for e in lineage_of(m)], default=0)
+    rows = max([e["rows"] for e in m.lineage], default=0)
     return {"n1_before": ext.get("n1_before"), "n1": plan.n1,
             "n_test_before": ext.get("n_test_before"), "n_test": plan.n_test,
             "blocks_reused": sum(1 for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows)

@@ -108,13 +108,7 @@ def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> dict:
 def _tile_write_seconds(kfn, shape) -> tuple[float, int]:
     """Seconds to serialise one tile of ``shape`` per kind as an HDF5 file (in memory:
     ``estimate`` writes nothing; the store's fsyncs are not counted), and its bytes."""
-    import io
-
-    import h5py
+    from ..store import tile_write_seconds
 
     tile = np.zeros(shape, kfn.dtype)
-    t = time.perf_counter()
-    with h5py.File(io.BytesIO(), "w") as f:
-        for kind in kfn.kinds:
-            f.create_dataset(kind, data=tile)
-    return time.perf_counter() - t, tile.nbytes * len(kfn.kinds)
+    return tile_write_seconds(kfn.kinds, tile), tile.nbytes * len(kfn.kinds)

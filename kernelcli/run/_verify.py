@@ -15,10 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
-
-from ..store import RunStore, row_bands
-from ._manifest import plan_from_manifest
+from ..store import RunStore
 from ._open import check_recorded_config
 
 
@@ -45,10 +42,10 @@ class VerifyReport:
 
 def verify(run_dir) -> VerifyReport:
     store = RunStore.open(run_dir)
-    plan = plan_from_manifest(store.manifest, run_dir)
+    manifest = store.run_manifest
+    plan = manifest.geometry
     check_recorded_config(store)
-    p = store.manifest["plan"]
-    kinds = tuple(p["kinds"])
+    kinds = manifest.kinds
     done = store.done_keys()
     planned = {b.key for b in plan.blocks}
     report = VerifyReport(str(store.run_dir), plan.blocks_total, len(done & planned),
@@ -59,12 +56,12 @@ def verify(run_dir) -> VerifyReport:
     for key in sorted(done - planned):
         report.problems.append(f"tile {store.tiles_dir / (key + '.h5')} is not a block of "
                                f"this run's plan")
-    if plan.n_test and p["test_diagonal"]:
+    if plan.n_test and manifest.test_diagonal:
         problem = store.test_diagonal_problem(kinds)
         if problem is not None and (store.has_test_diagonal() or not store.finished):
             report.problems.append(problem)
     if store.finished:
-        problem = result_problem(store, plan)
+        problem = store.result_problem(values=True)
         report.result = "verified" if problem is None else problem
         if problem is not None:
             report.problems.append(f"{store.result_path} does not verify: {problem}")
@@ -82,50 +79,3 @@ def verify(run_dir) -> VerifyReport:
         # to quarantine/, recomputes those and assembles again
         report.next_step = f"kernelcli resume {store.run_dir}"
     return report
-
-
-def result_problem(store: RunStore, plan=None) -> Optional[str]:
-    """``None`` when ``kernels.h5`` is whole and what the plan says it is: this run's,
-    every dataset matching its checksum, the plan's shapes and dtype, finite, exactly
-    symmetric with a positive diagonal; else what is wrong. What must hold before
-    anything relies on ``kernels.h5`` alone (the tiles are removed)."""
-    if plan is None:
-        plan = plan_from_manifest(store.manifest, store.run_dir)
-    problem = store.result_problem()
-    if problem is None:
-        p = store.manifest["plan"]
-        problem = _check_values(store, plan, tuple(p["kinds"]), p)
-    return problem
-
-
-def _check_values(store: RunStore, plan, kinds, p) -> Optional[str]:
-    """Shapes, dtype, finiteness, symmetry and diagonal of the assembled datasets."""
-    import h5py
-
-    dtype = np.dtype(p["dtype"])
-    shapes = {k: (plan.n1, plan.n2) for k in kinds}
-    if plan.n_test:
-        shapes.update({f"{k}_test": (plan.n_test, plan.n2) for k in kinds})
-        if p["test_diagonal"]:
-            shapes.update({f"{k}_test_diag": (plan.n_test,) for k in kinds})
-    with h5py.File(store.result_path, "r") as f:
-        for name, shape in shapes.items():
-            if name not in f:
-                return f"it has no dataset {name!r}"
-            d = f[name]
-            if d.shape != shape or d.dtype != dtype:
-                return (f"dataset {name!r} is {d.dtype}{list(d.shape)}, not "
-                        f"{dtype}{list(shape)}")
-            for r0, band in row_bands(d):
-                if not np.isfinite(band).all():
-                    return f"dataset {name!r} has values that are not finite (rows from {r0})"
-                if name in kinds and plan.symmetric:
-                    r1 = r0 + band.shape[0]
-                    if not np.array_equal(band, d[:, r0:r1].T):
-                        return f"dataset {name!r} is not exactly symmetric (rows {r0}-{r1 - 1})"
-                    diag = band[np.arange(r1 - r0), np.arange(r0, r1)]
-                    if not (diag > 0).all():
-                        return f"dataset {name!r} has a diagonal entry that is not positive"
-                if name.endswith("_test_diag") and not (band > 0).all():
-                    return f"dataset {name!r} has an entry that is not positive"
-    return None

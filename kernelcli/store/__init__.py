@@ -1,20 +1,87 @@
 """The run directory: manifest, one durable tile per completed block, the assembled result.
 
-h5py, numpy and the standard library only (no jax, no click). The design is argued
-in :mod:`kernelcli.store._store`.
+h5py, numpy and the standard library only (no jax, no click); h5py is imported by no
+package but this one and :mod:`kernelcli.data`. A run's files are read through
+:class:`RunStore` (``run_manifest``: the checked :class:`Manifest`; ``result()``: the
+:class:`ResultFile` of ``kernels.h5``).
+
+Layout::
+
+    <run_dir>/manifest.json        written once, atomically, when the run starts
+    <run_dir>/tiles/<key>.h5       one per completed block (key = 'r00003c00001')
+    <run_dir>/kernels.h5           the assembled result; its existence = finished
+    <run_dir>/shards/<I>of<N>.json written by process I of a job array of N when it
+                                   starts (who ran; status counts per shard from it)
+    <run_dir>/labels.npz           with a configuration that names labels: the training
+                                   (and test) labels, written before the manifest
+                                   (``labels-<fp>.npz``, named by the manifest, for a
+                                   run grown by ``kernelcli extend``)
+    <run_dir>/preprocess-<fp>.npz  with data.preprocess: the fitted preprocessing, named
+                                   by its fingerprint, written before the manifest
+    <run_dir>/test_diag.h5         with kernel.test_diagonal: K(t, t) of every test row,
+                                   written before the first tile is computed
+    <run_dir>/quarantine/          files that failed verification, moved aside (never
+                                   read again; a resume recomputes what they held)
+    <run_dir>/tiles_removed.json   the tiles were deleted once kernels.h5 verified
+                                   (:mod:`._cleanup`; ``kernelcli clean``)
+    <run_dir>/tiles/carry-<key>.h5 a test tile that ``kernelcli extend`` moves to block
+                                   ``key`` of the grown run (:mod:`._grow`)
+
+Why this design (and not a journal plus one big HDF5 file):
+
+* HDF5 is not crash-safe: a process killed while a large file is open for writing
+  can leave the whole file unreadable, and with it every block already computed. A
+  small file per block confines the damage of a kill to the block in flight.
+* Each tile is written under a temporary name ``.<name>.<pid>.tmp`` in the same
+  folder, fsynced, then ``os.replace``d and the folder fsynced (:mod:`._atomic`).
+  So a tile under its final name is complete and durable, and the set of final
+  names *is* the progress record. A separate journal could disagree with the tiles
+  (written before a tile that never landed, or lost after one that did); there is
+  nothing to disagree with here. ``resume`` recomputes exactly the missing keys.
+* A kill mid-write leaves only a temporary file; it is ignored by every reader and
+  removed the next time the run is opened (unless its writer is still alive).
+* Keys are pure functions of block coordinates (like zarr chunk keys), so the
+  manifest, which records the plan, fixes which files a run consists of.
+* Existence says a tile was published whole; it does not say the bytes are still
+  the ones published, or that they belong to this run. So every file is verifiable:
+  the manifest carries its own checksum, which is the run's identity; tiles and the
+  test diagonal are sealed files (:mod:`._sealed`: a checksum over every byte,
+  checked before h5py parses them) that carry that identity and their block; and
+  ``kernels.h5`` carries a checksum per dataset and the identity. Assembly verifies
+  every tile it reads and moves one that fails to ``quarantine/``, so a resume
+  recomputes it; the result is read back and checked before it is renamed into
+  place.
+* The result is assembled from the tiles into a temporary file and renamed, so
+  ``kernels.h5`` either does not exist or is whole.
+* Several processes may write one run directory at once (a job array on a shared
+  file system, ``--shard I/N``) with no coordination beyond these files: the
+  manifest is created exclusively (:meth:`RunStore.create_or_join`: exactly one
+  process writes it, the others read it back and must agree), tiles and the result
+  are renamed into place whole, so a block computed twice or a result assembled
+  twice is harmless.
+
+All writes stay inside ``run_dir``; ``overwrite`` removes only the names
+above, never other files a user keeps there. OS errors become kernelcli errors that
+name the path.
 """
 
-from ._store import LABELS as LABELS
-from ._store import PREDICTIONS as PREDICTIONS
-from ._store import RESULT as RESULT
-from ._store import labels_name as labels_name
-from ._store import preprocess_name as preprocess_name
-from ._store import TILES as TILES
 from ._store import RunStore as RunStore
+from ._side import LABELS as LABELS
+from ._side import PREDICTIONS as PREDICTIONS
+from ._side import RESULT as RESULT
+from ._side import TILES as TILES
+from ._side import labels_name as labels_name
+from ._side import preprocess_name as preprocess_name
 from ._manifest import MANIFEST as MANIFEST
-from ._assemble import row_bands as row_bands
+from ._run_manifest import FORMAT as MANIFEST_FORMAT
+from ._run_manifest import Manifest as Manifest
+from ._run_manifest import new_manifest as new_manifest
+from ._run_manifest import result_attrs as result_attrs
+from ._result import ResultFile as ResultFile
+from ._tiles import tile_write_seconds as tile_write_seconds
+from ._result import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
-from ._lineage import lineage as lineage_of
 
-__all__ = ["LABELS", "MANIFEST", "PREDICTIONS", "RESULT", "TILES", "RunStore",
-           "h5_written_whole", "labels_name", "lineage_of", "preprocess_name", "row_bands"]
+__all__ = ["LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest", "PREDICTIONS", "RESULT",
+           "ResultFile", "TILES", "RunStore", "h5_written_whole", "labels_name",
+           "new_manifest", "preprocess_name", "result_attrs", "row_bands", "tile_write_seconds"]

@@ -1,4 +1,5 @@
-"""Assembly of the tiles into the final ``kernels.h5``, and its verification.
+"""Assembly of the tiles into the final ``kernels.h5`` (read back through
+:mod:`._result`'s check before it is published).
 
 The result is written one band of rows at a time: a band is the block-row of tiles
 (for a symmetric run, the tiles left of the diagonal as they are and those below it
@@ -25,11 +26,11 @@ import numpy as np
 
 from ..errors import ComputeError, DamagedFileError, DiskFullError
 from ._atomic import atomic_path
+from ._result import verify_result
 from ._sealed import digest
 from ._tiles import done_keys, read_tile
 
 FORMAT = 2
-_BAND_BYTES = 64 << 20  # rows of a dataset hashed at once when it is read back
 
 
 def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dtype,
@@ -141,67 +142,6 @@ def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles_dir, symmetric: 
             datasets[name][r0:r1] = band[k]
             hashes[k].update(band[k].data)
     return {k: h.hexdigest() for k, h in hashes.items()}
-
-
-def row_bands(dataset):
-    """``(first row, rows)`` of an h5py dataset in bands of at most 64 MiB, in order
-    (a 0-d or empty dataset is one band), so a result of any size is read in bounded
-    memory."""
-    if dataset.ndim == 0 or dataset.shape[0] == 0:
-        yield 0, np.ascontiguousarray(dataset[...])
-        return
-    row_bytes = max(1, dataset.dtype.itemsize * int(np.prod(dataset.shape[1:])))
-    step = max(1, _BAND_BYTES // row_bytes)
-    for s in range(0, dataset.shape[0], step):
-        yield s, np.ascontiguousarray(dataset[s:s + step])
-
-
-def dataset_digest(dataset) -> str:
-    """sha256 of an h5py dataset's C-order bytes, read in bands of rows."""
-    h = hashlib.sha256()
-    for _, band in row_bands(dataset):
-        h.update(band.data)
-    return h.hexdigest()
-
-
-def verify_result(path: Path, run: str, expected: dict = None, full: bool = True):
-    """``None`` when ``kernels.h5`` at ``path`` is whole; else what is wrong, in words.
-
-    Whole means: readable, carrying ``run`` as its identity, and every dataset
-    matching its ``sha256`` attribute (and ``expected``: name -> digest, when given).
-    ``full=False`` checks identity and structure but reads no data.
-    """
-    try:
-        with h5py.File(path, "r") as f:
-            found = f.attrs.get("run")
-            found = found.decode(errors="replace") if isinstance(found, bytes) else found
-            if found != run:
-                return "it belongs to another run (its run identity differs)"
-            names = set(f.keys())
-            if expected is not None and names != set(expected):
-                return f"it holds datasets {sorted(names)}, not {sorted(expected)}"
-            for name in sorted(names):
-                d = f[name]
-                if not isinstance(d, h5py.Dataset):
-                    return f"{name!r} is not a dataset"
-                stored = d.attrs.get("sha256")
-                if stored is None or (expected is not None and stored != expected[name]):
-                    return f"dataset {name!r} has no matching checksum"
-                if full and dataset_digest(d) != stored:
-                    return f"dataset {name!r} does not match its checksum (damaged)"
-    except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
-        return f"it is unreadable ({str(exc).splitlines()[0][:200] if str(exc) else exc!r})"
-    return None
-
-
-def result_digests(path: Path) -> dict:
-    """dataset -> its ``sha256`` attribute, of a ``kernels.h5`` (verified by the caller)."""
-    with h5py.File(path, "r") as f:
-        out = {}
-        for name in f:
-            value = f[name].attrs.get("sha256", "")
-            out[name] = value.decode() if isinstance(value, bytes) else str(value)
-        return out
 
 
 def _check_free_space(result: Path, need: int) -> None:

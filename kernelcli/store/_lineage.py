@@ -14,19 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-LINEAGE = "lineage"
-
-
-def lineage(manifest: dict) -> list:
-    """The manifest's ``lineage`` entries that are well formed (others are ignored: they
-    only ever widen what is accepted, so ignoring one refuses more, never less)."""
-    out = []
-    for entry in manifest.get(LINEAGE) or ():
-        if (isinstance(entry, dict) and isinstance(entry.get("run"), str)
-                and isinstance(entry.get("rows"), int) and not isinstance(entry["rows"], bool)
-                and entry["rows"] > 0):
-            out.append({"run": entry["run"], "rows": entry["rows"]})
-    return out
+from ._result import ResultFile
+from ._run_manifest import parse_lineage as lineage
+from ._sealed import SealError, read_sealed
 
 
 def accepted_runs(manifest: dict, run_id: str, block) -> tuple:
@@ -49,10 +39,6 @@ def superseded(run_dir: Path, manifest: dict, names) -> list:
     the identity of a run this one grew from: left over from before the extension,
     never this run's. Recognised by the identity they carry, so a damaged file is never
     taken for one (it is handled as any file that does not verify)."""
-    import h5py
-
-    from ._sealed import SealError, read_sealed
-
     old = ancestors(manifest)
     out = []
     for name in names if old else ():
@@ -60,8 +46,7 @@ def superseded(run_dir: Path, manifest: dict, names) -> list:
         found = None
         try:
             if name.endswith("kernels.h5"):
-                with h5py.File(path, "r") as f:
-                    found = f.attrs.get("run")
+                found = ResultFile(path).run_identity()
             else:
                 found = read_sealed(path)[1].get("run")
         except (SealError, OSError, KeyError, ValueError, RuntimeError, TypeError):

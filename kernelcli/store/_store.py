@@ -1,119 +1,44 @@
 """The run directory: a store in which a file's existence is the progress record.
 
-Layout::
-
-    <run_dir>/manifest.json        written once, atomically, when the run starts
-    <run_dir>/tiles/<key>.h5       one per completed block (key = 'r00003c00001')
-    <run_dir>/kernels.h5           the assembled result; its existence = finished
-    <run_dir>/shards/<I>of<N>.json written by process I of a job array of N when it
-                                   starts (who ran; status counts per shard from it)
-    <run_dir>/labels.npz           with a configuration that names labels: the training
-                                   (and test) labels, written before the manifest
-                                   (``labels-<fp>.npz``, named by the manifest, for a
-                                   run grown by ``kernelcli extend``)
-    <run_dir>/preprocess-<fp>.npz  with data.preprocess: the fitted preprocessing, named
-                                   by its fingerprint, written before the manifest
-    <run_dir>/test_diag.h5         with kernel.test_diagonal: K(t, t) of every test row,
-                                   written before the first tile is computed
-    <run_dir>/quarantine/          files that failed verification, moved aside (never
-                                   read again; a resume recomputes what they held)
-    <run_dir>/tiles_removed.json   the tiles were deleted once kernels.h5 verified
-                                   (:mod:`._cleanup`; ``kernelcli clean``)
-    <run_dir>/tiles/carry-<key>.h5 a test tile that ``kernelcli extend`` moves to block
-                                   ``key`` of the grown run (:mod:`._grow`)
-
-Why this design (and not a journal plus one big HDF5 file):
-
-* HDF5 is not crash-safe: a process killed while a large file is open for writing
-  can leave the whole file unreadable, and with it every block already computed. A
-  small file per block confines the damage of a kill to the block in flight.
-* Each tile is written under a temporary name ``.<name>.<pid>.tmp`` in the same
-  folder, fsynced, then ``os.replace``d and the folder fsynced (:mod:`._atomic`).
-  So a tile under its final name is complete and durable, and the set of final
-  names *is* the progress record. A separate journal could disagree with the tiles
-  (written before a tile that never landed, or lost after one that did); there is
-  nothing to disagree with here. ``resume`` recomputes exactly the missing keys.
-* A kill mid-write leaves only a temporary file; it is ignored by every reader and
-  removed the next time the run is opened (unless its writer is still alive).
-* Keys are pure functions of block coordinates (like zarr chunk keys), so the
-  manifest, which records the plan, fixes which files a run consists of.
-* Existence says a tile was published whole; it does not say the bytes are still
-  the ones published, or that they belong to this run. So every file is verifiable:
-  the manifest carries its own checksum, which is the run's identity; tiles and the
-  test diagonal are sealed files (:mod:`._sealed`: a checksum over every byte,
-  checked before h5py parses them) that carry that identity and their block; and
-  ``kernels.h5`` carries a checksum per dataset and the identity. Assembly verifies
-  every tile it reads and moves one that fails to ``quarantine/``, so a resume
-  recomputes it; the result is read back and checked before it is renamed into
-  place.
-* The result is assembled from the tiles into a temporary file and renamed, so
-  ``kernels.h5`` either does not exist or is whole.
-* Several processes may write one run directory at once (a job array on a shared
-  file system, ``--shard I/N``) with no coordination beyond these files: the
-  manifest is created exclusively (:meth:`RunStore.create_or_join`: exactly one
-  process writes it, the others read it back and must agree), tiles and the result
-  are renamed into place whole, so a block computed twice or a result assembled
-  twice is harmless.
-
-All writes stay inside ``run_dir``; ``overwrite`` removes only the names
-above, never other files a user keeps there. OS errors become kernelcli errors that
-name the path.
+The layout and why it is so are argued in the package docstring
+(:mod:`kernelcli.store`). :class:`RunStore` owns the run's files; what ``kernelcli
+extend`` does beyond a run's own writes is its helper :class:`~._grow.Growth`
+(``store.growth``), and ``kernels.h5`` is read through :class:`~._result.ResultFile`
+(``store.result()``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import socket
-import time
-import zipfile
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from ..errors import DamagedFileError, QuarantinedError, RunDirError
+from ..errors import QuarantinedError, RunDirError
 from ._assemble import assemble as _assemble
-from ._assemble import check_tiles, result_digests, verify_result
+from ._assemble import check_tiles
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
-from ._grow import Growing
+from ._grow import Growth
 from ._lineage import accepted_runs
+from ._markers import mark_shard, shard_markers
+from ._result import ResultFile
+from ._run_manifest import Manifest, labels_file_of
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
-from ._sealed import SealError, read_sealed, write_sealed
+from ._sealed import write_sealed
 from ._tiles import done_keys as _done_keys
 from ._tiles import read_tile as _read_tile
 from ._tiles import tile_path
 from ._tiles import write_tile as _write_tile
-
-RESULT = "kernels.h5"
-TILES = "tiles"
-SHARDS = "shards"
-LABELS = "labels.npz"
-TEST_DIAG = "test_diag.h5"
-PREDICTIONS = "predictions.h5"
-QUARANTINE = "quarantine"
-_SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
-_SIDE_FILE = re.compile(r"^(labels\.npz|labels-[0-9a-f]{16}\.npz|preprocess-[0-9a-f]{16}\.npz|"
-                        r"test_diag\.h5|predictions\.h5|tiles_removed\.json)$")
+from ._side import (QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES,
+                    check_test_diagonal, is_side_file, move_to_quarantine, read_npz)
 
 
-def labels_name(fingerprint: str) -> str:
-    """The labels side file of an extended run, ``labels-<first 16 hex digits>.npz``:
-    named by content, so the grown labels are written before the run switches to them
-    and the labels of the run it grew from stay whole until then."""
-    return f"labels-{fingerprint[:16]}.npz"
-
-
-def preprocess_name(fingerprint: str) -> str:
-    """The side file of a fitted preprocessing: ``preprocess-<first 16 hex digits>.npz``."""
-    return f"preprocess-{fingerprint[:16]}.npz"
-
-
-class RunStore(Growing):
+class RunStore:
     """The files of one run, under ``run_dir``.
 
     ``RunStore(run_dir)`` touches nothing; use :meth:`create` for a new run and
@@ -123,6 +48,8 @@ class RunStore(Growing):
     def __init__(self, run_dir):
         self.run_dir = Path(run_dir)
         self._manifest = None
+        self._checked = None
+        self.growth = Growth(self)  # kernelcli extend's file operations
 
     @property
     def tiles_dir(self) -> Path:
@@ -144,36 +71,47 @@ class RunStore(Growing):
         return self._manifest
 
     @property
+    def run_manifest(self) -> Manifest:
+        """The manifest checked as a kernelcli run's (:class:`Manifest`); DamagedFileError
+        naming what is wrong otherwise."""
+        if self._checked is None or self._checked.data is not self.manifest:
+            self._checked = Manifest.check(self.manifest, self.run_dir)
+        return self._checked
+
+    @property
     def run_id(self) -> str:
         """The run's identity: its manifest's checksum (carried by every tile and result)."""
         return manifest_id(self.manifest)
 
-    def result_problem(self, full: bool = True):
+    def result(self) -> ResultFile:
+        """``kernels.h5``, to be read (whether it exists is :attr:`finished`)."""
+        return ResultFile(self.result_path)
+
+    def result_problem(self, full: bool = True, values: bool = False):
         """``None`` when ``kernels.h5`` is this run's and whole; else what is wrong, in
-        words. ``full=False`` checks identity and structure without reading the data."""
+        words. ``full=False`` checks identity and structure without reading the data;
+        ``values`` also checks what the manifest says it holds: every dataset of its
+        shapes and dtype, finite, the training kernels exactly symmetric with a positive
+        diagonal when the plan is (what must hold before anything relies on
+        ``kernels.h5`` alone)."""
         if not self.finished:
             return "it does not exist"
-        return verify_result(self.result_path, self.run_id, full=full)
+        problem = self.result().problem(self.run_id, full=full)
+        if problem is None and values:
+            m = self.run_manifest
+            problem = self.result().values_problem(
+                m.result_shapes(), m.dtype, m.kinds if m.geometry.symmetric else ())
+        return problem
 
     def quarantine(self, path: Path) -> Path:
         """Move ``path`` (a file of this run that failed verification) to ``quarantine/``;
         its new path. Never deletes: the file may be evidence of a failing disk."""
-        folder = self.run_dir / QUARANTINE
-        try:
-            folder.mkdir(exist_ok=True)
-            stamp = time.strftime("%Y%m%dT%H%M%S")
-            for n in range(1000):
-                target = folder / f"{Path(path).name}.{stamp}{'' if n == 0 else f'.{n}'}"
-                if not os.path.lexists(target):
-                    break
-            os.replace(path, target)
-            fsync_dir(folder)
-            fsync_dir(Path(path).parent)
-        except FileNotFoundError:  # another process moved it first
-            return folder / Path(path).name
-        except OSError as exc:
-            raise storage_error(exc, folder) from None
-        return target
+        return move_to_quarantine(self.run_dir / QUARANTINE, path)
+
+    def quarantine_tiles(self, blocks) -> list:
+        """Move the tiles of ``blocks`` (which failed verification) to ``quarantine/``,
+        so a resume recomputes them; their new paths."""
+        return [self.quarantine(self.tiles_dir / f"{b.key}.h5") for b in blocks]
 
     @classmethod
     def open(cls, run_dir) -> "RunStore":
@@ -263,15 +201,24 @@ class RunStore(Growing):
             raise storage_error(exc, self.tiles_dir) from None
         return self, False
 
+    def grow(self, manifest: dict, side_files: Optional[dict] = None) -> None:
+        """Replace the manifest of this (existing) run by ``manifest``: the run becomes
+        another one, with another identity (``kernelcli extend``). ``side_files`` are
+        written first; the replacement itself is one atomic rename."""
+        data = encode_manifest(manifest)
+        self._write_side_files(side_files)
+        write_manifest(self.run_dir, data)
+        self._manifest = _decoded(data)
+
     def _write_side_files(self, side_files: Optional[dict]) -> None:
         for name, content in (side_files or {}).items():
-            if not _SIDE_FILE.match(name):
+            if not is_side_file(name):
                 raise ValueError(f"{name!r} is not a run directory side file")
             write_bytes_atomic(self.run_dir / name, content)
 
     def side_path(self, name: str) -> Path:
         """Path of a side file (``labels.npz``, ``preprocess-<fp>.npz``, ...)."""
-        if not _SIDE_FILE.match(name):
+        if not is_side_file(name):
             raise ValueError(f"{name!r} is not a run directory side file")
         return self.run_dir / name
 
@@ -302,79 +249,26 @@ class RunStore(Growing):
     def _test_diagonal(self, kinds) -> tuple:
         """``(datasets, None)`` of a whole ``test_diag.h5`` of this run, else
         ``(None, what is wrong)``: one read serves the check and the values."""
-        path = self.run_dir / TEST_DIAG
-        try:
-            datasets, attrs = read_sealed(path)
-        except FileNotFoundError:
-            return None, f"{path} has not been computed"
-        except (SealError, OSError) as exc:
-            return None, f"{path} is damaged: {exc}"
-        if attrs.get("run") != self.run_id:
-            return None, f"{path} was computed by another run"
-        if any(k not in datasets for k in kinds):
-            return None, f"{path} lacks one of {', '.join(kinds)}"
-        return datasets, None
+        return check_test_diagonal(self.run_dir / TEST_DIAG, self.run_id, kinds)
 
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
         the file the manifest names, ``labels.npz`` by default)."""
-        name = self.manifest.get("labels_file", LABELS)
-        path = self.side_path(name if isinstance(name, str) else LABELS)
-        if not path.is_file():
-            return {}
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise DamagedFileError(f"{path} is damaged or unreadable ({exc}); start the run "
-                                   f"afresh with `kernelcli compute CONFIG --overwrite`") from None
+        path = self.side_path(labels_file_of(self.manifest))
+        return read_npz(path) if path.is_file() else {}
 
     @property
     def shards_dir(self) -> Path:
         return self.run_dir / SHARDS
 
     def mark_shard(self, index: int, count: int, info: dict) -> Path:
-        """Record that process ``index`` of a job array of ``count`` works on this run.
-
-        ``shards/<index>of<count>.json`` (written atomically, rewritten on each start)
-        holds ``info`` plus the host, pid and time; :meth:`shard_markers` reads them.
-        """
-        record = dict(info, index=int(index), count=int(count), host=socket.gethostname(),
-                      pid=os.getpid(), started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        path = self.shards_dir / f"{int(index)}of{int(count)}.json"
-        try:
-            self.shards_dir.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise storage_error(exc, self.shards_dir) from None
-        write_bytes_atomic(path, (json.dumps(record, sort_keys=True) + "\n").encode())
-        return path
+        """Record that process ``index`` of a job array of ``count`` works on this run
+        (``shards/<index>of<count>.json``, :mod:`._markers`)."""
+        return mark_shard(self.shards_dir, index, count, info)
 
     def shard_markers(self) -> list[dict]:
-        """The shard records of this run (see :meth:`mark_shard`), newest first;
-        each has at least ``index``, ``count`` and ``mtime``. Unreadable ones are
-        skipped (a marker only says who ran; the tiles are the progress record)."""
-        try:
-            entries = list(os.scandir(self.shards_dir))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        out = []
-        for entry in entries:
-            match = _SHARD_MARKER.match(entry.name)
-            if match is None:
-                continue
-            record = {}
-            try:
-                mtime = entry.stat().st_mtime
-                with open(entry.path, encoding="utf-8") as f:
-                    record = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if not isinstance(record, dict):
-                record = {}
-            record.update(index=int(match[1]), count=int(match[2]), mtime=mtime)
-            out.append(record)
-        out.sort(key=lambda r: (-r["mtime"], r["count"], r["index"]))
-        return out
+        """The shard records of this run, newest first (:mod:`._markers`)."""
+        return shard_markers(self.shards_dir)
 
     def done_keys(self) -> set[str]:
         """Keys of the blocks whose tile is complete."""
@@ -408,7 +302,7 @@ class RunStore(Growing):
     def remove_tiles(self) -> tuple[int, int]:
         """Delete every tile, recording that they were removed: ``(tiles, bytes)``. The
         caller has verified ``kernels.h5`` (the tiles are its only other copy)."""
-        return remove_tiles(self.run_dir, self.tiles_dir, result_digests(self.result_path))
+        return remove_tiles(self.run_dir, self.tiles_dir, self.result().digests())
 
     @property
     def tiles_removed(self) -> Optional[dict]:
@@ -443,9 +337,10 @@ class RunStore(Growing):
                          symmetric, attrs, n_test=n_test, extra=extra, run=self.run_id,
                          tile_runs=self.tile_runs)
 
-    def _side_entries(self) -> list[str]:
+    def side_files(self) -> list[str]:
+        """Names of the side files present (see the package docstring)."""
         try:
-            return sorted(n for n in os.listdir(self.run_dir) if _SIDE_FILE.match(n))
+            return sorted(n for n in os.listdir(self.run_dir) if is_side_file(n))
         except OSError:
             return []
 
@@ -457,7 +352,7 @@ class RunStore(Growing):
 
     def _remove_owned(self) -> None:
         # the result first: never a result without a run
-        for name in (RESULT, MANIFEST, *self._side_entries()):
+        for name in (RESULT, MANIFEST, *self.side_files()):
             path = self.run_dir / name
             if os.path.lexists(path):
                 os.unlink(path)

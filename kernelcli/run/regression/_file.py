@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store import h5_written_whole
+from ...store import h5_written_whole
 
 RIDGE_CONVENTION = "ridge * trace(K) / n added to the diagonal"
 

@@ -14,12 +14,13 @@ The ridge of each kind is chosen on the training set alone, by leave-one-out
 (``kernelcli.predict._selection``): a ridge chosen by test accuracy would overstate
 it. The whole sweep's test numbers are still reported, as such. With ``times`` the
 gradient-flow ensemble of neural-tangents' ``gradient_descent_mse_ensemble`` is
-evaluated too (``_predict_flow``). Results go to ``predictions.h5`` in the run
+evaluated too (:mod:`._flow`). Results go to ``predictions.h5`` in the run
 directory (written whole, then renamed).
 
 For the NTK the ridge prediction is the infinite-time gradient-descent mean of an
 infinitely wide network trained on MSE (Lee et al. 2019); for the NNGP the
-Bayesian posterior mean. numpy and h5py only; no jax.
+Bayesian posterior mean. numpy only (the run's files are read through
+:mod:`kernelcli.store`); no jax.
 """
 
 from __future__ import annotations
@@ -27,21 +28,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Optional
 
-import h5py
 import numpy as np
 
-from ..errors import DamagedFileError, RunDirError, UsageError
-from ..predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
+from ...errors import DamagedFileError, RunDirError, UsageError
+from ...predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
                        accuracy, check_ridges, check_times, choose_ridge, choose_solver,
                        check_flow_memory, cholesky_factor, held_out_scores, load_kernel,
                        loo_predictions, mse, one_hot, predictive_variance, solve_cg_folds,
                        solve_memory_bytes, solve_with_factor)
-from ..predict import predict as predict_mean
-from ..spec import KINDS, base_kind, is_kernel_name
-from ..store import PREDICTIONS, RunStore
-from ._predict_file import RIDGE_CONVENTION, write_predictions
-from ._predict_flow import flow_kind, flow_rows
-from ._results import PredictChoice, PredictResult, PredictRow
+from ...predict import predict as predict_mean
+from ...spec import KINDS, base_kind, is_kernel_name
+from ...store import PREDICTIONS, ResultFile, RunStore
+from ._file import RIDGE_CONVENTION, write_predictions
+from ._flow import flow_kind, flow_rows
+from .._results import PredictChoice, PredictResult, PredictRow
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
 CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG
@@ -56,10 +56,10 @@ def _check_run(store: RunStore, run_dir) -> tuple:
     if problem is not None:
         raise DamagedFileError(f"{store.result_path} does not verify: {problem}; "
                                f"`kernelcli resume {run_dir}` rebuilds it, then predict")
-    with h5py.File(store.result_path, "r") as f:
-        names = set(f.keys())
-        labels = f["labels"][...] if "labels" in f else None
-        test_labels = f["test_labels"][...] if "test_labels" in f else None
+    result = store.result()
+    names = set(result.names())
+    stored = result.labels()
+    labels, test_labels = stored.get("labels"), stored.get("test_labels")
     # the kinds, or a run with readouts' datasets in readout order (nngp_d3, ntk_d3, ...)
     kinds = sorted((k for k in names if is_kernel_name(k)),
                    key=lambda k: (int(k.partition("_d")[2] or 0), KINDS.index(base_kind(k))))
@@ -94,8 +94,7 @@ def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
     """``k(t, t) - k_t^T (K + reg I)^{-1} k_t`` per test row, (m,) float64, by row blocks."""
     m = test_op.shape[0]
     out = np.empty(m)
-    with h5py.File(test_op.path, "r") as f:
-        ds = f[test_op.dataset]
+    with ResultFile(test_op.path).kernel(test_op.dataset) as ds:
         for s in range(0, m, _VAR_ROWS):
             kt = ds[s:s + _VAR_ROWS]
             out[s:s + kt.shape[0]] = predictive_variance(diag[s:s + kt.shape[0]], kt, chol)
@@ -110,8 +109,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
     test_op = H5KernelOperator(result, f"{kind}_test")
     diag = None
     if with_variance and f"{kind}_test_diag" in names:
-        with h5py.File(result, "r") as f:
-            diag = f[f"{kind}_test_diag"][...].astype(np.float64)
+        diag = ResultFile(result).read(f"{kind}_test_diag", np.float64)
     out = {}
     if solver == "cholesky":
         work = load_kernel(result, kind)  # float64, factored in place, restored after

@@ -14,18 +14,17 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import h5py
 import numpy as np
 
-from ..predict import (H5KernelOperator, accuracy, eigen, flow_basis, flow_mean, flow_weights,
+from ...predict import (H5KernelOperator, accuracy, eigen, flow_basis, flow_mean, flow_weights,
                        load_kernel, mse, nngp_flow_variance, ntk_covariance, ntk_flow_variance)
-from ..spec import base_kind
-from ._results import FlowRow
+from ...spec import base_kind
+from ...store import ResultFile
+from .._results import FlowRow
 
 
 def _diag(result: Path, name: str) -> np.ndarray:
-    with h5py.File(result, "r") as f:
-        return f[name][...].astype(np.float64)
+    return ResultFile(result).read(name, np.float64)
 
 
 def flow_kind(result: Path, kind: str, y: np.ndarray, ridges, times, names: set) -> dict:

@@ -1,0 +1,12 @@
+"""``predict``'s orchestration: kernel regression on a finished run's ``kernels.h5``.
+
+``_solve`` reads the run (through :mod:`kernelcli.store`), solves every kind and
+ridge with :mod:`kernelcli.predict`'s solvers and chooses the ridge; ``_flow`` adds the
+gradient-flow ensemble (``--time``); ``_file`` writes ``predictions.h5``. Named so as
+not to collide with :mod:`kernelcli.predict`, the solvers themselves.
+"""
+
+from ._solve import DEFAULT_RIDGES as DEFAULT_RIDGES
+from ._solve import predict as predict
+
+__all__ = ["DEFAULT_RIDGES", "predict"]

@@ -1,0 +1,60 @@
+"""``shards/<I>of<N>.json``: which process of a job array worked on a run.
+
+A marker only says who ran (host, pid, start time and what the process reported);
+the tiles are the progress record, so an unreadable marker is skipped, never an
+error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from pathlib import Path
+
+from ._atomic import storage_error, write_bytes_atomic
+
+SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
+
+
+def mark_shard(shards_dir: Path, index: int, count: int, info: dict) -> Path:
+    """Write ``<shards_dir>/<index>of<count>.json`` (atomically, rewritten on each
+    start): ``info`` plus the host, pid and time."""
+    record = dict(info, index=int(index), count=int(count), host=socket.gethostname(),
+                  pid=os.getpid(), started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    path = shards_dir / f"{int(index)}of{int(count)}.json"
+    try:
+        shards_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise storage_error(exc, shards_dir) from None
+    write_bytes_atomic(path, (json.dumps(record, sort_keys=True) + "\n").encode())
+    return path
+
+
+def shard_markers(shards_dir: Path) -> list[dict]:
+    """The markers under ``shards_dir``, newest first; each has at least ``index``,
+    ``count`` and ``mtime``. Unreadable ones are skipped."""
+    try:
+        entries = list(os.scandir(shards_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for entry in entries:
+        match = SHARD_MARKER.match(entry.name)
+        if match is None:
+            continue
+        record = {}
+        try:
+            mtime = entry.stat().st_mtime
+            with open(entry.path, encoding="utf-8") as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict):
+            record = {}
+        record.update(index=int(match[1]), count=int(match[2]), mtime=mtime)
+        out.append(record)
+    out.sort(key=lambda r: (-r["mtime"], r["count"], r["index"]))
+    return out

@@ -1,0 +1,268 @@
+"""What a run's ``manifest.json`` holds: the one place its schema lives.
+
+The file itself (bytes with a checksum that is the run's identity) is
+:mod:`._manifest`'s; this module says what the JSON object in it must be. A run's
+manifest is built by :func:`new_manifest` (same keys, same values as every earlier
+version wrote, so old run directories resume) and read back as a :class:`Manifest`,
+which checks itself: every plan field there, of its type and range, the geometry it
+records consistent with its totals. A file of a run directory is untrusted input
+like any other: whatever it holds, the answer is a one-line
+:class:`~kernelcli.errors.DamagedFileError`, never a ``KeyError`` or a computation
+on made-up values.
+
+Keys (``plan`` holds the geometry's fields, :data:`GEOMETRY_KEYS`, plus
+``test_diagonal``, ``dtype`` and ``engine``)::
+
+    format, kernelcli_version, name, config_text, config_dir, config_dir_from_run,
+    config_fingerprint, data_fingerprints, plan,
+    extend, lineage, labels_file          (runs grown by ``kernelcli extend`` only)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional
+
+from .. import __version__
+from ..errors import DamagedFileError, KernelcliError
+from ..plan import Geometry, make_geometry
+from ..spec import DTYPES, ENGINES, KINDS, is_kernel_name
+from ._side import LABELS
+
+FORMAT = 2  # 2: manifest checksum, sealed tiles with run identity, checksummed result
+LINEAGE = "lineage"
+_ENGINES = tuple(e for e in ENGINES if e != "auto")  # plan.engine: resolve_engine's answers
+_MAX_N = 1 << 40
+# The plan fields that record the geometry (beside them: test_diagonal, dtype, engine).
+GEOMETRY_KEYS = ("n1", "n2", "n_test", "symmetric", "block", "pair_batch", "kinds",
+                 "pairs_total", "blocks_total")
+
+
+def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_from_run: str,
+                 config_fingerprint: str, data_fingerprints: dict, geometry: Geometry,
+                 test_diagonal: bool, dtype: str, engine: str, extend=None, lineage=None,
+                 labels_file: Optional[str] = None) -> dict:
+    """The JSON object of a new run's manifest. ``extend`` (with ``lineage`` and
+    ``labels_file``): keys of runs grown by ``kernelcli extend`` only, so the manifests
+    of other runs keep their bytes."""
+    out = {
+        "format": FORMAT,
+        "kernelcli_version": __version__,
+        "name": name,
+        "config_text": config_text,
+        "config_dir": config_dir,
+        # A config, its data and its run moved together are found again from here.
+        "config_dir_from_run": config_dir_from_run,
+        "config_fingerprint": config_fingerprint,
+        "data_fingerprints": data_fingerprints,
+        "plan": {**geometry_fields(geometry), "test_diagonal": test_diagonal, "dtype": dtype,
+                 # the execution plan rounds differently: a resume keeps it
+                 "engine": engine},
+    }
+    if extend is not None:
+        out.update(extend=extend, lineage=list(lineage or ()))
+        if labels_file is not None:
+            out["labels_file"] = labels_file
+    return out
+
+
+def geometry_fields(g: Geometry) -> dict:
+    """The plan fields that record ``g`` (:data:`GEOMETRY_KEYS`), JSON types only."""
+    return {"n1": g.n1, "n2": g.n2, "n_test": g.n_test, "symmetric": g.symmetric,
+            "block": g.block, "pair_batch": g.pair_batch, "kinds": list(g.kinds),
+            "pairs_total": g.pairs_total, "blocks_total": g.blocks_total}
+
+
+def labels_file_of(manifest: dict) -> str:
+    """The side file that holds the run's labels: ``labels.npz``, or the one a grown
+    run's manifest names (``labels-<fp>.npz``)."""
+    name = manifest.get("labels_file", LABELS)
+    return name if isinstance(name, str) else LABELS
+
+
+def parse_lineage(manifest: dict) -> list:
+    """The manifest's ``lineage`` entries that are well formed (others are ignored: they
+    only ever widen what is accepted, so ignoring one refuses more, never less)."""
+    out = []
+    for entry in manifest.get(LINEAGE) or ():
+        if (isinstance(entry, dict) and isinstance(entry.get("run"), str)
+                and isinstance(entry.get("rows"), int) and not isinstance(entry["rows"], bool)
+                and entry["rows"] > 0):
+            out.append({"run": entry["run"], "rows": entry["rows"]})
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A checked run manifest: ``data`` is the JSON object as stored (without its
+    checksum), ``geometry`` the plan it records. It checks itself when it is made:
+    :class:`DamagedFileError` naming what is wrong (``run_dir`` names the file)."""
+
+    data: dict
+    run_dir: Path
+    geometry: Geometry = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "run_dir", Path(self.run_dir))
+        _check(self.data, self.run_dir)
+        object.__setattr__(self, "geometry", _geometry(self.data, self.run_dir))
+
+    @classmethod
+    def check(cls, data: dict, run_dir) -> "Manifest":
+        """``data`` (a manifest's JSON object) checked as a kernelcli run's."""
+        return cls(data, run_dir)
+
+    @property
+    def plan(self) -> dict:
+        return self.data["plan"]
+
+    @property
+    def kinds(self) -> tuple:
+        return tuple(self.plan["kinds"])
+
+    @property
+    def dtype(self) -> str:
+        return self.plan["dtype"]
+
+    @property
+    def test_diagonal(self) -> bool:
+        return self.plan["test_diagonal"]
+
+    @property
+    def engine(self) -> str:
+        return self.plan.get("engine", "cpu")  # runs before the key ran the CPU plan
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def config_fingerprint(self) -> str:
+        return self.data["config_fingerprint"]
+
+    @property
+    def data_fingerprints(self) -> dict:
+        return self.data["data_fingerprints"]
+
+    @property
+    def extend(self) -> Optional[dict]:
+        return self.data.get("extend")
+
+    @property
+    def lineage(self) -> list:
+        return parse_lineage(self.data)
+
+    @property
+    def labels_file(self) -> str:
+        return labels_file_of(self.data)
+
+    def result_shapes(self) -> dict:
+        """dataset -> shape of every kernel dataset ``kernels.h5`` must hold."""
+        g, kinds = self.geometry, self.kinds
+        shapes = {k: (g.n1, g.n2) for k in kinds}
+        if g.n_test:
+            shapes.update({f"{k}_test": (g.n_test, g.n2) for k in kinds})
+            if self.test_diagonal:
+                shapes.update({f"{k}_test_diag": (g.n_test,) for k in kinds})
+        return shapes
+
+    def result_attrs(self) -> dict:
+        """The attributes of ``kernels.h5`` (:func:`result_attrs`)."""
+        return result_attrs(self.data)
+
+
+def result_attrs(manifest: dict) -> dict:
+    """The attributes of ``kernels.h5``, from the manifest alone, so that whichever
+    process assembles (any shard, ``kernelcli assemble``) writes the same file.
+
+    ``data_fingerprint`` is the sha256 over the data fingerprints (JSON text of them
+    in ``data_fingerprints``); ``run`` (added by the store) is the run's identity.
+    """
+    fps = json.dumps(manifest.get("data_fingerprints", {}), sort_keys=True)
+    return {
+        "config": manifest.get("config_text", ""),
+        "name": manifest.get("name", ""),
+        "kernelcli_version": __version__,
+        "data_fingerprint": hashlib.sha256(fps.encode()).hexdigest(),
+        "data_fingerprints": fps,
+        "config_fingerprint": manifest.get("config_fingerprint", ""),
+    }
+
+
+def _int(m: dict, key: str, low: int, high: int, where: str) -> int:
+    value = m.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise DamagedFileError(f"{where}: plan.{key} is {_show(value)}; expected an integer "
+                               f"{low}..{high}")
+    return value
+
+
+def _show(value) -> str:
+    text = json.dumps(value) if value is not None else "missing"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check(manifest: dict, run_dir) -> None:
+    where = f"{Path(run_dir) / 'manifest.json'}"
+    if "plan" not in manifest or "config_text" not in manifest:
+        raise DamagedFileError(f"{where} was not written by kernelcli (no configuration "
+                               f"recorded); it cannot be resumed")
+    if manifest.get("format") != FORMAT:
+        raise DamagedFileError(f"{where} is of format {_show(manifest.get('format'))}, not "
+                               f"{FORMAT} (kernelcli {__version__}); start the run afresh "
+                               f"with `kernelcli compute CONFIG --overwrite`")
+    for key in ("config_text", "config_fingerprint", "name"):
+        if not isinstance(manifest.get(key), str):
+            raise DamagedFileError(f"{where}: {key} is {_show(manifest.get(key))}; expected "
+                                   f"text")
+    fps = manifest.get("data_fingerprints")
+    if not isinstance(fps, dict) or not all(isinstance(v, str) for v in fps.values()):
+        raise DamagedFileError(f"{where}: data_fingerprints is {_show(fps)}; expected a "
+                               f"mapping of names to fingerprints")
+    p = manifest["plan"]
+    if not isinstance(p, dict):
+        raise DamagedFileError(f"{where}: plan is {_show(p)}; expected a mapping")
+    n1 = _int(p, "n1", 1, _MAX_N, where)
+    n2 = _int(p, "n2", 1, _MAX_N, where)
+    _int(p, "n_test", 0, _MAX_N, where)
+    _int(p, "block", 1, 1 << 20, where)
+    _int(p, "pair_batch", 1, 1 << 40, where)
+    for key in ("symmetric", "test_diagonal"):
+        if not isinstance(p.get(key), bool):
+            raise DamagedFileError(f"{where}: plan.{key} is {_show(p.get(key))}; expected "
+                                   f"true or false")
+    if p["symmetric"] and n1 != n2:
+        raise DamagedFileError(f"{where}: plan.symmetric is true but n1 = {n1} and n2 = {n2}")
+    kinds = p.get("kinds")
+    if (not isinstance(kinds, list) or not kinds or len(set(map(str, kinds))) != len(kinds)
+            or any(not isinstance(k, str) or not is_kernel_name(k) for k in kinds)):
+        raise DamagedFileError(f"{where}: plan.kinds is {_show(kinds)}; expected a list of "
+                               f"{', '.join(KINDS)} (or readouts' nngp_d<n>, ntk_d<n>)")
+    if p.get("dtype") not in DTYPES:
+        raise DamagedFileError(f"{where}: plan.dtype is {_show(p.get('dtype'))}; expected "
+                               f"one of {', '.join(DTYPES)}")
+    if p.get("engine", "cpu") not in _ENGINES:  # runs before the key ran the CPU plan
+        raise DamagedFileError(f"{where}: plan.engine is {_show(p.get('engine'))}; expected "
+                               f"one of {', '.join(_ENGINES)}")
+
+
+def _geometry(manifest: dict, run_dir) -> Geometry:
+    """The geometry the (checked) plan fields record (the inverse of
+    :func:`geometry_fields`), its recorded totals those of its blocks."""
+    p = manifest["plan"]
+    where = Path(run_dir) / "manifest.json"
+    try:
+        geometry = make_geometry(p["n1"], p["n2"], symmetric=p["symmetric"],
+                                 block=p["block"], pair_batch=p["pair_batch"],
+                                 kinds=p["kinds"], n_test=p["n_test"],
+                                 itemsize=8 if p["dtype"] == "float64" else 4)
+    except (KernelcliError, ValueError) as exc:
+        raise DamagedFileError(f"{where}: its plan is not valid ({exc})") from None
+    for key in ("pairs_total", "blocks_total"):
+        if p.get(key) != getattr(geometry, key):
+            raise DamagedFileError(f"{where}: plan.{key} is {_show(p.get(key))} but its "
+                                   f"plan has {getattr(geometry, key)}")
+    return geometry
