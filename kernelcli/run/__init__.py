@@ -12,7 +12,8 @@ Bottom to top (each module imports only those above it in this list, or beside i
   driver (``_executor``), the in-memory route (``_matrix``);
 * the commands, one module each: ``_compute``, ``_resume`` (both end in
   ``_finish``), ``_assemble``, ``_extend`` (with ``_carry``), ``_estimate`` (with
-  ``_timing``), ``_clean``, ``_verify``, ``_status``, ``_predict``.
+  ``_timing``), ``_clean``, ``_verify``, ``_status``; prediction's orchestration is
+  the sub-package ``regression``.
 
 Cancellation is a :class:`Stop` given to the call (``stop=``), threaded down the way
 ``progress`` is; nothing here holds run state at module level.
