@@ -278,9 +278,9 @@ def test_a_killed_run_with_readouts_resumes_to_the_uninterrupted_result(tmp_path
 
     def make(folder):
         folder.mkdir(parents=True, exist_ok=True)
-        np.save(folder / "x.npy", images(kill.N, 8, 8, 2, seed=42))
+        np.save(folder / "x.npy", images(kill.SIZES[0].n, 8, 8, 2, seed=42))
         return write_config(folder, "kill", layers=kill.GAP2_NET[:4],
-                            compute={"block": kill.BLOCK}, run_dir="run", run_name="kill",
+                            compute={"block": kill.SIZES[0].block}, run_dir="run", run_name="kill",
                             readouts={"head": GAP_HEAD, "after": [2, 4]})
 
     env = cli_env()
@@ -289,7 +289,8 @@ def test_a_killed_run_with_readouts_resumes_to_the_uninterrupted_result(tmp_path
     want, _ = read_kernels(tmp_path / "ref" / "run" / "kernels.h5")
     cfg = make(tmp_path / "job")
     killed = kill.drive(cfg, tmp_path / "job" / "run",
-                        kill.KILL_PLANS[2](random.Random(2)), env, tmp_path / "logs")
+                        kill.KILL_PLANS[2](random.Random(2)), env, tmp_path / "logs",
+                        kill.SIZES[0].tiles)
     assert killed >= 1
     got, _ = read_kernels(tmp_path / "job" / "run" / "kernels.h5")
     assert sorted(got) == ["nngp_d2", "nngp_d4", "ntk_d2", "ntk_d4"]
