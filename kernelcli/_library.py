@@ -23,8 +23,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from .errors import ConfigError, DataError, RunDirError
-
-_KINDS = ("nngp", "ntk")
+from .spec import KINDS as _KINDS
 
 
 def _architecture_of(architecture):

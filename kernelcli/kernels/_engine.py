@@ -40,7 +40,7 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError
-from ..spec import Architecture, base_kind, bind_architecture, check_augment, flip_group, walk
+from ..spec import KINDS, Architecture, base_kind, bind_architecture, check_augment, flip_group, walk
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import is_flat_input
 from ._memory_model import CompiledMemory
@@ -97,7 +97,7 @@ class KernelFn:
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
-                 kinds: Sequence[str] = ("nngp", "ntk"), dtype: str = "float32",
+                 kinds: Sequence[str] = KINDS, dtype: str = "float32",
                  augment: Sequence[str] = (), engine: str = "cpu"):
         if engine not in PLANS:
             raise ValueError(f"engine {engine!r}: expected one of {', '.join(PLANS)} "
@@ -112,7 +112,7 @@ class KernelFn:
         # the flip group, identity first; ((),) without augment
         self.group = flip_group(self.augment, self.n_spatial) if self.augment else ((),)
         # ``kinds`` may name readouts' datasets (``nngp_d3``): their kinds are meant
-        self.base_kinds = tuple(k for k in ("nngp", "ntk")
+        self.base_kinds = tuple(k for k in KINDS
                                 if any(base_kind(n) == k for n in kinds))
         # the datasets computed: the kinds, or with readouts each readout's of each kind
         self.kinds = arch.kernel_names(self.base_kinds)
@@ -359,7 +359,7 @@ class KernelFn:
 
 
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
-                    kinds: Sequence[str] = ("nngp", "ntk"),
+                    kinds: Sequence[str] = KINDS,
                     dtype: str = "float32", augment: Sequence[str] = (),
                     engine: str = "cpu") -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
