@@ -22,6 +22,7 @@ KINDS = ("nngp", "ntk")
 # (neural-tangents and kernelcli, warm-up + reps) stays under 20 min and
 # 20 GiB on 2 idle CPU cores; see the measured costs in bench/README.md.
 CASES = {
+    "cnn1_gap": (8, 2),  # the seed's network (configs/cnn1_gap.yaml)
     "cnn21_gap": (2, 2),
     "cnn5_gap": (4, 2),
     "myrtle5": (8, 2),

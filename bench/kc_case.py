@@ -36,6 +36,7 @@ def main(argv=None):
     p.add_argument("--mode", choices=("rect", "tri", "memory"), default="rect",
                    help="memory: no timing; XLA's compiled peak per pair in flight over "
                         "the covariances that must be alive")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--out", default=None, help=".npy path for the (2, N, N) kernels")
     a = p.parse_args(argv)
     n = a.n or CASES[a.case][0]
@@ -51,11 +52,11 @@ def main(argv=None):
     cfg = load_config(CONFIGS / f"{a.case}.yaml")
     check_architecture(cfg.architecture, INPUT_SHAPE)
     kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,
-                          dtype="float32")
+                          dtype=a.dtype)
     if a.mode == "memory":
         report_memory(kfn, a.case, n)
         return
-    x1 = make_inputs(n, a.seed)
+    x1 = make_inputs(n, a.seed).astype(a.dtype)
     args = (x1, x1.copy()) if a.mode == "rect" else (x1,)
 
     t0 = time.perf_counter()
