@@ -21,6 +21,8 @@ import signal
 import threading
 from typing import Optional
 
+from .errors import Interrupted, resume_command
+
 
 def signal_name(signum: int) -> str:
     try:
@@ -34,16 +36,14 @@ def message(signum: int, run_dir=None, shard=None) -> str:
     name = signal_name(signum)
     if run_dir is None:
         return f"interrupted ({name}) before anything was written"
-    again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
     return (f"interrupted ({name}); completed tiles are kept: continue with "
-            f"`kernelcli resume {run_dir}{again}`")
+            f"`{resume_command(run_dir, shard)}`")
 
 
 def interrupted_error(run_dir, shard=None, signum: int = signal.SIGINT):
     """The error of a run that a stop (or Ctrl-C's KeyboardInterrupt) ended:
     "interrupted (SIGINT); completed tiles are kept: continue with `kernelcli resume
     RUN_DIR`", exit status 128 + ``signum``."""
-    from .errors import Interrupted
 
     return Interrupted(message(signum, run_dir, shard), signum)
 

@@ -19,6 +19,13 @@ import re
 _ARGUMENT = re.compile(r"<<(\w+)>>")
 
 
+def resume_command(run_dir, shard=None) -> str:
+    """The command that continues the run in ``run_dir`` (``shard``: ``(i, n)`` of a
+    job array), as every message that points to it spells it."""
+    again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
+    return f"kernelcli resume {run_dir}{again}"
+
+
 class KernelcliError(Exception):
     """Base of every kernelcli error. ``exit_code`` is what the CLI exits with."""
 
@@ -97,7 +104,7 @@ class DamagedTiles(QuarantinedError):
         first = str(damaged[0][1])
         more = "" if len(damaged) == 1 else f" (and {len(damaged) - 1} more tiles)"
         super().__init__(f"{first}{more}; moved to {folder}/: "
-                         f"`kernelcli resume {run_dir}` computes it again", blocks)
+                         f"`{resume_command(run_dir)}` computes it again", blocks)
 
 
 class Interrupted(ComputeError):
@@ -115,3 +122,18 @@ class Interrupted(ComputeError):
 
     def __reduce__(self):
         return type(self), (str(self), self.signum)
+
+
+class NotPositiveDefiniteError(KernelcliError):
+    """The regularised kernel ``K + reg I`` of a prediction is not positive definite
+    (exit status 1): a property of the user's kernel and ridge, raised instead of
+    returning NaNs; the message names the kernel, the ridge, the matrix size and a
+    larger ridge to try."""
+
+    exit_code = 1
+
+
+class NotConvergedError(KernelcliError):
+    """Conjugate gradients did not reach the tolerance within the iteration limit (exit 1)."""
+
+    exit_code = 1

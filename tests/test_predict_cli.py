@@ -149,6 +149,12 @@ def test_a_kernel_that_is_not_positive_definite_says_so(finished, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("--ridge", "-1"), "--ridge: -1.0 is not accepted"),
     (("--ridge", "abc"), "Invalid value for '--ridge': 'abc' is not a number"),
+    (("--ridge", "1e308"), "Error: --ridge: 1e+308 is not accepted; give numbers from 0 to "
+                           "1e+12 (e.g. 1e-4)\n"),
+    (("--ridge", ",".join(["0.1"] * 65)), "Error: --ridge: 65 values given; accepted: at "
+                                          "most 64 (a sweep is a handful of values)\n"),
+    (("--time", ",".join(["1"] * 65)), "Error: --time: 65 values given; accepted: at most 64 "
+                                       "(a sweep is a handful of values)\n"),
     (("--kind", "gp"), "Invalid value for '--kind'"),
     (("--solver", "lu"), "Invalid value for '--solver'"),
     (("--time", "-1"), "Error: --time: -1.0 is not accepted; give numbers >= 0 or inf "

@@ -5,12 +5,14 @@ and against closed forms: t = 0 is the prior, t = inf the ridge solution."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kernelcli.errors import UsageError
+from kernelcli.predict._messages import not_pd_message, suggest_ridge
 from kernelcli.predict import (check_times, cholesky_factor, eigen, flow_basis, flow_mean,
                                flow_weights, gradient_flow, predictive_variance, solve_cholesky)
 
@@ -87,6 +89,20 @@ def test_directions_without_positive_curvature_are_not_learned():
     w = flow_weights(eigen(k), 0.0, [3.0, np.inf], 4)
     assert np.all(np.isfinite(w)) and np.array_equal(w[:, :2], np.zeros((2, 2)))
     np.testing.assert_allclose(w[1, 2:], [1.0, 0.5])
+
+
+def test_a_time_past_the_float_range_is_the_limit_without_a_warning():
+    k = np.diag([2.0, 1.0, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w = flow_weights(eigen(k), 0.0, [1e308, np.inf], 3)
+    np.testing.assert_array_equal(w[0], w[1])
+
+
+def test_the_suggested_ridge_is_one_the_option_accepts():
+    assert suggest_ridge(0) == "1e-06" and suggest_ridge(1e-4) == "0.01"
+    assert suggest_ridge(1e11) == "1e+12" and suggest_ridge(1e12) == ""
+    assert "no larger ridge is accepted" in not_pd_message("nngp", 1e12, True, 1e12, 3, "x")
 
 
 @pytest.mark.parametrize("times, message", [

@@ -58,9 +58,10 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
 @click.command()
 @run_dir_argument
 @click.option("--ridge", "ridges", multiple=True, metavar="R[,R...]",
-              callback=numbers("give finite numbers >= 0, e.g. --ridge 1e-4,1e-2"),
+              callback=numbers("give numbers from 0 to 1e12, e.g. --ridge 1e-4,1e-2"),
               help="Ridge(s) to sweep, each added to the diagonal as ridge * trace(K)/n "
-                   "(repeat the option or separate by commas); the one of each kind is "
+                   "(repeat the option or separate by commas; at most 64 values, each "
+                   "from 0 to 1e12); the one of each kind is "
                    "chosen by leave-one-out on the training set (5-fold cross-validation "
                    "with --solver cg). Default: 1e-6,1e-4,1e-2,0.1,1.")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["nngp", "ntk"]),
@@ -75,7 +76,8 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
               callback=numbers("give numbers >= 0 or inf, e.g. --time 1,10,inf"),
               help="Also the gradient-flow ensemble after training time(s) T on the MSE "
                    "loss (neural-tangents' gradient_descent_mse_ensemble: t x learning "
-                   "rate; inf: the ridge solution), every ridge; mean and variance. Needs "
+                   "rate; inf: the ridge solution; at most 64 values), every ridge; mean "
+                   "and variance. Needs "
                    "an eigendecomposition in memory (not --solver cg).")
 @json_option
 def predict(run_dir, ridges, kinds, solver, times, as_json):

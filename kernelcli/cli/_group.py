@@ -40,6 +40,16 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+# What to lower after a MemoryError, by command: a run's tiles follow compute.memory;
+# a prediction's memory follows its sweep and solver (each bounded and checked before
+# it starts, so this is the machine's memory taken by something else meanwhile).
+_LOWER = {
+    None: "lower `compute.memory` in the configuration",
+    "predict": "free memory, or predict with fewer --ridge or --time values, one --kind, "
+               "or --solver cg (which streams the kernel)",
+}
+
+
 def flags(group: click.Group) -> Dict[str, str]:
     """``{parameter name: its long flag}`` over every command of ``group`` (the library's
     arguments are named as the CLI's parameters are: ``run_dir`` is ``--run-dir``)."""
@@ -101,7 +111,7 @@ class Main(click.Group):
             signum = _interrupt.requested() or signal.SIGINT
             fail(_interrupt.message(signum, *_interrupt.current_run()), 128 + signum)
         except MemoryError:
-            fail("out of memory; lower `compute.memory` in the configuration", 1)
+            fail(f"out of memory; {_LOWER.get(ctx.invoked_subcommand, _LOWER[None])}", 1)
         except RuntimeError as exc:  # XLA's RESOURCE_EXHAUSTED outside a run's tiles
             from ..run import is_out_of_memory, out_of_memory_error
 

@@ -22,8 +22,8 @@ from ._cholesky import predictive_variance as predictive_variance
 from ._cholesky import regularizer as regularizer
 from ._cholesky import solve_cholesky as solve_cholesky
 from ._cholesky import solve_with_factor as solve_with_factor
-from ._errors import NotConvergedError as NotConvergedError
-from ._errors import NotPositiveDefiniteError as NotPositiveDefiniteError
+from ..errors import NotConvergedError as NotConvergedError
+from ..errors import NotPositiveDefiniteError as NotPositiveDefiniteError
 from ._flow import Eigen as Eigen
 from ._flow import FlowBasis as FlowBasis
 from ._flow import NTKCovariance as NTKCovariance

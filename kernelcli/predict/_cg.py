@@ -22,9 +22,9 @@ from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
-from ..errors import DataError, UsageError
+from ..errors import DataError, NotConvergedError, NotPositiveDefiniteError, UsageError
 from ._cholesky import _check_targets, check_ridges, regularizer
-from ._errors import NotConvergedError, NotPositiveDefiniteError, not_pd_message
+from ._messages import not_pd_message
 from ._operator import ArrayOperator
 from ._selection import fold_masks
 

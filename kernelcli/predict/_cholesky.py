@@ -27,8 +27,9 @@ from typing import Dict, Iterable
 
 import numpy as np
 
-from ..errors import DataError, UsageError
-from ._errors import NotPositiveDefiniteError, not_pd_message
+from ..errors import DataError, NotPositiveDefiniteError, UsageError
+from ._memory import MAX_RIDGE, check_count
+from ._messages import not_pd_message
 
 _BLOCK = 256  # rows per diagonal block of the triangular solves
 _CHECK_ROWS = 1024  # rows per chunk of the finiteness check (bounds its temporary)
@@ -43,13 +44,13 @@ def check_ridges(ridges: Iterable[float]) -> tuple:
         except (TypeError, ValueError):
             raise UsageError.naming(f"<<ridges>>: {r!r} is not a number; "
                                     "accepted: finite numbers >= 0") from None
-        if not math.isfinite(value) or value < 0:
-            raise UsageError.naming(f"<<ridges>>: {r!r} is not accepted; give finite numbers "
-                                    ">= 0 (e.g. 1e-4)")
+        if not math.isfinite(value) or not 0 <= value <= MAX_RIDGE:
+            raise UsageError.naming(f"<<ridges>>: {r!r} is not accepted; give numbers from 0 "
+                                    f"to {MAX_RIDGE:g} (e.g. 1e-4)")
         out.append(value)
     if not out:
         raise UsageError.naming("<<ridges>>: no ridge given; give at least one finite number >= 0")
-    return tuple(out)
+    return check_count(tuple(out), "ridges")
 
 
 def regularizer(ridge: float, trace: float, n: int, trace_scaled: bool = True) -> float:

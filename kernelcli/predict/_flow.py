@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import DataError, UsageError
 from ._cholesky import _as_work_kernel, _check_targets, regularizer
+from ._memory import check_count
 
 
 def check_times(times: Iterable[float]) -> tuple:
@@ -55,7 +56,7 @@ def check_times(times: Iterable[float]) -> tuple:
         out.append(value)
     if not out:
         raise UsageError.naming("<<times>>: no time given; give numbers >= 0 or inf")
-    return tuple(out)
+    return check_count(tuple(out), "times")
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,8 +92,10 @@ def flow_weights(eig: Eigen, ridge: float, times, normalization: int, *,
     for i, t in enumerate(times):
         if math.isinf(t):
             out[i] = np.where(pos, 1.0 / safe, 0.0)
-        else:
-            out[i] = np.where(pos, -np.expm1(-safe * t / normalization) / safe, 0.0)
+        else:  # a time past float64's range is the limit t = inf: exp(-inf) = 0
+            with np.errstate(over="ignore"):
+                decay = -np.expm1(-safe * t / normalization)
+            out[i] = np.where(pos, decay / safe, 0.0)
     return out
 
 

@@ -19,6 +19,12 @@ from ..plan import auto_budget
 from ..spec import format_size
 
 SOLVERS = ("auto", "cholesky", "cg")
+# A sweep is a handful of values: each ridge is a solve, each (ridge, time) an (m, C)
+# prediction kept per kind; 64 bounds the work before it starts.
+MAX_VALUES = 64
+# The ridge is relative to the mean diagonal: past 1e12 the float64 sum K + ridge I
+# no longer holds K's bits, and every prediction is the zero function.
+MAX_RIDGE = 1e12
 
 
 def solve_memory_bytes(n: int) -> int:
@@ -26,12 +32,14 @@ def solve_memory_bytes(n: int) -> int:
     return 2 * 8 * n * n
 
 
-def flow_memory_bytes(n: int, m: int) -> int:
+def flow_memory_bytes(n: int, m: int, classes: int = 1, ridges: int = 1,
+                      times: int = 1) -> int:
     """Peak bytes of the gradient-flow predictions (``--time``) for (n, n) training and
     (m, n) test kernels: the float64 kernel, its eigenvectors and LAPACK's ``2 n^2``
-    workspace (or, for the NTK variance, the NNGP kernel and its projection), plus
-    the two (m, n) test kernels in the eigenbasis."""
-    return 8 * (4 * n * n + 2 * m * n)
+    workspace (or, for the NTK variance, the NNGP kernel and its projection), the
+    two (m, n) test kernels in the eigenbasis, and the predictions kept for every
+    ridge and time (an (m, C) mean and an (m,) variance each)."""
+    return 8 * (4 * n * n + 2 * m * n + ridges * times * m * (classes + 1))
 
 
 def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] = None) -> str:
@@ -62,15 +70,26 @@ def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] =
 
 
 def check_flow_memory(n: int, m: int, available_bytes: Optional[int] = None,
-                      times: str = "") -> None:
-    """``BudgetError`` naming ``times`` when ``flow_memory_bytes(n, m)`` exceeds the
-    available memory (default: as ``choose_solver``)."""
+                      times: str = "", classes: int = 1, ridges: int = 1) -> None:
+    """``BudgetError`` naming ``times`` and ``ridges`` when ``flow_memory_bytes`` exceeds
+    the available memory (default: as ``choose_solver``)."""
     if available_bytes is None:
         available_bytes = auto_budget(available_ram_bytes())
-    need = flow_memory_bytes(n, m)
+    n_times = len(times.split(",")) if times else 1
+    need = flow_memory_bytes(n, m, classes, ridges, n_times)
     if need > available_bytes:
         raise BudgetError.naming(
             f"<<times>> {times}: gradient-flow predictions for {n:,} training and {m:,} "
-            f"test rows need {format_size(need)} in memory (an eigendecomposition of "
-            f"K(x1, x1)), but {format_size(available_bytes)} is available; drop <<times>> "
-            "or predict on a machine with more memory")
+            f"test rows at {ridges} ridge(s) and {n_times} time(s) need "
+            f"{format_size(need)} in memory (an eigendecomposition of K(x1, x1) and the "
+            f"predictions), but {format_size(available_bytes)} is available; give fewer "
+            "<<ridges>> or <<times>> values, drop <<times>>, or predict on a machine with "
+            "more memory")
+
+
+def check_count(values: tuple, name: str) -> tuple:
+    """``values`` when there are at most ``MAX_VALUES``; ``UsageError`` naming ``name``."""
+    if len(values) > MAX_VALUES:
+        raise UsageError.naming(f"<<{name}>>: {len(values):,} values given; accepted: at most "
+                                f"{MAX_VALUES} (a sweep is a handful of values)")
+    return values

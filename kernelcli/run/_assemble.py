@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ..errors import ComputeError, DamagedTiles
+from ..errors import ComputeError, DamagedTiles, resume_command
 from ..store import RunStore
 from ._manifest import plan_from_manifest, result_attrs
 from ._open import check_recorded_config, verified_result
@@ -61,7 +61,7 @@ def assemble(run_dir) -> RunResult:
         raise ComputeError(
             f"cannot assemble {store.result_path}: it {what} and the tiles were removed "
             f"after the run was assembled (`kernelcli clean` or output.keep_tiles: false); "
-            f"compute them again with `kernelcli resume {run_dir}`")
+            f"compute them again with `{resume_command(run_dir)}`")
     path, missing = assemble_if_complete(store, plan)
     if path is None:
         where = ""
@@ -72,6 +72,6 @@ def assemble(run_dir) -> RunResult:
             where = f" (shard {'; '.join(short)})"
         raise ComputeError(
             f"cannot assemble {store.result_path}: {missing} of {plan.blocks_total} tiles "
-            f"are missing{where}; compute them with `kernelcli resume {run_dir}` (or rerun "
+            f"are missing{where}; compute them with `{resume_command(run_dir)}` (or rerun "
             f"the unfinished shards, `--shard I/N`), then assemble again")
     return RunResult(result=str(path), assembled=True, computed=False)

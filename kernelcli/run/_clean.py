@@ -10,7 +10,7 @@ the one copy left is known to be whole; otherwise nothing is deleted.
 
 from __future__ import annotations
 
-from ..errors import ComputeError
+from ..errors import ComputeError, resume_command
 from ..store import RunStore
 from ._manifest import plan_from_manifest
 from ._open import check_recorded_config
@@ -35,13 +35,13 @@ def remove_verified_tiles(store: RunStore, plan) -> CleanResult:
     if not store.finished:
         raise ComputeError(
             f"cannot clean {run_dir}: {store.result_path} does not exist (the run is not "
-            f"finished); nothing was deleted. Finish it with `kernelcli resume {run_dir}` "
+            f"finished); nothing was deleted. Finish it with `{resume_command(run_dir)}` "
             f"(or `kernelcli assemble {run_dir}`), then clean")
     problem = store.result_problem(values=True)
     if problem is not None:
         raise ComputeError(
             f"cannot clean {run_dir}: {store.result_path} does not verify ({problem}); "
-            f"nothing was deleted. `kernelcli resume {run_dir}` assembles it again from "
+            f"nothing was deleted. `{resume_command(run_dir)}` assembles it again from "
             f"the tiles")
     removed, size = store.remove_tiles()
     return CleanResult(run_dir=str(run_dir), result=str(store.result_path),

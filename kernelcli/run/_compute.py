@@ -15,7 +15,7 @@ import os
 from typing import Callable, Optional, Union
 
 from .._stop import Stop, or_new
-from ..errors import RunDirError, UsageError
+from ..errors import RunDirError, UsageError, resume_command
 from ..spec import EXECUTORS, RunConfig, load_config
 from ..store import RunStore
 from ._executor import Progress
@@ -119,8 +119,8 @@ def _existing_run(cfg: RunConfig) -> Optional[RunStore]:
     if manifest.get("config_fingerprint") != config_fingerprint(cfg):
         raise RunDirError.naming(
             f"{run_dir} holds a run of a different configuration "
-            f"({manifest.get('name')!r}); continue that one with `kernelcli resume "
-            f"{run_dir}`, pick another <<run_dir>>, or replace it with <<overwrite>>")
+            f"({manifest.get('name')!r}); continue that one with `{resume_command(run_dir)}`, "
+            f"pick another <<run_dir>>, or replace it with <<overwrite>>")
     return store
 
 

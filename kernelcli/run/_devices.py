@@ -6,7 +6,7 @@ import os
 from typing import Optional
 
 from .. import _env
-from ..errors import ComputeError, ConfigError
+from ..errors import ComputeError, ConfigError, resume_command
 
 
 def configure_host_devices() -> None:
@@ -93,6 +93,5 @@ def out_of_memory_error(budget_bytes=None, memory: str = "device", given: bool =
             f"configuration{now}, or set XLA_PYTHON_CLIENT_MEM_FRACTION (the share of a "
             f"GPU's memory JAX takes, default 0.75) / XLA_PYTHON_CLIENT_PREALLOCATE=false")
     if run_dir is not None:
-        again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
-        text += f"; completed tiles are kept: continue with `kernelcli resume {run_dir}{again}`"
+        text += f"; completed tiles are kept: continue with `{resume_command(run_dir, shard)}`"
     return ComputeError(text)

@@ -39,7 +39,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .._stop import Stop, or_new, signal_name
-from ..errors import DataError, Interrupted, RunDirError, UsageError
+from ..errors import DataError, Interrupted, RunDirError, UsageError, resume_command
 from ..plan import make_geometry
 from ..store import RunStore
 from ._block import STATS_ROWS
@@ -181,7 +181,7 @@ def _check_extensible(store: RunStore, cfg, request: dict) -> None:
                          f"rectangle as a run of its own")
     if (m.get("extend") or {}).get("request") is not None and not store.finished:
         raise UsageError(f"{run_dir} is in the middle of another extend; finish it with "
-                         f"`kernelcli resume {run_dir}` (or the same extend command), then "
+                         f"`{resume_command(run_dir)}` (or the same extend command), then "
                          f"extend again")
     if store.tiles_removed is not None:
         raise UsageError(f"{run_dir}: its tiles were removed after assembly (kernelcli clean "
@@ -190,7 +190,7 @@ def _check_extensible(store: RunStore, cfg, request: dict) -> None:
     if verified_result(store) is None:
         raise UsageError(f"{run_dir} is not finished (its kernels.h5 does not exist or does "
                          f"not verify); extend grows a finished run: finish it with "
-                         f"`kernelcli resume {run_dir}`, then extend")
+                         f"`{resume_command(run_dir)}`, then extend")
     if request["append"] is not None:
         if cfg.data.preprocess is not None:
             raise UsageError.naming(

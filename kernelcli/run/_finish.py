@@ -9,7 +9,8 @@ import dataclasses
 from typing import Optional
 
 from .._stop import Stop, check, interrupted_error, or_new
-from ..errors import ComputeError, DiskFullError, Interrupted, QuarantinedError
+from ..errors import (ComputeError, DiskFullError, Interrupted, QuarantinedError,
+                      resume_command)
 from ..store import RunStore
 from ._assemble import assemble_if_complete
 from ._clean import remove_verified_tiles
@@ -131,11 +132,10 @@ def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskF
     tiles = sum((b.r1 - b.r0) * (b.c1 - b.c0) * per_value + 4096
                 for b in plan.blocks if b.key not in done)
     result = 0 if store.finished else (plan.n1 + plan.n_test) * plan.n2 * per_value
-    again = "" if shard is None else f" --shard {shard[0]}/{shard[1]}"
     return DiskFullError(
         f"disk full while writing {exc.path}: the rest of the run needs about "
         f"{format_size(tiles + result)} more in {store.run_dir} (tiles "
         f"{format_size(tiles)}, kernels.h5 {format_size(result)}); free space, then "
-        f"`kernelcli resume {store.run_dir}{again}`", exc.path)
+        f"`{resume_command(store.run_dir, shard)}`", exc.path)
 
 

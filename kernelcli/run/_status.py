@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import UsageError
+from ..errors import UsageError, resume_command
 from ..plan import assign
 from ..spec import KINDS
 from ..store import Manifest, RunStore
@@ -75,8 +75,8 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
                           f"`kernelcli verify {run_dir}` says more")
     if removed and problem is not None:
         result_problem = (f"{result_problem or f'{store.result_path} does not exist'}; its "
-                          f"tiles were removed after assembly, so `kernelcli resume "
-                          f"{run_dir}` computes them again")
+                          f"tiles were removed after assembly, so "
+                          f"`{resume_command(run_dir)}` computes them again")
     per_shard = shard_counts(store, plan, None if shards is None else int(shards), done) or {}
     return StatusReport(
         run_dir=str(store.run_dir), name=m.name, pairs_done=pairs_done,

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..errors import resume_command
 from ..store import RunStore
 from ._open import check_recorded_config
 
@@ -77,5 +78,5 @@ def verify(run_dir) -> VerifyReport:
     if report.problems:
         # resume recomputes missing tiles, moves damaged ones (and a result that fails)
         # to quarantine/, recomputes those and assembles again
-        report.next_step = f"kernelcli resume {store.run_dir}"
+        report.next_step = resume_command(store.run_dir)
     return report

@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import QuarantinedError, RunDirError
+from ..errors import QuarantinedError, RunDirError, resume_command
 from ._assemble import assemble as _assemble
 from ._assemble import check_tiles
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
@@ -242,8 +242,8 @@ class RunStore:
             if not path.is_file():
                 raise RunDirError(f"{problem}; resume the run to write it")
             moved = self.quarantine(path)
-            raise QuarantinedError(f"{problem}; moved to {moved}: `kernelcli resume "
-                                   f"{self.run_dir}` computes it again")
+            raise QuarantinedError(f"{problem}; moved to {moved}: "
+                                   f"`{resume_command(self.run_dir)}` computes it again")
         return {k: datasets[k] for k in kinds}
 
     def _test_diagonal(self, kinds) -> tuple:

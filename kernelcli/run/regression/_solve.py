@@ -30,7 +30,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from ...errors import DamagedFileError, RunDirError, UsageError
+from ...errors import DamagedFileError, RunDirError, UsageError, resume_command
 from ...predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
                        accuracy, check_ridges, check_times, choose_ridge, choose_solver,
                        check_flow_memory, cholesky_factor, held_out_scores, load_kernel,
@@ -51,11 +51,11 @@ _VAR_ROWS = 1024  # test rows per block of the variance computation
 def _check_run(store: RunStore, run_dir) -> tuple:
     if not store.finished:
         raise RunDirError(f"{run_dir} has no kernels.h5 yet: the run is not finished; "
-                          f"complete it with `kernelcli resume {run_dir}`, then predict")
+                          f"complete it with `{resume_command(run_dir)}`, then predict")
     problem = store.result_problem()
     if problem is not None:
         raise DamagedFileError(f"{store.result_path} does not verify: {problem}; "
-                               f"`kernelcli resume {run_dir}` rebuilds it, then predict")
+                               f"`{resume_command(run_dir)}` rebuilds it, then predict")
     result = store.result()
     names = set(result.names())
     stored = result.labels()
@@ -147,7 +147,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
 
 
 def _check_flow(times, n: int, m: int, solver: str, asked: str,
-                available_bytes: Optional[int]) -> None:
+                available_bytes: Optional[int], classes: int, ridges: int) -> None:
     """Gradient flow needs an eigendecomposition in memory: refuse (exit 2) before any
     solve when it cannot have one, naming the times and what would work."""
     shown = ",".join(f"{t:g}" for t in times)
@@ -156,7 +156,7 @@ def _check_flow(times, n: int, m: int, solver: str, asked: str,
                                 f"eigendecomposition of K(x1, x1) in memory; <<solver>> cg "
                                 f"streams the kernel and has none. Use <<solver>> auto or "
                                 f"cholesky, or drop <<times>>")
-    check_flow_memory(n, m, available_bytes, shown)
+    check_flow_memory(n, m, available_bytes, shown, classes, ridges)
 
 
 def predict(run_dir, ridges: Optional[Iterable[float]] = None,
@@ -181,9 +181,9 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     m = H5KernelOperator(store.result_path, f"{kinds[0]}_test").shape[0]
     asked = solver
     solver = choose_solver(n, solver, available_bytes)
-    if times:
-        _check_flow(times, n, m, solver, asked, available_bytes)
     classes = int(max(labels.max(), -1 if test_labels is None else test_labels.max())) + 1
+    if times:
+        _check_flow(times, n, m, solver, asked, available_bytes, classes, len(ridges))
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
     rows, choices, solved, flows = [], [], {}, {}
