@@ -163,13 +163,16 @@ def _after_fork_in_child() -> None:
 
 def install():
     """Install the recording handlers for SIGINT and SIGTERM (the CLI calls this first
-    thing; a no-op outside the main thread) and forget any earlier signal. Returns what
-    :func:`uninstall` puts back."""
+    thing; a no-op outside the main thread) and forget any earlier signal but the one the
+    console script recorded while it imported the CLI. Returns what :func:`uninstall`
+    puts back."""
     global _watcher, _wakeup_fd
     reset()
     if threading.current_thread() is not threading.main_thread():
         return None
     saved = ({s: signal.getsignal(s) for s in SIGNALS}, None)
+    # a signal the console script's first code recorded (kernelcli._entry)
+    early = getattr(saved[0][signal.SIGINT], "first", None)
     try:
         if _wakeup_fd is None:
             r, w = os.pipe()
@@ -188,6 +191,8 @@ def install():
         _watcher = None  # the handler records signals itself
     for s in SIGNALS:
         signal.signal(s, _handler)
+    if early is not None:
+        request(early)
     return saved
 
 

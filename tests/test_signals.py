@@ -8,9 +8,11 @@ runs, between and during tiles, and at the very end. Each must end with exit sta
 (or was already exiting) when the signal was sent. Completed tiles stay untouched,
 and ``kernelcli resume`` then gives exactly the uninterrupted run's kernels.h5.
 
-Handlers exist only once the CLI module is imported (about 0.1 s after exec: Python,
-click and the configuration code); a signal before that gets Python's defaults, so
-signals are sent from that moment on (``wait_for_handlers``).
+The console script records signals from its first line (``kernelcli._entry``), and the
+CLI's handlers take the recorded one over once the CLI is imported (a second or more on
+a loaded machine); a signal in the interpreter's own start-up, before any of
+kernelcli's code, gets Python's defaults, so the random moments start once the
+handlers are in place (``wait_for_handlers``), and the import window has its own test.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -364,3 +368,28 @@ def test_check_raises_interrupted_with_the_signal_exit_code():
         _interrupt.reset()
     assert _interrupt.requested() is None
     assert Interrupted("x").exit_code == 130
+
+
+# A signal while the console script imports the CLI (sent from an import hook, so it
+# lands there on any machine): the CLI's handlers take it over.
+_SIGNAL_DURING_IMPORT = """
+import importlib.abc, os, signal, sys
+class SignalOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "kernelcli.cli":
+            os.kill(os.getpid(), signal.{sig})
+        return None
+sys.meta_path.insert(0, SignalOnImport())
+sys.argv = ["kernelcli", "--help"]
+from kernelcli._entry import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_cli_is_imported_ends_it_with_one_line(sig):
+    r = subprocess.run([sys.executable, "-c", _SIGNAL_DURING_IMPORT.format(sig=sig.name)],
+                       capture_output=True, text=True, timeout=60, env=cli_env())
+    assert r.returncode == 128 + sig, r.stderr
+    assert r.stderr.splitlines()[-1] == f"Error: interrupted ({sig.name}) before anything was written"
+    assert "Traceback" not in r.stderr
