@@ -12,6 +12,7 @@ from typing import Callable, Optional
 from .._stop import Stop, or_new
 from ..spec import RunConfig
 from ..store import RunStore
+from ._writes import writes_run
 from ._compute import check_combination, with_executor
 from ._executor import Progress
 from ._finish import RunSummary, finish
@@ -24,6 +25,7 @@ __all__ = ["resume"]
 Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 
 
+@writes_run
 def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
            shard: Shard = None, executor: Optional[str] = None,
            address: Optional[str] = None, *,
