@@ -98,7 +98,9 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
     check_run_dir_path(cfg.output.run_dir, "output.run_dir" if run_dir is None else "<<run_dir>>")
     check_inputs_outside(cfg)
     with contextlib.ExitStack() as held:
-        locked = cfg.output.run_dir.is_dir()
+        # a folder that is not a run yet gets its lock file only once it is known to be
+        # kernelcli's to take (:func:`_create_run`): nothing is written in a user's folder
+        locked = stored_identity(cfg.output.run_dir) is not None
         if locked:
             held.enter_context(RunStore(cfg.output.run_dir).lock(shared=shard is not None))
         store = None if overwrite else _existing_run(cfg)
@@ -165,6 +167,7 @@ def _create_run(job: Job, overwrite: bool, shard: Shard,
     process (of a job array) made it at the same moment."""
     store = RunStore(job.cfg.output.run_dir)
     if held is not None:
+        check_new_run_dir(store.run_dir, side_files(job))
         store.make_dir()
         held.enter_context(store.lock(shared=shard is not None))
     if overwrite:

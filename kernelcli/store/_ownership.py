@@ -31,6 +31,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
+import h5py
+
 from ..errors import RunDirError
 from ._atomic import _TMP
 from ._lineage import ancestors
@@ -40,7 +42,8 @@ from ._markers import SHARD_MARKER
 from ._result import ResultFile
 from ._run_manifest import labels_file_of
 from ._sealed import SealError, read_sealed
-from ._side import QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES, is_side_file, preprocess_name
+from ._side import (PREDICTIONS, QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES, is_side_file,
+                    preprocess_name)
 
 FOLDERS = (TILES, SHARDS, QUARANTINE)
 _NAME_MAX = 255     # bytes in one file name (Linux, macOS)
@@ -158,7 +161,7 @@ def owned_files(run_dir, side_files: Optional[dict] = None) -> list:
         check_new(run_dir, side_files)  # not a run: an empty folder, or a killed start's
         return []
     manifest, identity = found
-    ids = {identity} | ancestors(manifest)
+    ids = run_ids(manifest, identity)
     fp = (manifest.get("data_fingerprints") or {}).get("preprocess")
     names = {labels_file_of(manifest), _TILES_REMOVED}
     if isinstance(fp, str):
@@ -170,6 +173,9 @@ def owned_files(run_dir, side_files: Optional[dict] = None) -> list:
             out.append(path)
         elif name == RESULT:
             _require(ResultFile(path).run_identity() in ids, path, "is not this run's result")
+            out.append(path)
+        elif name == PREDICTIONS:
+            _require(_is_predictions(path), path, "is not a predictions file kernelcli wrote")
             out.append(path)
         elif name == TEST_DIAG:
             _require(_sealed_run(path) in ids, path, "is not this run's test diagonal")
@@ -204,6 +210,41 @@ def _owned_in(folder: Path, ids: set, pattern, what: str) -> list:
         else:
             foreign = True
     return out if foreign else out + [folder]
+
+
+def run_ids(manifest: dict, identity: str) -> set:
+    """The identities whose files a run may hold: its own, those of the runs it grew
+    from (``lineage``) and the one it was extended from (``extend.previous``: a killed
+    extend leaves that run's tiles until the grown run takes them over)."""
+    previous = (manifest.get("extend") or {}).get("previous")
+    return {identity} | ancestors(manifest) | ({previous} if isinstance(previous, str) else set())
+
+
+def check_tiles_own(paths, ids: set) -> None:
+    """Refuse (exit 2, before anything is moved or deleted) a tile among ``paths`` that
+    is whole but carries a run identity not in ``ids``: a tile of another run, so its
+    folder is shared with (or copied from) another run directory. A damaged tile says
+    nothing about whose it is and passes (it is handled as damaged)."""
+    for path in paths:
+        run = _sealed_run(path)
+        if run is not None and run not in ids:
+            raise RunDirError(
+                f"{path} is a tile of another run (run identity {run[:12]}...), not of this "
+                f"one: run directories cannot share folders, so nothing was moved or "
+                f"deleted; move that tile (or the whole {Path(path).parent.name}/ folder) "
+                f"back to its own run directory")
+
+
+def _is_predictions(path: Path) -> bool:
+    """Whether ``path`` is the HDF5 file ``kernelcli predict`` writes (it records the
+    ridge convention it used; a file of the user's does not)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with h5py.File(path, "r") as f:
+            return "ridge_convention" in f.attrs and "solver" in f.attrs
+    except (OSError, ValueError, RuntimeError, TypeError, KeyError):
+        return False
 
 
 def _sealed_run(path: Path) -> Optional[str]:

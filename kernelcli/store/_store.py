@@ -29,7 +29,8 @@ from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_ato
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
 from ._lock import run_lock
-from ._ownership import check_folders, check_new, check_path, owned_files
+from ._ownership import (check_folders, check_new, check_path, check_tiles_own, owned_files,
+                         run_ids)
 from ._sealed import write_sealed
 from ._tiles import done_keys as _done_keys
 from ._tiles import read_tile as _read_tile
@@ -305,7 +306,8 @@ class RunStore:
     def remove_tiles(self) -> tuple[int, int]:
         """Delete every tile, recording that they were removed: ``(tiles, bytes)``. The
         caller has verified ``kernels.h5`` (the tiles are its only other copy)."""
-        return remove_tiles(self.run_dir, self.tiles_dir, self.result().digests())
+        return remove_tiles(self.run_dir, self.tiles_dir, self.result().digests(),
+                            run_ids(self.manifest, self.run_id))
 
     @property
     def tiles_removed(self) -> Optional[dict]:
@@ -318,8 +320,12 @@ class RunStore:
 
     def damaged_tiles(self, blocks, kinds) -> list:
         """``[(block, DamagedFileError)]`` for each existing tile of ``blocks`` that fails
-        verification (reads every tile: the cost of reading the run once)."""
-        return check_tiles(self.tiles_dir, blocks, kinds, self.tile_runs)
+        verification (reads every tile: the cost of reading the run once);
+        :class:`RunDirError` when one is a whole tile of another run (nothing moves)."""
+        damaged = check_tiles(self.tiles_dir, blocks, kinds, self.tile_runs)
+        check_tiles_own([tile_path(self.tiles_dir, b.key) for b, _ in damaged],
+                        run_ids(self.manifest, self.run_id))
+        return damaged
 
     def assemble(self, blocks, n1: int, n2: int, kinds, dtype, symmetric: bool,
                  attrs: dict, n_test: int = 0, test_diagonal: bool = False) -> Path:
