@@ -106,20 +106,23 @@ def test_overwrite_deletes_only_this_runs_own_files(run, project):
     d, cfg = project
     mine = user_files(run, ["tiles/user.txt", "shards/notes.txt", "quarantine/mine.bin",
                             "notes.txt"])
-    predictions = user_files(run, ["predictions.h5"])
-    before = hashes(run)
-    result = invoke("compute", cfg, "--run-dir", run, "--overwrite")
-    assert result.exit_code == 2
-    assert error_line(result) == (
-        f"Error: {run / 'predictions.h5'} is not a predictions file kernelcli wrote; "
-        f"kernelcli deletes only its own files, so nothing was deleted: move it away, or "
-        f"choose another run directory")
-    assert hashes(run) == before
-    (run / "predictions.h5").unlink()
+    theirs = user_files(run, ["labels.npz", "predictions.h5", "test_diag.h5"])
+    why = {"labels.npz": "is not a file this run wrote (its manifest does not name it)",
+           "predictions.h5": "is not a predictions file kernelcli wrote",
+           "test_diag.h5": "is not this run's test diagonal"}
+    for name in sorted(theirs):  # each refused in turn, deleting nothing
+        before = hashes(run)
+        result = invoke("compute", cfg, "--run-dir", run, "--overwrite")
+        assert result.exit_code == 2
+        assert error_line(result) == (
+            f"Error: {run / name} {why[name]}; kernelcli deletes only its own files, so "
+            f"nothing was deleted: move it away, or choose another run directory")
+        assert hashes(run) == before
+        (run / name).unlink()  # the user moves it away
     result = invoke("compute", cfg, "--run-dir", run, "--overwrite", "--quiet")
     assert result.exit_code == 0, result.stderr
     assert unchanged(run, mine) and (run / "kernels.h5").is_file()
-    assert predictions  # (removed by the user above, never by kernelcli)
+    assert sorted(os.listdir(run / "tiles"))[-1] == "user.txt"
 
 
 def test_a_tiles_folder_shared_by_a_link_is_refused_before_anything_moves(run, tmp_path):
@@ -150,6 +153,12 @@ def test_a_killed_clean_leaves_a_run_the_next_command_accepts(run, project):
     assert result.exit_code == 0, result.stderr
     result = invoke("extend", run, "--test", d / "t.npy", "--dry-run")
     assert result.exit_code == 0, result.stderr
+    # killed half-way through deleting: the record stands, the result is whole
+    (run / "tiles_removed.json").write_text(json.dumps(
+        {"removed": "2026-01-01T00:00:00+0000", "tiles": tiles, "result_sha256": {}}))
+    os.unlink(run / "tiles" / sorted(os.listdir(run / "tiles"))[0])
+    assert invoke("assemble", run, "--quiet").exit_code == 0  # kernels.h5 verifies
+    assert invoke("verify", run).exit_code == 0
     assert invoke("clean", run, "--quiet").exit_code == 0  # finishes the job
     assert not (run / "tiles").exists()
 

@@ -13,7 +13,7 @@ from .._stop import Stop, or_new
 from ..spec import RunConfig
 from ..store import RunStore
 from ._writes import writes_run
-from ._compute import check_combination, with_executor
+from ._compute import check_combination, check_inputs_outside, with_executor
 from ._executor import Progress
 from ._finish import RunSummary, finish
 from ._job import prepare_run
@@ -42,6 +42,7 @@ def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
     store, cfg = loaded if loaded is not None else load_run_config(run_dir)
     cfg = with_executor(cfg, executor, address)
     check_combination(cfg, shard)
+    check_inputs_outside(cfg)
     result = verified_result(store)  # a finished run needs neither its data nor jax
     if result is not None:
         return RunResult(result=result, already_finished=True)

@@ -162,10 +162,13 @@ def owned_files(run_dir, side_files: Optional[dict] = None) -> list:
         return []
     manifest, identity = found
     ids = run_ids(manifest, identity)
-    fp = (manifest.get("data_fingerprints") or {}).get("preprocess")
-    names = {labels_file_of(manifest), _TILES_REMOVED}
-    if isinstance(fp, str):
-        names.add(preprocess_name(fp))
+    fingerprints = manifest.get("data_fingerprints")
+    fingerprints = fingerprints if isinstance(fingerprints, dict) else {}
+    names = {_TILES_REMOVED}
+    if "labels" in fingerprints:  # a run without labels wrote no labels file
+        names.add(labels_file_of(manifest))
+    if isinstance(fingerprints.get("preprocess"), str):
+        names.add(preprocess_name(fingerprints["preprocess"]))
     out = []
     for name in sorted(os.listdir(run_dir)):
         path = run_dir / name
