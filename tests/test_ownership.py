@@ -241,3 +241,11 @@ def test_the_root_or_a_too_long_run_directory_is_refused(project, tmp_path):
         assert "is too long (300 bytes in one name" in line and "expected names of at most " \
                "255 bytes" in line
     assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_extend_deletes_only_the_runs_own_side_files(run, project):
+    d, _ = project
+    mine = user_files(run, ["predictions.h5", "labels.npz", "tiles/notes.txt"])
+    result = invoke("extend", run, "--test", d / "t.npy", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert unchanged(run, mine)

@@ -178,7 +178,7 @@ def owned_files(run_dir, side_files: Optional[dict] = None) -> list:
             _require(ResultFile(path).run_identity() in ids, path, "is not this run's result")
             out.append(path)
         elif name == PREDICTIONS:
-            _require(_is_predictions(path), path, "is not a predictions file kernelcli wrote")
+            _require(is_predictions(path), path, "is not a predictions file kernelcli wrote")
             out.append(path)
         elif name == TEST_DIAG:
             _require(_sealed_run(path) in ids, path, "is not this run's test diagonal")
@@ -238,7 +238,7 @@ def check_tiles_own(paths, ids: set) -> None:
                 f"back to its own run directory")
 
 
-def _is_predictions(path: Path) -> bool:
+def is_predictions(path: Path) -> bool:
     """Whether ``path`` is the HDF5 file ``kernelcli predict`` writes (it records the
     ridge convention it used; a file of the user's does not)."""
     if path.is_symlink() or not path.is_file():

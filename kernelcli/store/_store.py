@@ -210,6 +210,7 @@ class RunStore:
         another one, with another identity (``kernelcli extend``). ``side_files`` are
         written first; the replacement itself is one atomic rename."""
         data = encode_manifest(manifest)
+        self.growth.before_switch(self.manifest)
         self._write_side_files(side_files)
         write_manifest(self.run_dir, data)
         self._manifest = _decoded(data)
@@ -258,6 +259,9 @@ class RunStore:
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
         the file the manifest names, ``labels.npz`` by default)."""
+        fingerprints = self.manifest.get("data_fingerprints")
+        if not isinstance(fingerprints, dict) or "labels" not in fingerprints:
+            return {}  # a run without labels: a labels.npz there is someone else's
         path = self.side_path(labels_file_of(self.manifest))
         return read_npz(path) if path.is_file() else {}
 
