@@ -249,3 +249,45 @@ def test_extend_deletes_only_the_runs_own_side_files(run, project):
     result = invoke("extend", run, "--test", d / "t.npy", "--quiet")
     assert result.exit_code == 0, result.stderr
     assert unchanged(run, mine)
+
+
+def test_the_processes_of_a_job_array_share_the_lock_and_exclude_any_other(run):
+    from kernelcli.errors import RunDirError
+    from kernelcli.store import RunStore
+
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER.replace("LOCK_EX", "LOCK_SH"),
+                               str(run / ".kernelcli.lock")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with RunStore(run).lock(shared=True):  # another shard: fine
+            pass
+        with pytest.raises(RunDirError, match="is in use by another kernelcli process"):
+            with RunStore(run).lock():
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunStore(run).lock():
+        with RunStore(run).lock():  # a command called within one (extend -> resume)
+            pass
+
+
+def test_clean_refuses_a_tile_of_another_run_deleting_nothing(run):
+    from kernelcli.plan import Block
+    from kernelcli.store._tiles import write_tile
+
+    tile = run / "tiles" / "r00000c00000.h5"
+    tile.unlink()
+    write_tile(run / "tiles", Block(0, 0, 0, 2, 0, 2, diagonal=True),
+               {"nngp": np.ones(3)}, run="f" * 64)
+    before = hashes(run)
+    for command in ("clean", "verify"):
+        result = invoke(command, run)
+        assert result.exit_code == 2, result.stderr
+        assert error_line(result) == (
+            f"Error: {tile} is a tile of another run (run identity ffffffffffff...), not of "
+            f"this one: run directories cannot share folders, so nothing was moved or "
+            f"deleted; move that tile (or the whole tiles/ folder) back to its own run "
+            f"directory")
+        assert hashes(run) == before

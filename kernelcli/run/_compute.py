@@ -167,7 +167,8 @@ def _create_run(job: Job, overwrite: bool, shard: Shard,
     process (of a job array) made it at the same moment."""
     store = RunStore(job.cfg.output.run_dir)
     if held is not None:
-        check_new_run_dir(store.run_dir, side_files(job))
+        if stored_identity(store.run_dir) is None:  # (else another shard made it first)
+            check_new_run_dir(store.run_dir, side_files(job))
         store.make_dir()
         held.enter_context(store.lock(shared=shard is not None))
     if overwrite:
