@@ -56,6 +56,8 @@ class Growth:
         completed tiles (``kernelcli extend``: a test tile that moves to another block);
         whether there was one. :meth:`take_carried` reads it back."""
         tiles_dir = self.store.tiles_dir
+        check_tiles_own([tile_path(tiles_dir, key)], run_ids(self.store.manifest,
+                                                             self.store.run_id))
         try:
             os.replace(tile_path(tiles_dir, key), self._carry_path(new_key))
             fsync_dir(tiles_dir)
