@@ -26,6 +26,8 @@ Layout::
                                    (:mod:`._cleanup`; ``kernelcli clean``)
     <run_dir>/tiles/carry-<key>.h5 a test tile that ``kernelcli extend`` moves to block
                                    ``key`` of the grown run (:mod:`._grow`)
+    <run_dir>/.kernelcli.lock      the writers' lock (flock; :mod:`._lock`), empty unless
+                                   held
 
 Why this design (and not a journal plus one big HDF5 file):
 
