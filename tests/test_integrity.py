@@ -94,12 +94,20 @@ def test_resume_repairs_damaged_tiles_it_finds_at_assembly(run, project):
     assert_matches_reference(run, project)
 
 
-def test_a_tile_of_another_run_is_refused_and_recomputed(run, project):
+def test_a_tile_of_another_run_is_refused_before_anything_moves(run, project):
+    # a whole tile of another run means the folder is shared with (or copied from)
+    # another run directory: refused (exit 2), nothing moved, until the user sorts it out
     d = project[0]
     (run / "kernels.h5").unlink()
-    shutil.copy(d / "ref2" / "tiles" / "r00002c00000.h5", run / "tiles" / "r00002c00000.h5")
-    result = invoke("verify", run)
-    assert result.exit_code == 1 and "computed by another run" in result.stderr
+    tile = run / "tiles" / "r00002c00000.h5"
+    shutil.copy(d / "ref2" / "tiles" / "r00002c00000.h5", tile)
+    for command in ("verify", "resume"):
+        result = invoke(command, run)
+        assert result.exit_code == 2, result.stderr
+        assert f"{tile} is a tile of another run" in result.stderr
+        assert tile.read_bytes() == (d / "ref2" / "tiles" / "r00002c00000.h5").read_bytes()
+        assert not (run / "quarantine").exists()
+    tile.unlink()
     assert invoke("resume", run, "--quiet").exit_code == 0
     assert_matches_reference(run, project)
 

@@ -168,7 +168,6 @@ def test_a_finished_result_is_never_overwritten_silently(tmp_path):
 def test_overwrite_removes_only_kernelclis_own_files(store, tmp_path):
     block = Block(0, 0, 0, 2, 0, 2, diagonal=True)
     store.write_tile(block, {"nngp": np.zeros(3)})
-    store.result_path.write_bytes(b"old result")
     (store.run_dir / "notes.txt").write_text("mine")
     (store.run_dir / "extra").mkdir()
     outside = tmp_path / "elsewhere"
@@ -177,11 +176,12 @@ def test_overwrite_removes_only_kernelclis_own_files(store, tmp_path):
     new = RunStore(store.run_dir).create({"name": "new"}, overwrite=True)
     assert new.manifest == {"name": "new"} and new.done_keys() == set() and not new.finished
     assert (store.run_dir / "notes.txt").read_text() == "mine" and (store.run_dir / "extra").is_dir()
-    # a tiles link pointing out of the run directory is removed, never followed
+    # a tiles link pointing out of the run directory is refused, never followed
     os.rmdir(new.tiles_dir)
     os.symlink(outside, new.tiles_dir)
-    RunStore(store.run_dir).create({"name": "newer"}, overwrite=True)
-    assert (outside / "keep.h5").read_bytes() == b"keep" and not new.tiles_dir.is_symlink()
+    with pytest.raises(RunDirError, match="is a symbolic link"):
+        RunStore(store.run_dir).create({"name": "newer"}, overwrite=True)
+    assert (outside / "keep.h5").read_bytes() == b"keep" and new.tiles_dir.is_symlink()
 
 
 def test_opening_a_folder_that_is_not_a_run_says_so(tmp_path):

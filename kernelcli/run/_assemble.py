@@ -12,6 +12,7 @@ from typing import Optional
 
 from ..errors import ComputeError, DamagedTiles, resume_command
 from ..store import RunStore
+from ._writes import writes_run
 from ._manifest import plan_from_manifest, result_attrs
 from ._open import check_recorded_config, verified_result
 from ._results import RunResult
@@ -43,6 +44,7 @@ def assemble_if_complete(store: RunStore, plan) -> tuple[Optional[Path], int]:
     return path, 0
 
 
+@writes_run
 def assemble(run_dir) -> RunResult:
     """Build ``kernels.h5`` of ``run_dir`` from its tiles (no jax, no data needed).
 

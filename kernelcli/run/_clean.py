@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from ..errors import ComputeError, resume_command
 from ..store import RunStore
+from ._writes import writes_run
 from ._manifest import plan_from_manifest
 from ._open import check_recorded_config
 from ._results import CleanResult
 
 
+@writes_run
 def clean(run_dir) -> CleanResult:
     """Delete the tiles of the finished run in ``run_dir`` (no jax, no data needed).
 

@@ -10,6 +10,7 @@ the store, execution and assembly (:func:`~kernelcli.run._finish.finish`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Callable, Optional, Union
@@ -17,9 +18,11 @@ from typing import Callable, Optional, Union
 from .._stop import Stop, or_new
 from ..errors import RunDirError, UsageError, resume_command
 from ..spec import EXECUTORS, RunConfig, load_config
-from ..store import RunStore
+from ..store import (RunStore, check_new_run_dir, check_run_dir_path, input_clash,
+                     owned_files, stored_identity)
 from ._executor import Progress
 from ._finish import RunSummary, finish
+from ._inputs import input_paths
 from ._job import Job, adopts, config_fingerprint, prepare_run, side_files
 from ._manifest import check_manifest
 from ._open import check_recorded_config, verified_result, with_run_dir
@@ -92,19 +95,52 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
     cfg = config if isinstance(config, RunConfig) else load_config(config)
     cfg = with_executor(with_run_dir(cfg, run_dir), executor, address)
     check_combination(cfg, shard, overwrite)
-    store = None if overwrite else _existing_run(cfg)
-    if store is None:
-        with prepare_run(cfg, None, shard, stop=stop) as job:
-            store, created = _create_run(job, overwrite)
-            if created or adopts(job, store):
-                return _continue(job, store, progress, shard, not created, on_start, stop)
-        # another process of a job array created the run first, with another plan or
-        # fit: continue it as any existing run, with the data fingerprints known now
-        fingerprints = job.fingerprints
+    check_run_dir_path(cfg.output.run_dir, "output.run_dir" if run_dir is None else "<<run_dir>>")
+    check_inputs_outside(cfg)
+    with contextlib.ExitStack() as held:
+        # a folder that is not a run yet gets its lock file only once it is known to be
+        # kernelcli's to take (:func:`_create_run`): nothing is written in a user's folder
+        locked = stored_identity(cfg.output.run_dir) is not None
+        if locked:
+            held.enter_context(RunStore(cfg.output.run_dir).lock(shared=shard is not None))
+        store = None if overwrite else _existing_run(cfg)
+        if store is None:
+            _check_new(cfg.output.run_dir, overwrite)  # before the data is read
+            with prepare_run(cfg, None, shard, stop=stop) as job:
+                store, created = _create_run(job, overwrite, shard,
+                                              None if locked else held)
+                if created or adopts(job, store):
+                    return _continue(job, store, progress, shard, not created, on_start,
+                                     stop)
+            # another process of a job array created the run first, with another plan
+            # or fit: continue it as any existing run, with the data fingerprints known now
+            fingerprints = job.fingerprints
+        else:
+            fingerprints = None
+        with prepare_run(cfg, store, shard, fingerprints, stop) as job:
+            return _continue(job, store, progress, shard, True, on_start, stop)
+
+
+def check_inputs_outside(cfg: RunConfig) -> None:
+    """Refuse a run whose input is a file kernelcli writes in its run directory (it
+    would be replaced or deleted): exit 2 naming both."""
+    clash = input_clash(cfg.output.run_dir, input_paths(cfg))
+    if clash is not None:
+        what, path, ours = clash
+        raise RunDirError.naming(
+            f"{what}: {path} is {ours} in the run directory, where kernelcli writes its own "
+            f"files; move the input out of {cfg.output.run_dir}, or choose another "
+            f"<<run_dir>>")
+
+
+def _check_new(run_dir, overwrite: bool) -> None:
+    """Refuse, before any data is read, a run directory kernelcli may not take: one
+    holding files that are not kernelcli's (with ``overwrite``, files under
+    kernelcli's names that are not this run's)."""
+    if overwrite and stored_identity(run_dir) is not None:
+        owned_files(run_dir)
     else:
-        fingerprints = None
-    with prepare_run(cfg, store, shard, fingerprints, stop) as job:
-        return _continue(job, store, progress, shard, True, on_start, stop)
+        check_new_run_dir(run_dir)
 
 
 def _existing_run(cfg: RunConfig) -> Optional[RunStore]:
@@ -124,10 +160,17 @@ def _existing_run(cfg: RunConfig) -> Optional[RunStore]:
     return store
 
 
-def _create_run(job: Job, overwrite: bool) -> tuple[RunStore, bool]:
-    """The run directory of ``job``, made now: ``(store, True)``; or ``(store, False)``
-    when another process (of a job array) made it at the same moment."""
+def _create_run(job: Job, overwrite: bool, shard: Shard,
+                held: Optional[contextlib.ExitStack]) -> tuple[RunStore, bool]:
+    """The run directory of ``job``, made now (its lock taken into ``held`` when the
+    folder did not exist before): ``(store, True)``; or ``(store, False)`` when another
+    process (of a job array) made it at the same moment."""
     store = RunStore(job.cfg.output.run_dir)
+    if held is not None:
+        if stored_identity(store.run_dir) is None:  # (else another shard made it first)
+            check_new_run_dir(store.run_dir, side_files(job))
+        store.make_dir()
+        held.enter_context(store.lock(shared=shard is not None))
     if overwrite:
         return store.create(job.manifest(), overwrite=True, side_files=side_files(job)), True
     return store.create_or_join(job.manifest(), side_files=side_files(job))

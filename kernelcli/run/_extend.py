@@ -42,6 +42,7 @@ from .._stop import Stop, or_new, signal_name
 from ..errors import DataError, Interrupted, RunDirError, UsageError, resume_command
 from ..plan import make_geometry
 from ..store import RunStore
+from ._writes import writes_run
 from ._block import STATS_ROWS
 from ._carry import carry_keys, set_aside, take_over
 from ._resume import resume
@@ -56,6 +57,7 @@ from ._open import load_run_config, verified_result
 from ._results import ExtendResult
 
 
+@writes_run
 def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
            test_labels=None, test_labels_key: Optional[str] = None,
            append_key: Optional[str] = None, append_labels=None,

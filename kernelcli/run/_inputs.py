@@ -216,3 +216,11 @@ def check_preprocessed(src: ArraySource, preprocess: Preprocess, largest: float,
     step = max(1, _CHECK_BATCH_BYTES // (8 * max(1, int(np.prod(src.example_shape)))))
     for start in range(0, src.n, step):
         view.read(start, min(start + step, src.n), dtype=dtype)
+
+
+def input_paths(cfg: RunConfig) -> dict:
+    """The files a run reads, by configuration key (``data.x1``, ...); ``None`` for
+    those it has not. What kernelcli must never write, move or delete."""
+    d = cfg.data
+    return {"data.x1": d.x1, "data.x2": d.x2, "data.test": d.test, "data.labels": d.labels,
+            "data.test_labels": d.test_labels}

@@ -12,7 +12,8 @@ from typing import Callable, Optional
 from .._stop import Stop, or_new
 from ..spec import RunConfig
 from ..store import RunStore
-from ._compute import check_combination, with_executor
+from ._writes import writes_run
+from ._compute import check_combination, check_inputs_outside, with_executor
 from ._executor import Progress
 from ._finish import RunSummary, finish
 from ._job import prepare_run
@@ -24,6 +25,7 @@ __all__ = ["resume"]
 Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 
 
+@writes_run
 def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
            shard: Shard = None, executor: Optional[str] = None,
            address: Optional[str] = None, *,
@@ -40,6 +42,7 @@ def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
     store, cfg = loaded if loaded is not None else load_run_config(run_dir)
     cfg = with_executor(cfg, executor, address)
     check_combination(cfg, shard)
+    check_inputs_outside(cfg)
     result = verified_result(store)  # a finished run needs neither its data nor jax
     if result is not None:
         return RunResult(result=result, already_finished=True)

@@ -175,6 +175,15 @@ def _run_name(raw: Any, default: str) -> str:
     if any(ord(c) < 32 or ord(c) == 127 for c in name):  # it heads one-line progress output
         raise f.fail("name", f"{f.show(name)} contains a control character; expected a run "
                              "name on one line")
+    # the default run directory is runs/<name>: a name must stay one folder inside runs/
+    if "/" in name or "\\" in name or name.strip() in (".", ".."):
+        raise f.fail("name", f"{f.show(name)} is not a plain name (it holds a path separator "
+                             "or is '.' or '..'); expected one file name, e.g. cifar-relu, "
+                             "and output.run_dir to put the run elsewhere")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME:
+        raise f.fail("name", f"{f.show(name)} is {len(name.encode('utf-8', 'surrogatepass'))} "
+                             f"bytes long; expected at most {MAX_NAME} bytes (it names the "
+                             f"run directory runs/<name>)")
     return name
 
 

@@ -26,6 +26,8 @@ Layout::
                                    (:mod:`._cleanup`; ``kernelcli clean``)
     <run_dir>/tiles/carry-<key>.h5 a test tile that ``kernelcli extend`` moves to block
                                    ``key`` of the grown run (:mod:`._grow`)
+    <run_dir>/.kernelcli.lock      the writers' lock (flock; :mod:`._lock`), empty unless
+                                   held
 
 Why this design (and not a journal plus one big HDF5 file):
 
@@ -60,12 +62,20 @@ Why this design (and not a journal plus one big HDF5 file):
   are renamed into place whole, so a block computed twice or a result assembled
   twice is harmless.
 
-All writes stay inside ``run_dir``; ``overwrite`` removes only the names
-above, never other files a user keeps there. OS errors become kernelcli errors that
+All writes stay inside ``run_dir``; a run directory owns only what kernelcli wrote
+there (:mod:`._ownership`: a new run only in an empty folder, ``overwrite`` removes
+only this run's own files, never through a link, never a run's input), and one
+command writes it at a time (:mod:`._lock`, ``<run_dir>/.kernelcli.lock``). OS errors become kernelcli errors that
 name the path.
 """
 
 from ._store import RunStore as RunStore
+from ._ownership import check_new as check_new_run_dir
+from ._ownership import check_path as check_run_dir_path
+from ._ownership import input_clash as input_clash
+from ._ownership import owned_files as owned_files
+from ._ownership import stored_identity as stored_identity
+from ._lock import run_lock as run_lock
 from ._side import LABELS as LABELS
 from ._side import PREDICTIONS as PREDICTIONS
 from ._side import RESULT as RESULT
@@ -82,6 +92,7 @@ from ._tiles import tile_write_seconds as tile_write_seconds
 from ._result import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
 
-__all__ = ["LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest", "PREDICTIONS", "RESULT",
+__all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_files",
+           "run_lock", "stored_identity", "LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest", "PREDICTIONS", "RESULT",
            "ResultFile", "TILES", "RunStore", "h5_written_whole", "labels_name",
            "new_manifest", "preprocess_name", "result_attrs", "row_bands", "tile_write_seconds"]

@@ -21,19 +21,26 @@ from pathlib import Path
 from typing import Optional
 
 from ._atomic import fsync_dir, storage_error, write_bytes_atomic
+from ..errors import RunDirError
+from ._ownership import check_tiles_own
+from ._side import TILES
 from ._tiles import done_keys, tile_path
 
 TILES_REMOVED = "tiles_removed.json"
 
 
-def remove_tiles(run_dir: Path, tiles_dir: Path, result_digests: dict) -> tuple[int, int]:
+def remove_tiles(run_dir: Path, tiles_dir: Path, result_digests: dict,
+                 ids: set) -> tuple[int, int]:
     """Delete every completed tile under ``tiles_dir``: ``(tiles, bytes)`` removed.
 
     ``result_digests`` (dataset -> sha256 of the verified ``kernels.h5``) goes into the
-    record, which names what the tiles were removed in favour of. Only tile files are
-    deleted (never a file a user put there); the folder goes when that leaves it empty.
+    record, which names what the tiles were removed in favour of. Only this run's tiles
+    are deleted (their identity among ``ids``; a tile of another run is refused before
+    anything goes, and no file a user put there is touched); the folder goes when that
+    leaves it empty.
     """
     keys = sorted(done_keys(tiles_dir))
+    check_tiles_own([tile_path(tiles_dir, k) for k in keys], ids)
     record = {"removed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tiles": len(keys),
               "result_sha256": dict(sorted(result_digests.items()))}
     write_bytes_atomic(Path(run_dir) / TILES_REMOVED,
@@ -63,7 +70,9 @@ def remove_tiles(run_dir: Path, tiles_dir: Path, result_digests: dict) -> tuple[
 def tiles_removed(run_dir: Path) -> Optional[dict]:
     """The record :func:`remove_tiles` wrote (``removed``, ``tiles``,
     ``result_sha256``), or ``None`` when the tiles were never removed. An unreadable
-    record still says they were: ``{}``."""
+    record still says they were: ``{}``. A record whose tiles are all still there
+    (a ``clean`` killed between writing it and deleting the first tile) is void:
+    ``None``, so the next command takes the run as the whole one it is."""
     path = Path(run_dir) / TILES_REMOVED
     try:
         with open(path, encoding="utf-8") as f:
@@ -72,7 +81,16 @@ def tiles_removed(run_dir: Path) -> Optional[dict]:
         return None
     except (OSError, ValueError):
         return {}
-    return record if isinstance(record, dict) else {}
+    if not isinstance(record, dict):
+        return {}
+    count = record.get("tiles")
+    if type(count) is int and count > 0:
+        try:
+            if len(done_keys(Path(run_dir) / TILES)) >= count:
+                return None
+        except RunDirError:  # an unlistable folder: the record stands
+            pass
+    return record
 
 
 def forget_tiles_removed(run_dir: Path) -> None:

@@ -5,7 +5,9 @@ again as the grown run's own. The replacement of the manifest itself is the stor
 (:meth:`~kernelcli.store.RunStore.grow`).
 
 :class:`Growth` is a helper the store holds (``store.growth``): it uses the store's
-public paths and writes only.
+public paths and writes only. It deletes only the run's own files (:mod:`._ownership`):
+a tile that carries another run's identity is refused, a ``predictions.h5`` that
+``predict`` did not write and a labels file the run it grew from did not name stay.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 from ._atomic import fsync_dir, storage_error
 from ._lineage import superseded
 from ._markers import SHARD_MARKER
+from ._ownership import check_tiles_own, is_predictions, run_ids
+from ._run_manifest import labels_file_of
 from ._sealed import SealError, read_sealed
 from ._tiles import tile_path
 
@@ -39,12 +43,21 @@ class Growth:
 
     def __init__(self, store):
         self.store = store
+        self.labels_before = None  # the labels file of the run before grow(), if any
+
+    def before_switch(self, manifest: dict) -> None:
+        """Note what the run about to be replaced (``manifest``) owns beside its tiles."""
+        fingerprints = manifest.get("data_fingerprints")
+        if isinstance(fingerprints, dict) and "labels" in fingerprints:
+            self.labels_before = labels_file_of(manifest)
 
     def set_aside(self, key: str, new_key: str) -> bool:
         """Rename the tile of ``key`` to ``tiles/carry-<new_key>.h5``, out of the set of
         completed tiles (``kernelcli extend``: a test tile that moves to another block);
         whether there was one. :meth:`take_carried` reads it back."""
         tiles_dir = self.store.tiles_dir
+        check_tiles_own([tile_path(tiles_dir, key)], run_ids(self.store.manifest,
+                                                             self.store.run_id))
         try:
             os.replace(tile_path(tiles_dir, key), self._carry_path(new_key))
             fsync_dir(tiles_dir)
@@ -89,11 +102,21 @@ class Growth:
         return tiles_dir / f"carry-{tile_path(tiles_dir, key).name}"
 
     def remove_tile(self, key: str) -> None:
-        """Delete the tile of ``key`` (a block the run no longer keeps)."""
-        unlink(tile_path(self.store.tiles_dir, key))
+        """Delete the tile of ``key`` (a block the run no longer keeps); RunDirError when
+        it is a whole tile of another run (nothing is deleted)."""
+        path = tile_path(self.store.tiles_dir, key)
+        check_tiles_own([path], run_ids(self.store.manifest, self.store.run_id))
+        unlink(path)
 
     def remove_side_file(self, name: str) -> None:
-        unlink(self.store.side_path(name))
+        """Delete the side file ``name`` when it is the run's own (a labels file: the one
+        the run before the switch named; ``predictions.h5``: one ``predict`` wrote)."""
+        path = self.store.side_path(name)
+        if name.startswith("labels") and name != self.labels_before:
+            return
+        if name == "predictions.h5" and not is_predictions(path):
+            return
+        unlink(path)
 
     def remove_shard_markers(self) -> None:
         """Forget which processes of a job array ran (the run they ran is superseded)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +28,9 @@ from ._run_manifest import Manifest, labels_file_of
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
+from ._lock import run_lock
+from ._ownership import (check_folders, check_new, check_path, check_tiles_own, owned_files,
+                         run_ids)
 from ._sealed import write_sealed
 from ._tiles import done_keys as _done_keys
 from ._tiles import read_tile as _read_tile
@@ -120,7 +122,9 @@ class RunStore:
         Temporary files left by killed writers are removed.
         """
         store = cls(run_dir)
+        check_path(store.run_dir, "run directory")
         store._manifest = read_manifest(store.run_dir)
+        check_folders(store.run_dir)  # before anything in them is read, moved or deleted
         for folder in (store.run_dir, store.tiles_dir):
             try:
                 remove_stale_tmp(folder)
@@ -139,17 +143,18 @@ class RunStore:
         """
         data = encode_manifest(manifest)
         run_dir = self.run_dir
-        if run_dir.exists() and not run_dir.is_dir():
-            raise RunDirError(f"run directory {run_dir} exists and is not a directory")
-        owned = self._owned_entries()
-        if owned and not overwrite:
-            raise RunDirError(
-                f"{run_dir} already holds a kernelcli run ({', '.join(owned)}); resume it, "
-                f"choose another run directory, or overwrite it"
-            )
+        self._check_new_dir()
+        if overwrite:
+            doomed = owned_files(run_dir, side_files or {})  # refuses what is not ours
+        else:
+            doomed = []
+            if os.path.lexists(run_dir / MANIFEST):
+                raise RunDirError(
+                    f"{run_dir} already holds a kernelcli run ({MANIFEST}); resume it, "
+                    f"choose another run directory, or overwrite it")
+            check_new(run_dir, side_files or {})
         try:
-            if overwrite:
-                self._remove_owned()
+            _remove(doomed)
             self.tiles_dir.mkdir(parents=True, exist_ok=True)
             fsync_dir(run_dir)
         except OSError as exc:
@@ -174,17 +179,15 @@ class RunStore:
         """
         data = encode_manifest(manifest)
         run_dir = self.run_dir
-        if run_dir.exists() and not run_dir.is_dir():
-            raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+        self._check_new_dir()
         if not (run_dir / MANIFEST).exists():
-            owned = self._owned_entries()
-            # A manifest is published before any tile, so tiles without one are another
-            # process's run only if its manifest appeared meanwhile.
-            if owned and not (run_dir / MANIFEST).exists():
-                raise RunDirError(
-                    f"{run_dir} already holds kernelcli files ({', '.join(owned)}) but no "
-                    f"manifest.json; choose another run directory, or overwrite it"
-                )
+            try:
+                check_new(run_dir, side_files or {})
+            except RunDirError:
+                # A manifest is published before any tile, so tiles without one are
+                # another process's run only if its manifest appeared meanwhile.
+                if not (run_dir / MANIFEST).exists():
+                    raise
             try:
                 self.tiles_dir.mkdir(parents=True, exist_ok=True)
                 fsync_dir(run_dir)
@@ -195,6 +198,7 @@ class RunStore:
                 self._manifest = _decoded(data)
                 return self, True
         self._manifest = read_manifest(run_dir)
+        check_folders(run_dir)
         try:
             self.tiles_dir.mkdir(exist_ok=True)
         except OSError as exc:
@@ -206,6 +210,7 @@ class RunStore:
         another one, with another identity (``kernelcli extend``). ``side_files`` are
         written first; the replacement itself is one atomic rename."""
         data = encode_manifest(manifest)
+        self.growth.before_switch(self.manifest)
         self._write_side_files(side_files)
         write_manifest(self.run_dir, data)
         self._manifest = _decoded(data)
@@ -254,6 +259,9 @@ class RunStore:
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
         the file the manifest names, ``labels.npz`` by default)."""
+        fingerprints = self.manifest.get("data_fingerprints")
+        if not isinstance(fingerprints, dict) or "labels" not in fingerprints:
+            return {}  # a run without labels: a labels.npz there is someone else's
         path = self.side_path(labels_file_of(self.manifest))
         return read_npz(path) if path.is_file() else {}
 
@@ -302,7 +310,8 @@ class RunStore:
     def remove_tiles(self) -> tuple[int, int]:
         """Delete every tile, recording that they were removed: ``(tiles, bytes)``. The
         caller has verified ``kernels.h5`` (the tiles are its only other copy)."""
-        return remove_tiles(self.run_dir, self.tiles_dir, self.result().digests())
+        return remove_tiles(self.run_dir, self.tiles_dir, self.result().digests(),
+                            run_ids(self.manifest, self.run_id))
 
     @property
     def tiles_removed(self) -> Optional[dict]:
@@ -315,8 +324,12 @@ class RunStore:
 
     def damaged_tiles(self, blocks, kinds) -> list:
         """``[(block, DamagedFileError)]`` for each existing tile of ``blocks`` that fails
-        verification (reads every tile: the cost of reading the run once)."""
-        return check_tiles(self.tiles_dir, blocks, kinds, self.tile_runs)
+        verification (reads every tile: the cost of reading the run once);
+        :class:`RunDirError` when one is a whole tile of another run (nothing moves)."""
+        damaged = check_tiles(self.tiles_dir, blocks, kinds, self.tile_runs)
+        check_tiles_own([tile_path(self.tiles_dir, b.key) for b, _ in damaged],
+                        run_ids(self.manifest, self.run_id))
+        return damaged
 
     def assemble(self, blocks, n1: int, n2: int, kinds, dtype, symmetric: bool,
                  attrs: dict, n_test: int = 0, test_diagonal: bool = False) -> Path:
@@ -344,24 +357,36 @@ class RunStore:
         except OSError:
             return []
 
-    def _owned_entries(self) -> list[str]:
-        owned = [name for name in (MANIFEST, RESULT) if os.path.lexists(self.run_dir / name)]
-        if self.tiles_dir.is_symlink() or self.tiles_dir.is_file() or self.done_keys():
-            owned.append(TILES + "/")
-        return owned
+    def _check_new_dir(self) -> None:
+        run_dir = self.run_dir
+        check_path(run_dir, "run directory")
+        if os.path.lexists(run_dir) and not run_dir.is_dir():
+            raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+        check_folders(run_dir)
 
-    def _remove_owned(self) -> None:
-        # the result first: never a result without a run
-        for name in (RESULT, MANIFEST, *self.side_files()):
-            path = self.run_dir / name
-            if os.path.lexists(path):
-                os.unlink(path)
-        for tiles in (self.tiles_dir, self.shards_dir, self.run_dir / QUARANTINE):
-            if tiles.is_symlink() or tiles.is_file():
-                os.unlink(tiles)  # never follow a link out of the run directory
-            elif tiles.exists():
-                shutil.rmtree(tiles)
-        remove_stale_tmp(self.run_dir)
+    def make_dir(self) -> None:
+        """Create the run directory (and its parents) if it does not exist."""
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise storage_error(exc, self.run_dir) from None
+
+    def lock(self, shared: bool = False):
+        """The run directory's writer lock, held for a ``with`` block (:mod:`._lock`):
+        every command that writes holds it; ``shared`` for a process of a job array."""
+        check_path(self.run_dir, "run directory")
+        return run_lock(self.run_dir, shared)
+
+
+def _remove(paths) -> None:
+    """Delete ``paths`` (:func:`owned_files`: kernelcli's own), the result first (never a
+    result without a run), folders once emptied, the manifest last."""
+    paths = sorted(paths, key=lambda p: p.name != RESULT)
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            os.rmdir(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
 
 
 def _decoded(data: bytes) -> dict:
