@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 from kernelcli.cli import main
 from kernelcli.plan import assign, make_plan
-from kernelcli.run._manifest import plan_from_manifest
+from kernelcli.store import Manifest
 from kernelcli.run._shards import parse_shard, shard_blocks, worker_loads
 from kernelcli.store import RunStore
 from kernelcli.store._atomic import host_tag, remove_stale_tmp
@@ -108,7 +108,7 @@ def assert_same_result(run_dir: Path, reference) -> None:
 
 def shard_keys(run_dir: Path, index: int, count: int) -> set[str]:
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    plan = plan_from_manifest(manifest, run_dir)
+    plan = Manifest.check(manifest, run_dir).geometry
     return {b.key for b in shard_blocks(plan.blocks, (index, count))}
 
 
@@ -209,7 +209,7 @@ def test_the_same_shard_twice_at_once_then_the_other_shard_assembles(tmp_path, r
     # --shards N counts for another split of the same plan, deterministically
     other = json.loads(run("status", run_dir, "--json", "--shards", "3").stdout)
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    parts = assign(plan_from_manifest(manifest, run_dir).blocks, 3)
+    parts = assign(Manifest.check(manifest, run_dir).geometry.blocks, 3)
     assert [r["blocks_total"] for r in other["shards"]] == [len(p) for p in parts]
     assert [r["blocks_done"] for r in other["shards"]] == [
         len({b.key for b in p} & want) for p in parts]

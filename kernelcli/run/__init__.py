@@ -3,7 +3,7 @@
 Bottom to top (each module imports only those above it in this list, or beside it):
 
 * opening a run: ``_open`` (its store, recorded configuration, verified result);
-  ``_manifest``, ``_inputs``, ``_shards``, ``_checks``, ``_writer``, ``_devices``;
+  ``_inputs``, ``_shards``, ``_checks``, ``_writer``, ``_devices``;
 * the memory budget and the planner's engine costs: ``_budget``;
 * the pure per-block computation: ``_block`` (a block and a kernel function to a tile);
 * backends: the ``Backend`` protocol and the choice of one (``_backend``), the local

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ComputeError, DamagedTiles, resume_command
-from ..store import RunStore
+from ..store import Manifest, RunStore, result_attrs
 from ._writes import writes_run
-from ._manifest import plan_from_manifest, result_attrs
 from ._open import check_recorded_config, verified_result
 from ._results import RunResult
 from ._status import shard_counts
@@ -52,7 +51,7 @@ def assemble(run_dir) -> RunResult:
     which shards, when the run is not complete.
     """
     store = RunStore.open(run_dir)
-    plan = plan_from_manifest(store.manifest, run_dir)
+    plan = Manifest.check(store.manifest, run_dir).geometry
     check_recorded_config(store)
     existed = store.finished
     result = verified_result(store)

@@ -11,9 +11,8 @@ the one copy left is known to be whole; otherwise nothing is deleted.
 from __future__ import annotations
 
 from ..errors import ComputeError, resume_command
-from ..store import RunStore
+from ..store import Manifest, RunStore
 from ._writes import writes_run
-from ._manifest import plan_from_manifest
 from ._open import check_recorded_config
 from ._results import CleanResult
 
@@ -26,7 +25,7 @@ def clean(run_dir) -> CleanResult:
     not exist or does not verify.
     """
     store = RunStore.open(run_dir)
-    plan = plan_from_manifest(store.manifest, run_dir)
+    plan = Manifest.check(store.manifest, run_dir).geometry
     check_recorded_config(store)
     return remove_verified_tiles(store, plan)
 

@@ -18,13 +18,12 @@ from typing import Callable, Optional, Union
 from .._stop import Stop, or_new
 from ..errors import RunDirError, UsageError, resume_command
 from ..spec import EXECUTORS, RunConfig, load_config
-from ..store import (RunStore, check_new_run_dir, check_run_dir_path, input_clash,
+from ..store import (Manifest, RunStore, check_new_run_dir, check_run_dir_path, input_clash,
                      owned_files, stored_identity)
 from ._executor import Progress
 from ._finish import RunSummary, finish
 from ._inputs import input_paths
 from ._job import Job, adopts, config_fingerprint, prepare_run, side_files
-from ._manifest import check_manifest
 from ._open import check_recorded_config, verified_result, with_run_dir
 from ._results import RunResult
 from ._shards import shard_label
@@ -150,7 +149,7 @@ def _existing_run(cfg: RunConfig) -> Optional[RunStore]:
     if not (run_dir / "manifest.json").exists():
         return None
     store = RunStore.open(run_dir)
-    manifest = check_manifest(store.manifest, run_dir)
+    manifest = Manifest.check(store.manifest, run_dir).data
     check_recorded_config(store)
     if manifest.get("config_fingerprint") != config_fingerprint(cfg):
         raise RunDirError.naming(

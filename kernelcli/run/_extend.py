@@ -41,7 +41,7 @@ import numpy as np
 from .._stop import Stop, or_new, signal_name
 from ..errors import DataError, Interrupted, RunDirError, UsageError, resume_command
 from ..plan import make_geometry
-from ..store import RunStore
+from ..store import Manifest, RunStore
 from ._writes import writes_run
 from ._block import STATS_ROWS
 from ._carry import carry_keys, set_aside, take_over
@@ -52,7 +52,6 @@ from ._inputs import open_inputs
 from ._local import LocalBackend
 from ._job import (APPEND_KEYS, TEST_KEYS, _closed_on_error, check_same_data,
                    extended_config, prepare, side_files, stored_preprocess)
-from ._manifest import plan_from_manifest
 from ._open import load_run_config, verified_result
 from ._results import ExtendResult
 
@@ -84,9 +83,9 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     m = store.manifest
     if (m.get("extend") or {}).get("request") == request:  # this extend, once more
         if dry_run:
-            return _report(store, plan_from_manifest(m, run_dir), m, dry_run=True)
+            return _report(store, Manifest.check(m, run_dir).geometry, m, dry_run=True)
         out = resume(run_dir, progress, loaded=(store, cfg), on_start=on_start, stop=stop)
-        return _report(store, plan_from_manifest(m, run_dir), m, run=out)
+        return _report(store, Manifest.check(m, run_dir).geometry, m, run=out)
     _check_extensible(store, cfg, request)
     old = m.get("extend") or {}
     ext = {"request": request, "n1_before": m["plan"]["n1"], "previous": store.run_id,
@@ -108,7 +107,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
                           f"again", exc.signum) from None
     with job:
         job.lineage = _lineage(store, rows)
-        before = plan_from_manifest(m, run_dir)
+        before = Manifest.check(m, run_dir).geometry
         ext["carry"] = carry_keys(before, job.plan, rows, test_same)  # job.extension is ext
         manifest = job.manifest()
         keep = _kept_blocks(store, job.plan, rows)
@@ -334,7 +333,7 @@ def _lineage(store: RunStore, rows: int) -> list:
 def _kept_blocks(store: RunStore, plan, rows: int) -> set:
     """Keys of the grown plan's training blocks whose old tile stays: same extent in both
     plans, every row and column below ``rows``."""
-    before = {b.key: b for b in plan_from_manifest(store.manifest, store.run_dir).blocks}
+    before = {b.key: b for b in Manifest.check(store.manifest, store.run_dir).geometry.blocks}
     return {b.key for b in plan.blocks
             if b.r0 < plan.n1 and b.r1 <= rows and before.get(b.key) == b}
 
@@ -384,7 +383,7 @@ def _dry_run(store: RunStore, cfg, ext: dict) -> ExtendResult:
                          kinds=p["kinds"], itemsize=8 if p["dtype"] == "float64" else 4,
                          n_test=n_test)
     lineage = _lineage(store, p["n1"])
-    old = plan_from_manifest(m, store.run_dir)
+    old = Manifest.check(m, store.run_dir).geometry
     before = {b.key: b for b in old.blocks}
     lineage = lineage if all(before.get(b.key) == b for b in plan.blocks
                              if b.r0 < plan.n1 and b.r1 <= p["n1"]) else []

@@ -24,11 +24,10 @@ from .._stop import Stop, check, or_new
 from ..plan import Plan, plan_run
 from ..errors import RunDirError
 from ..spec import RunConfig, as_pairs
-from ..store import LABELS, labels_name, new_manifest, preprocess_name
+from ..store import LABELS, Manifest, labels_name, new_manifest, preprocess_name
 from ._backend import Backend, open_backend
 from ._block import kernel_spec
 from ._inputs import Inputs, check_preprocess_file, open_inputs
-from ._manifest import check_manifest
 from ._shards import check_shard_count
 
 
@@ -260,7 +259,7 @@ def adopts(job: Job, store) -> bool:
             f"{run_dir} holds a run of a different configuration ({manifest.get('name')!r}), "
             f"just created by another process; every process of a job array must be given "
             f"the same configuration and data")
-    check_manifest(manifest, run_dir)
+    Manifest.check(manifest, run_dir)
     check_same_data(job, manifest, run_dir)
     stored = dict({"engine": "cpu"}, **manifest["plan"])  # runs before the key: "cpu"
     return not refit and all(stored.get(k) == v for k, v in job.manifest()["plan"].items())

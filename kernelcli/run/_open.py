@@ -15,9 +15,8 @@ from typing import Optional
 
 from ..errors import DamagedFileError, UsageError
 from ..spec import RunConfig, parse_config
-from ..store import RunStore
+from ..store import Manifest, RunStore
 from ._job import config_fingerprint, extended_config
-from ._manifest import check_manifest
 
 __all__ = ["check_recorded_config", "load_run_config", "recorded_config", "verified_result",
            "with_run_dir"]
@@ -34,7 +33,7 @@ def with_run_dir(cfg: RunConfig, run_dir) -> RunConfig:
 def load_run_config(run_dir) -> tuple[RunStore, RunConfig]:
     """The store of ``run_dir`` and the configuration its manifest recorded."""
     store = RunStore.open(run_dir)
-    check_manifest(store.manifest, run_dir)
+    Manifest.check(store.manifest, run_dir)
     return store, check_recorded_config(store)
 
 
