@@ -78,6 +78,10 @@ class KernelFunction:
         the kernel averaged over that flip group, as ``kernel.augment`` in a config.
       engine: ``"auto"`` (the accelerator plan on a GPU, the CPU plan on CPUs),
         ``"cpu"`` or ``"accelerator"``, as ``compute.engine`` in a config.
+      stop: a :class:`kernelcli.run.Stop` another thread (or a signal handler of the
+        caller's) may request: the call then raises
+        :class:`kernelcli.errors.Interrupted` at its next safe point, as ``compute``
+        does. Without it, Ctrl-C's ``KeyboardInterrupt`` stops the call.
 
     With ``readouts`` in the architecture a call returns a dict keyed by each readout's
     body layer count (``after``), each value what the call returns without readouts:
@@ -94,7 +98,8 @@ class KernelFunction:
 
     def __call__(self, x1, x2=None, get: Union[str, Sequence[str]] = _KINDS, *,
                  dtype: str = "float32", memory: Union[int, str] = "auto", devices=None,
-                 augment: Union[None, str, Sequence[str]] = None, engine: str = "auto"):
+                 augment: Union[None, str, Sequence[str]] = None, engine: str = "auto",
+                 stop=None):
         from .run import kernel_matrix
         from .spec import parse_augment, read_dtype, read_engine, read_memory
 
@@ -117,7 +122,7 @@ class KernelFunction:
                               "augment")
         kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype, flips,
                            _resolved(engine, devices))
-        out = kernel_matrix(kfn, a1, a2, memory=budget, devices=devices)
+        out = kernel_matrix(kfn, a1, a2, memory=budget, devices=devices, stop=stop)
 
         def pick(suffix=""):
             arrays = tuple(out[k + suffix] for k in kinds)

@@ -122,3 +122,17 @@ def test_two_in_memory_kernel_matrices_in_two_threads_are_independent():
     assert str(out["a"]) == "interrupted (SIGINT) before anything was written"
     for kind in ("nngp", "ntk"):
         assert np.array_equal(out["b"][kind], alone[kind])
+
+
+def test_kernel_fn_takes_a_stop_as_compute_does():
+    from kernelcli import kernel_fn, stax
+    from kernelcli.run import Stop
+
+    kfn = kernel_fn(stax.serial(stax.Flatten(), stax.Dense(8), stax.Relu(), stax.Dense(1)))
+    x = images(12, 4, 4, 1)
+    stop = Stop()
+    assert kfn(x, get="nngp", stop=stop).shape == (12, 12)  # never requested
+    stop.request()
+    with pytest.raises(Interrupted) as info:
+        kfn(x, get="nngp", stop=stop)
+    assert info.value.exit_code == 130
