@@ -148,3 +148,13 @@ def test_the_library_leaves_logging_and_warnings_alone(project, tmp_path):
     assert invoke("estimate", cfg, "--memory", "--json").exit_code == 0
     assert (logging.getLogger("jax").level, list(warnings.filters),
             os.environ.get("TF_CPP_MIN_LOG_LEVEL")) == before
+
+
+def test_the_solver_choice_is_the_libraries_list():
+    """``--solver`` spells ``kernelcli.predict.SOLVERS`` (importing it would load numpy
+    before ``--help``): the two stay one list."""
+    from kernelcli.cli._commands_analysis import predict
+    from kernelcli.predict import SOLVERS
+
+    (solver,) = [p for p in predict.params if p.name == "solver"]
+    assert tuple(solver.type.choices) == SOLVERS

@@ -8,6 +8,7 @@ import json
 import click
 
 from .. import _interrupt
+from ..spec import KINDS
 from ._group import call
 from ._options import json_option, numbers, run_dir_argument, verbose_option
 
@@ -64,8 +65,9 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
                    "from 0 to 1e12); the one of each kind is "
                    "chosen by leave-one-out on the training set (5-fold cross-validation "
                    "with --solver cg). Default: 1e-6,1e-4,1e-2,0.1,1.")
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(["nngp", "ntk"]),
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS),
               help="Kernel(s) to predict with (repeatable; default: every kind of the run).")
+# kernelcli.predict.SOLVERS, spelled here: importing it would load numpy before --help
 @click.option("--solver", type=click.Choice(["auto", "cholesky", "cg"]), default="auto",
               show_default=True,
               help="cholesky: float64 factor in memory (16 N^2 bytes); cg: conjugate "

@@ -16,8 +16,10 @@ Two execution plans compute the same kernels (``compute.engine``,
 
 from __future__ import annotations
 
+from ..spec import ENGINES
 
-PLANS = ("cpu", "accelerator")
+# the plans themselves: every engine a config may name but the one that picks for it
+PLANS = tuple(e for e in ENGINES if e != "auto")
 
 
 def resolve_engine(name: str, platform: str) -> str:
@@ -27,5 +29,5 @@ def resolve_engine(name: str, platform: str) -> str:
     if name == "auto":
         return "cpu" if str(platform).lower() == "cpu" else "accelerator"
     if name not in PLANS:
-        raise ValueError(f"engine {name!r}: expected one of auto, {', '.join(PLANS)}")
+        raise ValueError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")
     return name
