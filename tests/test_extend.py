@@ -162,10 +162,32 @@ def test_dry_run_writes_nothing_and_shows_the_cost(files):
                                            "run computes all 12)")
 
 
+def test_keys_not_given_are_the_runs_where_the_file_has_them_else_the_only_array(
+        files, tmp_path):
+    """``--append new.npz`` alone takes the run's keys (x, and its labels y) from the
+    file; a file of one array under another name takes that one; the recorded request
+    names the keys taken, so the same command is the same extend."""
+    run = old_run(files, "keys")
+    data = np.load(files / "new.npz")
+    np.savez(tmp_path / "renamed.npz", pixels=data["x"])
+    np.savez(tmp_path / "renamed_labels.npz", y=data["y"])
+    same = invoke("extend", run, "--append", files / "new.npz", "--dry-run", "--json")
+    given = invoke("extend", run, "--append", files / "new.npz", "--append-key", "x",
+                   "--append-labels-key", "y", "--dry-run", "--json")
+    other = invoke("extend", run, "--append", tmp_path / "renamed.npz", "--append-labels",
+                   tmp_path / "renamed_labels.npz", "--dry-run", "--json")
+    for res in (same, given, other):
+        assert res.exit_code == 0, res.stderr
+    assert json.loads(same.stdout) == json.loads(given.stdout)
+    assert json.loads(other.stdout)["n1"] == json.loads(given.stdout)["n1"]
+
+
 def test_mistakes_are_one_line_exit_2_and_change_nothing(files, tmp_path):
     run = old_run(files, "mistakes")
     np.savez(tmp_path / "shape.npz", x=images(4, 5, 5, 2), y=labels(4, 0))
     np.savez(tmp_path / "dtype.npz", x=images(4).astype(np.float64), y=labels(4, 0))
+    np.savez(tmp_path / "unlabelled.npz", x=images(4))
+    np.savez(tmp_path / "two.npz", images=images(4), labels=labels(4, 0))
     files_before = snapshot(run)
     cases = [
         (("--append", tmp_path / "shape.npz", "--append-labels-key", "y"),
@@ -179,7 +201,12 @@ def test_mistakes_are_one_line_exit_2_and_change_nothing(files, tmp_path):
          f"Error: --append: {tmp_path / 'dtype.npz'} holds float64, but the run's training "
          f"data (data.x1) is float32; expected float32 (the grown training set is one "
          f"array)"),
-        (("--append", files / "new.npz"),
+        (("--test", tmp_path / "two.npz"),
+         f"Error: --test-key: not given, and {tmp_path / 'two.npz'} holds no array 'x' (the "
+         f"run's key) nor one array alone: it holds images, labels; give --test-key NAME"),
+        (("--test", files / "test_b.npz", "--test-key", "nope"),
+         f"Error: --test-key: 'nope' not found in {files / 'test_b.npz'}; keys present: x, y"),
+        (("--append", tmp_path / "unlabelled.npz"),
          f"Error: --append: {run} has training labels (data.labels_key), so the appended "
          f"rows need theirs; expected --append-labels-key NAME (in the appended file) or "
          f"--append-labels FILE"),

@@ -103,7 +103,9 @@ _FILE = click.Path(dir_okay=False)
 @click.option("--test", type=_FILE, metavar="FILE",
               help="Add or replace the test set (.npy, .npz or .h5, as data.test): only "
                    "K(test, train) and the test diagonal are computed.")
-@click.option("--test-key", metavar="NAME", help="Its array name (as data.test_key).")
+@click.option("--test-key", metavar="NAME",
+              help="Its array name (as data.test_key; default: the run's key where the file "
+                   "holds it, else its only array besides the labels).")
 @click.option("--test-labels", type=_FILE, metavar="FILE",
               help="A file of its labels (as data.test_labels).")
 @click.option("--test-labels-key", metavar="NAME",
@@ -111,7 +113,9 @@ _FILE = click.Path(dir_okay=False)
 @click.option("--append", type=_FILE, metavar="FILE",
               help="Append training examples (same example shape and dtype as data.x1): "
                    "only the new rows of the training kernel are computed.")
-@click.option("--append-key", metavar="NAME", help="Its array name (as data.key).")
+@click.option("--append-key", metavar="NAME",
+              help="Its array name (as data.key; default: the run's key where the file "
+                   "holds it, else its only array besides the labels).")
 @click.option("--append-labels", type=_FILE, metavar="FILE",
               help="A file of the appended examples' labels (as data.labels).")
 @click.option("--append-labels-key", metavar="NAME",
@@ -133,12 +137,15 @@ def extend(run_dir, test, test_key, test_labels, test_labels_key, append, append
     RUN_DIR` or the same extend command.
     """
     from ..run import extend as run_extend
+    from ..run import load_run_config
 
+    # progress lines carry the run's name, as compute's and resume's do
+    name = None if dry_run or quiet else call(load_run_config, run_dir)[1].name
     out = call(run_extend, run_dir, test=test, append=append, test_key=test_key,
                test_labels=test_labels, test_labels_key=test_labels_key,
                append_key=append_key, append_labels=append_labels,
                append_labels_key=append_labels_key, dry_run=dry_run,
-               progress=None if dry_run else _progress(str(run_dir), quiet),
+               progress=None if dry_run else _progress(name, quiet),
                on_start=_on_start(quiet), stop=_interrupt.stop(),
                for_run=None if dry_run else run_dir)
     finished = out.run is not None and out.run.already_finished

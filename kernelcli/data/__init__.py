@@ -4,6 +4,8 @@ numpy and h5py only; no jax, no click.
 """
 
 from ._fingerprint import fingerprint as fingerprint
+from ._readers import array_names as array_names
+from ._h5 import listed as listed
 from ._source import ArraySource as ArraySource
 from ._source import LAYOUTS as LAYOUTS
 from ._source import SUFFIXES as SUFFIXES
@@ -20,6 +22,6 @@ from ._values import INPUT_BOUNDS as INPUT_BOUNDS
 from ._values import input_bound as input_bound
 from ._views import SliceableRows as SliceableRows
 
-__all__ = ["ArraySource", "ConcatRows", "INPUT_BOUNDS", "LAYOUTS", "MAX_LABEL", "Preprocess",
+__all__ = ["ArraySource", "array_names", "listed", "ConcatRows", "INPUT_BOUNDS", "LAYOUTS", "MAX_LABEL", "Preprocess",
            "Preprocessed", "SUFFIXES", "SliceableRows", "check_finite", "check_pair",
            "fingerprint", "fit_preprocess", "input_bound", "load_labels", "open_array"]

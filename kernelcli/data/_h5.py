@@ -46,6 +46,21 @@ def _name(name: str) -> str:
     return name if name.isprintable() and ", " not in name else repr(name)
 
 
+def names(f: h5py.File, most: int) -> List[str]:
+    """At most ``most`` names of the datasets reachable through hard links, sorted."""
+    found: List[str] = []
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            found.append(name)
+        return True if len(found) >= most else None  # a true value stops the visit
+    try:
+        f.visititems(visit)
+    except H5_ERRORS:
+        pass
+    return sorted(found)
+
+
 def listing(f: h5py.File) -> str:
     """The datasets reachable through hard links, for "keys present" messages."""
     names: List[str] = []

@@ -165,6 +165,31 @@ def _close_all(closers: Sequence[Callable[[], None]]) -> None:
             pass
 
 
+def array_names(path: Path) -> Optional[list]:
+    """The names of the arrays a .npz or .h5 file holds (``None`` for a .npy file, which
+    holds one array without a name); at most ``MAX_NAMES`` are read."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return None
+    if suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                return [n for n in npz.files[:MAX_NAMES]]
+        except NPY_ERRORS + (AttributeError,):  # unreadable: the open that follows says so
+            return []
+    try:
+        f = _h5.open_file(path, str(path))
+    except DataError:  # unreadable: the open that follows says so
+        return []
+    try:
+        return _h5.names(f, MAX_NAMES)
+    finally:
+        f.close()
+
+
+MAX_NAMES = 1000  # a hostile file may name millions
+
+
 def open_any(path: Path, key: Optional[str], what: str, key_name: str,
              accepted=NUMERIC) -> Opened:
     """The opener for ``path``'s suffix (.npy takes no key; checked by the caller)."""

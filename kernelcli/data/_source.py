@@ -173,15 +173,17 @@ def _float_dtype(dtype) -> np.dtype:
 
 
 def open_array(path: Path, key: Optional[str] = None, *, layout: str = "NHWC",
-               limit: Optional[int] = None, what: str = "data.x1") -> ArraySource:
+               limit: Optional[int] = None, what: str = "data.x1",
+               key_name: Optional[str] = None) -> ArraySource:
     """Open the array of examples at ``path`` (and ``key`` for .npz and .h5).
 
     ``what`` is the config key that named the file (``data.x1`` or
     ``data.x2``); every :class:`DataError` message starts with the key at fault.
-    ``limit`` keeps only the first ``limit`` rows.
+    ``limit`` keeps only the first ``limit`` rows. ``key_name``: what names ``key`` in
+    messages (default: the config key beside ``what``, ``data.key`` for ``data.x1``).
     """
     path = Path(path)
-    key_name = _key_name(what)
+    key_name = key_name or _key_name(what)
     if layout not in LAYOUTS:
         raise DataError(f"data.layout: {layout!r} is not a layout; accepted: {', '.join(LAYOUTS)}")
     suffix = path.suffix.lower()

@@ -31,15 +31,13 @@ that is not the run's, so it can never pass as the grown result (it is deleted),
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Optional
 
 import numpy as np
 
 from .._stop import Stop, or_new, signal_name
-from ..errors import DataError, Interrupted, RunDirError, UsageError, resume_command
+from ..errors import DataError, Interrupted, RunDirError
 from ..plan import make_geometry
 from ..store import Manifest, RunStore
 from ._writes import writes_run
@@ -50,9 +48,10 @@ from ._executor import Progress
 from ._finish import finish
 from ._inputs import open_inputs
 from ._local import LocalBackend
-from ._job import (APPEND_KEYS, TEST_KEYS, _closed_on_error, check_same_data,
-                   extended_config, prepare, side_files, stored_preprocess)
-from ._open import load_run_config, verified_result
+from ._job import (_closed_on_error, check_same_data, extended_config, prepare, side_files,
+                   stored_preprocess)
+from ._extend_request import check_extensible, request_of, resolve_files
+from ._open import load_run_config
 from ._results import ExtendResult
 
 
@@ -66,27 +65,26 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
            stop: Optional[Stop] = None) -> ExtendResult:
     """Grow the finished run in ``run_dir``: ``test`` (a file) adds or replaces its test
     set, ``append`` (a file) adds training rows after the existing ones; either or both.
-    Keys as ``data.test_key`` etc. name the arrays in ``.npz``/``.h5`` files. With
+    Keys as ``data.test_key`` etc. name the arrays in ``.npz``/``.h5`` files; one not
+    given is the run's matching key where the file holds it, else the only array in
+    the file besides the labels. With
     ``dry_run`` nothing is written: the cost is reported (no jax needed).
 
     The same call on a run it left unfinished (killed) continues it, as ``resume`` does.
     ``stop``: as for :func:`~kernelcli.run.compute`.
     """
     stop = or_new(stop)
-    request = _request(test, test_key, test_labels, test_labels_key, append, append_key,
-                       append_labels, append_labels_key)
-    if test is None and append is None:
-        raise UsageError.naming("give <<test>> FILE (a test set), <<append>> FILE (more "
-                                "training rows), or both")
+    request = request_of(test, test_key, test_labels, test_labels_key, append, append_key,
+                         append_labels, append_labels_key)
     store, cfg = load_run_config(run_dir)
-    _fingerprint_files(cfg, request)
+    resolve_files(cfg, request)
     m = store.manifest
     if (m.get("extend") or {}).get("request") == request:  # this extend, once more
         if dry_run:
             return _report(store, Manifest.check(m, run_dir).geometry, m, dry_run=True)
         out = resume(run_dir, progress, loaded=(store, cfg), on_start=on_start, stop=stop)
         return _report(store, Manifest.check(m, run_dir).geometry, m, run=out)
-    _check_extensible(store, cfg, request)
+    check_extensible(store, cfg, request)
     old = m.get("extend") or {}
     ext = {"request": request, "n1_before": m["plan"]["n1"], "previous": store.run_id,
            "n_test_before": m["plan"]["n_test"],
@@ -116,132 +114,6 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
         take_over(store, job.plan)
         run = finish(job, store, progress, None, False, on_start, stop)
     return _report(store, job.plan.geometry, store.manifest, run=run)
-
-
-def _abs(path) -> Optional[str]:
-    return None if path is None else os.path.abspath(os.fspath(path))
-
-
-def _request(test, test_key, test_labels, test_labels_key, append, append_key,
-             append_labels, append_labels_key) -> dict:
-    """The call as the manifest records it (absolute paths, as the command line resolves
-    them against the working folder)."""
-    if test is None:
-        for flag, value in (("test_key", test_key), ("test_labels", test_labels),
-                            ("test_labels_key", test_labels_key)):
-            if value is not None:
-                raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<test>>; "
-                                        f"expected <<test>> FILE as well")
-    if append is None:
-        for flag, value in (("append_key", append_key), ("append_labels", append_labels),
-                            ("append_labels_key", append_labels_key)):
-            if value is not None:
-                raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<append>>; "
-                                        f"expected <<append>> FILE as well")
-    t = None if test is None else dict(zip(TEST_KEYS, (_abs(test), test_key,
-                                                       _abs(test_labels), test_labels_key)))
-    a = None if append is None else dict(zip(APPEND_KEYS, (_abs(append), append_key,
-                                                           _abs(append_labels),
-                                                           append_labels_key)))
-    return {"test": t, "append": a}
-
-
-def _new_source(cfg, request: dict, what: str):
-    """The file ``--append`` or ``--test`` names, opened with its key (default
-    ``data.key`` for a file with names, as in a configuration)."""
-    from ..data import open_array
-
-    rec, field, key = ((request["append"], "x", "key") if what == "--append"
-                       else (request["test"], "test", "test_key"))
-    path = Path(rec[field])
-    own = rec[key]
-    key = own if own is not None or path.suffix.lower() == ".npy" else cfg.data.key
-    return open_array(path, key, layout=cfg.data.layout, limit=None, what=what)
-
-
-def _fingerprint_files(cfg, request: dict) -> None:
-    """Add the content fingerprint of each new file to the request: the same command
-    on a file whose content changed is another extend, never taken for this one."""
-    from ..data import fingerprint
-
-    for what, name in (("--append", "append"), ("--test", "test")):
-        if request[name] is not None:
-            src = _new_source(cfg, request, what)
-            try:
-                request[name]["fingerprint"] = fingerprint(src)
-            finally:
-                src.close()
-
-
-def _check_extensible(store: RunStore, cfg, request: dict) -> None:
-    """Refuse, before anything is read or written, what extend cannot do right."""
-    run_dir, m = store.run_dir, store.manifest
-    if cfg.data.x2 is not None:
-        raise UsageError(f"{run_dir} holds the rectangle K(x1, x2) of data.x2; extend grows "
-                         f"a run of one training set (no data.x2): compute the new "
-                         f"rectangle as a run of its own")
-    if (m.get("extend") or {}).get("request") is not None and not store.finished:
-        raise UsageError(f"{run_dir} is in the middle of another extend; finish it with "
-                         f"`{resume_command(run_dir)}` (or the same extend command), then "
-                         f"extend again")
-    if store.tiles_removed is not None:
-        raise UsageError(f"{run_dir}: its tiles were removed after assembly (kernelcli clean "
-                         f"or output.keep_tiles: false), and extend reuses them; compute the "
-                         f"grown data set afresh with `kernelcli compute`")
-    if verified_result(store) is None:
-        raise UsageError(f"{run_dir} is not finished (its kernels.h5 does not exist or does "
-                         f"not verify); extend grows a finished run: finish it with "
-                         f"`{resume_command(run_dir)}`, then extend")
-    if request["append"] is not None:
-        if cfg.data.preprocess is not None:
-            raise UsageError.naming(
-                f"<<append>>: {run_dir} preprocesses its data (data.preprocess: "
-                f"{cfg.data.preprocess.kind}) with statistics fitted on the training set; "
-                f"more training rows would change them and so every kernel entry: compute "
-                f"the grown data set afresh with `kernelcli compute`")
-        a = request["append"]
-        has = cfg.data.has_labels
-        given = a["labels"] is not None or a["labels_key"] is not None
-        if has and not given:
-            raise UsageError.naming(
-                f"<<append>>: {run_dir} has training labels (data.labels_key), so the "
-                f"appended rows need theirs; expected <<append_labels_key>> NAME (in the "
-                f"appended file) or <<append_labels>> FILE")
-        if given and not has:
-            raise UsageError.naming(
-                f"<<append_labels>>: {run_dir} has no training labels (data.labels_key), so "
-                f"the appended rows' labels would label nothing; expected no "
-                f"<<append_labels>> / <<append_labels_key>>")
-    _check_files(cfg, request)
-
-
-def _check_files(cfg, request: dict) -> None:
-    """The new files against the run's training data: one example shape (both), one
-    dtype (appended rows: the grown training set is one array)."""
-    from ..data import open_array
-
-    d = cfg.data
-    x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1")
-    try:
-        for what, rec in (("--append", request["append"]), ("--test", request["test"])):
-            if rec is None:
-                continue
-            path = Path(rec["x" if what == "--append" else "test"])
-            src = _new_source(cfg, request, what)
-            try:
-                if src.example_shape != x1.example_shape:
-                    raise UsageError(f"{what}: examples of {path} have shape "
-                                     f"{src.example_shape}, but the run's training examples "
-                                     f"have shape {x1.example_shape}; expected the same "
-                                     f"example shape")
-                if what == "--append" and src.dtype != x1.dtype:
-                    raise UsageError(f"{what}: {path} holds {src.dtype}, but the run's "
-                                     f"training data (data.x1) is {x1.dtype}; expected "
-                                     f"{x1.dtype} (the grown training set is one array)")
-            finally:
-                src.close()
-    finally:
-        x1.close()
 
 
 def _same_stats_rows(store: RunStore, cfg, job, same_test: bool, stop=None) -> tuple:
