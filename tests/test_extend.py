@@ -115,7 +115,7 @@ def test_append_is_bit_identical_to_a_fresh_run_and_computes_only_new_rows(files
     assert not [p for p in (run / "tiles").iterdir() if p.name.startswith("carry-")]
     assert kernelcli.run.verify(run).ok
     report = kernelcli.run.status(run)
-    assert report.finished and report.extend["n1_before"] == 20
+    assert report.finished and report.extend.n1_before == 20
     r = kernelcli.open_run(run)
     assert r["ntk"].shape == (32, 32) and r.labels["labels"].shape == (32,)
     assert np.array_equal(r.labels["labels"], labels(32, 1))

@@ -52,24 +52,24 @@ def _print_parts(est) -> None:
     """What ``predict`` will need, readouts, workers, the cost model and the time."""
     if est.solve:
         s = est.solve
-        fits = s["solver"] == "cholesky"
+        fits = s.solver == "cholesky"
         _row("predict: Cholesky solve needs",
-             f"{format_size(s['solve_bytes'])} (float64 kernel + factor; "
-             f"{format_size(s['solve_available_bytes'])} available: "
+             f"{format_size(s.solve_bytes)} (float64 kernel + factor; "
+             f"{format_size(s.solve_available_bytes)} available: "
              f"{'fits' if fits else 'does not fit, predict will use --solver cg'})")
     if est.readouts:
         r = est.readouts
-        one, apart = r["readout_layers_one_pass"], r["readout_layers_separate"]
-        _row("readouts (after body layers)", ", ".join(map(str, r["readouts"])))
+        one, apart = r.readout_layers_one_pass, r.readout_layers_separate
+        _row("readouts (after body layers)", ", ".join(map(str, r.readouts)))
         _row("layers per pair, one pass", f"{one} (body to the last readout and a head "
                                           f"per readout)")
         _row("layers per pair, separately", f"{apart} (each truncated network run on its "
                                             f"own: {apart / max(one, 1):.2f}x)")
     if est.workers:
         w = est.workers
-        _row("workers", f"{w['workers']}")
-        _row("pairs of the busiest worker", f"{w['worker_pairs_max']:,} "
-                                            f"({w['worker_balance']:.2f}x an even share)")
+        _row("workers", f"{w.workers}")
+        _row("pairs of the busiest worker", f"{w.worker_pairs_max:,} "
+                                            f"({w.worker_balance:.2f}x an even share)")
     if est.cost is not None:
         from ..kernels import describe_cost
 
@@ -77,15 +77,16 @@ def _print_parts(est) -> None:
                                describe_cost(est.cost)):
             _row(label, line)
     t = est.timing
-    if "seconds_estimate" in t:
-        _row("time per pair", f"{t['seconds_per_pair'] * 1e3:.3f} ms")
-        _row("estimated wall time", format_duration(t["seconds_estimate"]))
-        parts = ", ".join(f"{name} {format_duration(t[key])}" for name, key in (
-            ("start-up", "startup_seconds"), ("compiling", "compile_seconds"),
-            ("per-input pass", "stats_seconds"), ("pairs", "pairs_seconds"),
-            ("writing", "writes_seconds")))
-        _row("  of which", parts)
-        _row("", "(a repeated run with the compilation cache skips compiling)")
-    if "seconds_estimate_workers" in t:
-        _row(f"wall time on {est.workers['workers']} workers",
-             format_duration(t["seconds_estimate_workers"]))
+    if t is None:
+        return
+    _row("time per pair", f"{t.seconds_per_pair * 1e3:.3f} ms")
+    _row("estimated wall time", format_duration(t.seconds_estimate))
+    parts = ", ".join(f"{name} {format_duration(seconds)}" for name, seconds in (
+        ("start-up", t.startup_seconds), ("compiling", t.compile_seconds),
+        ("per-input pass", t.stats_seconds), ("pairs", t.pairs_seconds),
+        ("writing", t.writes_seconds)))
+    _row("  of which", parts)
+    _row("", "(a repeated run with the compilation cache skips compiling)")
+    if t.seconds_estimate_workers is not None:
+        _row(f"wall time on {est.workers.workers} workers",
+             format_duration(t.seconds_estimate_workers))

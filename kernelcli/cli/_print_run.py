@@ -99,9 +99,9 @@ def print_status(report) -> None:
     if report.extend:
         e = report.extend
         doing = "extended" if report.finished else "extend in progress"
-        click.echo(f"  {doing}: {e['n1_before']:,} -> {e['n1']:,} training and "
-                   f"{e['n_test_before']:,} -> {e['n_test']:,} test examples; "
-                   f"{e['blocks_reused']:,} tiles kept from before")
+        click.echo(f"  {doing}: {e.n1_before:,} -> {e.n1:,} training and "
+                   f"{e.n_test_before:,} -> {e.n_test:,} test examples; "
+                   f"{e.blocks_reused:,} tiles kept from before")
     if report.shards and not any(row.started for row in report.shards):
         n = report.shards[0].count
         click.echo(f"  no process of a {n}-process job array (--shard I/{n}) has run here; "

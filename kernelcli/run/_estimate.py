@@ -6,6 +6,7 @@ compilation: :class:`~kernelcli.errors.Interrupted`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 from .._stop import Stop, check, or_new
@@ -14,7 +15,7 @@ from ..errors import UsageError
 from ..spec import RunConfig, load_config, walk
 from ._block import STATS_ROWS
 from ._job import Job, prepare
-from ._results import EstimateResult
+from ._results import EstimateResult, ReadoutWork, SolveNeed, WorkerSplit
 from ._shards import check_shard_count, worker_loads
 from ._timing import time_run
 
@@ -49,7 +50,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
         startup = process_age_seconds()  # what `compute` spends too before its first call
         plan = job.plan
         solve = (_solve_memory(plan.n1) if cfg.data.test is not None or cfg.data.has_labels
-                 else {})
+                 else None)
         # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
         # it frees stays with the process (malloc keeps it), so it adds up.
         stats_rows = job.kfn.stats_rows(min(STATS_ROWS, plan.n1))
@@ -65,28 +66,26 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             if on_device else stats_peak + len(job.devices) * plan.peak_bytes_per_device)
         cost = (_cost(job, bandwidth, launch_latency, stop)
                 if job.kfn.engine == "accelerator" else None)
-        split = {}
+        split = None
         if workers is not None:
             check_shard_count((0, int(workers)), plan, argument="workers")
             loads = worker_loads(plan.blocks, int(workers))
-            split = {
-                "workers": int(workers),
-                "worker_pairs_max": max(loads),
-                "worker_pairs_min": min(loads),
-                # 1.0 = a perfect split; the wall time follows the most loaded worker
-                "worker_balance": max(loads) * int(workers) / max(plan.pairs_total, 1),
-            }
-        timing = {}
+            # the wall time follows the most loaded worker
+            split = WorkerSplit(
+                workers=int(workers), worker_pairs_max=max(loads),
+                worker_pairs_min=min(loads),
+                worker_balance=max(loads) * int(workers) / max(plan.pairs_total, 1))
+        timing = None
         if run_time:
             timing = time_run(job, startup, stop)
-            if workers is not None:
+            if split is not None:
                 # Every worker starts, compiles and runs the per-input pass over all
                 # inputs; the pairs follow the most loaded worker's share.
                 t = timing
-                share = split["worker_pairs_max"] / max(plan.pairs_total, 1)
-                timing["seconds_estimate_workers"] = (
-                    t["startup_seconds"] + t["compile_seconds"] + t["stats_seconds"]
-                    + share * (t["pairs_seconds"] + t["writes_seconds"]))
+                share = split.worker_pairs_max / max(plan.pairs_total, 1)
+                timing = dataclasses.replace(t, seconds_estimate_workers=(
+                    t.startup_seconds + t.compile_seconds + t.stats_seconds
+                    + share * (t.pairs_seconds + t.writes_seconds)))
         return EstimateResult(
             plan=plan, name=cfg.name, kinds=tuple(plan.kinds), dtype=cfg.kernel.dtype,
             platform=job.devices[0].platform, stats_bytes=job.stats_bytes,
@@ -113,26 +112,27 @@ def _cost(job: Job, bandwidth, launch_latency, stop: Stop):
                       launch_latency=launch_latency or H200_LAUNCH_LATENCY)
 
 
-def readout_work(arch) -> dict:
+def readout_work(arch) -> Optional[ReadoutWork]:
     """What one pass with readouts saves, as layers evaluated per pair (branches' layers
     included; every layer counted as one whatever its cost): the body up to the last
     readout plus one head per readout, against the sum of the truncated networks
-    (``after[i]`` body layers and the head each) run separately. ``{}`` without
+    (``after[i]`` body layers and the head each) run separately. ``None`` without
     readouts."""
     ro = arch.readouts
     if ro is None:
-        return {}
+        return None
 
     def count(layers) -> int:
         return sum(1 for _ in walk(layers))
 
     head = count(ro.head)
-    return {"readouts": list(ro.after),
-            "readout_layers_one_pass": count(arch.layers[:ro.after[-1]]) + head * len(ro.after),
-            "readout_layers_separate": sum(count(arch.layers[:a]) + head for a in ro.after)}
+    return ReadoutWork(
+        readouts=list(ro.after),
+        readout_layers_one_pass=count(arch.layers[:ro.after[-1]]) + head * len(ro.after),
+        readout_layers_separate=sum(count(arch.layers[:a]) + head for a in ro.after))
 
 
-def _solve_memory(n: int) -> dict:
+def _solve_memory(n: int) -> SolveNeed:
     """What ``kernelcli predict`` will need for the (n, n) training kernel, and which
     solver it will pick on this machine (Cholesky when it fits, else CG)."""
     from ..predict import choose_solver, solve_memory_bytes
@@ -140,5 +140,5 @@ def _solve_memory(n: int) -> dict:
     from ..plan import auto_budget
 
     available = auto_budget(available_ram_bytes())
-    return {"solve_bytes": solve_memory_bytes(n), "solve_available_bytes": available,
-            "solver": choose_solver(n, "auto", available)}
+    return SolveNeed(solve_bytes=solve_memory_bytes(n), solve_available_bytes=available,
+                     solver=choose_solver(n, "auto", available))

@@ -7,6 +7,75 @@ import dataclasses
 from typing import Optional
 
 
+class _Flat:
+    """A part of a result whose fields are keys of the result's ``to_dict()``."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtendSummary(_Flat):
+    """What ``kernelcli extend`` grew a run from, and the tiles it keeps."""
+
+    n1_before: Optional[int]
+    n1: int
+    n_test_before: Optional[int]
+    n_test: int
+    blocks_reused: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SolveNeed(_Flat):
+    """What ``kernelcli predict`` will need for the training kernel, and the solver it
+    will pick on this machine (Cholesky when it fits, else CG)."""
+
+    solve_bytes: int
+    solve_available_bytes: int
+    solver: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSplit(_Flat):
+    """How a job array of ``workers`` processes divides the pairs (``worker_balance``:
+    the busiest worker's pairs over an even share; 1.0 is a perfect split)."""
+
+    workers: int
+    worker_pairs_max: int
+    worker_pairs_min: int
+    worker_balance: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing(_Flat):
+    """The parts of ``compute``'s wall time, in seconds, and their sum; on ``workers``
+    processes (``seconds_estimate_workers``) when asked."""
+
+    seconds_estimate: float
+    startup_seconds: float
+    compile_seconds: float
+    stats_seconds: float
+    pairs_seconds: float
+    writes_seconds: float
+    seconds_per_pair: float
+    seconds_estimate_workers: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        if self.seconds_estimate_workers is None:
+            del out["seconds_estimate_workers"]
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadoutWork(_Flat):
+    """What one pass with readouts saves, as layers evaluated per pair."""
+
+    readouts: list
+    readout_layers_one_pass: int
+    readout_layers_separate: int
+
+
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """The outcome of ``compute``, ``resume`` or ``assemble``.
@@ -134,8 +203,7 @@ class StatusReport:
     shard_counts_seen: tuple = ()
     tiles_removed: bool = False  # deleted on purpose after assembly (kernelcli clean)
     readouts: tuple = ()  # a run with readouts: its kernels' datasets (nngp_d3, ...)
-    # a run grown by `kernelcli extend`: n1_before, n1, n_test_before, n_test, blocks_reused
-    extend: Optional[dict] = None
+    extend: Optional[ExtendSummary] = None  # a run grown by `kernelcli extend`
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
@@ -146,7 +214,7 @@ class StatusReport:
         if self.result_problem is not None:
             out["result_problem"] = self.result_problem
         if self.extend is not None:
-            out["extend"] = dict(self.extend)
+            out["extend"] = self.extend.to_dict()
         if self.shard_count is not None:
             out.update(shard_count=self.shard_count,
                        shards=[s.to_dict() for s in self.shards],
@@ -169,11 +237,11 @@ class EstimateResult:
     cov_elements_per_pair: int
     stats_peak_bytes: int
     process_peak_bytes_estimate: int
-    solve: dict = dataclasses.field(default_factory=dict)
-    workers: dict = dataclasses.field(default_factory=dict)
-    timing: dict = dataclasses.field(default_factory=dict)
+    solve: Optional[SolveNeed] = None
+    workers: Optional[WorkerSplit] = None
+    timing: Optional[Timing] = None
     memory_source: str = "compute.memory"  # "MemAvailable", "cgroup <folder>" or this
-    readouts: dict = dataclasses.field(default_factory=dict)  # run/_estimate.readout_work
+    readouts: Optional[ReadoutWork] = None
     augment: tuple = ()          # kernel.augment: each pair is group_size evaluations
     group_size: int = 1
     # on an accelerator: the devices' peak, per device (the process peak is the host's)
@@ -182,7 +250,6 @@ class EstimateResult:
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
-        out.update(self.solve)
         out.update(name=self.name, kinds=list(self.kinds), dtype=self.dtype,
                    devices=self.plan.devices, platform=self.platform,
                    stats_bytes=self.stats_bytes,
@@ -192,9 +259,9 @@ class EstimateResult:
                    memory_source=self.memory_source, augment=list(self.augment),
                    group_size=self.group_size,
                    network_evaluations=self.plan.pairs_total * self.group_size)
-        out.update(self.workers)
-        out.update(self.timing)
-        out.update(self.readouts)
+        for part in (self.solve, self.workers, self.timing, self.readouts):
+            if part is not None:
+                out.update(part.to_dict())
         if self.device_peak_bytes is not None:
             out["device_peak_bytes_estimate"] = self.device_peak_bytes
         if self.cost is not None:

@@ -8,7 +8,7 @@ from ..errors import UsageError, resume_command
 from ..plan import assign
 from ..spec import KINDS
 from ..store import Manifest, RunStore
-from ._results import ShardProgress, StatusReport
+from ._results import ExtendSummary, ShardProgress, StatusReport
 from ._shards import check_shard_count
 
 
@@ -89,13 +89,14 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         readouts=tuple(k for k in m.kinds if k not in KINDS))
 
 
-def _extend_summary(m: Manifest, plan) -> Optional[dict]:
+def _extend_summary(m: Manifest, plan) -> Optional[ExtendSummary]:
     """What ``kernelcli extend`` grew the run from, and the tiles it keeps."""
     ext = m.extend
     if not isinstance(ext, dict):
         return None
     rows = max([e["rows"] for e in m.lineage], default=0)
-    return {"n1_before": ext.get("n1_before"), "n1": plan.n1,
-            "n_test_before": ext.get("n_test_before"), "n_test": plan.n_test,
-            "blocks_reused": sum(1 for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows)
-            + len(ext.get("carry") or ())}
+    return ExtendSummary(
+        n1_before=ext.get("n1_before"), n1=plan.n1, n_test_before=ext.get("n_test_before"),
+        n_test=plan.n_test,
+        blocks_reused=sum(1 for b in plan.blocks if b.r0 < plan.n1 and b.r1 <= rows)
+        + len(ext.get("carry") or ()))

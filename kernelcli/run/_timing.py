@@ -30,13 +30,14 @@ import numpy as np
 from .._stop import Stop, check
 from ._block import STATS_ROWS, block_input, block_tile, stats_slices
 from ._job import Job
+from ._results import Timing
 
 
 def _rounds(calls: int, devices: int) -> int:
     return -(-calls // devices)
 
 
-def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> dict:
+def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> Timing:
     """The parts of ``compute``'s wall time for ``job``, in seconds, and their sum;
     ``startup``: this process's age when ``job`` was prepared; a requested ``stop`` is
     honoured before and after each timed call."""
@@ -99,10 +100,10 @@ def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> dict:
 
     compile_seconds = max(0.0, cold_stats - warm_stats) + max(0.0, cold_pairs - warm_pairs)
     total = startup + compile_seconds + stats_seconds + pairs_seconds + writes_seconds
-    return {"seconds_estimate": total, "startup_seconds": startup,
-            "compile_seconds": compile_seconds, "stats_seconds": stats_seconds,
-            "pairs_seconds": pairs_seconds, "writes_seconds": writes_seconds,
-            "seconds_per_pair": warm_pairs * d / take if take else 0.0}
+    return Timing(seconds_estimate=total, startup_seconds=startup,
+                  compile_seconds=compile_seconds, stats_seconds=stats_seconds,
+                  pairs_seconds=pairs_seconds, writes_seconds=writes_seconds,
+                  seconds_per_pair=warm_pairs * d / take if take else 0.0)
 
 
 def _tile_write_seconds(kfn, shape) -> tuple[float, int]:
