@@ -54,10 +54,13 @@ def _inputs(name: str, x, dtype) -> np.ndarray:
         raise DataError(f"{name}: an array of shape {a.shape} and dtype {a.dtype} is not "
                         f"accepted; expected real numbers of shape (N, H, W, C), (N, L, C), "
                         f"(N, D, H, W, C) (channels last) or (N, D)")
-    a = a.astype(dtype, copy=False)
-    if not np.isfinite(a).all():
-        raise DataError(f"{name}: holds NaN or infinite values; expected finite numbers")
-    return a
+    from .data import check_rows
+
+    # the CLI's bounds (data.INPUT_BOUNDS), measured before the cast: an int64 2**62 or
+    # a float 1e18 would overflow the kernel's sums of squares in float32
+    check_rows(lambda i, j: a[i:j], a.shape[0], a.shape[1:], a.dtype, name,
+               f"{name} (an array of shape {a.shape})", dtype=dtype)
+    return a.astype(dtype, copy=False)
 
 
 class KernelFunction:

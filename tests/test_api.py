@@ -132,7 +132,17 @@ def test_a_stax_network_gives_the_kernels_of_its_yaml():
                                     "float32 is not accepted; expected real numbers of shape "
                                     "(N, H, W, C), (N, L, C), (N, D, H, W, C) (channels last) "
                                     "or (N, D)"),
-    (lambda k, x: k(x * np.nan), "x1: holds NaN or infinite values; expected finite numbers"),
+    (lambda k, x: k(x * np.nan), "x1: row 0 of x1 (an array of shape (2, 6, 6, 2)) contains "
+                                 "NaN; every value must be finite"),
+    # the CLI's input bounds (data.INPUT_BOUNDS): finite values that would overflow the
+    # kernel's sums of squares in float32, measured before any cast
+    (lambda k, x: k(x * 1e18), "x1: row 0 of x1 (an array of shape (2, 6, 6, 2)) holds a "
+                               "value of magnitude"),
+    (lambda k, x: k(np.full(x.shape, 2**62, np.int64)), "x1: row 0 of x1 (an array of shape "
+                                                        "(2, 6, 6, 2)) holds a value of "
+                                                        "magnitude 4.612e+18, too large for "
+                                                        "kernel.dtype float32; accepted: "
+                                                        "|x| <= 1e+15"),
     (lambda k, x: k(x, memory="lots"), "memory: 'lots' is not a size; expected"),
     (lambda k, x: k(x, engine="gpu"), "engine: 'gpu' is not an engine; expected one of auto, "
                                       "cpu, accelerator"),

@@ -590,3 +590,16 @@ def test_cli_refuses_preprocessing_that_blows_a_test_set_up(tmp_path):
                                                      "per_image": False}})
     assert_refused_by_cli(tmp_path, cfg, f"data.test: {p} ['x_test']: row 0 after zca "
                                          "preprocessing holds a value of magnitude ")
+
+
+def test_long_double_inputs_are_read_and_fingerprinted(tmp_path):
+    """float128 (x86's long double) has no buffer in an explicit byte order: the
+    fingerprint hashes its bytes, and the values are the float64 ones."""
+    from kernelcli.data import open_array
+
+    x = np.arange(18, dtype=np.longdouble).reshape(2, 3, 3, 1)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", x.astype(np.float64))
+    long, plain = open_array(tmp_path / "x.npy"), open_array(tmp_path / "y.npy")
+    assert fingerprint(long) != fingerprint(plain)  # another dtype, another array
+    np.testing.assert_array_equal(long.read(0, 2, dtype="float64"), x.astype(np.float64))

@@ -105,3 +105,15 @@ def test_float64_kernels_leave_the_process_in_32_bit_mode():
     assert jax.config.jax_enable_x64 == before
     if not before:
         assert jnp.asarray(1.5).dtype == jnp.float32  # a notebook's arrays keep their dtype
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_an_xla_host_device_count_below_one_is_refused_naming_the_variable(value):
+    from helpers_cli import cli_env, run_cli
+
+    r = run_cli("status", "nowhere",
+                env=cli_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={value}"))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (f"Error: XLA_FLAGS: --xla_force_host_platform_device_count="
+                                f"{value} is not a device count; accepted: an integer >= 1, "
+                                f"or leave it out (one device per core)")

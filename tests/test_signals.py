@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers_cli import (CONFIGS_DIR, assert_bit_identical, cli_env, finish, read_kernels,
@@ -397,3 +398,29 @@ def test_a_signal_while_the_cli_is_imported_ends_it_with_one_line(sig):
     assert r.returncode == 128 + sig, r.stderr
     assert r.stderr.splitlines()[-1] == f"Error: interrupted ({sig.name}) before anything was written"
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["compute", "estimate"])
+def test_a_signal_while_input_values_are_checked_ends_the_command_at_once(tmp_path, command):
+    """Every input value is checked before a run plans (finite, within the input bound):
+    on 4e8 rows (a 100 GB sparse .npy of zeros, no disk used) that takes minutes, and a
+    signal then must end the command within seconds, not after the check."""
+    x = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float32,
+                                  shape=(400_000_000, 8, 8, 1))
+    del x
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text(f"name: big\ndata: {{x1: {tmp_path / 'x.npy'}}}\narchitecture:\n"
+                   f"  layers: [flatten, dense, relu, dense]\noutput: {{run_dir: {tmp_path / 'run'}}}\n")
+    proc = start_cli(command, cfg, log_dir=tmp_path / "logs", env=cli_env())
+    wait_for_handlers(proc)
+    t0 = time.monotonic()
+    wait_until(lambda: time.monotonic() >= t0 + 2.0, proc, timeout=60)
+    assert proc.poll() is None, "the check ended within 2 s: the data is too small"
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    rc, _out, err = finish(proc, timeout=60)
+    assert rc == 143, err
+    assert time.monotonic() - sent < 15, "the signal waited for the check to end"
+    assert err.strip().splitlines()[-1].startswith("Error: interrupted (SIGTERM)")
+    assert "Traceback" not in err

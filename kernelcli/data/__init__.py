@@ -10,6 +10,7 @@ from ._source import ArraySource as ArraySource
 from ._source import LAYOUTS as LAYOUTS
 from ._source import SUFFIXES as SUFFIXES
 from ._values import check_finite as check_finite
+from ._values import check_rows as check_rows
 from ._source import check_pair as check_pair
 from ._source import open_array as open_array
 from ._labels import MAX_LABEL as MAX_LABEL
@@ -22,6 +23,6 @@ from ._values import INPUT_BOUNDS as INPUT_BOUNDS
 from ._values import input_bound as input_bound
 from ._views import SliceableRows as SliceableRows
 
-__all__ = ["ArraySource", "array_names", "listed", "ConcatRows", "INPUT_BOUNDS", "LAYOUTS", "MAX_LABEL", "Preprocess",
+__all__ = ["ArraySource", "array_names", "check_rows", "listed", "ConcatRows", "INPUT_BOUNDS", "LAYOUTS", "MAX_LABEL", "Preprocess",
            "Preprocessed", "SUFFIXES", "SliceableRows", "check_finite", "check_pair",
            "fingerprint", "fit_preprocess", "input_bound", "load_labels", "open_array"]

@@ -28,5 +28,6 @@ def fingerprint(src: ArraySource, *, batch_bytes: int = _BATCH_BYTES) -> str:
     batch = max(1, batch_bytes // row_bytes)
     for start in range(0, src.n, batch):
         block = src._read_raw(start, min(start + batch, src.n))
-        h.update(np.ascontiguousarray(block, dtype=dtype).data)
+        # bytes, not the buffer: a long double has no buffer in an explicit byte order
+        h.update(np.ascontiguousarray(block, dtype=dtype).view(np.uint8).data)
     return h.hexdigest()

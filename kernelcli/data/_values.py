@@ -58,7 +58,8 @@ def where_of(path: Path, key: Optional[str]) -> str:
     return f"{path}" if key is None else f"{path} [{key!r}]"
 
 
-def check_finite(src, what: Optional[str] = None, batch: int = 1024, dtype=None) -> float:
+def check_finite(src, what: Optional[str] = None, batch: int = 1024, dtype=None,
+                 stop=None) -> float:
     """Raise :class:`DataError` naming the first row holding NaN or Inf, or, with
     ``dtype`` (the kernel's compute dtype, ``float32`` or ``float64``), a value whose
     magnitude exceeds :data:`INPUT_BOUNDS` for it.
@@ -66,25 +67,35 @@ def check_finite(src, what: Optional[str] = None, batch: int = 1024, dtype=None)
     Return an upper bound of the largest magnitude in ``src``: the one measured, or,
     for integers too small ever to exceed the bound (uint8 images), the dtype's
     largest value, without reading. Streams at most ``batch`` rows (and about
-    64 MiB) at a time, through the same slice reads the computation uses.
+    64 MiB) at a time, through the same slice reads the computation uses; a requested
+    ``stop`` (:class:`kernelcli.run.Stop`) is honoured between batches.
     """
-    what = what or src.what
+    return check_rows(src._read_raw, src.n, src.example_shape, src.dtype, what or src.what,
+                      where_of(src.path, src.key), batch, dtype, stop)
+
+
+def check_rows(read, n: int, example_shape, source_dtype, what: str, where: str,
+               batch: int = 1024, dtype=None, stop=None) -> float:
+    """:func:`check_finite` over any rows: ``read(start, stop)`` returns rows
+    ``[start, stop)`` of ``n``, of ``source_dtype``; ``where`` names them in messages."""
+    source_dtype = np.dtype(source_dtype)
     bound = input_bound(dtype) if dtype is not None else None
-    kind = src.dtype.kind
-    if kind != "f" and (bound is None or _dtype_max(src.dtype) <= bound):
-        return _dtype_max(src.dtype)
-    row_bytes = max(1, int(np.prod(src.example_shape)) * 8)
+    kind = source_dtype.kind
+    if kind != "f" and (bound is None or _dtype_max(source_dtype) <= bound):
+        return _dtype_max(source_dtype)
+    row_bytes = max(1, int(np.prod(example_shape)) * 8)
     step = max(1, min(batch, _BATCH_BYTES // row_bytes))
     largest = 0.0
-    for start in range(0, src.n, step):
-        block = src._read_raw(start, min(start + step, src.n))
+    for start in range(0, n, step):
+        if stop is not None:
+            stop.check()
+        block = read(start, min(start + step, n))
         flat = block.reshape(block.shape[0], -1)
         mags = _magnitudes(flat)  # NaN for a row holding NaN (max propagates it)
         finite = np.isfinite(mags)
         over = ~finite if bound is None else ~finite | (mags > bound)
         if over.any():
             i = int(np.argmax(over))
-            where = where_of(src.path, src.key)
             if not finite[i]:
                 word = "NaN" if np.isnan(flat[i]).any() else "Inf"
                 raise DataError(f"{what}: row {start + i} of {where} contains {word}; "

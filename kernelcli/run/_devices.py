@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
 from .. import _env
@@ -15,6 +16,13 @@ def configure_host_devices() -> None:
     jax is imported; a user's own ``XLA_FLAGS`` setting wins."""
     flags = _env.get("XLA_FLAGS") or ""
     if "xla_force_host_platform_device_count" in flags:
+        given = re.findall(r"xla_force_host_platform_device_count=(\S*)", flags)
+        if not given or not all(v.isdigit() and int(v) >= 1 for v in given):
+            # XLA aborts its CPU backend on a count below 1 (a RuntimeError deep in jax)
+            shown = given[-1] if given else ""
+            raise ConfigError(f"XLA_FLAGS: --xla_force_host_platform_device_count="
+                              f"{shown} is not a device count; accepted: an integer >= 1, "
+                              f"or leave it out (one device per core)")
         return
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n or 1}".strip()

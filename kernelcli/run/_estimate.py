@@ -46,7 +46,8 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
     stop = or_new(stop)
     check(stop)
     cfg = config if isinstance(config, RunConfig) else load_config(config)
-    with prepare(cfg, fit_preprocess=False, stop=stop) as job:
+    # values checked (a NaN is found before a long run, not in it), never hashed
+    with prepare(cfg, fit_preprocess=False, fingerprints={}, stop=stop) as job:
         startup = process_age_seconds()  # what `compute` spends too before its first call
         plan = job.plan
         solve = (_solve_memory(plan.n1) if cfg.data.test is not None or cfg.data.has_labels

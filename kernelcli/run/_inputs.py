@@ -105,13 +105,14 @@ def labels_fingerprint(labels, test_labels) -> str:
 
 def open_inputs(cfg: RunConfig, check_values: bool = True,
                 preprocess: Optional[Preprocess] = None, fit: bool = True,
-                appends=()) -> Inputs:
+                appends=(), stop=None) -> Inputs:
     """Open ``data.x1`` (and ``data.x2`` or ``data.test``, and the labels), check
     shapes against the architecture and, with ``check_values``, that every value is
     finite and small enough not to overflow the kernel in ``kernel.dtype``
     (:data:`~kernelcli.data.INPUT_BOUNDS`). With ``data.preprocess`` the raw values
     are computed on in float64 (so that is their bound) and the preprocessed values
-    are what must fit ``kernel.dtype``.
+    are what must fit ``kernel.dtype``. A requested ``stop`` is honoured between the
+    checked batches (a data set of 10**9 rows takes a while).
 
     ``data.preprocess``: ``preprocess`` (a fitted one, e.g. read back from a run
     directory) is used as given; otherwise, with ``fit``, it is fitted on ``x1``.
@@ -147,7 +148,7 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
         if check_values:
             raw_dtype = "float64" if d.preprocess is not None else cfg.kernel.dtype
             for src in opened:
-                largest[src.what] = check_finite(src, dtype=raw_dtype)
+                largest[src.what] = check_finite(src, dtype=raw_dtype, stop=stop)
         labels = test_labels = None
         if d.has_labels:
             labels = load_labels(d.labels or d.x1, d.labels_key, limit=d.limit, n=x1.n,

@@ -165,13 +165,16 @@ def extended_config(cfg: RunConfig, extension: Optional[dict]) -> RunConfig:
 def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
             fingerprints: Optional[dict] = None, preprocess=None,
             fit_preprocess: bool = True, extension: Optional[dict] = None,
-            backend: Optional[Backend] = None, stop: Optional[Stop] = None) -> Job:
+            backend: Optional[Backend] = None, stop: Optional[Stop] = None,
+            check_values: bool = True) -> Job:
     """Open and check the data, compile the kernel, plan within the memory budget.
 
     ``stored_plan`` (from a manifest) fixes block edge and pair batch on resume, so
     a resumed run evaluates exactly the batches an uninterrupted one would.
     ``preprocess``: the fitted preprocessing of an existing run (never refitted);
     else it is fitted on ``x1`` unless ``fit_preprocess`` is false (``estimate``).
+    ``check_values``: every input value is checked (finite, within the input bound),
+    honouring ``stop`` between batches.
     ``extension``: what ``kernelcli extend`` added (the manifest's ``extend``).
     ``backend``: where the plan is made and the tiles computed (default: the one
     ``compute.executor`` names, :func:`~._backend.open_backend`); the job owns it.
@@ -183,14 +186,15 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
     stop = or_new(stop)
     with stop.where(cfg.output.run_dir if stored_plan is not None else None):
         return _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension,
-                        backend, stop)
+                        backend, stop, check_values)
 
 
 def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension,
-             backend, stop) -> Job:
+             backend, stop, check_values) -> Job:
     check(stop)
-    inputs = open_inputs(cfg, preprocess=preprocess, fit=fit_preprocess,
-                         appends=(extension or {}).get("append", ()))
+    inputs = open_inputs(cfg, check_values=check_values, preprocess=preprocess,
+                         fit=fit_preprocess, appends=(extension or {}).get("append", ()),
+                         stop=stop)
     try:
         check(stop)
         stored = stored_plan or {}
