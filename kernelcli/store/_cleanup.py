@@ -22,6 +22,9 @@ from typing import Optional
 
 from ._atomic import fsync_dir, storage_error, write_bytes_atomic
 from ._tiles import done_keys, tile_path
+from ._untrusted import read_untrusted
+
+_RECORD_BYTES = 1 << 20  # tiles_removed.json: a count, a size and a digest
 
 TILES_REMOVED = "tiles_removed.json"
 
@@ -66,8 +69,7 @@ def tiles_removed(run_dir: Path) -> Optional[dict]:
     record still says they were: ``{}``."""
     path = Path(run_dir) / TILES_REMOVED
     try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
+        record = json.loads(read_untrusted(path, run_dir, _RECORD_BYTES))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
