@@ -109,3 +109,22 @@ def test_reads_are_bounded_and_links_inside_the_run_are_followed(tmp_path):
     assert read_untrusted(tmp_path / "sub" / "up", tmp_path) == b"x" * 100
     with pytest.raises(FileNotFoundError):
         read_untrusted(tmp_path / "none", tmp_path)
+
+
+def test_open_run_never_hands_out_a_flipped_value(finished, tmp_path):
+    import h5py
+
+    from kernelcli.errors import RunDirError
+
+    run = tmp_path / "run"
+    shutil.copytree(finished, run, symlinks=True)
+    good = np.array(kernelcli.open_run(run)["ntk"])
+    with h5py.File(run / "kernels.h5", "r+") as f:  # one bit of one value, checksum kept
+        value = f["ntk"][2, 3].copy()
+        f["ntk"][2, 3] = value.view(np.uint32 if value.itemsize == 4 else np.uint64) \
+            .__xor__(1).view(value.dtype)
+    with pytest.raises(RunDirError, match=r"kernels.h5: dataset 'ntk' does not match its "
+                                          r"checksum \(damaged\); run `kernelcli verify"):
+        kernelcli.open_run(run)["ntk"]
+    unchecked = kernelcli.open_run(run, verify=False)["ntk"]  # the caller's choice, said
+    assert unchecked[2, 3] != good[2, 3]
