@@ -128,3 +128,25 @@ def test_open_run_never_hands_out_a_flipped_value(finished, tmp_path):
         kernelcli.open_run(run)["ntk"]
     unchecked = kernelcli.open_run(run, verify=False)["ntk"]  # the caller's choice, said
     assert unchecked[2, 3] != good[2, 3]
+
+
+def test_a_finished_run_missing_kept_tiles_is_not_reported_finished(finished, tmp_path):
+    """What an `extend` stopped between removing tiles and its switch leaves (or tiles
+    deleted by hand): kernels.h5 whole, tiles gone. status and verify say so."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run, symlinks=True)
+    tile = first_tile(run)
+    tile.unlink()
+    said = (f"1 of 3 tiles are missing from {run / 'tiles'} ({tile.stem}) though kernels.h5 "
+            f"is there: an interrupted `kernelcli extend` (run the same extend command again "
+            f"to finish it) or tiles deleted by hand (`kernelcli clean {run}` keeps "
+            f"kernels.h5 alone)")
+    report = kernelcli.open_run(run).status()
+    assert not report.finished and report.result_problem == said
+    checked = kernelcli.open_run(run).verify()
+    assert not checked.ok and checked.problems == [said]
+    out = run_cli("verify", run, timeout=HANG)
+    assert out.returncode == 1 and said in out.stderr + out.stdout
+    assert "then run: the same `kernelcli extend` command again" in out.stderr
+    shown = run_cli("status", run, timeout=HANG)
+    assert shown.returncode == 0 and "not finished" in shown.stdout, shown

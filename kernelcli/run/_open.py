@@ -19,8 +19,8 @@ from ..store import RunStore
 from ._job import config_fingerprint, extended_config
 from ._manifest import check_manifest
 
-__all__ = ["check_recorded_config", "load_run_config", "recorded_config", "verified_result",
-           "with_run_dir"]
+__all__ = ["check_recorded_config", "load_run_config", "missing_tiles_problem",
+           "recorded_config", "verified_result", "with_run_dir"]
 
 
 def with_run_dir(cfg: RunConfig, run_dir) -> RunConfig:
@@ -83,3 +83,21 @@ def verified_result(store: RunStore) -> Optional[str]:
         return str(store.result_path)
     store.quarantine(store.result_path)
     return None
+
+
+def missing_tiles_problem(store: RunStore, plan, done: set) -> Optional[str]:
+    """What is wrong with a finished run that keeps its tiles (none removed on purpose)
+    but lacks some: an ``extend`` stopped between removing the tiles it does not keep
+    and its switch, or tiles deleted by hand. ``None`` when nothing is missing. The
+    result may still verify; the run is not what an uninterrupted run leaves, so
+    ``status`` and ``verify`` say so (the one wording of both)."""
+    if not store.finished or store.tiles_removed is not None:
+        return None
+    missing = sorted(b.key for b in plan.blocks if b.key not in done)
+    if not missing:
+        return None
+    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    return (f"{len(missing):,} of {plan.blocks_total:,} tiles are missing from "
+            f"{store.tiles_dir} ({shown}) though kernels.h5 is there: an interrupted "
+            f"`kernelcli extend` (run the same extend command again to finish it) or tiles "
+            f"deleted by hand (`kernelcli clean {store.run_dir}` keeps kernels.h5 alone)")

@@ -9,6 +9,7 @@ from ..plan import assign
 from ..spec import KINDS
 from ..store import Manifest, RunStore
 from ._results import ShardProgress, StatusReport
+from ._open import missing_tiles_problem
 from ._shards import check_shard_count
 
 
@@ -77,6 +78,9 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         result_problem = (f"{result_problem or f'{store.result_path} does not exist'}; its "
                           f"tiles were removed after assembly, so `kernelcli resume "
                           f"{run_dir}` computes them again")
+    gone = missing_tiles_problem(store, plan, done)
+    if gone is not None and problem is None:
+        problem = result_problem = gone  # kernels.h5 is whole, the run is not
     per_shard = shard_counts(store, plan, None if shards is None else int(shards), done) or {}
     return StatusReport(
         run_dir=str(store.run_dir), name=m.name, pairs_done=pairs_done,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..store import RunStore
-from ._open import check_recorded_config
+from ._open import check_recorded_config, missing_tiles_problem
 
 
 @dataclass
@@ -60,6 +60,9 @@ def verify(run_dir) -> VerifyReport:
         problem = store.test_diagonal_problem(kinds)
         if problem is not None and (store.has_test_diagonal() or not store.finished):
             report.problems.append(problem)
+    gone = missing_tiles_problem(store, plan, done)
+    if gone is not None:
+        report.problems.append(gone)
     if store.finished:
         problem = store.result_problem(values=True)
         report.result = "verified" if problem is None else problem
@@ -74,7 +77,9 @@ def verify(run_dir) -> VerifyReport:
     if report.tiles_removed and report.result != "verified":
         report.problems.append("its tiles were removed after assembly (kernelcli clean or "
                                "output.keep_tiles: false): resume computes them again")
-    if report.problems:
+    if report.problems and gone is not None and len(report.problems) == 1:
+        report.next_step = "the same `kernelcli extend` command again"
+    elif report.problems:
         # resume recomputes missing tiles, moves damaged ones (and a result that fails)
         # to quarantine/, recomputes those and assembles again
         report.next_step = f"kernelcli resume {store.run_dir}"
