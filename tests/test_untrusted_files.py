@@ -150,3 +150,28 @@ def test_a_finished_run_missing_kept_tiles_is_not_reported_finished(finished, tm
     assert "then run: the same `kernelcli extend` command again" in out.stderr
     shown = run_cli("status", run, timeout=HANG)
     assert shown.returncode == 0 and "not finished" in shown.stdout, shown
+
+
+def test_an_extend_stopped_before_its_switch_is_not_finished_and_reruns(finished, tmp_path,
+                                                                         monkeypatch):
+    """The tiles the grown run does not keep are removed, then the process stops before
+    the manifest switch (the extend kill tests do this with real signals)."""
+    from kernelcli.store import RunStore
+
+    run = tmp_path / "run"
+    shutil.copytree(finished, run, symlinks=True)
+    np.save(tmp_path / "more.npy", images(4, seed=9))
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunStore, "grow", stop)
+    with pytest.raises(KeyboardInterrupt):
+        kernelcli.extend(run, append=tmp_path / "more.npy")
+    monkeypatch.undo()
+    report = kernelcli.run.status(run)
+    assert not report.finished and "tiles are missing from" in report.result_problem
+    checked = kernelcli.run.verify(run)
+    assert not checked.ok and "an interrupted `kernelcli extend`" in checked.problems[0]
+    assert kernelcli.extend(run, append=tmp_path / "more.npy").result is not None
+    assert kernelcli.run.verify(run).ok and kernelcli.run.status(run).finished
