@@ -62,6 +62,8 @@ CASES = [
     ("manifest.json", "zero", ("status",)),
     ("manifest.json", "urandom", ("verify",)),
     ("manifest.json", "outside", ("status",)),
+    ("kernels.h5", "fifo", ("status", "verify")),
+    ("kernels.h5", "zero", ("verify",)),
     ("tile", "fifo", ("verify",)),
     ("tile", "urandom", ("verify",)),
     ("tile", "outside", ("verify",)),

@@ -15,11 +15,11 @@ from typing import Optional
 
 from ..errors import DamagedFileError, UsageError
 from ..spec import RunConfig, parse_config
-from ..store import RunStore
+from ..store import TEST_DIAG, RunStore, check_untrusted
 from ._job import config_fingerprint, extended_config
 from ._manifest import check_manifest
 
-__all__ = ["check_recorded_config", "load_run_config", "missing_tiles_problem",
+__all__ = ["check_present_files", "check_recorded_config", "load_run_config", "missing_tiles_problem",
            "recorded_config", "verified_result", "with_run_dir"]
 
 
@@ -101,3 +101,12 @@ def missing_tiles_problem(store: RunStore, plan, done: set) -> Optional[str]:
             f"{store.tiles_dir} ({shown}) though kernels.h5 is there: an interrupted "
             f"`kernelcli extend` (run the same extend command again to finish it) or tiles "
             f"deleted by hand (`kernelcli clean {store.run_dir}` keeps kernels.h5 alone)")
+
+
+def check_present_files(store: RunStore) -> None:
+    """A ``kernels.h5`` or ``test_diag.h5`` that is there but is not a regular file of
+    the run (a FIFO, a device, a directory, a link out) is named, exit 2, rather than
+    taken for "not assembled yet" (``assemble`` still replaces one it wrote over)."""
+    for path in (store.result_path, store.run_dir / TEST_DIAG):
+        if os.path.lexists(path):
+            check_untrusted(path, store.run_dir)

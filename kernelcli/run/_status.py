@@ -9,7 +9,7 @@ from ..plan import assign
 from ..spec import KINDS
 from ..store import Manifest, RunStore
 from ._results import ShardProgress, StatusReport
-from ._open import missing_tiles_problem
+from ._open import check_present_files, missing_tiles_problem
 from ._shards import check_shard_count
 
 
@@ -61,6 +61,7 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
     plan = m.geometry
     if shards is not None:
         check_shard_count((0, int(shards)), plan, argument="shards")
+    check_present_files(store)
     done = store.done_keys()
     # Reading every byte of a large result on each status call is too slow; its
     # identity and structure are checked always, its checksums up to this size

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..store import RunStore
-from ._open import check_recorded_config, missing_tiles_problem
+from ._open import check_present_files, check_recorded_config, missing_tiles_problem
 
 
 @dataclass
@@ -45,6 +45,7 @@ def verify(run_dir) -> VerifyReport:
     manifest = store.run_manifest
     plan = manifest.geometry
     check_recorded_config(store)
+    check_present_files(store)
     kinds = manifest.kinds
     done = store.done_keys()
     planned = {b.key for b in plan.blocks}

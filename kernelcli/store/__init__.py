@@ -69,6 +69,7 @@ from ._store import RunStore as RunStore
 from ._side import LABELS as LABELS
 from ._side import PREDICTIONS as PREDICTIONS
 from ._side import RESULT as RESULT
+from ._side import TEST_DIAG as TEST_DIAG
 from ._side import TILES as TILES
 from ._side import labels_name as labels_name
 from ._side import preprocess_name as preprocess_name
@@ -81,7 +82,8 @@ from ._result import ResultFile as ResultFile
 from ._tiles import tile_write_seconds as tile_write_seconds
 from ._result import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
+from ._untrusted import check_untrusted as check_untrusted
 
 __all__ = ["LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest", "PREDICTIONS", "RESULT",
-           "ResultFile", "TILES", "RunStore", "h5_written_whole", "labels_name",
+           "ResultFile", "TEST_DIAG", "TILES", "RunStore", "check_untrusted", "h5_written_whole", "labels_name",
            "new_manifest", "preprocess_name", "result_attrs", "row_bands", "tile_write_seconds"]
