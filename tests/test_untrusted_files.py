@@ -177,3 +177,21 @@ def test_an_extend_stopped_before_its_switch_is_not_finished_and_reruns(finished
     assert not checked.ok and "an interrupted `kernelcli extend`" in checked.problems[0]
     assert kernelcli.extend(run, append=tmp_path / "more.npy").result is not None
     assert kernelcli.run.verify(run).ok and kernelcli.run.status(run).finished
+
+
+def test_every_reader_refuses_a_fifo_in_process(tmp_path):
+    """The readers the CLI cases do not reach (test_diag.h5 and other sealed side files,
+    kernels.h5 by path): refused at once, never opened for reading."""
+    from kernelcli.store import ResultFile
+    from kernelcli.store._sealed import read_sealed
+    from kernelcli.store._side import read_npz
+
+    fifo = tmp_path / "test_diag.h5"
+    os.mkfifo(fifo)
+    with pytest.raises(UntrustedFileError, match=r"test_diag.h5 is a FIFO, not a regular"):
+        read_sealed(fifo)
+    with pytest.raises(UntrustedFileError, match="is a FIFO, not a regular file"):
+        read_npz(fifo)
+    with pytest.raises(UntrustedFileError, match="is a FIFO, not a regular file"):
+        ResultFile(fifo).digests()
+    assert ResultFile(fifo).problem("run") == "it is a FIFO, not a regular file"
