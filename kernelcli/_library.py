@@ -172,9 +172,14 @@ class Run:
     only; ``names`` lists the datasets (``nngp``, ``ntk``, and with a test set
     ``nngp_test``, ... and the test diagonals). A run with readouts holds ``nngp_d3``,
     ``ntk_d3``, ``nngp_d3_test``, ... instead; ``run.readout(3)`` gives them under
-    their plain names (``run.readout(3)["nngp"]``) and ``readouts`` the counts."""
+    their plain names (``run.readout(3)["nngp"]``) and ``readouts`` the counts.
 
-    def __init__(self, run_dir):
+    ``verify`` (default): before the first kernel is handed out, every dataset of
+    ``kernels.h5`` is read back against its checksum once, so a flipped bit is an
+    error, never a value; ``verify=False`` checks identity and structure only (the
+    caller takes on checking, e.g. with :meth:`verify`)."""
+
+    def __init__(self, run_dir, verify: bool = True):
         from .run import load_run_config
         from .store import RunStore
 
@@ -182,6 +187,7 @@ class Run:
         self._store = RunStore.open(self.run_dir)
         _, self.config = load_run_config(self.run_dir)
         self._names: Optional[tuple] = None
+        self._checksums = bool(verify)  # still to read every byte against its checksum
 
     def __repr__(self) -> str:
         state = "finished" if self.finished else "unfinished"
@@ -206,7 +212,9 @@ class Run:
         if not self.finished:
             raise RunDirError(f"{self.run_dir} has no kernels.h5 yet (the run is not "
                               f"finished); continue it with kernelcli.resume({str(self.run_dir)!r})")
-        problem = self._store.result_problem(full=False)
+        problem = self._store.result_problem(full=self._checksums)
+        if problem is None:
+            self._checksums = False  # read back whole once; the memmaps read the same file
         if problem is not None:
             raise RunDirError(f"{self._store.result_path}: {problem}; run `kernelcli verify "
                               f"{self.run_dir}` for details")
@@ -256,7 +264,8 @@ class Run:
         return verify(self.run_dir)
 
 
-def open_run(run_dir) -> Run:
+def open_run(run_dir, verify: bool = True) -> Run:
     """The run in ``run_dir`` (see :class:`Run`); its manifest and configuration are
-    checked, and ``kernels.h5``'s identity and structure when a kernel is first read."""
-    return Run(run_dir)
+    checked, and when a kernel is first read ``kernels.h5``'s identity, structure and
+    (unless ``verify=False``) every dataset's checksum."""
+    return Run(run_dir, verify=verify)

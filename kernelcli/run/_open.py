@@ -15,11 +15,11 @@ from typing import Optional
 
 from ..errors import DamagedFileError, UsageError
 from ..spec import RunConfig, parse_config
-from ..store import Manifest, RunStore
+from ..store import TEST_DIAG, Manifest, RunStore, check_untrusted
 from ._job import config_fingerprint, extended_config
 
-__all__ = ["check_recorded_config", "load_run_config", "recorded_config", "verified_result",
-           "with_run_dir"]
+__all__ = ["check_present_files", "check_recorded_config", "load_run_config", "missing_tiles_problem",
+           "recorded_config", "verified_result", "with_run_dir"]
 
 
 def with_run_dir(cfg: RunConfig, run_dir) -> RunConfig:
@@ -82,3 +82,30 @@ def verified_result(store: RunStore) -> Optional[str]:
         return str(store.result_path)
     store.quarantine(store.result_path)
     return None
+
+
+def missing_tiles_problem(store: RunStore, plan, done: set) -> Optional[str]:
+    """What is wrong with a finished run that keeps its tiles (none removed on purpose)
+    but lacks some: an ``extend`` stopped between removing the tiles it does not keep
+    and its switch, or tiles deleted by hand. ``None`` when nothing is missing. The
+    result may still verify; the run is not what an uninterrupted run leaves, so
+    ``status`` and ``verify`` say so (the one wording of both)."""
+    if not store.finished or store.tiles_removed is not None:
+        return None
+    missing = sorted(b.key for b in plan.blocks if b.key not in done)
+    if not missing:
+        return None
+    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    return (f"{len(missing):,} of {plan.blocks_total:,} tiles are missing from "
+            f"{store.tiles_dir} ({shown}) though kernels.h5 is there: an interrupted "
+            f"`kernelcli extend` (run the same extend command again to finish it) or tiles "
+            f"deleted by hand (`kernelcli clean {store.run_dir}` keeps kernels.h5 alone)")
+
+
+def check_present_files(store: RunStore) -> None:
+    """A ``kernels.h5`` or ``test_diag.h5`` that is there but is not a regular file of
+    the run (a FIFO, a device, a directory, a link out) is named, exit 2, rather than
+    taken for "not assembled yet" (``assemble`` still replaces one it wrote over)."""
+    for path in (store.result_path, store.run_dir / TEST_DIAG):
+        if os.path.lexists(path):
+            check_untrusted(path, store.run_dir)

@@ -9,6 +9,7 @@ from ..plan import assign
 from ..spec import KINDS
 from ..store import Manifest, RunStore
 from ._results import ExtendSummary, ShardProgress, StatusReport
+from ._open import check_present_files, missing_tiles_problem
 from ._shards import check_shard_count
 
 
@@ -60,6 +61,7 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
     plan = m.geometry
     if shards is not None:
         check_shard_count((0, int(shards)), plan, argument="shards")
+    check_present_files(store)
     done = store.done_keys()
     # Reading every byte of a large result on each status call is too slow; its
     # identity and structure are checked always, its checksums up to this size
@@ -77,6 +79,9 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         result_problem = (f"{result_problem or f'{store.result_path} does not exist'}; its "
                           f"tiles were removed after assembly, so "
                           f"`{resume_command(run_dir)}` computes them again")
+    gone = missing_tiles_problem(store, plan, done)
+    if gone is not None and problem is None:
+        problem = result_problem = gone  # kernels.h5 is whole, the run is not
     per_shard = shard_counts(store, plan, None if shards is None else int(shards), done) or {}
     return StatusReport(
         run_dir=str(store.run_dir), name=m.name, pairs_done=pairs_done,

@@ -17,7 +17,7 @@ from typing import Optional
 
 from ..errors import resume_command
 from ..store import RunStore
-from ._open import check_recorded_config
+from ._open import check_present_files, check_recorded_config, missing_tiles_problem
 
 
 @dataclass
@@ -46,6 +46,7 @@ def verify(run_dir) -> VerifyReport:
     manifest = store.run_manifest
     plan = manifest.geometry
     check_recorded_config(store)
+    check_present_files(store)
     kinds = manifest.kinds
     done = store.done_keys()
     planned = {b.key for b in plan.blocks}
@@ -61,6 +62,9 @@ def verify(run_dir) -> VerifyReport:
         problem = store.test_diagonal_problem(kinds)
         if problem is not None and (store.has_test_diagonal() or not store.finished):
             report.problems.append(problem)
+    gone = missing_tiles_problem(store, plan, done)
+    if gone is not None:
+        report.problems.append(gone)
     if store.finished:
         problem = store.result_problem(values=True)
         report.result = "verified" if problem is None else problem
@@ -75,7 +79,9 @@ def verify(run_dir) -> VerifyReport:
     if report.tiles_removed and report.result != "verified":
         report.problems.append("its tiles were removed after assembly (kernelcli clean or "
                                "output.keep_tiles: false): resume computes them again")
-    if report.problems:
+    if report.problems and gone is not None and len(report.problems) == 1:
+        report.next_step = "the same `kernelcli extend` command again"
+    elif report.problems:
         # resume recomputes missing tiles, moves damaged ones (and a result that fails)
         # to quarantine/, recomputes those and assembles again
         report.next_step = resume_command(store.run_dir)

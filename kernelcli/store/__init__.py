@@ -79,6 +79,7 @@ from ._lock import run_lock as run_lock
 from ._side import LABELS as LABELS
 from ._side import PREDICTIONS as PREDICTIONS
 from ._side import RESULT as RESULT
+from ._side import TEST_DIAG as TEST_DIAG
 from ._side import TILES as TILES
 from ._side import labels_name as labels_name
 from ._side import preprocess_name as preprocess_name
@@ -91,8 +92,10 @@ from ._result import ResultFile as ResultFile
 from ._tiles import tile_write_seconds as tile_write_seconds
 from ._result import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
+from ._untrusted import check_untrusted as check_untrusted
 
 __all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_files",
-           "run_lock", "stored_identity", "LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest", "PREDICTIONS", "RESULT",
-           "ResultFile", "TILES", "RunStore", "h5_written_whole", "labels_name",
+           "run_lock", "stored_identity", "LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest",
+           "PREDICTIONS", "RESULT", "ResultFile", "TEST_DIAG", "TILES", "RunStore",
+           "check_untrusted", "h5_written_whole", "labels_name",
            "new_manifest", "preprocess_name", "result_attrs", "row_bands", "tile_write_seconds"]

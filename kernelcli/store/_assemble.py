@@ -29,6 +29,7 @@ from ._atomic import atomic_path
 from ._result import verify_result
 from ._sealed import digest
 from ._tiles import done_keys, read_tile
+from ._untrusted import UntrustedFileError
 
 FORMAT = 2
 
@@ -187,6 +188,8 @@ def check_tiles(tiles_dir: Path, blocks, kinds, run) -> list:
         if b.key in have:
             try:
                 read_tile(tiles_dir, b, kinds, run(b) if callable(run) else run)
+            except UntrustedFileError:
+                raise  # not a tile at all (a FIFO, a device, a link out): exit 2, never moved
             except DamagedFileError as exc:
                 bad.append((b, exc))
     return bad

@@ -25,6 +25,9 @@ from ..errors import RunDirError
 from ._ownership import check_tiles_own
 from ._side import TILES
 from ._tiles import done_keys, tile_path
+from ._untrusted import read_untrusted
+
+_RECORD_BYTES = 1 << 20  # tiles_removed.json: a count, a size and a digest
 
 TILES_REMOVED = "tiles_removed.json"
 
@@ -75,8 +78,7 @@ def tiles_removed(run_dir: Path) -> Optional[dict]:
     ``None``, so the next command takes the run as the whole one it is."""
     path = Path(run_dir) / TILES_REMOVED
     try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
+        record = json.loads(read_untrusted(path, run_dir, _RECORD_BYTES))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import DamagedFileError, RunDirError
 from ._atomic import create_exclusive, write_bytes_atomic
+from ._untrusted import read_untrusted
 
 MANIFEST = "manifest.json"
 CHECKSUM = "checksum"
@@ -58,10 +59,7 @@ def read_manifest(run_dir: Path) -> dict:
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is not a kernelcli run directory (no such directory)")
     try:
-        if path.stat().st_size > _MAX_BYTES:
-            raise DamagedFileError(f"{path} is {path.stat().st_size} bytes, not a kernelcli "
-                                   f"manifest")
-        text = path.read_bytes().decode("utf-8")
+        text = read_untrusted(path, run_dir, _MAX_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DamagedFileError(f"{path} is not UTF-8 text (byte {exc.start}): it is damaged "
                                f"or not a kernelcli manifest") from None

@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 
 from ._atomic import storage_error, write_bytes_atomic
+from ._untrusted import read_untrusted
+
+_MARKER_BYTES = 64 << 10  # a marker is a small JSON record
 
 SHARD_MARKER = re.compile(r"^(\d+)of(\d+)\.json$")
 
@@ -48,8 +51,7 @@ def shard_markers(shards_dir: Path) -> list[dict]:
         record = {}
         try:
             mtime = entry.stat().st_mtime
-            with open(entry.path, encoding="utf-8") as f:
-                record = json.load(f)
+            record = json.loads(read_untrusted(entry.path, shards_dir, _MARKER_BYTES))
         except (OSError, ValueError):
             continue
         if not isinstance(record, dict):

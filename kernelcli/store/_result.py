@@ -21,8 +21,17 @@ import h5py
 import numpy as np
 
 from ..errors import DataError
+from ._untrusted import UntrustedFileError, check_untrusted
 
 _BAND_BYTES = 64 << 20  # rows of a dataset read (hashed, checked) at once
+
+
+def _open_h5(path: Path):
+    """``h5py.File(path, "r")`` once ``path`` is checked as untrusted: a FIFO, device,
+    socket or a link out of its folder raises :class:`UntrustedFileError` instead of
+    hanging or flooding HDF5's reader."""
+    check_untrusted(path)
+    return h5py.File(path, "r")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,9 +55,9 @@ class ResultFile:
     def run_identity(self) -> Optional[str]:
         """The run identity the file carries (``None``: none, or unreadable)."""
         try:
-            with h5py.File(self.path, "r") as f:
+            with _open_h5(self.path) as f:
                 found = f.attrs.get("run")
-        except (OSError, KeyError, ValueError, RuntimeError, TypeError):
+        except (OSError, KeyError, ValueError, RuntimeError, TypeError, UntrustedFileError):
             return None
         return found.decode(errors="replace") if isinstance(found, bytes) else found
 
@@ -61,7 +70,7 @@ class ResultFile:
         shape and ``dtype``, finite, and those of ``symmetric_names`` exactly symmetric
         with a positive diagonal (a ``*_test_diag`` positive); else what is wrong."""
         dtype = np.dtype(dtype)
-        with h5py.File(self.path, "r") as f:
+        with _open_h5(self.path) as f:
             for name, shape in shapes.items():
                 if name not in f:
                     return f"it has no dataset {name!r}"
@@ -88,17 +97,17 @@ class ResultFile:
 
     def names(self) -> tuple:
         """The names at the file's root, in the file's order."""
-        with h5py.File(self.path, "r") as f:
+        with _open_h5(self.path) as f:
             return tuple(f.keys())
 
     def labels(self) -> dict:
         """``labels`` / ``test_labels``, those the file holds."""
-        with h5py.File(self.path, "r") as f:
+        with _open_h5(self.path) as f:
             return {k: f[k][...] for k in ("labels", "test_labels") if k in f}
 
     def read(self, name: str, dtype=None) -> np.ndarray:
         """The whole dataset ``name`` (converted to ``dtype`` as it is read)."""
-        with h5py.File(self.path, "r") as f:
+        with _open_h5(self.path) as f:
             value = f[name][...]
         return value if dtype is None else value.astype(dtype)
 
@@ -106,7 +115,7 @@ class ResultFile:
         """The dataset ``name`` memory-mapped read-only (nothing read yet), or read whole
         when it is not contiguous on disk (not written by kernelcli). ``missing(names)``
         makes the error for a name the file lacks."""
-        with h5py.File(self.path, "r") as f:
+        with _open_h5(self.path) as f:
             if name not in f:
                 raise missing(sorted(f.keys()))
             ds = f[name]
@@ -119,7 +128,7 @@ class ResultFile:
     def diagonal_blocks(self, name: str, n: int, edge: int):
         """``(r0, diagonal of rows r0..r1)`` of the first ``n`` rows of square ``name``,
         reading the diagonal ``edge``-blocks only."""
-        with h5py.File(self.path, "r") as f:
+        with _open_h5(self.path) as f:
             d = f[name]
             for r0 in range(0, n, edge):
                 r1 = min(r0 + edge, n)
@@ -135,7 +144,7 @@ class ResultFile:
         if not self.path.is_file():
             raise DataError(f"{self.path} does not exist; give the kernels.h5 of a finished run")
         try:
-            f = h5py.File(self.path, "r")
+            f = _open_h5(self.path)
         except OSError as exc:
             raise DataError(f"{self.path} is not a readable HDF5 file ({exc})") from None
         with f:
@@ -182,7 +191,7 @@ def verify_result(path: Path, run: str, expected: dict = None, full: bool = True
     ``full=False`` checks identity and structure but reads no data.
     """
     try:
-        with h5py.File(path, "r") as f:
+        with _open_h5(path) as f:
             found = f.attrs.get("run")
             found = found.decode(errors="replace") if isinstance(found, bytes) else found
             if found != run:
@@ -199,6 +208,8 @@ def verify_result(path: Path, run: str, expected: dict = None, full: bool = True
                     return f"dataset {name!r} has no matching checksum"
                 if full and dataset_digest(d) != stored:
                     return f"dataset {name!r} does not match its checksum (damaged)"
+    except UntrustedFileError as exc:
+        return "it " + str(exc).removeprefix(f"{path} ")
     except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
         return f"it is unreadable ({str(exc).splitlines()[0][:200] if str(exc) else exc!r})"
     return None
@@ -206,7 +217,7 @@ def verify_result(path: Path, run: str, expected: dict = None, full: bool = True
 
 def result_digests(path: Path) -> dict:
     """dataset -> its ``sha256`` attribute, of a ``kernels.h5`` (verified by the caller)."""
-    with h5py.File(path, "r") as f:
+    with _open_h5(path) as f:
         out = {}
         for name in f:
             value = f[name].attrs.get("sha256", "")

@@ -41,6 +41,7 @@ import h5py
 import numpy as np
 
 from ._atomic import atomic_path
+from ._untrusted import open_untrusted
 
 MAGIC = b"kernelcli sealed HDF5 1\n"
 HEADER = 512
@@ -127,18 +128,21 @@ def write_sealed(path: Path, datasets: dict, attrs: dict) -> Path:
     return path
 
 
-def read_sealed(path: Path) -> tuple[dict, dict]:
+def read_sealed(path: Path, within=None) -> tuple[dict, dict]:
     """``(datasets, attrs)`` of the sealed file at ``path``.
 
     :class:`SealError` when it is damaged, truncated, not sealed or too large;
-    ``OSError`` (``FileNotFoundError`` included) when it cannot be read.
+    ``OSError`` (``FileNotFoundError`` included) when it cannot be read;
+    :class:`~._untrusted.UntrustedFileError` when it is not a regular file inside
+    ``within`` (default: its own folder).
     """
     path = Path(path)
-    with open(path, "rb") as f:
+    fd = open_untrusted(path, within)  # a FIFO, device or outside link: refused, not read
+    with os.fdopen(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size > MAX_BYTES + HEADER:
             raise SealError(f"it is {size} bytes, more than any kernelcli file of this kind")
-        data = f.read()
+        data = f.read(MAX_BYTES + HEADER + 1)
     return unseal(data)
 
 

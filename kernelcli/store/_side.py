@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import DamagedFileError
 from ._atomic import fsync_dir, storage_error
 from ._sealed import SealError, read_sealed
+from ._untrusted import check_untrusted
 
 RESULT = "kernels.h5"
 TILES = "tiles"
@@ -82,6 +83,7 @@ def check_test_diagonal(path: Path, run_id: str, kinds) -> tuple:
 def read_npz(path: Path) -> dict:
     """The arrays of the ``.npz`` side file ``path``; DamagedFileError when unreadable."""
     try:
+        check_untrusted(path)
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
