@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import yaml
 
 from conftest import FIXTURE_CASES, fast_subset, load_case
@@ -230,6 +232,39 @@ def test_every_contraction_asks_for_full_precision(name, engine):
 def test_both_plans_agree_through_runs_of_repeated_layers(layers):
     x = np.random.default_rng(3).standard_normal((5, 6, 6, 2))
     cpu, acc = (kernel_matrix(build_kernel_fn(arch_of(layers), (6, 6, 2), KINDS, "float64",
+                                              engine=e), x) for e in ("cpu", "accelerator"))
+    for kind in KINDS:
+        err = np.max(np.abs(cpu[kind] - acc[kind])) / np.max(np.abs(cpu[kind]))
+        assert err <= AGREE["float64"], (kind, err)
+
+
+_ACTS = ("relu", "sign", "abs", "erf", "gelu")
+
+
+@st.composite
+def small_networks(draw):
+    """Convolutions of filter 1..3 with and without a bias, each followed by a map,
+    an optional pool, and a pooled or flattened head: where the self pair's covariance
+    and variance must round alike (a 1x1 convolution with a bias before sign was
+    1e-9 apart on the accelerator plan)."""
+    layers = []
+    for _ in range(draw(st.integers(1, 2))):
+        k = draw(st.integers(1, 3))
+        layers += [{"conv": {"filter": [k, k], "padding": "SAME", "W_std": 1.5,
+                             "b_std": draw(st.sampled_from([0.0, 0.3]))}},
+                   draw(st.sampled_from(_ACTS))]
+        if draw(st.booleans()):
+            layers.append({"avg_pool": {"window": [2, 2], "strides": [1, 1],
+                                        "padding": "SAME"}})
+    layers += [draw(st.sampled_from(["global_avg_pool", "flatten"])), "dense"]
+    return layers
+
+
+@settings(max_examples=12, deadline=None)
+@given(small_networks())
+def test_both_plans_agree_to_1e12_in_float64_on_random_small_networks(layers):
+    x = np.random.default_rng(len(layers)).standard_normal((3, 4, 4, 2))
+    cpu, acc = (kernel_matrix(build_kernel_fn(arch_of(layers), (4, 4, 2), KINDS, "float64",
                                               engine=e), x) for e in ("cpu", "accelerator"))
     for kind in KINDS:
         err = np.max(np.abs(cpu[kind] - acc[kind])) / np.max(np.abs(cpu[kind]))

@@ -43,12 +43,18 @@ def boundary(state: State) -> State:
         return state
     arrays = (state.nngp,) if state.ntk is None or isinstance(state.ntk, float) else (
         state.nngp, state.ntk)
-    if jax.default_backend() == "cpu":
-        arrays = tuple(lax.rem(a, jnp.asarray(jnp.inf, a.dtype)) for a in arrays)
-    arrays = lax.optimization_barrier(arrays)
+    arrays = materialised(arrays)
     if len(arrays) == 1:
         return state.replace(nngp=arrays[0])
     return state.replace(nngp=arrays[0], ntk=arrays[1])
+
+
+def materialised(arrays: tuple) -> tuple:
+    """``arrays`` computed once, bit for bit, whatever reads them (see
+    :func:`boundary`: a barrier, and on CPU ``rem(x, +inf)``)."""
+    if jax.default_backend() == "cpu":
+        arrays = tuple(lax.rem(a, jnp.asarray(jnp.inf, a.dtype)) for a in arrays)
+    return lax.optimization_barrier(arrays)
 
 
 def with_diagonal(cov, v):
@@ -78,7 +84,10 @@ def block(conv: Conv, pointwise, standard: bool):
         if self_pair:
             if state.full:
                 diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
-                va = _linear.conv(diag, conv, standard).nngp
+                # once: XLA would otherwise recompute the variances (a multiply-add)
+                # inside each consumer's fusion, contracting them to an FMA in one and
+                # not the other, and the angle at the diagonal would not be 0
+                (va,) = materialised((_linear.conv(diag, conv, standard).nngp,))
                 out = out.replace(nngp=with_diagonal(out.nngp, va))
             else:
                 va = out.nngp
