@@ -192,16 +192,41 @@ def test_every_command_and_option_is_documented_and_exists():
             assert not missing, f"{label} {opt}: choices {missing} not in docs/cli.md"
 
 
-@pytest.mark.parametrize("name", ["config.md", "cli.md", "environment.md"])
-def test_links_between_the_documents_resolve(name):
-    for target in re.findall(r"\]\(([^)#:]+\.md)\)", _read(name)):
-        assert (DOCS / target).is_file(), f"docs/{name} links to missing {target}"
+_PAGES = sorted(p.name for p in DOCS.glob("*.md"))
 
 
-def test_readme_links_the_documents():
+@pytest.mark.parametrize("name", ["README.md", *_PAGES])
+def test_every_relative_link_resolves(name):
+    """Files and ``#anchors`` (GitHub's slugs) of every README and docs link."""
+    path = README if name == "README.md" else DOCS / name
+    for target in re.findall(r"\]\(([^)\s:]+)\)", path.read_text(encoding="utf-8")):
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        assert dest.exists(), f"{name} links to missing {file}"
+        if anchor and dest.suffix == ".md":
+            assert anchor in _anchors(dest.read_text(encoding="utf-8")), (
+                f"{name} links to missing #{anchor} of {dest.name}")
+
+
+def _anchors(text: str) -> Set[str]:
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_readme_fits_a_screen_and_links_every_docs_page():
     text = README.read_text(encoding="utf-8")
-    for name in ("docs/config.md", "docs/cli.md", "docs/environment.md", "CONTRIBUTING.md"):
+    assert len(text.splitlines()) < 250
+    for name in ["CONTRIBUTING.md", *(f"docs/{p}" for p in _PAGES if p != "architecture.md")]:
         assert f"]({name})" in text, f"README.md does not link {name}"
+
+
+def test_the_stax_list_is_kernelcli_stax_exports():
+    from kernelcli import stax
+
+    text = _read("python-api.md")
+    listed = text[text.index("Its exports:"):].split(".\n")[0]
+    assert set(_TICKED.findall(listed)) == set(stax.__all__)
 
 
 def test_no_reference_points_at_a_missing_docs_file():
