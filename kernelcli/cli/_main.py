@@ -24,7 +24,7 @@ def main():
 
     \b
     Typical session:
-      kernelcli estimate configs/demo_digits.yaml --memory --time   # plan, peak memory, time
+      kernelcli estimate configs/demo_digits.yaml --time            # plan, peak memory, time
       kernelcli compute configs/demo_digits.yaml                    # writes runs/.../kernels.h5
       kernelcli status runs/demo_digits                             # progress of a run
       kernelcli resume runs/demo_digits                             # after a kill or Ctrl-C
