@@ -49,6 +49,17 @@ def test_shipped_configuration_loads_and_fits_its_input(path):
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_shipped_configuration_has_a_limit_and_cifar_ones_preprocess(path):
+    """A first run is sized by ``data.limit`` (the line to change for the whole set),
+    and real CIFAR-10 pixels are never read raw: the published accuracies need it."""
+    cfg = load_config(path)
+    assert cfg.data.limit is not None, f"{path.name}: no data.limit"
+    assert "limit:" in path.read_text(encoding="utf-8")
+    if "cifar" in str(cfg.data.x1).lower():
+        assert cfg.data.preprocess is not None, f"{path.name}: CIFAR-10 read raw"
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_shipped_configuration_is_accepted_by_the_engine(path):
     """Tracing only (no compilation): the engine builds the kernel of every config."""
     from kernelcli.kernels import build_kernel_fn
