@@ -128,3 +128,16 @@ def test_the_cifar10_converter_reads_the_binary_record_layout(tmp_path):
     assert np.array_equal(train[:3], want["data_batch_1"][0])
     assert np.array_equal(np.load(tmp_path / "cifar10_test_labels.npy"),
                           want["test_batch"][1].astype(np.int64))
+
+
+def test_a_missing_cifar_file_names_the_converter():
+    from kernelcli.errors import DataError
+
+    path = CONFIGS_DIR / "data" / "cifar10_train.npy"
+    if path.exists():
+        pytest.skip("CIFAR-10 converted in this checkout")  # the shipped tree lacks it
+    with pytest.raises(DataError) as err:
+        open_array(path, None, layout="NHWC")
+    assert str(err.value) == (
+        f"data.x1: {path} does not exist; give the path to a .npy, .npz, .h5, .hdf5 file"
+        f" (or make it with python {CONFIGS_DIR / 'data' / 'cifar10_to_npy.py'})")
