@@ -13,6 +13,7 @@ options.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
@@ -192,16 +193,41 @@ def test_every_command_and_option_is_documented_and_exists():
             assert not missing, f"{label} {opt}: choices {missing} not in docs/cli.md"
 
 
-@pytest.mark.parametrize("name", ["config.md", "cli.md", "environment.md"])
-def test_links_between_the_documents_resolve(name):
-    for target in re.findall(r"\]\(([^)#:]+\.md)\)", _read(name)):
-        assert (DOCS / target).is_file(), f"docs/{name} links to missing {target}"
+_PAGES = sorted(p.name for p in DOCS.glob("*.md"))
 
 
-def test_readme_links_the_documents():
+@pytest.mark.parametrize("name", ["README.md", *_PAGES])
+def test_every_relative_link_resolves(name):
+    """Files and ``#anchors`` (GitHub's slugs) of every README and docs link."""
+    path = README if name == "README.md" else DOCS / name
+    for target in re.findall(r"\]\(([^)\s:]+)\)", path.read_text(encoding="utf-8")):
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        assert dest.exists(), f"{name} links to missing {file}"
+        if anchor and dest.suffix == ".md":
+            assert anchor in _anchors(dest.read_text(encoding="utf-8")), (
+                f"{name} links to missing #{anchor} of {dest.name}")
+
+
+def _anchors(text: str) -> Set[str]:
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_readme_fits_a_screen_and_links_every_docs_page():
     text = README.read_text(encoding="utf-8")
-    for name in ("docs/config.md", "docs/cli.md", "docs/environment.md", "CONTRIBUTING.md"):
+    assert len(text.splitlines()) < 250
+    for name in ["CONTRIBUTING.md", *(f"docs/{p}" for p in _PAGES if p != "architecture.md")]:
         assert f"]({name})" in text, f"README.md does not link {name}"
+
+
+def test_the_stax_list_is_kernelcli_stax_exports():
+    from kernelcli import stax
+
+    text = _read("python-api.md")
+    listed = text[text.index("Its exports:"):].split(".\n")[0]
+    assert set(_TICKED.findall(listed)) == set(stax.__all__)
 
 
 def test_no_reference_points_at_a_missing_docs_file():
@@ -209,3 +235,58 @@ def test_no_reference_points_at_a_missing_docs_file():
     for path in [*root.glob("kernelcli/**/*.py"), *root.glob("tests/*.py"), README]:
         for ref in re.findall(r"\bdocs/([\w.-]+\.md)", path.read_text(encoding="utf-8")):
             assert (DOCS / ref).is_file(), f"{path.relative_to(root)} cites missing docs/{ref}"
+
+
+def _documented_commands() -> List[Tuple[str, str]]:
+    """``[(page, command line)]``: every ``kernelcli ...`` line of a README or docs
+    code block (continuation lines joined, comments and ``.venv/bin/`` dropped)."""
+    out = []
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S):
+            for line in block.splitlines():
+                for part in re.split(r"&&|;|\|", line.split(" #")[0]):
+                    part = part.strip().replace(".venv/bin/kernelcli", "kernelcli")
+                    if part.startswith("kernelcli ") or part == "kernelcli":
+                        out.append((path.name, part))
+        for span in _TICKED.findall(re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)):
+            span = re.sub(r"\s*\[[^\]]*\]", "", span).strip()  # optional parts dropped
+            span = span.split(" | ")[0]
+            words = span.split()  # `kernelcli compute --run-dir` names an option: skipped
+            if len(words) > 2 and not words[2].startswith("-") and span.startswith("kernelcli ") and not re.search(r"COMMAND|\.\.\.|\\\|", span):
+                out.append((path.name, span))
+    return out
+
+
+_PLACEHOLDERS = {"I/N": "0/2", "W": "2", "N": "2"}  # metavars given a value to parse
+
+
+def test_every_documented_command_line_parses():
+    """Each documented ``kernelcli`` line is accepted by the CLI's own parser
+    (options, their values and choices, the number of arguments). Running them all
+    would cost minutes; tests/test_configs.py computes the demo configuration."""
+    import shlex
+
+    from kernelcli.cli import main
+
+    lines = _documented_commands()
+    assert len(lines) > 40
+    failures = []
+    for page, line in lines:
+        line = re.sub(r"\$\(\([^)]*\)\)", "0", line)  # shell arithmetic and variables
+        line = re.sub(r"\$\{?\w+\}?", "2", line)
+        argv = [_PLACEHOLDERS.get(w, w) for w in shlex.split(line)[1:]]
+        group_opts = {o for prm in main.params for o in prm.opts} | {"-vv", "-vvv"}
+        lead = list(itertools.takewhile(lambda w: w.startswith("-"), argv))
+        rest = argv[len(lead):]
+        unknown = set(lead) - group_opts
+        if unknown or (rest and rest[0] not in main.commands):
+            failures.append(f"{page}: `{line}`: unknown {sorted(unknown) or rest[0]}")
+            continue
+        if not rest or {"-h", "--help"} & set(rest):
+            continue
+        try:
+            main.commands[rest[0]].make_context(rest[0], rest[1:])
+        except click.UsageError as err:
+            failures.append(f"{page}: `{line}`: {err.format_message()}")
+    assert not failures, "\n".join(failures)

@@ -15,7 +15,7 @@ from ._options import json_option, numbers, run_dir_argument, verbose_option
 
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--memory", is_flag=True,
+@click.option("--memory", is_flag=True, hidden=True,
               help="Report the plan and its memory (always shown; the flag is accepted for "
                    "scripts that pass it).")
 @click.option("--time", "run_time", is_flag=True,

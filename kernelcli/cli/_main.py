@@ -24,19 +24,19 @@ def main():
 
     \b
     Typical session:
-      kernelcli estimate configs/demo_digits.yaml --memory --time   # plan, peak memory, time
+      kernelcli estimate configs/demo_digits.yaml --time            # plan, peak memory, time
       kernelcli compute configs/demo_digits.yaml                    # writes runs/.../kernels.h5
       kernelcli status runs/demo_digits                             # progress of a run
       kernelcli resume runs/demo_digits                             # after a kill or Ctrl-C
 
     \b
-    Many machines (README.md, "Beyond one machine"):
+    Many machines (docs/scale-out.md):
       kernelcli compute CONFIG --shard I/N      # process I (0-based) of a job array of N
       kernelcli assemble RUN_DIR                # the result, once every tile exists
       kernelcli clean RUN_DIR                   # drop the tiles once kernels.h5 verifies
       kernelcli compute CONFIG --executor ray --address HEAD:6379   # tiles on Ray actors
 
-    The configuration format is described in README.md (Configuration).
+    The configuration format is described in docs/config.md.
     """
     _setup.configure_process(click.get_current_context().invoked_subcommand)
 

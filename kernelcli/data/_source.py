@@ -191,8 +191,12 @@ def open_array(path: Path, key: Optional[str] = None, *, layout: str = "NHWC",
         raise DataError(f"{what}: {path} has suffix {path.suffix or '(none)'!r}; "
                         f"accepted: {', '.join(SUFFIXES)}")
     if not path.exists():
+        # A data folder that ships a converter (configs/data/cifar10_to_npy.py) says how
+        # its files are made: name it, so the fix is in the message.
+        makers = sorted(path.parent.glob("*_to_npy.py")) if path.parent.is_dir() else []
+        hint = "".join(f" (or make it with python {m})" for m in makers[:1])
         raise DataError(f"{what}: {path} does not exist; give the path to a "
-                        f"{', '.join(SUFFIXES)} file")
+                        f"{', '.join(SUFFIXES)} file{hint}")
     if not path.is_file():
         raise DataError(f"{what}: {path} is not a file; give the path to a "
                         f"{', '.join(SUFFIXES)} file")
