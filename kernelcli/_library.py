@@ -29,10 +29,9 @@ from .spec import KINDS as _KINDS
 def _architecture_of(architecture):
     """The validated :class:`~kernelcli.spec.Architecture` of any accepted form."""
     from .spec import parse_architecture
-    from .stax import Network
 
-    if isinstance(architecture, Network):
-        return parse_architecture(architecture.to_dict())
+    if hasattr(architecture, "to_dict") and hasattr(architecture, "to_yaml"):
+        return parse_architecture(architecture.to_dict())  # a kernelcli.stax network
     if isinstance(architecture, dict):
         return parse_architecture(architecture.get("architecture", architecture))
     if isinstance(architecture, os.PathLike) or (

@@ -56,6 +56,18 @@ class Network:
         return yaml.safe_dump({"architecture": self.to_dict()}, sort_keys=False,
                               default_flow_style=None)
 
+    def __iter__(self):
+        """``init_fn, apply_fn, kernel_fn = stax.serial(...)``, as in neural-tangents
+        (:mod:`kernelcli._stax_dropin`: the kernel function has neural-tangents' call
+        signature; the other two say that kernelcli has no finite networks)."""
+        from ._stax_dropin import unpacked
+
+        return iter(unpacked(self))
+
+    def __getitem__(self, index: int):
+        """``stax.serial(...)[2]`` is the kernel function, as in neural-tangents."""
+        return tuple(self)[index]
+
 
 def _plain(item):
     if isinstance(item, dict):
