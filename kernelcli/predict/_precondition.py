@@ -31,9 +31,13 @@ def landmarks(n: int, rank: int) -> np.ndarray:
 
 
 def _basis(b: np.ndarray) -> tuple:
-    """``(Q, s^2)`` of the thin SVD of ``b``, the directions of tiny ``s`` dropped."""
+    """``(Q, s^2)`` of the thin SVD of ``b``: its leading half (the Nystrom estimates of
+    the trailing eigenvalues are too small, and the last one scales the rest of the
+    space), the directions of tiny ``s`` dropped."""
     u, s, _ = np.linalg.svd(b, full_matrices=False)
     keep = s > s[0] * 1e-7 if s.size and s[0] > 0 else np.zeros(s.shape, bool)
+    if b.shape[1] < b.shape[0]:  # at full rank the basis is exact: keep it whole
+        keep[(b.shape[1] + 1) // 2:] = False
     return np.ascontiguousarray(u[:, keep]), s[keep] ** 2
 
 
