@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import MutableMapping, Optional
 
+from . import _env
+
 SAFE_CORE = "Haswell"
 _CPUINFO = Path("/proc/cpuinfo")
 
@@ -39,7 +41,7 @@ def choose_blas_core(environ: Optional[MutableMapping[str, str]] = None,
     """Set ``OPENBLAS_CORETYPE`` to ``Haswell`` on an AVX-512 CPU when neither the user
     nor an earlier import decided it; the core set, or None."""
     environ = os.environ if environ is None else environ
-    if "OPENBLAS_CORETYPE" in environ or "numpy" in sys.modules or not avx512(cpuinfo):
+    if _env.get("OPENBLAS_CORETYPE", environ) is not None or "numpy" in sys.modules or not avx512(cpuinfo):
         return None
     environ["OPENBLAS_CORETYPE"] = SAFE_CORE
     return SAFE_CORE
