@@ -31,14 +31,17 @@ def landmarks(n: int, rank: int) -> np.ndarray:
 
 
 def _basis(b: np.ndarray) -> tuple:
-    """``(Q, s^2)`` of the thin SVD of ``b``: its leading half (the Nystrom estimates of
-    the trailing eigenvalues are too small, and the last one scales the rest of the
-    space), the directions of tiny ``s`` dropped."""
-    u, s, _ = np.linalg.svd(b, full_matrices=False)
-    keep = s > s[0] * 1e-7 if s.size and s[0] > 0 else np.zeros(s.shape, bool)
+    """``(Q, s^2)``, ``b = Q diag(s) V^T`` (from the eigendecomposition of ``b^T b``: a
+    rank x rank problem, cheaper than an SVD of the tall ``b``), keeping the leading half
+    (the Nystrom estimates of the trailing eigenvalues are too small, and the last one
+    kept scales the rest of the space) and dropping the directions of tiny ``s``."""
+    s2, v = np.linalg.eigh(b.T @ b)
+    s2, v = s2[::-1], v[:, ::-1]
+    keep = s2 > s2[0] * 1e-12 if s2.size and s2[0] > 0 else np.zeros(s2.shape, bool)
     if b.shape[1] < b.shape[0]:  # at full rank the basis is exact: keep it whole
         keep[(b.shape[1] + 1) // 2:] = False
-    return np.ascontiguousarray(u[:, keep]), s[keep] ** 2
+    q = b @ (v[:, keep] / np.sqrt(s2[keep]))
+    return np.ascontiguousarray(q), s2[keep]
 
 
 class NystromPreconditioner:
