@@ -32,6 +32,7 @@ VARIABLES = {
     "HDF5_VDS_PREFIX": "kernelcli/data/_h5.py",
     "TF_CPP_MIN_LOG_LEVEL": "kernelcli/cli/_setup.py",
     NO_GPU_WARNING: "kernelcli/cli/_setup.py",
+    "OPENBLAS_CORETYPE": "kernelcli/_blas.py",
 }
 
 

@@ -101,7 +101,7 @@ def predict(run_dir, ridges, kinds, solver, times, as_json):
     from ._print_predict import predict_lines
 
     out = call(run_predict, run_dir, ridges=ridges, kinds=kinds or None, solver=solver,
-               times=times)
+               times=times, progress=lambda line: click.echo(line, err=True))
     if as_json:
         click.echo(json.dumps(out.to_dict(), sort_keys=True))
         return

@@ -20,6 +20,7 @@ from typing import Mapping, Optional, Sequence
 import click
 
 from .. import _env, _interrupt
+from .._blas import choose_blas_core
 from . import _output
 
 # compute, resume, estimate and extend stop at their safe points; the other commands
@@ -47,7 +48,9 @@ def cli_process(in_process: bool):
 
 def configure_process(command: Optional[str]) -> None:
     """Before ``command`` parses its options: how signals end it, the host's device
-    count and the compilation cache (both before jax is imported)."""
+    count and the compilation cache (both before jax is imported), and the OpenBLAS
+    kernels (before numpy is imported: :mod:`kernelcli._blas`)."""
+    choose_blas_core()
     _interrupt.set_immediate(command not in WITH_SAFE_POINTS)
     from ..run import configure_host_devices
 

@@ -26,6 +26,7 @@ from ..errors import DataError, NotConvergedError, NotPositiveDefiniteError, Usa
 from ._cholesky import _check_targets, check_ridges, regularizer
 from ._messages import not_pd_message
 from ._operator import ArrayOperator
+from ._precondition import DEFAULT_RANK, NystromPreconditioner
 from ._selection import fold_masks
 
 
@@ -44,11 +45,15 @@ def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
-        mask=None) -> CGResult:
+        mask=None, precond=None) -> CGResult:
     """``mask`` (n, k) of 0/1: column j solves only on the rows where ``mask[:, j]`` is 1
     (``(M K M + reg I) x = M b``, the system of a training subset, in place), so the
-    folds of a cross-validation share each product with K."""
+    folds of a cross-validation share each product with K. ``precond(r, cols)``:
+    ``P^{-1} r`` for those columns (preconditioned CG), or None."""
     n = b.shape[0]
+
+    def prec(v, cols):
+        return v.copy() if precond is None else precond(v, cols)
 
     def apply(v, cols):
         if mask is None:
@@ -61,13 +66,15 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     scale = np.where(bnorm > 0, bnorm, 1.0)  # a zero column is solved by x = 0 at once
     x = np.zeros_like(b)
     r = b.copy()
-    p = r.copy()
-    rs = np.einsum("ij,ij->j", r, r)
+    every = np.arange(b.shape[1])
+    z = prec(r, every)
+    p = z.copy()
+    rs = np.einsum("ij,ij->j", r, r)  # ||r||^2: convergence
+    rz = np.einsum("ij,ij->j", r, z)  # r^T P^{-1} r: the step sizes
     products = 0
     while True:
         active = np.flatnonzero(np.sqrt(rs) > target)
         if active.size == 0:
-            every = np.arange(b.shape[1])
             true_r = b - apply(x, every)
             products += 1
             true_res = np.linalg.norm(true_r, axis=0)
@@ -75,8 +82,10 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             if restart.size == 0:
                 return CGResult(x, products, true_res / scale)
             r[:, restart] = true_r[:, restart]
-            p[:, restart] = true_r[:, restart]
+            zr = prec(true_r[:, restart], restart)
+            p[:, restart] = zr
             rs[restart] = true_res[restart] ** 2
+            rz[restart] = np.einsum("ij,ij->j", true_r[:, restart], zr)
             continue
         if products >= maxiter:
             rel = np.sqrt(rs) / scale
@@ -88,12 +97,15 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
         pap = np.einsum("ij,ij->j", pa, ap)
         if (pap <= 0).any() or not np.isfinite(pap).all():
             raise NotPositiveDefiniteError.naming(not_pd(int(active[np.argmin(pap)]), n))
-        step = rs[active] / pap
+        step = rz[active] / pap
         x[:, active] += step * pa
-        r[:, active] -= step * ap
-        rs_new = np.einsum("ij,ij->j", r[:, active], r[:, active])
-        p[:, active] = r[:, active] + (rs_new / rs[active]) * pa
-        rs[active] = rs_new
+        ra = r[:, active] - step * ap
+        r[:, active] = ra
+        za = prec(ra, active)
+        rz_new = np.einsum("ij,ij->j", ra, za)
+        p[:, active] = za + (rz_new / rz[active]) * pa
+        rs[active] = np.einsum("ij,ij->j", ra, ra)
+        rz[active] = rz_new
         if on_iteration is not None:
             on_iteration(products, float(np.max(np.sqrt(rs) / scale)))
 
@@ -108,6 +120,13 @@ def _check_tol(tol: float, maxiter: Optional[int], n: int) -> int:
         raise UsageError.naming(f"<<cg_maxiter>>: {maxiter!r} is not accepted; give an "
                                 f"integer >= 1")
     return int(maxiter)
+
+
+def _check_rank(rank) -> int:
+    if isinstance(rank, bool) or int(rank) != rank or rank < 0:
+        raise UsageError.naming(f"<<rank>>: {rank!r} is not accepted; give an integer "
+                                f">= 0 (0: no preconditioner)")
+    return int(rank)
 
 
 def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional[int] = None,
@@ -146,12 +165,14 @@ def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional
 def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: bool = True,
                     tol: float = 1e-10, maxiter: Optional[int] = None, kind: str = "kernel",
                     on_iteration: Optional[Callable[[int, float], None]] = None,
-                    ) -> Dict[float, np.ndarray]:
+                    rank: int = DEFAULT_RANK) -> Dict[float, np.ndarray]:
     """``{ridge: alpha (n, C)}`` like ``solve_cholesky``, by conjugate gradients.
 
     ``k_train``: an (n, n) array or a square ``H5KernelOperator``; ``targets`` (n, C).
     The ridges are solved together (``C x len(ridges)`` columns, one product with
     K per iteration); the regulariser follows ``solve_cholesky``'s convention.
+    ``rank``: landmarks of the Nystrom preconditioner (one more pass over K to build
+    it); 0 for plain CG.
     """
     ridges = check_ridges(ridges)
     op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
@@ -167,7 +188,11 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
     maxiter = _check_tol(tol, maxiter, n)
 
     not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, tol, c)
-    out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged)
+    pre = None
+    if _check_rank(rank):
+        pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank).apply
+    out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
+              precond=pre)
     return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}
 
 
@@ -193,14 +218,15 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
                    trace_scaled: bool = True, tol: float = 1e-10,
                    maxiter: Optional[int] = None, kind: str = "kernel",
                    on_iteration: Optional[Callable[[int, float], None]] = None,
-                   ) -> Tuple[Dict[float, np.ndarray], Dict[float, np.ndarray]]:
+                   rank: int = DEFAULT_RANK) -> Tuple[Dict[float, np.ndarray], Dict[float, np.ndarray]]:
     """``({ridge: alpha (n, C)}, {ridge: held-out predictions (n, C)})``: the fit of
     ``solve_cg_ridges`` and k-fold cross-validation, in one CG run.
 
     Row ``i`` is held out in fold ``i mod folds``; each fold is solved on the other
     rows with the whole set's regulariser (``ridge * trace(K)/n``) and predicts its
     own rows. The ``(folds + 1) x C x len(ridges)`` columns share every product
-    with K, plus one last product for the held-out predictions.
+    with K, plus one last product for the held-out predictions. ``rank``: as in
+    ``solve_cg_ridges``; each fold is preconditioned on its own rows.
     """
     ridges = check_ridges(ridges)
     op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
@@ -220,8 +246,13 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     maxiter = _check_tol(tol, maxiter, n)
 
     not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, tol, per_ridge)
+    pre = None
+    if _check_rank(rank):
+        group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(ridges))
+        pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank, masks=keep > 0,
+                                    group=group).apply
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
-              mask=mask)
+              mask=mask, precond=pre)
     fold_cols = np.concatenate([np.arange(i * per_ridge + c, (i + 1) * per_ridge)
                                 for i in range(len(ridges))])
     fold_pred = op.matmul(out.x[:, fold_cols])  # every fold's alpha, one pass over K

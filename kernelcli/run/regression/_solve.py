@@ -25,8 +25,9 @@ Bayesian posterior mean. numpy only (the run's files are read through
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 
@@ -46,6 +47,30 @@ from .._results import PredictChoice, PredictResult, PredictRow
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
 CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG
 _VAR_ROWS = 1024  # test rows per block of the variance computation
+_REPORT_S = 5.0  # seconds between two progress lines of a CG solve
+
+
+def _cg_reporter(kind: str, progress: Optional[Callable[[str], None]]):
+    """``(on_iteration, done)`` for ``solve_cg_folds``: a line to ``progress`` at most
+    every ``_REPORT_S`` seconds (products with K, worst relative residual, time), and
+    one when the solve ends."""
+    if progress is None:
+        return None, lambda: None
+    start = time.monotonic()
+    state = {"last": start, "products": 0, "residual": float("nan")}
+
+    def line(head: str) -> str:
+        return (f"predict {kind}: {head} {state['products']:,} products with K, worst "
+                f"relative residual {state['residual']:.2e}, "
+                f"{time.monotonic() - start:.0f} s")
+
+    def on_iteration(products: int, residual: float) -> None:
+        state.update(products=products, residual=residual)
+        if time.monotonic() - state["last"] >= _REPORT_S:
+            state["last"] = time.monotonic()
+            progress(line("preconditioned CG,"))
+
+    return on_iteration, lambda: progress(line("CG done after"))
 
 
 def _check_run(store: RunStore, run_dir) -> tuple:
@@ -102,7 +127,8 @@ def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
 
 
 def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
-                with_variance: bool, names: set) -> dict:
+                with_variance: bool, names: set,
+                progress: Optional[Callable[[str], None]] = None) -> dict:
     """``{ridge: {"mean": (m, C), "variance": (m,) or None, "held_out": (n, C) or None}
     or {"error": text}}``; ``held_out``: each training row predicted without itself
     (leave-one-out) or without its fold (CG)."""
@@ -129,13 +155,16 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
     op = H5KernelOperator(result, kind)
     folds = min(CV_FOLDS, op.shape[0])
     fails = (NotPositiveDefiniteError, NotConvergedError)
+    on_iteration, done = _cg_reporter(kind, progress)
     try:
-        alphas, held = solve_cg_folds(op, y, ridges, folds, kind=kind)
+        alphas, held = solve_cg_folds(op, y, ridges, folds, kind=kind, on_iteration=on_iteration)
+        done()
     except fails:
         alphas, held = {}, {}
         for ridge in ridges:  # find out which ridges fail, and solve the others
             try:
-                a, h = solve_cg_folds(op, y, [ridge], folds, kind=kind)
+                a, h = solve_cg_folds(op, y, [ridge], folds, kind=kind,
+                                      on_iteration=on_iteration)
                 alphas.update(a)
                 held.update(h)
             except fails as exc:
@@ -162,14 +191,16 @@ def _check_flow(times, n: int, m: int, solver: str, asked: str,
 def predict(run_dir, ridges: Optional[Iterable[float]] = None,
             kinds: Optional[Iterable[str]] = None, solver: str = "auto",
             available_bytes: Optional[int] = None,
-            times: Optional[Iterable[float]] = None) -> PredictResult:
+            times: Optional[Iterable[float]] = None,
+            progress: Optional[Callable[[str], None]] = None) -> PredictResult:
     """Kernel regression with every requested kind and ridge on the run in ``run_dir``.
 
     ``ridges``: the sweep (default ``DEFAULT_RIDGES``), ``ridge * trace(K)/n`` on the
     diagonal; each kind's ridge is chosen by its held-out score on the training set
     (``PredictResult.selected``). ``times``: also the gradient-flow ensemble at those
     training times (neural-tangents' ``t`` with learning rate 1; ``inf`` allowed),
-    every ridge. Test accuracy and MSE are ``None`` without test labels. Raises
+    every ridge. ``progress(line)``: the CG solve's progress (products with K,
+    residual, time). Test accuracy and MSE are ``None`` without test labels. Raises
     ``NotPositiveDefiniteError`` when no ridge of any kind could be solved.
     """
     ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
@@ -189,7 +220,8 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     rows, choices, solved, flows = [], [], {}, {}
     for kind in kinds:
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
-                                   with_variance=base_kind(kind) == "nngp", names=names)
+                                   with_variance=base_kind(kind) == "nngp", names=names,
+                                   progress=progress)
         scores = {}
         for ridge, res in solved[kind].items():
             row = {"kind": kind, "ridge": ridge, "error": res.get("error")}

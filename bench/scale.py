@@ -1,0 +1,132 @@
+"""Scale: compute, verify and predict at N = 20,000 (or 50,000) end to end, by the CLI.
+
+A cheap kernel (a fully connected net, fc layers only) on synthetic data: ``N``
+training and ``N // 10`` test points in 64 dimensions whose 10 labels come from a
+fixed random teacher (a two-layer net), so the test accuracy means something. Each
+step is a ``kernelcli`` subprocess; per step the table gives wall time, the peak
+resident memory of the children (``ru_maxrss``, the largest child so far), the
+exit status, and the run directory's disk use and file count after it. The load
+average at the start and end is printed too (the machine may be shared).
+
+    .venv/bin/python bench/scale.py --n 20000 --out /tmp/scale20k
+    .venv/bin/python bench/scale.py --n 20000 --solvers cg,cholesky --ridge 1e-2
+
+``--solvers``: the predict runs, each ``kernelcli predict --solver S`` (default
+``cg``: the preconditioned conjugate gradients over the default sweep with 5-fold
+selection). Results (the CLI's JSON) are written next to the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+DIM, CLASSES = 64, 10
+
+
+def data(path: Path, n: int, m: int) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n + m, DIM)).astype(np.float32)
+    w1 = rng.standard_normal((DIM, 256)) / np.sqrt(DIM)
+    w2 = rng.standard_normal((256, CLASSES)) / 16
+    y = np.argmax(np.maximum(x @ w1, 0) @ w2, axis=1).astype(np.int64)
+    np.savez(path, x_train=x[:n], y_train=y[:n], x_test=x[n:], y_test=y[n:])
+
+
+def config(path: Path, npz: Path, run_dir: Path) -> None:
+    dense = "    - dense: {W_std: 1.4142135623730951, b_std: 0.1}\n"
+    path.write_text(
+        f"name: scale\n"
+        f"data:\n  x1: {npz}\n  key: x_train\n  labels_key: y_train\n"
+        f"  test: {npz}\n  test_key: x_test\n  test_labels_key: y_test\n"
+        f"architecture:\n  layers:\n{dense}    - relu\n{dense}    - relu\n{dense}"
+        f"kernel:\n  kinds: [nngp, ntk]\n  dtype: float32\n"
+        f"output:\n  run_dir: {run_dir}\n")
+
+
+def disk(run_dir: Path) -> tuple:
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def step(name: str, args: list, run_dir: Path, rows: list, env=None) -> subprocess.CompletedProcess:
+    t = time.perf_counter()
+    proc = subprocess.run([str(Path(sys.executable).with_name("kernelcli")), *args],
+                          capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB
+    size, count = disk(run_dir) if run_dir.exists() else (0, 0)
+    rows.append((name, wall, rss, proc.returncode, size / 1e9, count))
+    print(f"| {name} | {wall:.0f} | {rss:.2f} | {proc.returncode} | {size / 1e9:.2f} | "
+          f"{count:,} |", flush=True)
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:], file=sys.stderr, flush=True)
+    return proc
+
+
+def compare(out: Path, solvers: list) -> None:
+    """The largest relative difference of every ridge's test predictions between solvers."""
+    import h5py
+
+    files = [out / f"predictions_{s}.h5" for s in solvers]
+    if len(files) < 2 or not all(f.exists() for f in files):
+        return
+    with h5py.File(files[0], "r") as a, h5py.File(files[1], "r") as b:
+        worst = 0.0
+
+        def visit(name, obj):
+            nonlocal worst
+            if isinstance(obj, h5py.Dataset) and name.endswith("mean") and name in b:
+                x, y = obj[...], b[name][...]
+                worst = max(worst, float(np.abs(x - y).max() / np.abs(y).max()))
+        a.visititems(visit)
+    print(f"  predictions {solvers[0]} vs {solvers[1]}: max relative difference {worst:.2e}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/kernelcli_scale"))
+    ap.add_argument("--solvers", default="cg")
+    ap.add_argument("--ridge", default=None, help="predict's --ridge (default: its sweep)")
+    ap.add_argument("--kind", default=None, help="predict's --kind (default: every kind)")
+    args = ap.parse_args()
+    out = args.out / str(args.n)
+    out.mkdir(parents=True, exist_ok=True)
+    npz, cfg, run_dir = out / "data.npz", out / "scale.yaml", out / "run"
+    if not npz.exists():
+        data(npz, args.n, args.n // 10)
+    config(cfg, npz, run_dir)
+    print(f"N={args.n:,} test={args.n // 10:,} load {os.getloadavg()[0]:.2f}")
+    print("| step | wall s | peak RSS GiB | exit | disk GB | files |\n|---|---|---|---|---|---|")
+    rows: list = []
+    if not (run_dir / "kernels.h5").exists():
+        step("compute", ["compute", str(cfg)], run_dir, rows)
+    step("verify", ["verify", str(run_dir)], run_dir, rows)
+    for solver in args.solvers.split(","):
+        extra = (["--ridge", args.ridge] if args.ridge else []) + \
+                (["--kind", args.kind] if args.kind else [])
+        proc = step(f"predict --solver {solver}",
+                    ["predict", str(run_dir), "--solver", solver, "--json", *extra],
+                    run_dir, rows)
+        if proc.returncode == 0:
+            (out / f"predict_{solver}.json").write_text(proc.stdout)
+            shutil.copyfile(run_dir / "predictions.h5", out / f"predictions_{solver}.h5")
+            for kind, c in json.loads(proc.stdout)["selected"].items():
+                print(f"  {solver} {kind}: ridge {c['selected_ridge']:g}, test accuracy "
+                      f"{c['test_accuracy']}, cv/loo accuracy {c['loo_accuracy']}", flush=True)
+    compare(out, args.solvers.split(","))
+    print(f"load {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
