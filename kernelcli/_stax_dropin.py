@@ -24,6 +24,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from ._library import KernelFunction
+from .errors import FiniteNetworkError
 from .spec import KINDS
 
 
@@ -32,10 +33,6 @@ class Kernel(NamedTuple):
 
     nngp: np.ndarray
     ntk: np.ndarray
-
-
-class FiniteNetworkError(NotImplementedError):
-    """``init_fn`` or ``apply_fn`` of a kernelcli network: there is no finite network."""
 
 
 def _finite(name: str):

@@ -137,3 +137,9 @@ class NotConvergedError(KernelcliError):
     """Conjugate gradients did not reach the tolerance within the iteration limit (exit 1)."""
 
     exit_code = 1
+
+
+class FiniteNetworkError(NotImplementedError):
+    """``init_fn`` or ``apply_fn`` of a :mod:`kernelcli.stax` network, called as in
+    neural-tangents: kernelcli computes infinite-width kernels only, there is no
+    finite network."""

@@ -260,6 +260,7 @@ def small_networks(draw):
     return layers
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(small_networks())
 def test_both_plans_agree_to_1e12_in_float64_on_random_small_networks(layers):

@@ -13,6 +13,7 @@ symmetric. The overhang cases against neural-tangents itself are reference fixtu
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +60,7 @@ def geometries(draw):
             draw(st.sampled_from(("cpu", "accelerator"))))
 
 
+@pytest.mark.slow
 @settings(max_examples=24, deadline=None)
 @given(geometries())
 def test_a_same_window_is_a_valid_window_over_the_explicitly_padded_input(geometry):
@@ -74,6 +76,7 @@ def test_a_same_window_is_a_valid_window_over_the_explicitly_padded_input(geomet
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(st.integers(1, 5), st.integers(1, 18), st.integers(1, 3),
        st.sampled_from(("VALID", "CIRCULAR")), st.sampled_from(LAYERS))
