@@ -182,6 +182,7 @@ layers:
 """
 
 
+@pytest.mark.slow
 def test_the_spatial_family_under_a_flip_is_the_explicit_construction():
     """conv_local, sum_pool, normalize_edges and global_sum_pool follow the window
     rule (or average every position) like conv and avg_pool."""

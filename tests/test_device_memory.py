@@ -191,6 +191,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS, /proc")
 def test_xla_out_of_memory_is_the_out_of_memory_error_naming_how_to_resume(tmp_path):
     """A real RESOURCE_EXHAUSTED: XLA's CPU allocator fails under an address-space limit

@@ -81,6 +81,7 @@ def test_spatial_layers_on_volumes_match_finite_width_networks():
     assert_mc_close(arch, images(shape=(2, 2, 2, 1)), draws=DRAWS)
 
 
+@pytest.mark.slow
 def test_conv_local_after_conv_follows_finite_networks_not_neural_tangents():
     """neural-tangents 0.6.5 applies ``[3, 1]`` here as ``[1, 3]``; the finite networks
     agree with kernelcli, and tell the two apart."""
@@ -166,6 +167,7 @@ def test_a_parallel_whose_branches_start_with_conv_local_holds_only_the_diagonal
     assert (both, mixed) == (16 ** 2, 64 ** 2)
 
 
+@pytest.mark.slow
 def test_a_concat_of_a_conv_local_and_a_conv_branch_is_the_mean_of_the_two_networks():
     """Concat of equal widths, then linear layers: the mean of the two single-branch
     networks' kernels. The conv_local branch drops the parallel's full input to its

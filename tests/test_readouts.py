@@ -65,6 +65,7 @@ def test_each_readout_equals_its_truncated_network(head, after):
     assert_readouts_match(architecture(POOLED_BODY, head, after), x)
 
 
+@pytest.mark.slow
 def test_readouts_of_a_flip_averaged_kernel_are_the_truncated_networks_averaged():
     """kernel.augment and readouts together: the per-input pass and the pairs average
     every readout's kernel over the group, as each truncated network's own run does."""
@@ -73,6 +74,7 @@ def test_readouts_of_a_flip_averaged_kernel_are_the_truncated_networks_averaged(
                           augment=("hflip", "vflip"))
 
 
+@pytest.mark.slow
 def test_readouts_of_a_rectangular_kernel_and_a_residual_body():
     body = [CONV, "relu", CONV, {"residual": {"layers": ["relu", CONV]}}, "relu",
             {"avg_pool": {"window": 2}}]
