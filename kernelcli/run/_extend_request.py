@@ -28,18 +28,16 @@ def request_of(test, test_key, test_labels, test_labels_key, append, append_key,
     """The call as the manifest records it (absolute paths, as the command line resolves
     them against the working folder); keys not given are ``None`` until
     :func:`resolve_files`."""
-    if test is None:
-        for flag, value in (("test_key", test_key), ("test_labels", test_labels),
-                            ("test_labels_key", test_labels_key)):
-            if value is not None:
-                raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<test>>; "
-                                        f"expected <<test>> FILE as well")
-    if append is None:
-        for flag, value in (("append_key", append_key), ("append_labels", append_labels),
-                            ("append_labels_key", append_labels_key)):
-            if value is not None:
-                raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<append>>; "
-                                        f"expected <<append>> FILE as well")
+    for name, file, rest in (
+            ("test", test, (("test_key", test_key), ("test_labels", test_labels),
+                            ("test_labels_key", test_labels_key))),
+            ("append", append, (("append_key", append_key), ("append_labels", append_labels),
+                                ("append_labels_key", append_labels_key)))):
+        given = [(flag, value) for flag, value in rest if value is not None]
+        if file is None and given:
+            flag, value = given[0]
+            raise UsageError.naming(f"<<{flag}>> {value!r} is given without <<{name}>>; "
+                                    f"expected <<{name}>> FILE as well")
     if test is None and append is None:
         raise UsageError.naming("give <<test>> FILE (a test set), <<append>> FILE (more "
                                 "training rows), or both")
