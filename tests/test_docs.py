@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import itertools
 import re
-from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
 import click
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
-README = DOCS.parent / "README.md"
+from helpers_docs import DOCS, README, TICKED as _TICKED, documented_commands
+
 
 
 # --- the code's names: re-point these when the tables move ------------------------
@@ -76,7 +75,6 @@ def _code_commands() -> Dict[str, Tuple[Set[str], Set[str], Dict[str, Set[str]]]
 
 # --- reading the documents ---------------------------------------------------------
 
-_TICKED = re.compile(r"`([^`]+)`")
 
 
 def _read(name: str) -> str:
@@ -237,27 +235,6 @@ def test_no_reference_points_at_a_missing_docs_file():
             assert (DOCS / ref).is_file(), f"{path.relative_to(root)} cites missing docs/{ref}"
 
 
-def _documented_commands() -> List[Tuple[str, str]]:
-    """``[(page, command line)]``: every ``kernelcli ...`` line of a README or docs
-    code block (continuation lines joined, comments and ``.venv/bin/`` dropped)."""
-    out = []
-    for path in [README, *sorted(DOCS.glob("*.md"))]:
-        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
-        for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S):
-            for line in block.splitlines():
-                for part in re.split(r"&&|;|\|", line.split(" #")[0]):
-                    part = part.strip().replace(".venv/bin/kernelcli", "kernelcli")
-                    if part.startswith("kernelcli ") or part == "kernelcli":
-                        out.append((path.name, part))
-        for span in _TICKED.findall(re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)):
-            span = re.sub(r"\s*\[[^\]]*\]", "", span).strip()  # optional parts dropped
-            span = span.split(" | ")[0]
-            words = span.split()  # `kernelcli compute --run-dir` names an option: skipped
-            if len(words) > 2 and not words[2].startswith("-") and span.startswith("kernelcli ") and not re.search(r"COMMAND|\.\.\.|\\\|", span):
-                out.append((path.name, span))
-    return out
-
-
 _PLACEHOLDERS = {"I/N": "0/2", "W": "2", "N": "2"}  # metavars given a value to parse
 
 
@@ -269,7 +246,7 @@ def test_every_documented_command_line_parses():
 
     from kernelcli.cli import main
 
-    lines = _documented_commands()
+    lines = documented_commands()
     assert len(lines) > 40
     failures = []
     for page, line in lines:

@@ -1,0 +1,37 @@
+"""The README's and docs/'s own words, read for the tests that hold them true
+(tests/test_docs.py parses every documented command line, tests/test_docs_run.py
+runs them). Nothing here is a test."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import List, Tuple
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+README = DOCS.parent / "README.md"
+TICKED = re.compile(r"`([^`]+)`")
+
+
+def documented_commands() -> List[Tuple[str, str]]:
+    """``[(page, command line)]``: every ``kernelcli ...`` line of a README or docs
+    code block (continuation lines joined, comments and ``.venv/bin/`` dropped), and
+    every inline ```kernelcli COMMAND ARG ...``` span (one that only names an
+    option, ```kernelcli compute --run-dir```, is not a command line)."""
+    out = []
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S):
+            for line in block.splitlines():
+                for part in re.split(r"&&|;|\|", line.split(" #")[0]):
+                    part = " ".join(part.replace(".venv/bin/kernelcli", "kernelcli").split())
+                    if part.startswith("kernelcli ") or part == "kernelcli":
+                        out.append((path.name, part))
+        for span in TICKED.findall(re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)):
+            span = " ".join(re.sub(r"\s*\[[^\]]*\]", "", span).split())  # optional parts dropped
+            span = span.split(" | ")[0]
+            words = span.split()
+            if (len(words) > 2 and not words[2].startswith("-") and span.startswith("kernelcli ")
+                    and not re.search(r"COMMAND|\.\.\.|\\\|", span)):
+                out.append((path.name, span))
+    return out
