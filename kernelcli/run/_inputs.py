@@ -122,24 +122,26 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
     """
     d = cfg.data
     opened = []
+    # What a compressed input may unpack to: the run's memory (data._unpack).
+    bounds = dict(max_bytes=cfg.compute.memory, stop=stop)
     try:
-        x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1")
+        x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1", **bounds)
         opened.append(x1)
         x2 = test = None
         if d.x2 is not None:
             x2 = open_array(d.x2, _key(d.x2, d.x2_key, d.key),
-                            layout=d.layout, limit=None, what="data.x2")
+                            layout=d.layout, limit=None, what="data.x2", **bounds)
             opened.append(x2)
             check_pair(x1, x2)
         if d.test is not None:
             test = open_array(d.test, _key(d.test, d.test_key, d.key),
-                              layout=d.layout, limit=d.test_limit, what="data.test")
+                              layout=d.layout, limit=d.test_limit, what="data.test", **bounds)
             opened.append(test)
             check_pair(x1, test)
         appended = []
         for rec in appends:
             src = open_array(Path(rec["x"]), _key(Path(rec["x"]), rec.get("key"), d.key),
-                             layout=d.layout, limit=None, what="--append")
+                             layout=d.layout, limit=None, what="--append", **bounds)
             opened.append(src)
             appended.append(src)
             check_pair(x1, src)
