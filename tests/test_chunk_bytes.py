@@ -21,12 +21,12 @@ from kernelcli._env import CHUNK_BYTES
 from helpers_cli import GAP_NET, assert_bit_identical, images, invoke, read_kernels, \
     write_config
 
-N, OLD = 40, 30
+N, OLD = 24, 16
 
 
 def computed(folder, name, x, *extra):
     cfg = write_config(folder, name=name, x1=folder / x, key="x", layers=GAP_NET,
-                       run_dir=folder / name, compute={"block": 16})
+                       run_dir=folder / name, compute={"block": 8})
     res = invoke("compute", cfg, "--quiet", *extra)
     assert res.exit_code == 0, res.stderr
     return folder / name
