@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from kernelcli._stop import Stop
-from kernelcli.data import open_array
+from kernelcli.data import fingerprint, open_array
 from kernelcli.errors import DataError, Interrupted
 
 from helpers_cli import FLATTEN_NET, run_cli, write_config
@@ -122,6 +122,14 @@ def test_unpacking_a_member_honours_stop(tmp_path):
         stop.request()
         with pytest.raises(Interrupted):
             src.read(0, 1)
+
+
+def test_fingerprinting_honours_stop(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((4, 3)))
+    stop = Stop()
+    stop.request()
+    with open_array(tmp_path / "x.npy") as src, pytest.raises(Interrupted):
+        fingerprint(src, stop=stop)
 
 
 def test_h5_declaring_four_tebibytes_is_refused(tmp_path):

@@ -71,16 +71,17 @@ class Inputs:
         """Block columns: ``x2`` (preprocessed) or, for a symmetric run, ``rows``."""
         return self.rows if self.x2 is None else self._view(self.x2)
 
-    def fingerprints(self) -> dict:
-        out = {"x1": fingerprint(self.x1)}
+    def fingerprints(self, stop=None) -> dict:
+        """The data's fingerprints; a requested ``stop`` is honoured between batches."""
+        out = {"x1": fingerprint(self.x1, stop=stop)}
         if self.x2 is not None:
-            out["x2"] = fingerprint(self.x2)
+            out["x2"] = fingerprint(self.x2, stop=stop)
         if self.test is not None:
-            out["test"] = fingerprint(self.test)
+            out["test"] = fingerprint(self.test, stop=stop)
         if self.appended:
             h = hashlib.sha256(b"kernelcli-appended-v1\n")
             for src in self.appended:
-                h.update(f"{fingerprint(src)}\n".encode())
+                h.update(f"{fingerprint(src, stop=stop)}\n".encode())
             out["append"] = h.hexdigest()
         if self.labels is not None or self.test_labels is not None:
             out["labels"] = labels_fingerprint(self.labels, self.test_labels)

@@ -214,7 +214,7 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
                         pair_batch=stored.get("pair_batch"), memory=memory)
         check(stop)
         if fingerprints is None:
-            fingerprints = inputs.fingerprints()
+            fingerprints = inputs.fingerprints(stop)
         check(stop)
     except BaseException:
         inputs.close()
