@@ -2,7 +2,9 @@
 
 docs/environment.md documents each name in :data:`VARIABLES` (tests/test_docs.py
 keeps the two in step, and tests/test_env.py that no other module reads the
-environment). None of them changes a kernel's value. A value kernelcli cannot
+environment). None of them changes a kernel's value beyond its last bits: the chunk
+size does that (XLA compiles each chunk size differently), so a run records its chunk
+and a resume or extend uses the recorded one. A value kernelcli cannot
 use is a :class:`~kernelcli.errors.ConfigError` (exit 2) naming the variable,
 the value and what is accepted -- never silently ignored, never a traceback.
 """

@@ -16,6 +16,7 @@ unsupported types) becomes a one-line :class:`DataError` naming the key and file
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -23,10 +24,11 @@ from typing import List, Optional, Tuple
 
 import h5py
 import numpy as np
-from h5py import h5s, h5z
+from h5py import h5d, h5p, h5s, h5z
 
 from .. import _env
 from ..errors import DataError
+from ._unpack import array_bytes, check_unpacked
 
 H5_ERRORS = (KeyError, OSError, ValueError, RuntimeError, TypeError, AttributeError)
 _MAX_DEPTH = 4          # virtual datasets built on virtual datasets, at most this deep
@@ -293,3 +295,34 @@ def _check_extent(src, srcspace, npoints, where, source, key_name) -> None:
         raise DataError(f"{key_name}: the virtual dataset {where} maps values from outside its "
                         f"{source} of shape {shape} (they would read as the fill value); "
                         "accepted: mappings inside their source datasets")
+
+
+def bounded(dset: h5py.Dataset, path: Path, key: str, what: str, bound: int) -> h5py.Dataset:
+    """``dset``, refused if it is compressed (has filters) and declares more than
+    ``bound`` bytes unpacked (the dataset or one chunk), else reopened with a chunk cache
+    that holds a row of chunks (``_unpack`` says why): HDF5 decompresses a chunk that
+    does not fit its cache (1 MiB by default) again for every slice read of it."""
+    try:
+        dcpl = dset.id.get_create_plist()
+        if dcpl.get_nfilters() == 0 or dset.chunks is None:
+            return dset
+        shape, chunks, itemsize = tuple(dset.shape), tuple(dset.chunks), dset.dtype.itemsize
+    except H5_ERRORS as exc:
+        raise DataError(f"{what}: the storage of {key!r} in {path} cannot be inspected "
+                        f"({one_line(exc)})") from None
+    check_unpacked(path, key, what, array_bytes(shape, dset.dtype), bound,
+                   f"shape {shape} of {dset.dtype}")
+    chunk = array_bytes(chunks, dset.dtype)
+    check_unpacked(path, key, what, chunk, bound, f"chunks of shape {chunks}")
+    per_row = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:]))
+    nbytes = min(bound, max(chunk * per_row, 2**20))
+    dapl = h5p.create(h5p.DATASET_ACCESS)
+    dapl.set_chunk_cache(min(2**24, max(521, 10 * per_row)), nbytes, 1.0)
+    # An open dataset keeps the cache it was opened with (a second open shares it).
+    fid, name = dset.file.id, dset.name.encode()
+    try:
+        dset.id._close()
+        return h5py.Dataset(h5d.open(fid, name, dapl))
+    except H5_ERRORS as exc:
+        raise DataError(f"{what}: {key!r} in {path} cannot be opened again with a chunk cache "
+                        f"({one_line(exc)})") from None

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import DataError
 from . import _h5
 from ._h5 import H5_ERRORS, one_line
+from ._unpack import array_bytes, bound_of, check_unpacked, read_member
 from ._values import where_of
 
 NUMERIC = ("biuf", "a numeric array (bool, integer or float)")
@@ -105,7 +106,7 @@ def npz_member(npz, key: str) -> str:
 
 
 def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
-             accepted=NUMERIC) -> Opened:
+             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None) -> Opened:
     try:
         npz = np.load(path, allow_pickle=False)
     except NPY_ERRORS as exc:
@@ -121,22 +122,33 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
         member = npz_member(npz, key)
         try:
             with npz.zip.open(member) as fp:
-                shape, _, dtype = npy_header(fp)
+                shape, fortran, dtype = npy_header(fp)
                 offset = fp.tell()
-            size = npz.zip.getinfo(member).file_size
+            info = npz.zip.getinfo(member)
+            size = info.file_size
         except NPY_ERRORS as exc:
             raise DataError(f"{what}: member {key!r} of {path} is not a readable array "
                             f"({one_line(exc)})") from None
         check_dtype(path, key, dtype, what, accepted)
         _check_size(path, key, what, shape, dtype, size - offset, ".npz member")
+        if info.compress_type != zipfile.ZIP_STORED:
+            bound = bound_of(max_bytes)
+            check_unpacked(path, key, what, array_bytes(shape, dtype), bound,
+                           f"shape {tuple(shape)} of {dtype}")
+            check_unpacked(path, key, what, size, bound, "the zip entry's declared size")
     except BaseException:
         npz.close()
         raise
-    return Opened(tuple(shape), dtype, {"loader": lambda: npz[key], "closer": npz.close})
+
+    def load():
+        with npz.zip.open(member) as fp:
+            npy_header(fp)
+            return read_member(fp, tuple(shape), fortran, dtype, stop)
+    return Opened(tuple(shape), dtype, {"loader": load, "closer": npz.close})
 
 
 def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
-            accepted=NUMERIC) -> Opened:
+            accepted=NUMERIC, max_bytes: Optional[int] = None) -> Opened:
     f = _h5.open_file(path, what)
     closers: list = [f.close]
     try:
@@ -151,6 +163,7 @@ def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
             raise DataError(f"{what}: {where_of(path, key)} has an HDF5 datatype that cannot be "
                             f"read ({one_line(exc)}); accepted: {accepted[1]}") from None
         check_dtype(path, key, dtype, what, accepted)
+        dset = _h5.bounded(dset, path, key, what, bound_of(max_bytes))
     except BaseException:
         _close_all(closers)
         raise
@@ -191,11 +204,13 @@ MAX_NAMES = 1000  # a hostile file may name millions
 
 
 def open_any(path: Path, key: Optional[str], what: str, key_name: str,
-             accepted=NUMERIC) -> Opened:
-    """The opener for ``path``'s suffix (.npy takes no key; checked by the caller)."""
+             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None) -> Opened:
+    """The opener for ``path``'s suffix (.npy takes no key; checked by the caller).
+    ``max_bytes``: what a compressed array may unpack to (``_unpack``); ``stop`` is
+    honoured while a .npz member is unpacked."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return open_npy(path, what, accepted)
     if suffix == ".npz":
-        return open_npz(path, key, what, key_name, accepted)
-    return open_h5(path, key, what, key_name, accepted)
+        return open_npz(path, key, what, key_name, accepted, max_bytes, stop)
+    return open_h5(path, key, what, key_name, accepted, max_bytes)

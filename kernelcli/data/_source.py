@@ -174,13 +174,17 @@ def _float_dtype(dtype) -> np.dtype:
 
 def open_array(path: Path, key: Optional[str] = None, *, layout: str = "NHWC",
                limit: Optional[int] = None, what: str = "data.x1",
-               key_name: Optional[str] = None) -> ArraySource:
+               key_name: Optional[str] = None, max_bytes: Optional[int] = None,
+               stop=None) -> ArraySource:
     """Open the array of examples at ``path`` (and ``key`` for .npz and .h5).
 
     ``what`` is the config key that named the file (``data.x1`` or
     ``data.x2``); every :class:`DataError` message starts with the key at fault.
     ``limit`` keeps only the first ``limit`` rows. ``key_name``: what names ``key`` in
     messages (default: the config key beside ``what``, ``data.key`` for ``data.x1``).
+    ``max_bytes`` (``compute.memory``; default: the host's free memory) bounds what a
+    compressed array may unpack to (:mod:`._unpack`); ``stop`` is honoured while a
+    ``.npz`` member is unpacked.
     """
     path = Path(path)
     key_name = key_name or _key_name(what)
@@ -203,7 +207,7 @@ def open_array(path: Path, key: Optional[str] = None, *, layout: str = "NHWC",
     if suffix == ".npy" and key is not None:
         raise DataError(f"{key_name}: {key!r} is only used for .npz and .h5 files; "
                         f"{path} is a .npy file holding one array: remove {key_name}")
-    opened = open_any(path, key, what, key_name)
+    opened = open_any(path, key, what, key_name, max_bytes=max_bytes, stop=stop)
     try:
         n = _validate(path, key, opened.shape, layout, limit, what)
     except DataError:

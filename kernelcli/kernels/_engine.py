@@ -94,11 +94,15 @@ class KernelFn:
         over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
       engine: the execution plan, ``"cpu"`` or ``"accelerator"`` (resolved already:
         :func:`resolve_engine`); the kernels agree to rounding, not bit for bit.
+      chunk: pairs per chunk of the CPU plan (``None``: from ``KERNELCLI_CHUNK_BYTES`` or
+        the default); XLA compiles each chunk size's program differently, so its
+        kernels differ in the last bits: a run records it and a resume passes it back.
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
                  kinds: Sequence[str] = KINDS, dtype: str = "float32",
-                 augment: Sequence[str] = (), engine: str = "cpu"):
+                 augment: Sequence[str] = (), engine: str = "cpu",
+                 chunk: Optional[int] = None):
         if engine not in PLANS:
             raise ValueError(f"engine {engine!r}: expected one of {', '.join(PLANS)} "
                              f"(resolve 'auto' with resolve_engine first)")
@@ -141,7 +145,8 @@ class KernelFn:
         per_pair = self.cov_elements * self.dtype.itemsize
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
         # accelerator: 1, no chunk loop at all (a call's pairs are one program step)
-        self.chunk = 1 if self._batched else slab * max(1, chunk_bytes // (slab * per_pair))
+        self.chunk = (1 if self._batched else int(chunk) if chunk is not None
+                      else slab * max(1, chunk_bytes // (slab * per_pair)))
         self._programs = Programs(Traced(self._net, self.chunk, self.flat_input,
                                          self._trace.runs),
                                   self.dtype, compiler_options(self.full_cov))
@@ -361,9 +366,10 @@ class KernelFn:
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
                     kinds: Sequence[str] = KINDS,
                     dtype: str = "float32", augment: Sequence[str] = (),
-                    engine: str = "cpu") -> KernelFn:
+                    engine: str = "cpu", chunk: Optional[int] = None) -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
     ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
-    execution plan (``"cpu"`` or ``"accelerator"``, see :func:`resolve_engine`)."""
-    return KernelFn(arch, input_shape, kinds, dtype, augment, engine)
+    execution plan (``"cpu"`` or ``"accelerator"``, see :func:`resolve_engine`);
+    ``chunk``: see :class:`KernelFn`."""
+    return KernelFn(arch, input_shape, kinds, dtype, augment, engine, chunk)
 

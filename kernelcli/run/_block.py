@@ -30,11 +30,13 @@ def stats_slices(n: int, rows: int = STATS_ROWS) -> list[tuple[int, int]]:
     return [(s, min(s + rows, n)) for s in range(0, n, rows)]
 
 
-def kernel_spec(cfg, input_shape) -> tuple:
+def kernel_spec(cfg, input_shape, chunk=None) -> tuple:
     """What builds a run's kernel function anywhere (a Ray worker too): architecture,
-    input shape, kinds, dtype, augment."""
+    input shape, kinds, dtype, augment, and the CPU plan's pairs per chunk (``None``
+    for a new run: ``KERNELCLI_CHUNK_BYTES`` or the default; an existing run's as its
+    manifest records it, since the chunk size changes the kernel's last bits)."""
     return (cfg.architecture, tuple(input_shape), tuple(cfg.kernel.kinds), cfg.kernel.dtype,
-            tuple(cfg.kernel.augment))
+            tuple(cfg.kernel.augment), chunk)
 
 
 def build_for_engine(spec: tuple, engine: str, platform: str):
@@ -42,7 +44,7 @@ def build_for_engine(spec: tuple, engine: str, platform: str):
     an existing run recorded) resolved for ``platform``."""
     from ..kernels import build_kernel_fn, resolve_engine
 
-    return build_kernel_fn(*spec, engine=resolve_engine(engine, platform))
+    return build_kernel_fn(*spec[:5], engine=resolve_engine(engine, platform), chunk=spec[5])
 
 
 def _block_pairs(block):

@@ -71,16 +71,17 @@ class Inputs:
         """Block columns: ``x2`` (preprocessed) or, for a symmetric run, ``rows``."""
         return self.rows if self.x2 is None else self._view(self.x2)
 
-    def fingerprints(self) -> dict:
-        out = {"x1": fingerprint(self.x1)}
+    def fingerprints(self, stop=None) -> dict:
+        """The data's fingerprints; a requested ``stop`` is honoured between batches."""
+        out = {"x1": fingerprint(self.x1, stop=stop)}
         if self.x2 is not None:
-            out["x2"] = fingerprint(self.x2)
+            out["x2"] = fingerprint(self.x2, stop=stop)
         if self.test is not None:
-            out["test"] = fingerprint(self.test)
+            out["test"] = fingerprint(self.test, stop=stop)
         if self.appended:
             h = hashlib.sha256(b"kernelcli-appended-v1\n")
             for src in self.appended:
-                h.update(f"{fingerprint(src)}\n".encode())
+                h.update(f"{fingerprint(src, stop=stop)}\n".encode())
             out["append"] = h.hexdigest()
         if self.labels is not None or self.test_labels is not None:
             out["labels"] = labels_fingerprint(self.labels, self.test_labels)
@@ -122,24 +123,26 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
     """
     d = cfg.data
     opened = []
+    # What a compressed input may unpack to: the run's memory (data._unpack).
+    bounds = dict(max_bytes=cfg.compute.memory, stop=stop)
     try:
-        x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1")
+        x1 = open_array(d.x1, d.key, layout=d.layout, limit=d.limit, what="data.x1", **bounds)
         opened.append(x1)
         x2 = test = None
         if d.x2 is not None:
             x2 = open_array(d.x2, _key(d.x2, d.x2_key, d.key),
-                            layout=d.layout, limit=None, what="data.x2")
+                            layout=d.layout, limit=None, what="data.x2", **bounds)
             opened.append(x2)
             check_pair(x1, x2)
         if d.test is not None:
             test = open_array(d.test, _key(d.test, d.test_key, d.key),
-                              layout=d.layout, limit=d.test_limit, what="data.test")
+                              layout=d.layout, limit=d.test_limit, what="data.test", **bounds)
             opened.append(test)
             check_pair(x1, test)
         appended = []
         for rec in appends:
             src = open_array(Path(rec["x"]), _key(Path(rec["x"]), rec.get("key"), d.key),
-                             layout=d.layout, limit=None, what="--append")
+                             layout=d.layout, limit=None, what="--append", **bounds)
             opened.append(src)
             appended.append(src)
             check_pair(x1, src)

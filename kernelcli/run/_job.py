@@ -83,7 +83,8 @@ class Job:
             config_fingerprint=config_fingerprint(self.cfg, self.extension),
             data_fingerprints=self.fingerprints, geometry=self.plan.geometry,
             test_diagonal=self.cfg.kernel.test_diagonal, dtype=self.cfg.kernel.dtype,
-            engine=self.kfn.engine, extend=self.extension, lineage=self.lineage,
+            engine=self.kfn.engine, chunk=self.kfn.chunk, extend=self.extension,
+            lineage=self.lineage,
             labels_file=None if labels is None else labels_name(labels))
 
 
@@ -200,7 +201,7 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         stored = stored_plan or {}
         # an existing run keeps the plan it started with (one without the key: "cpu")
         engine = stored.get("engine", "cpu") if stored_plan is not None else cfg.compute.engine
-        spec = kernel_spec(cfg, inputs.x1.example_shape)
+        spec = kernel_spec(cfg, inputs.x1.example_shape, stored.get("chunk"))
         if backend is None:
             backend = open_backend(cfg.compute, stop)
         # a Ray backend plans on a worker, for its platform
@@ -213,7 +214,7 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
                         pair_batch=stored.get("pair_batch"), memory=memory)
         check(stop)
         if fingerprints is None:
-            fingerprints = inputs.fingerprints()
+            fingerprints = inputs.fingerprints(stop)
         check(stop)
     except BaseException:
         inputs.close()

@@ -11,7 +11,7 @@ like any other: whatever it holds, the answer is a one-line
 on made-up values.
 
 Keys (``plan`` holds the geometry's fields, :data:`GEOMETRY_KEYS`, plus
-``test_diagonal``, ``dtype`` and ``engine``)::
+``test_diagonal``, ``dtype``, ``engine`` and, from runs that record it, ``chunk``)::
 
     format, kernelcli_version, name, config_text, config_dir, config_dir_from_run,
     config_fingerprint, data_fingerprints, plan,
@@ -43,8 +43,8 @@ GEOMETRY_KEYS = ("n1", "n2", "n_test", "symmetric", "block", "pair_batch", "kind
 
 def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_from_run: str,
                  config_fingerprint: str, data_fingerprints: dict, geometry: Geometry,
-                 test_diagonal: bool, dtype: str, engine: str, extend=None, lineage=None,
-                 labels_file: Optional[str] = None) -> dict:
+                 test_diagonal: bool, dtype: str, engine: str, chunk: Optional[int] = None,
+                 extend=None, lineage=None, labels_file: Optional[str] = None) -> dict:
     """The JSON object of a new run's manifest. ``extend`` (with ``lineage`` and
     ``labels_file``): keys of runs grown by ``kernelcli extend`` only, so the manifests
     of other runs keep their bytes."""
@@ -62,6 +62,8 @@ def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_fro
                  # the execution plan rounds differently: a resume keeps it
                  "engine": engine},
     }
+    if chunk is not None:  # the CPU plan's pairs per chunk change the last bits: kept too
+        out["plan"]["chunk"] = chunk
     if extend is not None:
         out.update(extend=extend, lineage=list(lineage or ()))
         if labels_file is not None:
@@ -247,6 +249,8 @@ def _check(manifest: dict, run_dir) -> None:
     if p.get("engine", "cpu") not in _ENGINES:  # runs before the key ran the CPU plan
         raise DamagedFileError(f"{where}: plan.engine is {_show(p.get('engine'))}; expected "
                                f"one of {', '.join(_ENGINES)}")
+    if "chunk" in p:  # runs before the key: the chunk of KERNELCLI_CHUNK_BYTES or the default
+        _int(p, "chunk", 1, 1 << 31, where)
 
 
 def _geometry(manifest: dict, run_dir) -> Geometry:
