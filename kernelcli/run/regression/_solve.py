@@ -206,6 +206,18 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
     times = () if times is None else check_times(times)
     store = RunStore.open(run_dir)
+    # one writer per run directory, from the first read of kernels.h5 to the rename of
+    # predictions.h5: an extend, clean or resume meanwhile would change the kernels
+    # these predictions are made of, or remove them while they are written
+    # (opened first so that a folder that is no run gets no lock file; again once
+    # locked, as a writer that just ended may have changed the manifest)
+    with store.lock():
+        return _predict(RunStore.open(run_dir), run_dir, ridges, solver, available_bytes,
+                        times, kinds, progress)
+
+
+def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
+             progress) -> PredictResult:
     names, have, labels, test_labels = _check_run(store, run_dir)
     kinds = _kinds(kinds, have, run_dir)
     n = int(labels.shape[0])
