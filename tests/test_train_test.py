@@ -112,7 +112,7 @@ def test_status_and_estimate_count_the_test_rows(tt_run):
     est = json.loads(invoke("estimate", cfg, "--memory", "--json").stdout)
     assert est["n1"] == N_TRAIN and est["n_test"] == N_TEST
     assert est["pairs_total"] == out["pairs_total"]
-    assert est["solve_bytes"] == 16 * N_TRAIN ** 2 and est["solver"] == "cholesky"
+    assert est["solve_bytes"] == 24 * N_TRAIN ** 2 and est["solver"] == "cholesky"
     text = invoke("estimate", cfg, "--memory").stdout
     assert "test rows (K(test, x1))" in text and "predict: Cholesky solve needs" in text
 

@@ -70,7 +70,7 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
 # kernelcli.predict.SOLVERS, spelled here: importing it would load numpy before --help
 @click.option("--solver", type=click.Choice(["auto", "cholesky", "cg"]), default="auto",
               show_default=True,
-              help="cholesky: float64 factor in memory (16 N^2 bytes); cg: conjugate "
+              help="cholesky: float64 factor in memory (24 N^2 bytes); cg: conjugate "
                    "gradients streaming K from kernels.h5 by row blocks; auto: Cholesky "
                    "when it fits in the available memory (MemAvailable, or the cgroup's "
                    "limit less its usage when tighter).")

@@ -54,7 +54,7 @@ def _print_parts(est) -> None:
         s = est.solve
         fits = s.solver == "cholesky"
         _row("predict: Cholesky solve needs",
-             f"{format_size(s.solve_bytes)} (float64 kernel + factor; "
+             f"{format_size(s.solve_bytes)} (float64 kernel, factor, LAPACK copy; "
              f"{format_size(s.solve_available_bytes)} available: "
              f"{'fits' if fits else 'does not fit, predict will use --solver cg'})")
     if est.readouts:

@@ -37,6 +37,8 @@ from ._flow import nngp_flow_variance as nngp_flow_variance
 from ._flow import ntk_covariance as ntk_covariance
 from ._flow import ntk_flow_variance as ntk_flow_variance
 from ._memory import SOLVERS as SOLVERS
+from ._memory import VARIANCE_ROWS as VARIANCE_ROWS
+from ._memory import cholesky_memory_bytes as cholesky_memory_bytes
 from ._memory import check_flow_memory as check_flow_memory
 from ._memory import flow_memory_bytes as flow_memory_bytes
 from ._memory import choose_solver as choose_solver
@@ -56,8 +58,9 @@ from ._targets import one_hot as one_hot
 
 __all__ = [
     "ArrayOperator", "CGResult", "Eigen", "FlowBasis", "H5KernelOperator", "NTKCovariance",
-    "NotConvergedError", "NotPositiveDefiniteError", "SOLVERS", "accuracy", "check_flow_memory",
-    "check_ridges", "check_times", "choose_ridge", "choose_solver", "cholesky_factor", "eigen",
+    "NotConvergedError", "NotPositiveDefiniteError", "SOLVERS", "VARIANCE_ROWS", "accuracy", "check_flow_memory",
+    "check_ridges", "check_times", "choose_ridge", "choose_solver", "cholesky_factor",
+    "cholesky_memory_bytes", "eigen",
     "evaluate", "flow_basis", "flow_mean", "flow_memory_bytes", "flow_weights", "fold_masks",
     "gradient_flow", "held_out_scores", "inverse_diagonal", "load_kernel", "loo_predictions",
     "mse", "nngp_flow_variance", "ntk_covariance", "ntk_flow_variance", "one_hot", "predict",

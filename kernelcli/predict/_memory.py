@@ -1,12 +1,16 @@
 """How much memory a solve needs, and which solver a machine can afford (no numpy needed).
 
-A Cholesky solve holds the training kernel in float64 and its factor, two
-``n x n`` float64 matrices: ``16 n^2`` bytes at the peak (the kernel read with
-``load_kernel`` straight into float64; a float32 copy held by the caller comes
-on top). Conjugate gradients on an ``H5KernelOperator`` hold one row block
-(``block_rows x n x 8`` bytes) and a few ``n x C`` vectors per ridge (and per
-fold of the cross-validation that chooses the ridge). Gradient-flow predictions
-need an eigendecomposition in memory (``flow_memory_bytes``).
+A Cholesky solve holds the training kernel in float64 and its factor, and while it
+factors LAPACK (numpy's ``cholesky``) works on a copy of its own: three ``n x n``
+float64 matrices, ``24 n^2`` bytes at the peak (the kernel read with ``load_kernel``
+straight into float64; a float32 copy held by the caller comes on top).
+``predict``'s Cholesky route holds more beside them (:func:`cholesky_memory_bytes`):
+the targets and coefficients, a block of the test kernel streamed from
+``kernels.h5``, and the results kept for every kind and ridge. Conjugate gradients on
+an ``H5KernelOperator`` hold one row block (``block_rows x n x 8`` bytes) and a few
+``n x C`` vectors per ridge (and per fold of the cross-validation that chooses the
+ridge). Gradient-flow predictions need an eigendecomposition in memory
+(``flow_memory_bytes``).
 """
 
 from __future__ import annotations
@@ -27,9 +31,33 @@ MAX_VALUES = 64
 MAX_RIDGE = 1e12
 
 
+# H5KernelOperator's default row block: the most of a kernel streamed at once
+STREAM_BLOCK_BYTES = 256 * 2**20
+VARIANCE_ROWS = 1024  # test rows per block of predict's posterior variance
+_INVERSE_SLAB = 256  # columns of L^{-1} per slab of the leave-one-out diagonal
+
+
 def solve_memory_bytes(n: int) -> int:
-    """Peak bytes of a Cholesky solve of an (n, n) kernel: float64 kernel + factor."""
-    return 2 * 8 * n * n
+    """Peak bytes of a Cholesky factorisation of an (n, n) kernel: the float64 kernel,
+    LAPACK's working copy and the factor (measured: numpy's ``cholesky`` peaks at two
+    ``n x n`` arrays beside its input)."""
+    return 3 * 8 * n * n
+
+
+def cholesky_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
+                          kinds: int = 1) -> int:
+    """Peak bytes of ``predict``'s Cholesky route for (n, n) training and (m, n) test
+    kernels, ``classes`` targets, ``ridges`` ridges and ``kinds`` kinds (solved one after
+    the other): the factorisation (:func:`solve_memory_bytes`); the targets, the
+    triangular solves' right-hand sides, the coefficients and held-out predictions of
+    the ridge being solved (``4 n C``) and the leave-one-out diagonal's slabs; the larger
+    of a block of K(test, x1) streamed for the means (read and converted) and one for the
+    variance (read, converted, solved); and what is kept for every kind and ridge
+    (``(m, C)`` means, ``(m,)`` variances, ``(n, C)`` held-out predictions)."""
+    rows = min(m, VARIANCE_ROWS)
+    stream = max(2 * min(8 * m * n, STREAM_BLOCK_BYTES), 3 * 8 * rows * n)
+    return (solve_memory_bytes(n) + 8 * (4 * n * classes + 2 * _INVERSE_SLAB * n)
+            + stream + 8 * kinds * ridges * (m * classes + m + n * classes))
 
 
 def flow_memory_bytes(n: int, m: int, classes: int = 1, ridges: int = 1,
@@ -42,13 +70,17 @@ def flow_memory_bytes(n: int, m: int, classes: int = 1, ridges: int = 1,
     return 8 * (4 * n * n + 2 * m * n + ridges * times * m * (classes + 1))
 
 
-def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] = None) -> str:
+def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] = None,
+                  m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1) -> str:
     """``'cholesky'`` or ``'cg'`` for an (n, n) training kernel.
 
     ``solver``: ``auto`` (Cholesky when it fits, else CG), ``cholesky`` or ``cg``.
     ``available_bytes`` defaults to the available RAM less kernelcli's usual
-    headroom (as ``memory: auto``). Asking for Cholesky when it does not fit
-    raises ``BudgetError`` naming ``solver`` cg.
+    headroom (as ``memory: auto``). Whether it fits is :func:`cholesky_memory_bytes`
+    of ``m`` test rows, ``classes``, ``ridges`` and ``kinds`` (the defaults: the
+    factorisation alone). Asking for Cholesky when it does not fit raises
+    ``BudgetError`` naming what to change: ``solver`` cg, or fewer ``ridges`` or
+    ``kinds`` where they are what does not fit.
     """
     if solver not in SOLVERS:
         raise UsageError.naming(f"<<solver>>: {solver!r} is not a solver; accepted: "
@@ -57,16 +89,23 @@ def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] =
         return "cg"
     if available_bytes is None:
         available_bytes = auto_budget(available_ram_bytes())
-    need = solve_memory_bytes(n)
+    need = cholesky_memory_bytes(n, m, classes, ridges, kinds)
     if need <= available_bytes:
         return "cholesky"
     if solver == "auto":
         return "cg"
+    factor = solve_memory_bytes(n)
+    rest = (f"; beside them {format_size(need - factor)}: the targets, a streamed block "
+            f"of the test kernel, and the predictions of {ridges} ridge(s) and {kinds} "
+            f"kind(s) for {m:,} test rows")
+    fewer = ("" if cholesky_memory_bytes(n, m, classes, 1, 1) > available_bytes
+             else "give fewer <<ridges>> or <<kinds>> values, or ")
     raise BudgetError.naming(
         f"<<solver>> cholesky: a {n:,} x {n:,} Cholesky solve needs {format_size(need)} "
-        f"(the float64 kernel and its factor, {format_size(need // 2)} each), but "
-        f"{format_size(available_bytes)} is available; use <<solver>> cg, which streams the "
-        "kernel from kernels.h5 by row blocks (memory: one block)")
+        f"(the float64 kernel, its factor and LAPACK's copy while it factors, "
+        f"{format_size(factor // 3)} each{rest}), but {format_size(available_bytes)} is "
+        f"available; {fewer}use <<solver>> cg, which streams the kernel from kernels.h5 "
+        "by row blocks (memory: one block)")
 
 
 def check_flow_memory(n: int, m: int, available_bytes: Optional[int] = None,

@@ -18,8 +18,9 @@ import numpy as np
 
 from ..errors import DataError, UsageError
 from ..store import ResultFile
+from ._memory import STREAM_BLOCK_BYTES
 
-DEFAULT_BLOCK_BYTES = 256 * 2**20  # one float64 row block
+DEFAULT_BLOCK_BYTES = STREAM_BLOCK_BYTES  # one float64 row block
 
 
 def _open_dataset(path: Path, dataset: str):

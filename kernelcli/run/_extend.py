@@ -37,7 +37,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .._stop import Stop, or_new, signal_name
-from ..errors import DataError, Interrupted, RunDirError
+from ..errors import DataError, Interrupted, QuarantinedError, RunDirError
 from ..plan import make_geometry
 from ..store import Manifest, RunStore
 from ._writes import writes_run
@@ -109,6 +109,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
         ext["carry"] = carry_keys(before, job.plan, rows, test_same)  # job.extension is ext
         manifest = job.manifest()
         keep = _kept_blocks(store, job.plan, rows)
+        _check_kept(store, before, keep)
         set_aside(store, before, job.plan, ext["carry"])
         _switch(store, manifest, side_files(job), keep)
         take_over(store, job.plan)
@@ -208,6 +209,23 @@ def _kept_blocks(store: RunStore, plan, rows: int) -> set:
     before = {b.key: b for b in Manifest.check(store.manifest, store.run_dir).geometry.blocks}
     return {b.key for b in plan.blocks
             if b.r0 < plan.n1 and b.r1 <= rows and before.get(b.key) == b}
+
+
+def _check_kept(store: RunStore, before, keep: set) -> None:
+    """Before anything changes: every tile the grown run keeps reads back whole, as the
+    old run's (its checksum and its run identity). A tile of another run refuses the
+    extend (exit 2, nothing moved); a damaged one is moved to ``quarantine/`` and
+    refuses it too, the old run otherwise as it was, so the same extend again computes
+    that tile. Reads every kept tile once (what assembling them costs)."""
+    blocks = [b for b in before.blocks if b.key in keep]
+    damaged = store.damaged_tiles(blocks, tuple(store.manifest["plan"]["kinds"]))
+    if damaged:
+        moved = store.quarantine_tiles([b for b, _ in damaged])
+        more = "" if len(damaged) == 1 else f" (and {len(damaged) - 1} more tiles)"
+        raise QuarantinedError(
+            f"{damaged[0][1]}{more}; moved to {moved[0].parent}/ before {store.run_dir} "
+            f"was extended (nothing else changed): run the same extend again, it "
+            f"computes that tile", [b for b, _ in damaged])
 
 
 def _switch(store: RunStore, manifest: dict, side: dict, keep: set) -> None:

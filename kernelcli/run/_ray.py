@@ -35,11 +35,21 @@ the actors are killed, Ray is shut down (when this run started it) and
 :class:`~kernelcli.errors.Interrupted` is raised. ``ray.init`` installs a SIGTERM
 handler of its own in the driver (one that raises ``SystemExit`` anywhere); the
 caller's handler is put back right after it.
+
+A local instance (no ``compute.address``, no ``RAY_ADDRESS``) listens on 127.0.0.1
+only: by default Ray's head, raylet, object manager and workers listen on every
+address of the host (gRPC on ``::``), open to the network. Ray (2.60) binds its
+servers to loopback when the node's address is 127.0.0.1, but ``ray.init`` turns
+``_node_ip_address="127.0.0.1"`` into the host's address unless its
+``ENABLE_RAY_CLUSTER`` switch is off (what ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+sets when Ray is imported); it is turned off for the ``ray.init`` call alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 from typing import Optional
@@ -81,12 +91,16 @@ def _connect(ray, address: Optional[str]) -> bool:
     if ray.is_initialized():
         return False
     kwargs = dict(logging_level=logging.ERROR, log_to_driver=False)
+    local = address is None and not os.environ.get("RAY_ADDRESS")
     if address is None:
         kwargs["include_dashboard"] = False
+    if local:
+        kwargs["_node_ip_address"] = "127.0.0.1"
     main = threading.current_thread() is threading.main_thread()
     before = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        ray.init(address=address, **kwargs)
+        with _loopback_only(local):
+            ray.init(address=address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "RAY_ADDRESS / a new local instance"
         raise ComputeError.naming(f"cannot connect to the Ray cluster at {where} "
@@ -97,6 +111,23 @@ def _connect(ray, address: Optional[str]) -> bool:
         if main and before is not None and signal.getsignal(signal.SIGTERM) is not before:
             signal.signal(signal.SIGTERM, before)
     return True
+
+
+@contextlib.contextmanager
+def _loopback_only(local: bool):
+    """While a local instance starts: Ray's switch that would turn 127.0.0.1 into the
+    host's address, off (see the module docstring), then as it was."""
+    if not local:
+        yield
+        return
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 class RayBackend:

@@ -26,11 +26,11 @@ from ._untrusted import UntrustedFileError, check_untrusted
 _BAND_BYTES = 64 << 20  # rows of a dataset read (hashed, checked) at once
 
 
-def _open_h5(path: Path):
+def _open_h5(path: Path, max_bytes: Optional[int] = None):
     """``h5py.File(path, "r")`` once ``path`` is checked as untrusted: a FIFO, device,
-    socket or a link out of its folder raises :class:`UntrustedFileError` instead of
-    hanging or flooding HDF5's reader."""
-    check_untrusted(path)
+    socket, a link out of its folder or a file over ``max_bytes`` raises
+    :class:`UntrustedFileError` instead of hanging or flooding HDF5's reader."""
+    check_untrusted(path, None, max_bytes)
     return h5py.File(path, "r")
 
 
@@ -40,6 +40,7 @@ class ResultFile:
     kernels), read only."""
 
     path: Path
+    max_bytes: Optional[int] = None  # a run's kernels.h5: the size its plan implies
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))
@@ -50,12 +51,13 @@ class ResultFile:
         """``None`` when the file carries ``run`` and every dataset matches its checksum
         (``full=False``: identity and structure only, no data read); else what is
         wrong, in words."""
-        return verify_result(self.path, run, expected, full=full)
+        return verify_result(self.path, run, expected, full=full,
+                             max_bytes=self.max_bytes)
 
     def run_identity(self) -> Optional[str]:
         """The run identity the file carries (``None``: none, or unreadable)."""
         try:
-            with _open_h5(self.path) as f:
+            with _open_h5(self.path, self.max_bytes) as f:
                 found = f.attrs.get("run")
         except (OSError, KeyError, ValueError, RuntimeError, TypeError, UntrustedFileError):
             return None
@@ -70,7 +72,7 @@ class ResultFile:
         shape and ``dtype``, finite, and those of ``symmetric_names`` exactly symmetric
         with a positive diagonal (a ``*_test_diag`` positive); else what is wrong."""
         dtype = np.dtype(dtype)
-        with _open_h5(self.path) as f:
+        with _open_h5(self.path, self.max_bytes) as f:
             for name, shape in shapes.items():
                 if name not in f:
                     return f"it has no dataset {name!r}"
@@ -97,17 +99,17 @@ class ResultFile:
 
     def names(self) -> tuple:
         """The names at the file's root, in the file's order."""
-        with _open_h5(self.path) as f:
+        with _open_h5(self.path, self.max_bytes) as f:
             return tuple(f.keys())
 
     def labels(self) -> dict:
         """``labels`` / ``test_labels``, those the file holds."""
-        with _open_h5(self.path) as f:
+        with _open_h5(self.path, self.max_bytes) as f:
             return {k: f[k][...] for k in ("labels", "test_labels") if k in f}
 
     def read(self, name: str, dtype=None) -> np.ndarray:
         """The whole dataset ``name`` (converted to ``dtype`` as it is read)."""
-        with _open_h5(self.path) as f:
+        with _open_h5(self.path, self.max_bytes) as f:
             value = f[name][...]
         return value if dtype is None else value.astype(dtype)
 
@@ -115,7 +117,7 @@ class ResultFile:
         """The dataset ``name`` memory-mapped read-only (nothing read yet), or read whole
         when it is not contiguous on disk (not written by kernelcli). ``missing(names)``
         makes the error for a name the file lacks."""
-        with _open_h5(self.path) as f:
+        with _open_h5(self.path, self.max_bytes) as f:
             if name not in f:
                 raise missing(sorted(f.keys()))
             ds = f[name]
@@ -128,7 +130,7 @@ class ResultFile:
     def diagonal_blocks(self, name: str, n: int, edge: int):
         """``(r0, diagonal of rows r0..r1)`` of the first ``n`` rows of square ``name``,
         reading the diagonal ``edge``-blocks only."""
-        with _open_h5(self.path) as f:
+        with _open_h5(self.path, self.max_bytes) as f:
             d = f[name]
             for r0 in range(0, n, edge):
                 r1 = min(r0 + edge, n)
@@ -144,7 +146,7 @@ class ResultFile:
         if not self.path.is_file():
             raise DataError(f"{self.path} does not exist; give the kernels.h5 of a finished run")
         try:
-            f = _open_h5(self.path)
+            f = _open_h5(self.path, self.max_bytes)
         except OSError as exc:
             raise DataError(f"{self.path} is not a readable HDF5 file ({exc})") from None
         with f:
@@ -183,7 +185,8 @@ def dataset_digest(dataset) -> str:
     return h.hexdigest()
 
 
-def verify_result(path: Path, run: str, expected: dict = None, full: bool = True):
+def verify_result(path: Path, run: str, expected: dict = None, full: bool = True,
+                  max_bytes: Optional[int] = None):
     """``None`` when ``kernels.h5`` at ``path`` is whole; else what is wrong, in words.
 
     Whole means: readable, carrying ``run`` as its identity, and every dataset
@@ -191,7 +194,7 @@ def verify_result(path: Path, run: str, expected: dict = None, full: bool = True
     ``full=False`` checks identity and structure but reads no data.
     """
     try:
-        with _open_h5(path) as f:
+        with _open_h5(path, max_bytes) as f:
             found = f.attrs.get("run")
             found = found.decode(errors="replace") if isinstance(found, bytes) else found
             if found != run:

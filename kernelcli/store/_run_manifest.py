@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -171,9 +172,30 @@ class Manifest:
                 shapes.update({f"{k}_test_diag": (g.n_test,) for k in kinds})
         return shapes
 
+    def result_bytes(self) -> int:
+        """The most bytes ``kernels.h5`` can be: every kernel dataset and the labels at 8
+        bytes a value, and its attributes (taken from the manifest, so at most its text)."""
+        g = self.geometry
+        values = sum(math.prod(shape) for shape in self.result_shapes().values())
+        attrs = len(json.dumps(self.data, sort_keys=True).encode())
+        return bytes_bound(values + g.n1 + g.n_test, 1, 1) + 2 * attrs
+
     def result_attrs(self) -> dict:
         """The attributes of ``kernels.h5`` (:func:`result_attrs`)."""
         return result_attrs(self.data)
+
+
+# What a file of the run holds beside its values (HDF5's superblock, object headers and
+# checksums, a tile's attributes, the seal's header): far beyond it, never near a value
+_FILE_OVERHEAD = 1 << 20
+
+
+def bytes_bound(rows: int, cols: int, datasets: int, itemsize: int = 8) -> int:
+    """The most bytes a file of the run holding ``datasets`` arrays (one per kind and
+    readout) of ``rows x cols`` values (a tile, a pack's block, the test diagonal) can
+    be: read with this bound, a file larger than its plan implies is refused before a
+    byte of it is read."""
+    return datasets * rows * cols * itemsize + _FILE_OVERHEAD
 
 
 def result_attrs(manifest: dict) -> dict:

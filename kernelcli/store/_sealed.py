@@ -128,21 +128,23 @@ def write_sealed(path: Path, datasets: dict, attrs: dict) -> Path:
     return path
 
 
-def read_sealed(path: Path, within=None) -> tuple[dict, dict]:
+def read_sealed(path: Path, within=None, max_bytes=None) -> tuple[dict, dict]:
     """``(datasets, attrs)`` of the sealed file at ``path``.
 
     :class:`SealError` when it is damaged, truncated, not sealed or too large;
     ``OSError`` (``FileNotFoundError`` included) when it cannot be read;
     :class:`~._untrusted.UntrustedFileError` when it is not a regular file inside
-    ``within`` (default: its own folder).
+    ``within`` (default: its own folder), or larger than ``max_bytes`` (the bound its
+    plan implies, :func:`~._run_manifest.bytes_bound`; nothing of it read).
     """
     path = Path(path)
-    fd = open_untrusted(path, within)  # a FIFO, device or outside link: refused, not read
+    # a FIFO, device, outside link or a file larger than its plan allows: refused, not read
+    fd = open_untrusted(path, within, max_bytes)
     with os.fdopen(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size > MAX_BYTES + HEADER:
             raise SealError(f"it is {size} bytes, more than any kernelcli file of this kind")
-        data = f.read(MAX_BYTES + HEADER + 1)
+        data = f.read(size + 1)  # no more than it holds (and it is within every bound)
     return unseal(data)
 
 

@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import QuarantinedError, RunDirError, resume_command
+from ..errors import KernelcliError, QuarantinedError, RunDirError, resume_command
 from ._assemble import assemble as _assemble
 from ._assemble import check_tiles
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
@@ -86,8 +86,13 @@ class RunStore:
         return manifest_id(self.manifest)
 
     def result(self) -> ResultFile:
-        """``kernels.h5``, to be read (whether it exists is :attr:`finished`)."""
-        return ResultFile(self.result_path)
+        """``kernels.h5``, to be read (whether it exists is :attr:`finished`), no larger
+        than its plan implies (no bound while the manifest does not check)."""
+        try:
+            bound = self.run_manifest.result_bytes()
+        except (KernelcliError, OSError):
+            bound = None
+        return ResultFile(self.result_path, bound)
 
     def result_problem(self, full: bool = True, values: bool = False):
         """``None`` when ``kernels.h5`` is this run's and whole; else what is wrong, in

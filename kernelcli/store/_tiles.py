@@ -22,6 +22,7 @@ import h5py
 import numpy as np
 
 from ..errors import ComputeError, DamagedFileError, RunDirError
+from ._run_manifest import bytes_bound
 from ._sealed import SealError, read_sealed, write_sealed
 
 _TILE = re.compile(r"^(r\d{5}c\d{5})\.h5$")
@@ -106,7 +107,8 @@ def read_tile(tiles_dir: Path, block, kinds=None, run: str = "") -> dict:
     """
     path = tile_path(tiles_dir, block.key)
     try:
-        datasets, attrs = read_sealed(path)
+        datasets, attrs = read_sealed(path, max_bytes=None if kinds is None else bytes_bound(
+            block.r1 - block.r0, block.c1 - block.c0, len(kinds)))
     except FileNotFoundError:
         raise ComputeError(f"tile {path} is missing: block {block.key} was not computed") from None
     except SealError as exc:

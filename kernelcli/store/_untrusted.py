@@ -91,10 +91,23 @@ def read_untrusted(path, within=None, max_bytes: Optional[int] = None) -> bytes:
     file that grows past ``max_bytes`` while read is refused too."""
     fd = open_untrusted(path, within, max_bytes)
     with os.fdopen(fd, "rb") as f:
-        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        data = f.read() if max_bytes is None else _read_upto(f, max_bytes + 1)
     if max_bytes is not None and len(data) > max_bytes:
         raise UntrustedFileError(f"{path} is more than {max_bytes} bytes, more than a "
                                  f"kernelcli file of its kind can be")
+    return data
+
+
+def _read_upto(f, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``f``, asking for no more than its size (and one byte)
+    at first: ``read(limit)`` sets aside ``limit`` bytes whatever the file holds."""
+    size = os.fstat(f.fileno()).st_size
+    data = f.read(min(limit, size + 1))
+    while size < len(data) < limit:  # it grew since: read on, still bounded
+        more = f.read(min(limit - len(data), 1 << 20))
+        if not more:
+            break
+        data += more
     return data
 
 

@@ -36,7 +36,7 @@ from ...predict import (H5KernelOperator, NotConvergedError, NotPositiveDefinite
                        accuracy, check_ridges, check_times, choose_ridge, choose_solver,
                        check_flow_memory, cholesky_factor, held_out_scores, load_kernel,
                        loo_predictions, mse, one_hot, predictive_variance, solve_cg_folds,
-                       solve_memory_bytes, solve_with_factor)
+                       solve_memory_bytes, solve_with_factor, VARIANCE_ROWS)
 from ...predict import predict as predict_mean
 from ...spec import KINDS, base_kind, is_kernel_name
 from ...store import PREDICTIONS, ResultFile, RunStore
@@ -46,7 +46,6 @@ from .._results import PredictChoice, PredictResult, PredictRow
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
 CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG
-_VAR_ROWS = 1024  # test rows per block of the variance computation
 _REPORT_S = 5.0  # seconds between two progress lines of a CG solve
 
 
@@ -120,8 +119,8 @@ def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
     m = test_op.shape[0]
     out = np.empty(m)
     with ResultFile(test_op.path).kernel(test_op.dataset) as ds:
-        for s in range(0, m, _VAR_ROWS):
-            kt = ds[s:s + _VAR_ROWS]
+        for s in range(0, m, VARIANCE_ROWS):
+            kt = ds[s:s + VARIANCE_ROWS]
             out[s:s + kt.shape[0]] = predictive_variance(diag[s:s + kt.shape[0]], kt, chol)
     return out
 
@@ -206,13 +205,26 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
     times = () if times is None else check_times(times)
     store = RunStore.open(run_dir)
+    # one writer per run directory, from the first read of kernels.h5 to the rename of
+    # predictions.h5: an extend, clean or resume meanwhile would change the kernels
+    # these predictions are made of, or remove them while they are written
+    # (opened first so that a folder that is no run gets no lock file; again once
+    # locked, as a writer that just ended may have changed the manifest)
+    with store.lock():
+        return _predict(RunStore.open(run_dir), run_dir, ridges, solver, available_bytes,
+                        times, kinds, progress)
+
+
+def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
+             progress) -> PredictResult:
     names, have, labels, test_labels = _check_run(store, run_dir)
     kinds = _kinds(kinds, have, run_dir)
     n = int(labels.shape[0])
     m = H5KernelOperator(store.result_path, f"{kinds[0]}_test").shape[0]
     asked = solver
-    solver = choose_solver(n, solver, available_bytes)
     classes = int(max(labels.max(), -1 if test_labels is None else test_labels.max())) + 1
+    # every allocation of the Cholesky route counted before any work (refused: exit 2)
+    solver = choose_solver(n, solver, available_bytes, m, classes, len(ridges), len(kinds))
     if times:
         _check_flow(times, n, m, solver, asked, available_bytes, classes, len(ridges))
     y = one_hot(labels, classes)
