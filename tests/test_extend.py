@@ -371,3 +371,23 @@ def test_a_run_with_readouts_and_augment_grows_bit_identical(files, tmp_path):
     assert sorted(got) == ["nngp_d2", "nngp_d4", "ntk_d2", "ntk_d4"]
     for name, k in fresh.items():
         assert np.array_equal(got[name], k), name
+
+
+def test_a_run_of_the_accelerator_plan_grows_with_it_bit_identical(files, tmp_path):
+    """extend keeps the plan a run started with, the engine included: the two plans
+    agree to rounding, not bit for bit, so new rows computed with the CPU plan beside
+    old ones of the accelerator plan would match no fresh run."""
+
+    def run(name, x1):
+        doc = {"name": name, "data": {"x1": str(files / x1), "key": "x"},
+               "architecture": {"layers": GAP_NET},
+               "compute": {"block": BLOCK, "engine": "accelerator"},
+               "output": {"run_dir": f"run_{name}"}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert kernelcli.compute(tmp_path / f"{name}.yaml").result is not None
+        return tmp_path / f"run_{name}"
+
+    grown = run("grown", "old.npz")
+    kernelcli.extend(grown, append=files / "new.npz")
+    assert_bit_identical(read_kernels(grown / "kernels.h5")[0],
+                         read_kernels(run("fresh", "all.npz") / "kernels.h5")[0])

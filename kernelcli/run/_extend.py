@@ -93,7 +93,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     new_cfg = extended_config(cfg, ext)
     if dry_run:
         return _dry_run(store, new_cfg, ext)
-    stored = {k: m["plan"][k] for k in ("block", "pair_batch", "chunk") if k in m["plan"]}
+    stored = {k: m["plan"][k] for k in ("block", "pair_batch", "chunk", "engine") if k in m["plan"]}
     try:  # until the switch the run is the old one, finished: a stop changes nothing
         job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
                       extension=ext, stop=stop)
