@@ -119,6 +119,8 @@ def print_status(report) -> None:
         click.echo(f"result: {shown(report.result)}")
     elif report.result_problem:
         click.echo(f"result: {report.result_problem}")
+    click.echo(f"files: {report.files:,} in the run directory ({report.tile_packs:,} tile "
+               f"packs, {report.tiles_loose:,} tiles in files of their own)")
 
 
 def print_verify(report, run_dir) -> None:

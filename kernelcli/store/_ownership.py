@@ -38,6 +38,7 @@ from ._atomic import _TMP
 from ._lineage import ancestors
 from ._lock import LOCK
 from ._manifest import CHECKSUM, MANIFEST
+from ._packs import PACK, pack_run
 from ._markers import SHARD_MARKER
 from ._result import ResultFile
 from ._run_manifest import labels_file_of
@@ -49,8 +50,9 @@ FOLDERS = (TILES, SHARDS, QUARANTINE)
 _NAME_MAX = 255     # bytes in one file name (Linux, macOS)
 _PATH_MAX = 4096    # bytes in a path the OS accepts
 _ROOM = 64          # the longest name kernelcli adds below the run directory (a tmp tile)
-_TILE = re.compile(r"^(carry-)?r\d{5}c\d{5}\.h5$")
+_TILE = re.compile(r"^((carry-)?r\d{5}c\d{5}|pack-r\d{5}c\d{5}-r\d{5}c\d{5})\.h5$")
 _QUARANTINED = re.compile(r"^(r\d{5}c\d{5}\.h5|carry-r\d{5}c\d{5}\.h5|kernels\.h5|"
+                          r"pack-r\d{5}c\d{5}-r\d{5}c\d{5}\.h5|"
                           r"test_diag\.h5)\.\d{8}T\d{6}(\.\d+)?$")
 _TILES_REMOVED = "tiles_removed.json"
 
@@ -251,6 +253,9 @@ def is_predictions(path: Path) -> bool:
 
 
 def _sealed_run(path: Path) -> Optional[str]:
+    """The run identity a whole tile, pack or test diagonal carries (else ``None``)."""
+    if PACK.match(Path(path).name):
+        return pack_run(path)
     try:
         run = read_sealed(path)[1].get("run")
     except (SealError, OSError, ValueError, KeyError, TypeError):
