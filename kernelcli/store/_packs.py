@@ -116,7 +116,7 @@ def read_blob(pack: Pack, key: str, within=None) -> bytes:
     finally:
         os.close(fd)
     if len(data) != nbytes or hashlib.sha256(data).hexdigest() != sha:
-        raise SealError(f"its tile {key} does not match its checksum")
+        raise SealError("its bytes do not match their checksum in the pack's index")
     return data
 
 
@@ -189,11 +189,15 @@ class TileSet:
                     continue
                 except (SealError, OSError) as exc:
                     self._packs[name] = str(exc)
-            self._by_key = {key: p for p in self.packs() for key in p.entries}
+            self._by_key = {key: p for p in self._whole() for key in p.entries}
         return names
 
     def packs(self) -> list:
-        """The whole packs (as of the last :meth:`refresh`)."""
+        """The whole packs."""
+        self.refresh()
+        return self._whole()
+
+    def _whole(self) -> list:
         return [p for p in self._packs.values() if isinstance(p, Pack)]
 
     def damaged_packs(self) -> list:

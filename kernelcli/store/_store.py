@@ -378,7 +378,6 @@ class RunStore:
         """``files`` in the run directory (every folder), ``tile_packs`` and
         ``tiles_loose`` (completed tiles in files of their own) among them."""
         files = sum(len(names) for _, _, names in os.walk(self.run_dir))
-        self.tiles.refresh()
         return {"files": files, "tile_packs": len(self.tiles.packs()),
                 "tiles_loose": len(self.tiles.loose())}
 
