@@ -2,8 +2,8 @@
 files the grown run does not keep, and set aside the test tiles that move to other
 keys (``tiles/carry-<new key>.h5``, out of the set of completed tiles) to be written
 again as the grown run's own. A pack holding a tile that moves or goes is unpacked
-first (:mod:`._packs`): both work on single tiles. The replacement of the manifest itself is the store's
-(:meth:`~kernelcli.store.RunStore.grow`).
+first (:mod:`._packs`): both work on single tiles. The replacement of the manifest
+itself is the store's (:meth:`~kernelcli.store.RunStore.grow`).
 
 :class:`Growth` is a helper the store holds (``store.growth``): it uses the store's
 public paths and writes only. It deletes only the run's own files (:mod:`._ownership`):

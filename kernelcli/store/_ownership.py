@@ -50,9 +50,9 @@ FOLDERS = (TILES, SHARDS, QUARANTINE)
 _NAME_MAX = 255     # bytes in one file name (Linux, macOS)
 _PATH_MAX = 4096    # bytes in a path the OS accepts
 _ROOM = 64          # the longest name kernelcli adds below the run directory (a tmp tile)
-_TILE = re.compile(r"^((carry-)?r\d{5}c\d{5}|pack-r\d{5}c\d{5}-r\d{5}c\d{5})\.h5$")
+_TILE = re.compile(r"^(carry-)?r\d{5}c\d{5}\.h5$|^pack-r\d{5}c\d{5}-r\d{5}c\d{5}\.pack$")
 _QUARANTINED = re.compile(r"^(r\d{5}c\d{5}\.h5|carry-r\d{5}c\d{5}\.h5|kernels\.h5|"
-                          r"pack-r\d{5}c\d{5}-r\d{5}c\d{5}\.h5|"
+                          r"pack-r\d{5}c\d{5}-r\d{5}c\d{5}\.pack|"
                           r"test_diag\.h5)\.\d{8}T\d{6}(\.\d+)?$")
 _TILES_REMOVED = "tiles_removed.json"
 

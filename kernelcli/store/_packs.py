@@ -1,4 +1,4 @@
-"""Tile packs: many completed tiles in one file, ``tiles/pack-<first key>-<last key>.h5``.
+"""Tile packs: many completed tiles in one file, ``tiles/pack-<first>-<last>.pack``.
 
 A run of N examples has about (N / edge)^2 / 2 tiles; a 60,000-image run is planned
 as ~450,000 of them, more small files than a cluster's parallel file system serves
@@ -32,7 +32,9 @@ Why this way:
   a resume recomputes only what was lost.
 * Reading one tile reads the header, the index and that tile's bytes only (assembly
   reads the tiles of a band, and their mirrors, from many packs). No HDF5 writer
-  touches the disk: the bytes go out through plain writes, as a tile's do.
+  touches the disk: the bytes go out through plain writes, as a tile's do. A pack
+  is not itself an HDF5 file (hence ``.pack``); each tile in it is one, behind its
+  sealed header, at the offset its index entry gives.
 * Keys are unique within a run and a pack holds only loose tiles not packed
   already, so pack names (first and last key) never clash; the processes of a job
   array pack only the tiles of their own share, so they never write the same file.
@@ -57,7 +59,7 @@ from ._sealed import HEADER, MAX_BYTES, SealError, unseal
 from ._tiles import TileMissing, check_tile, done_keys, read_tile, tile_path
 from ._untrusted import open_untrusted
 
-PACK = re.compile(r"^pack-(r\d{5}c\d{5})-(r\d{5}c\d{5})\.h5$")
+PACK = re.compile(r"^pack-(r\d{5}c\d{5})-(r\d{5}c\d{5})\.pack$")
 MAGIC = b"kernelcli tile pack 1\n"
 MAX_INDEX = 16 << 20     # 4096 entries of ~100 bytes need 0.4 MiB
 PACK_TILES = 512         # a 60,000-image run (~450,000 tiles): ~900 packs
@@ -155,8 +157,9 @@ def write_pack(tiles_dir: Path, run: str, blobs: list) -> Path:
         offset += len(data)
     index = json.dumps({"format": 1, "run": run, "tiles": entries},
                        separators=(",", ":")).encode()
-    head = MAGIC + b"length %d\nsha256 %s\n" % (len(index), hashlib.sha256(index).hexdigest().encode())
-    path = Path(tiles_dir) / f"pack-{blobs[0][0]}-{blobs[-1][0]}.h5"
+    checksum = hashlib.sha256(index).hexdigest().encode()
+    head = MAGIC + b"length %d\nsha256 %s\n" % (len(index), checksum)
+    path = Path(tiles_dir) / f"pack-{blobs[0][0]}-{blobs[-1][0]}.pack"
     return publish(path, [head.ljust(HEADER, b"\0"), index] + [data for _, data in blobs])
 
 
