@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from helpers_cli import (GAP2_NET, assert_bit_identical, cli_env, finish, images, invoke,
                          read_kernels, start_cli, wait_until, write_config)
 from kernelcli import _env
 from kernelcli.plan import assign
-from kernelcli.run import compute, resume, status, verify
+from kernelcli.run import compute, extend, resume, status, verify
 from kernelcli.store import RunStore
 from kernelcli.store._packs import PACK, TileSet, read_index, write_pack
 
@@ -220,3 +221,34 @@ def _done(run: Path) -> int:
         return len(TileSet(run / "tiles").keys())
     except Exception:  # a pack renamed or a tile deleted while listed: count again
         return len(TileSet(run / "tiles").keys())
+
+
+def test_extend_of_a_packed_run_is_bit_identical_to_a_fresh_run(tmp_path, monkeypatch):
+    """extend moves and deletes single tiles: the packs that hold them are unpacked
+    first; the grown run is the fresh run of the grown data, bit for bit."""
+    monkeypatch.setenv(_env.PACK_TILES, "2")
+    x, t = images(20 + 12, 6, 6, 2, seed=1), images(7, 6, 6, 2, seed=2)
+    np.savez(tmp_path / "old.npz", x=x[:20])
+    np.savez(tmp_path / "new.npz", x=x[20:])
+    np.savez(tmp_path / "all.npz", x=x)
+    np.savez(tmp_path / "test.npz", x=t)
+
+    def config(name: str, x1: str) -> Path:
+        return _with_test(write_config(tmp_path, name, x1=x1, key="x", layers=GAP2_NET,
+                                       compute={"block": BLOCK}, run_dir=f"run_{name}"))
+
+    compute(config("old", "old.npz"))
+    compute(config("all", "all.npz"))
+    run = tmp_path / "run_old"
+    assert len(RunStore.open(run).tiles.packs()) >= 10
+    extend(run, append=tmp_path / "new.npz")
+    assert_bit_identical(read_kernels(run / "kernels.h5")[0],
+                         read_kernels(tmp_path / "run_all" / "kernels.h5")[0])
+    assert verify(run).ok
+
+
+def _with_test(cfg: Path) -> Path:
+    doc = yaml.safe_load(cfg.read_text())
+    doc["data"]["test"] = "test.npz"
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return cfg
