@@ -208,7 +208,7 @@ def _owned_in(folder: Path, ids: set, pattern, what: str) -> list:
             out.append(path)
         elif pattern.match(name) and path.is_file() and not path.is_symlink():
             if pattern is _TILE:
-                _require(_sealed_run(path) in ids, path, f"is not {what} (it carries "
+                _require(_sealed_run(path, ids) in ids, path, f"is not {what} (it carries "
                          f"another run identity, or none): run directories cannot share "
                          f"folders")
             out.append(path)
@@ -231,7 +231,7 @@ def check_tiles_own(paths, ids: set) -> None:
     folder is shared with (or copied from) another run directory. A damaged tile says
     nothing about whose it is and passes (it is handled as damaged)."""
     for path in paths:
-        run = _sealed_run(path)
+        run = _sealed_run(path, ids)
         if run is not None and run not in ids:
             raise RunDirError(
                 f"{path} is a tile of another run (run identity {run[:12]}...), not of this "
@@ -252,10 +252,11 @@ def is_predictions(path: Path) -> bool:
         return False
 
 
-def _sealed_run(path: Path) -> Optional[str]:
-    """The run identity a whole tile, pack or test diagonal carries (else ``None``)."""
+def _sealed_run(path: Path, ids=()) -> Optional[str]:
+    """The run identity a whole tile, pack or test diagonal carries (else ``None``); of
+    a pack, one of ``ids`` when its tiles carry it (:func:`pack_run`)."""
     if PACK.match(Path(path).name):
-        return pack_run(path)
+        return pack_run(path, ids)
     try:
         run = read_sealed(path)[1].get("run")
     except (SealError, OSError, ValueError, KeyError, TypeError):

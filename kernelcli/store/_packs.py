@@ -12,7 +12,8 @@ A pack is the tiles' own sealed bytes (:mod:`._sealed`), one after another, behi
     length <bytes of the index>\\n
     sha256 <hex digest of the index>\\n
     (NUL padding to 512 bytes)
-    <index: JSON {"format": 1, "run": <identity>, "tiles": [[key, offset, length, sha256], ...]}>
+    <index: JSON {"format": 1, "run": <identity>, "runs": [<its tiles' identities>],
+                  "tiles": [[key, offset, length, sha256], ...]}>
     <the tiles' sealed bytes; offsets count from the end of the index>
 
 Why this way:
@@ -74,6 +75,7 @@ class Pack:
     path: Path
     run: str
     entries: dict
+    runs: tuple = ()  # the identities its tiles carry (an extended run's: earlier ones too)
 
 
 def read_index(path: Path, within=None) -> Pack:
@@ -96,6 +98,7 @@ def read_index(path: Path, within=None) -> Pack:
     try:
         doc = json.loads(index)
         run, start, entries, end = str(doc["run"]), HEADER + len(index), {}, 0
+        runs = tuple(str(r) for r in doc.get("runs", ()))
         for key, offset, nbytes, sha in doc["tiles"]:
             if (not _KEY.fullmatch(key) or type(offset) is not int or type(nbytes) is not int
                     or not 0 <= nbytes <= MAX_BYTES + HEADER or offset != end):
@@ -106,7 +109,7 @@ def read_index(path: Path, within=None) -> Pack:
         raise SealError(f"its index is unreadable ({exc})") from None
     if start + end != size:
         raise SealError(f"it is truncated or padded ({size} bytes, its index says {start + end})")
-    return Pack(Path(path), run, entries)
+    return Pack(Path(path), run, entries, runs)
 
 
 def read_blob(pack: Pack, key: str, within=None) -> bytes:
@@ -122,12 +125,15 @@ def read_blob(pack: Pack, key: str, within=None) -> bytes:
     return data
 
 
-def pack_run(path: Path) -> Optional[str]:
-    """The run identity a whole pack carries; ``None`` when it is damaged or unreadable."""
+def pack_run(path: Path, ids=()) -> Optional[str]:
+    """The run identity a whole pack carries, or the first of ``ids`` its tiles carry (a
+    pack written before ``kernelcli extend`` holds tiles the grown run keeps); ``None``
+    when it is damaged or unreadable."""
     try:
-        return read_index(path).run
+        pack = read_index(path)
     except (SealError, OSError):
         return None
+    return next((r for r in pack.runs if r in ids and pack.run not in ids), pack.run)
 
 
 def publish(path: Path, chunks) -> Path:
@@ -149,13 +155,14 @@ def publish(path: Path, chunks) -> Path:
     return path
 
 
-def write_pack(tiles_dir: Path, run: str, blobs: list) -> Path:
-    """Publish ``blobs`` (``[(key, sealed bytes)]``, keys ascending) as one pack."""
+def write_pack(tiles_dir: Path, run: str, blobs: list, runs=()) -> Path:
+    """Publish ``blobs`` (``[(key, sealed bytes)]``, keys ascending) as one pack of run
+    ``run`` whose tiles carry the identities ``runs``."""
     entries, offset = [], 0
     for key, data in blobs:
         entries.append([key, offset, len(data), hashlib.sha256(data).hexdigest()])
         offset += len(data)
-    index = json.dumps({"format": 1, "run": run, "tiles": entries},
+    index = json.dumps({"format": 1, "run": run, "runs": sorted(set(runs)), "tiles": entries},
                        separators=(",", ":")).encode()
     checksum = hashlib.sha256(index).hexdigest().encode()
     head = MAGIC + b"length %d\nsha256 %s\n" % (len(index), checksum)
@@ -334,20 +341,27 @@ class Packer:
             self.add(key)
 
     def add(self, key: str) -> None:
+        """Note that ``key``'s tile was published; pack the pending ones once there are
+        ``max_tiles`` of them or ``max_bytes``. A tile over an eighth of ``max_bytes``
+        stays a file of its own: a run of such tiles has few (a 60,000-image result of
+        27 GiB in 8 MiB tiles is 3,400 files) and copying them would double its writes."""
         if key not in self.keys or not self.max_tiles:
             return
-        self.pending.append(key)
         try:
-            self.size += tile_path(self.tiles.dir, key).stat().st_size
+            size = tile_path(self.tiles.dir, key).stat().st_size
         except OSError:
-            pass
+            return
+        if size > self.max_bytes // 8:
+            return
+        self.pending.append(key)
+        self.size += size
         if len(self.pending) >= self.max_tiles or self.size >= self.max_bytes:
             self.pack()
 
     def pack(self) -> Optional[Path]:
         """Pack the pending tiles that verify (whole, of this run); delete them once the
         pack is published. A tile that fails stays loose, for assembly to quarantine."""
-        blobs = []
+        blobs, runs = [], set()
         for key in sorted(set(self.pending)):
             try:
                 data = _read_loose(self.tiles.dir, key)
@@ -356,10 +370,11 @@ class Packer:
                 continue
             if _text(attrs.get("key")) == key and _text(attrs.get("run")) in self.ids:
                 blobs.append((key, data))
+                runs.add(_text(attrs.get("run")))
         self.pending, self.size = [], 0
         if not blobs:
             return None
-        path = write_pack(self.tiles.dir, self.run, blobs)
+        path = write_pack(self.tiles.dir, self.run, blobs, runs)
         self._delete([key for key, _ in blobs])
         return path
 
