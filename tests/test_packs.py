@@ -82,8 +82,8 @@ def test_packing_bounds_the_file_count_and_changes_no_bit(tmp_path, monkeypatch,
     assert report.blocks_done == TILES and report.finished
     assert verify(run).ok
     text = invoke("status", run).stdout
-    assert (f"files: {3 + len(packs) + loose} in the run directory ({len(packs)} tile packs, "
-            f"{loose} tiles in files of their own)") in text
+    assert (f"files: {3 + len(packs) + loose} in the run directory; tiles: {len(packs)} packs "
+            f"and {loose} files of their own") in text
 
 
 def test_an_old_run_directory_and_a_kill_between_pack_and_deletions_resume(

@@ -113,14 +113,14 @@ def print_status(report) -> None:
         click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
                    f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
+    click.echo(f"files: {report.files:,} in the run directory; tiles: {report.tile_packs:,} "
+               f"packs and {report.tiles_loose:,} files of their own")
     if report.readouts:
         click.echo(f"readouts: {', '.join(report.readouts)}")
     if report.finished:
         click.echo(f"result: {shown(report.result)}")
     elif report.result_problem:
         click.echo(f"result: {report.result_problem}")
-    click.echo(f"files: {report.files:,} in the run directory ({report.tile_packs:,} tile "
-               f"packs, {report.tiles_loose:,} tiles in files of their own)")
 
 
 def print_verify(report, run_dir) -> None:
