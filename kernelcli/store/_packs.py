@@ -223,9 +223,12 @@ class TileSet:
         return done_keys(self.dir)
 
     def keys(self) -> set:
-        """Keys of every completed tile, loose or packed."""
+        """Keys of every completed tile, loose or packed. The loose tiles are listed
+        first: a pack is published before its tiles are deleted, so a tile that another
+        process packs meanwhile is in the packs listed after."""
+        loose = self.loose()
         self.refresh()
-        return self.loose() | set(self.packed())
+        return loose | set(self.packed())
 
     def has(self, key: str) -> bool:
         if tile_path(self.dir, key).is_file():
