@@ -252,3 +252,13 @@ def _with_test(cfg: Path) -> Path:
     doc["data"]["test"] = "test.npz"
     cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
     return cfg
+
+
+def test_a_fifo_under_a_pack_name_is_named_not_read(tmp_path, loose_run):
+    run = copy_run(loose_run, tmp_path / "job")
+    fifo = run / "tiles" / "pack-r00000c00000-r00001c00001.pack"
+    os.mkfifo(fifo)
+    for command in ("status", "verify"):
+        out = invoke(command, run)
+        assert out.exit_code == 2, (command, out.stdout, out.stderr)
+        assert str(fifo) in out.stderr and "Traceback" not in out.stderr
