@@ -20,6 +20,7 @@ CACHE_DIR = "KERNELCLI_CACHE_DIR"
 CHUNK_BYTES = "KERNELCLI_CHUNK_BYTES"
 FUSION_EMITTERS = "KERNELCLI_XLA_FUSION_EMITTERS"
 NO_GPU_WARNING = "KERNELCLI_NO_GPU_WARNING"
+PACK_TILES = "KERNELCLI_PACK_TILES"
 
 #: name -> the module that uses it (as docs/environment.md's "read by" column says).
 VARIABLES = {
@@ -34,6 +35,7 @@ VARIABLES = {
     "HDF5_VDS_PREFIX": "kernelcli/data/_h5.py",
     "TF_CPP_MIN_LOG_LEVEL": "kernelcli/cli/_setup.py",
     NO_GPU_WARNING: "kernelcli/cli/_setup.py",
+    PACK_TILES: "kernelcli/run/_executor.py",
     "OPENBLAS_CORETYPE": "kernelcli/_blas.py",
 }
 
@@ -84,3 +86,19 @@ def no_gpu_warning(environ: Optional[Mapping[str, str]] = None) -> bool:
         raise ConfigError(f"{NO_GPU_WARNING}: {value!r} is not accepted; expected 1 (no "
                           f"warning) or 0, or unset it")
     return True
+
+
+def pack_tiles(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """``KERNELCLI_PACK_TILES``: tiles per pack file of a run directory (``0``: no packs,
+    every tile stays a file of its own); ``None`` (unset or empty): the store's default."""
+    value = get(PACK_TILES, environ)
+    if value is None or not value.strip():
+        return None
+    try:
+        n = int(value.strip())
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ConfigError(f"{PACK_TILES}: {value!r} is not a tile count; expected an integer "
+                          f">= 0 (0: no packs), or unset it for the default")
+    return n

@@ -113,6 +113,8 @@ def print_status(report) -> None:
         click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
                    f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
+    click.echo(f"files: {report.files:,} in the run directory; tiles: {report.tile_packs:,} "
+               f"packs and {report.tiles_loose:,} files of their own")
     if report.readouts:
         click.echo(f"readouts: {', '.join(report.readouts)}")
     if report.finished:

@@ -15,8 +15,8 @@ Both run :mod:`._block`'s per-block computation on the same inputs, so a tile is
 same bits whichever ran it, and :func:`~._matrix.kernel_matrix` assembles an
 in-memory matrix by the same route. A block becomes a tile file only when all its
 pairs are done, so a kill loses at most the blocks in flight. Tiles are checked,
-written and counted by one background thread (:class:`~._writer.TileWriter`) while
-the next block computes.
+written, packed (:mod:`kernelcli.store._packs`) and counted by one background thread
+(:class:`~._writer.TileWriter`) while the next block computes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .. import _env
 from ..store import RunStore
 from ._checks import check_diagonal, check_tile
 from ._job import Job
@@ -97,6 +98,7 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
     whose tile appears meanwhile (written by another process of a job array) is
     skipped."""
     blocks = job.plan.blocks if blocks is None else list(blocks)
+    packer = store.packer(blocks, _env.pack_tiles())  # packs what earlier processes left
     pending, done = pending_blocks(store, blocks)
     backend = job.backend
     tally = Tally(blocks, done, progress, backend.progress_devices)
@@ -109,6 +111,7 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
         check_tile(block, tile)
         store.write_tile(block, tile)
         del tile
+        packer.add(block.key)  # a pack, once enough are loose (then the tiles go)
         tally.block_done(block.n_pairs - reported)  # the rest: diagonal, or not reported
         if after_tile is not None:
             after_tile(block)

@@ -204,11 +204,15 @@ class StatusReport:
     tiles_removed: bool = False  # deleted on purpose after assembly (kernelcli clean)
     readouts: tuple = ()  # a run with readouts: its kernels' datasets (nngp_d3, ...)
     extend: Optional[ExtendSummary] = None  # a run grown by `kernelcli extend`
+    files: int = 0        # files in the run directory (issue 25: a few thousand at most)
+    tile_packs: int = 0   # of them, packs of tiles
+    tiles_loose: int = 0  # and tiles in files of their own
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
                                              "blocks_done", "blocks_total", "finished",
-                                             "result", "tiles_removed")}
+                                             "result", "tiles_removed", "files",
+                                             "tile_packs", "tiles_loose")}
         if self.readouts:
             out["readouts"] = list(self.readouts)
         if self.result_problem is not None:

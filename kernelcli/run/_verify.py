@@ -3,9 +3,10 @@
 Read-only: nothing is moved or rewritten (``resume`` and ``assemble`` do the
 repairs). Checks, in order: the manifest (its checksum, its content, the
 fingerprint of the configuration it records), every tile of the plan (sealed
-checksum, block, run identity), the test diagonal, and ``kernels.h5`` (run identity,
-one checksum per dataset, the plan's shapes, finite values, exact symmetry and a
-positive diagonal for a symmetric kernel). A manifest that fails is an error (there
+checksum, block, run identity; in a file of its own or in a pack, whose index is
+checked too), the test diagonal, and ``kernels.h5`` (run identity, one checksum per
+dataset, the plan's shapes, finite values, exact symmetry and a positive diagonal
+for a symmetric kernel). A manifest that fails is an error (there
 is no run to check against); everything else is reported as a list of problems.
 """
 
@@ -55,8 +56,10 @@ def verify(run_dir) -> VerifyReport:
     for exc_block, exc in store.damaged_tiles(plan.blocks, kinds):
         report.tiles_damaged.append(exc_block.key)
         report.problems.append(str(exc))
+    for path, problem in store.damaged_packs():  # its tiles are not counted as present
+        report.problems.append(f"tile pack {path} is damaged: {problem}")
     for key in sorted(done - planned):
-        report.problems.append(f"tile {store.tiles_dir / (key + '.h5')} is not a block of "
+        report.problems.append(f"tile {store.tiles.where(key)} is not a block of "
                                f"this run's plan")
     if plan.n_test and manifest.test_diagonal:
         problem = store.test_diagonal_problem(kinds)

@@ -1,4 +1,5 @@
-"""The run directory: manifest, one durable tile per completed block, the assembled result.
+"""The run directory: manifest, one durable tile per completed block (packed by the
+hundred once published), the assembled result.
 
 h5py, numpy and the standard library only (no jax, no click); h5py is imported by no
 package but this one and :mod:`kernelcli.data`. A run's files are read through
@@ -8,7 +9,11 @@ package but this one and :mod:`kernelcli.data`. A run's files are read through
 Layout::
 
     <run_dir>/manifest.json        written once, atomically, when the run starts
-    <run_dir>/tiles/<key>.h5       one per completed block (key = 'r00003c00001')
+    <run_dir>/tiles/<key>.h5       one per completed block (key = 'r00003c00001'), until
+                                   it is packed
+    <run_dir>/tiles/pack-<first>-<last>.pack
+                                   completed tiles packed together, sealed, with an index
+                                   (:mod:`._packs`); <first>/<last>: its first/last key
     <run_dir>/kernels.h5           the assembled result; its existence = finished
     <run_dir>/shards/<I>of<N>.json written by process I of a job array of N when it
                                    starts (who ran; status counts per shard from it)
@@ -44,15 +49,29 @@ Why this design (and not a journal plus one big HDF5 file):
   removed the next time the run is opened (unless its writer is still alive).
 * Keys are pure functions of block coordinates (like zarr chunk keys), so the
   manifest, which records the plan, fixes which files a run consists of.
+* One file per tile is the unit of crash safety, not of storage: a run of 60,000
+  examples has ~450,000 tiles, more small files than a cluster's parallel file
+  system serves well. So the writer *packs* what it has published (:mod:`._packs`):
+  once 512 of its tiles are loose, their sealed bytes are copied into one pack
+  (written under a temporary name, fsynced, read back and compared, renamed), and
+  only then are the tiles deleted. The set of completed tiles is the union of the
+  loose tiles and the packs' indexes; between a pack's rename and the deletions a
+  tile is in both, with the same bytes, and the next writer deletes the loose copy.
+  So a kill still loses at most the blocks in flight, and a run directory holds
+  about one file per 512 tiles plus fewer than 512 loose ones per process.
+  :class:`~._packs.TileSet` is the one reader of both (``done_keys``, ``read_tile``,
+  assembly, ``verify``, ``status``, ``clean``, ``extend``); a run directory of one
+  file per tile (earlier versions) is read, resumed and packed the same way.
 * Existence says a tile was published whole; it does not say the bytes are still
   the ones published, or that they belong to this run. So every file is verifiable:
   the manifest carries its own checksum, which is the run's identity; tiles and the
   test diagonal are sealed files (:mod:`._sealed`: a checksum over every byte,
-  checked before h5py parses them) that carry that identity and their block; and
-  ``kernels.h5`` carries a checksum per dataset and the identity. Assembly verifies
-  every tile it reads and moves one that fails to ``quarantine/``, so a resume
-  recomputes it; the result is read back and checked before it is renamed into
-  place.
+  checked before h5py parses them) that carry that identity and their block; a pack
+  holds those same sealed bytes behind an index with its own checksum and one per
+  tile; and ``kernels.h5`` carries a checksum per dataset and the identity. Assembly
+  verifies every tile it reads and moves one that fails to ``quarantine/`` (a pack
+  holding one goes whole, its other tiles unpacked first), so a resume recomputes
+  it; the result is read back and checked before it is renamed into place.
 * The result is assembled from the tiles into a temporary file and renamed, so
   ``kernels.h5`` either does not exist or is whole.
 * Several processes may write one run directory at once (a job array on a shared
@@ -60,7 +79,8 @@ Why this design (and not a journal plus one big HDF5 file):
   manifest is created exclusively (:meth:`RunStore.create_or_join`: exactly one
   process writes it, the others read it back and must agree), tiles and the result
   are renamed into place whole, so a block computed twice or a result assembled
-  twice is harmless.
+  twice is harmless; each process packs only the tiles of its own share, so no two
+  write the same pack.
 
 All writes stay inside ``run_dir``; a run directory owns only what kernelcli wrote
 there (:mod:`._ownership`: a new run only in an empty folder, ``overwrite`` removes

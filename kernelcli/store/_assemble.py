@@ -28,13 +28,12 @@ from ..errors import ComputeError, DamagedFileError, DiskFullError
 from ._atomic import atomic_path
 from ._result import verify_result
 from ._sealed import digest
-from ._tiles import done_keys, read_tile
 from ._untrusted import UntrustedFileError
 
 FORMAT = 2
 
 
-def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dtype,
+def assemble(result: Path, tiles, blocks, n1: int, n2: int, kinds, dtype,
              symmetric: bool, attrs: dict, n_test: int = 0, extra=None,
              run: str = "", tile_runs=None) -> Path:
     """Write ``result`` (datasets ``kinds``, each ``(n1, n2)`` of ``dtype``) atomically.
@@ -43,7 +42,8 @@ def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dty
     they go to ``<kind>_test``, ``(n_test, n2)``, never mirrored. ``extra``: more
     datasets (name -> array) written as they are (labels, the test diagonal). Every
     tile is verified as it is read (:func:`read_tile`); call :func:`check_tiles` first
-    to find all damaged ones at once. ``tile_runs(block)``: the run identities a tile
+    to find all damaged ones at once. ``tiles``: the run's
+    :class:`~._packs.TileSet`. ``tile_runs(block)``: the run identities a tile
     may carry (default: ``run`` alone; an extended run's inherited tiles carry an
     earlier one).
     """
@@ -54,7 +54,7 @@ def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dty
     blocks = [b for b in blocks if b.r0 < n1]
     _check_cover(blocks, n1, n2, symmetric)
     _check_cover(test, n_test, n2, False, offset=n1)
-    have = done_keys(tiles_dir)
+    have = tiles.keys()
     missing = [b.key for b in blocks + test if b.key not in have]
     if missing:
         raise ComputeError(
@@ -70,13 +70,13 @@ def assemble(result: Path, tiles_dir: Path, blocks, n1: int, n2: int, kinds, dty
         f = h5py.File(tmp, "w")
         try:
             sets = {k: f.create_dataset(k, shape=(n1, n2), dtype=dtype) for k in kinds}
-            for kind, h in _write_bands(sets, blocks, n1, n2, tiles_dir, symmetric, runs).items():
+            for kind, h in _write_bands(sets, blocks, n1, n2, tiles, symmetric, runs).items():
                 digests[kind] = h
             if n_test:
                 tests = {f"{k}_test": f.create_dataset(f"{k}_test", shape=(n_test, n2),
                                                        dtype=dtype) for k in kinds}
                 moved = [_Shifted(b, n1) for b in test]
-                for kind, h in _write_bands(tests, moved, n_test, n2, tiles_dir, False,
+                for kind, h in _write_bands(tests, moved, n_test, n2, tiles, False,
                                             runs, suffix="_test").items():
                     digests[f"{kind}_test"] = h
             for name, value in extra.items():
@@ -120,7 +120,7 @@ class _Shifted:
         self.row, self.col = block.row, block.col
 
 
-def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles_dir, symmetric: bool,
+def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles, symmetric: bool,
                  runs, suffix: str = "") -> dict:
     """Fill ``datasets`` (name -> ``(n, n2)``) band by band; kind -> sha256 of its bytes."""
     kinds = [name[:len(name) - len(suffix)] for name in datasets]
@@ -132,13 +132,13 @@ def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles_dir, symmetric: 
         for b in blocks:
             if (b.r0, b.r1) == (r0, r1):
                 block = getattr(b, "block", b)
-                tiles = read_tile(tiles_dir, block, kinds, runs(block))
+                got = tiles.read(block, kinds, runs(block))
                 for k in kinds:
-                    band[k][:, b.c0:b.c1] = tiles[k]
+                    band[k][:, b.c0:b.c1] = got[k]
             elif symmetric and (b.c0, b.c1) == (r0, r1):  # the mirror of a tile below
-                tiles = read_tile(tiles_dir, b, kinds, runs(b))
+                got = tiles.read(b, kinds, runs(b))
                 for k in kinds:
-                    band[k][:, b.r0:b.r1] = tiles[k].T
+                    band[k][:, b.r0:b.r1] = got[k].T
         for k, name in zip(kinds, datasets):
             datasets[name][r0:r1] = band[k]
             hashes[k].update(band[k].data)
@@ -178,16 +178,17 @@ def _check_cover(blocks, n1, n2, symmetric, offset: int = 0):
         raise ValueError(f"the blocks do not cover the ({n1}, {n2}) matrix exactly once")
 
 
-def check_tiles(tiles_dir: Path, blocks, kinds, run) -> list:
+def check_tiles(tiles, blocks, kinds, run) -> list:
     """``[(block, DamagedFileError), ...]`` for every tile of ``blocks`` that exists and
     fails verification (missing tiles are not listed). ``run``: the run's identity, or
-    a function of a block giving the identities its tile may carry."""
-    have = done_keys(tiles_dir)
+    a function of a block giving the identities its tile may carry; ``tiles``: the
+    run's :class:`~._packs.TileSet`."""
+    have = tiles.keys()
     bad = []
     for b in blocks:
         if b.key in have:
             try:
-                read_tile(tiles_dir, b, kinds, run(b) if callable(run) else run)
+                tiles.read(b, kinds, run(b) if callable(run) else run)
             except UntrustedFileError:
                 raise  # not a tile at all (a FIFO, a device, a link out): exit 2, never moved
             except DamagedFileError as exc:

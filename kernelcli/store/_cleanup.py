@@ -24,7 +24,8 @@ from ._atomic import fsync_dir, storage_error, write_bytes_atomic
 from ..errors import RunDirError
 from ._ownership import check_tiles_own
 from ._side import TILES
-from ._tiles import done_keys, tile_path
+from ._packs import TileSet
+from ._tiles import tile_path
 from ._untrusted import read_untrusted
 
 _RECORD_BYTES = 1 << 20  # tiles_removed.json: a count, a size and a digest
@@ -32,9 +33,10 @@ _RECORD_BYTES = 1 << 20  # tiles_removed.json: a count, a size and a digest
 TILES_REMOVED = "tiles_removed.json"
 
 
-def remove_tiles(run_dir: Path, tiles_dir: Path, result_digests: dict,
+def remove_tiles(run_dir: Path, tiles: TileSet, result_digests: dict,
                  ids: set) -> tuple[int, int]:
-    """Delete every completed tile under ``tiles_dir``: ``(tiles, bytes)`` removed.
+    """Delete every completed tile of ``tiles``, loose and packed: ``(tiles, bytes)``
+    removed.
 
     ``result_digests`` (dataset -> sha256 of the verified ``kernels.h5``) goes into the
     record, which names what the tiles were removed in favour of. Only this run's tiles
@@ -42,23 +44,26 @@ def remove_tiles(run_dir: Path, tiles_dir: Path, result_digests: dict,
     anything goes, and no file a user put there is touched); the folder goes when that
     leaves it empty.
     """
-    keys = sorted(done_keys(tiles_dir))
-    check_tiles_own([tile_path(tiles_dir, k) for k in keys], ids)
+    tiles_dir = tiles.dir
+    keys = sorted(tiles.keys())
+    loose = tiles.loose()
+    packs = [p.path for p in tiles.packs()]
+    check_tiles_own([tile_path(tiles_dir, k) for k in sorted(loose)] + packs, ids)
     record = {"removed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tiles": len(keys),
               "result_sha256": dict(sorted(result_digests.items()))}
     write_bytes_atomic(Path(run_dir) / TILES_REMOVED,
                        (json.dumps(record, sort_keys=True) + "\n").encode())
-    removed = size = 0
+    size = 0
     try:
-        for key in keys:
-            path = tile_path(tiles_dir, key)
+        # loose tiles first: a pack goes last, so a kill half-way leaves whole tiles only
+        for path in [tile_path(tiles_dir, k) for k in sorted(loose)] + packs:
             try:
                 size += path.stat().st_size
                 path.unlink()
             except FileNotFoundError:  # another process removed it first
                 continue
-            removed += 1
-        if removed:
+        removed = len(keys)
+        if keys:
             fsync_dir(tiles_dir)
         try:
             os.rmdir(tiles_dir)
@@ -88,7 +93,7 @@ def tiles_removed(run_dir: Path) -> Optional[dict]:
     count = record.get("tiles")
     if type(count) is int and count > 0:
         try:
-            if len(done_keys(Path(run_dir) / TILES)) >= count:
+            if len(TileSet(Path(run_dir) / TILES).keys()) >= count:
                 return None
         except RunDirError:  # an unlistable folder: the record stands
             pass

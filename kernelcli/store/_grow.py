@@ -1,8 +1,9 @@
 """What ``kernelcli extend`` does to a run directory beyond a run's own writes: delete
 files the grown run does not keep, and set aside the test tiles that move to other
 keys (``tiles/carry-<new key>.h5``, out of the set of completed tiles) to be written
-again as the grown run's own. The replacement of the manifest itself is the store's
-(:meth:`~kernelcli.store.RunStore.grow`).
+again as the grown run's own. A pack holding a tile that moves or goes is unpacked
+first (:mod:`._packs`): both work on single tiles. The replacement of the manifest
+itself is the store's (:meth:`~kernelcli.store.RunStore.grow`).
 
 :class:`Growth` is a helper the store holds (``store.growth``): it uses the store's
 public paths and writes only. It deletes only the run's own files (:mod:`._ownership`):
@@ -56,6 +57,7 @@ class Growth:
         completed tiles (``kernelcli extend``: a test tile that moves to another block);
         whether there was one. :meth:`take_carried` reads it back."""
         tiles_dir = self.store.tiles_dir
+        self._unpack(key)
         check_tiles_own([tile_path(tiles_dir, key)], run_ids(self.store.manifest,
                                                              self.store.run_id))
         try:
@@ -105,8 +107,20 @@ class Growth:
         """Delete the tile of ``key`` (a block the run no longer keeps); RunDirError when
         it is a whole tile of another run (nothing is deleted)."""
         path = tile_path(self.store.tiles_dir, key)
+        self._unpack(key)
         check_tiles_own([path], run_ids(self.store.manifest, self.store.run_id))
         unlink(path)
+
+    def _unpack(self, key: str) -> None:
+        """A packed tile of ``key`` made loose again, with the rest of its pack (the pack
+        is deleted once they are all written): extend moves and deletes single tiles."""
+        tiles = self.store.tiles
+        if not tile_path(tiles.dir, key).is_file():
+            pack = tiles.find(key)
+            if pack is not None:
+                check_tiles_own([pack.path], run_ids(self.store.manifest, self.store.run_id))
+                tiles.unpack(pack)
+                tiles.remove_pack(pack)
 
     def remove_side_file(self, name: str) -> None:
         """Delete the side file ``name`` when it is the run's own (a labels file: the one

@@ -38,6 +38,7 @@ from ._atomic import _TMP
 from ._lineage import ancestors
 from ._lock import LOCK
 from ._manifest import CHECKSUM, MANIFEST
+from ._packs import PACK, pack_run
 from ._markers import SHARD_MARKER
 from ._result import ResultFile
 from ._run_manifest import labels_file_of
@@ -49,8 +50,9 @@ FOLDERS = (TILES, SHARDS, QUARANTINE)
 _NAME_MAX = 255     # bytes in one file name (Linux, macOS)
 _PATH_MAX = 4096    # bytes in a path the OS accepts
 _ROOM = 64          # the longest name kernelcli adds below the run directory (a tmp tile)
-_TILE = re.compile(r"^(carry-)?r\d{5}c\d{5}\.h5$")
+_TILE = re.compile(r"^(carry-)?r\d{5}c\d{5}\.h5$|^pack-r\d{5}c\d{5}-r\d{5}c\d{5}\.pack$")
 _QUARANTINED = re.compile(r"^(r\d{5}c\d{5}\.h5|carry-r\d{5}c\d{5}\.h5|kernels\.h5|"
+                          r"pack-r\d{5}c\d{5}-r\d{5}c\d{5}\.pack|"
                           r"test_diag\.h5)\.\d{8}T\d{6}(\.\d+)?$")
 _TILES_REMOVED = "tiles_removed.json"
 
@@ -206,7 +208,7 @@ def _owned_in(folder: Path, ids: set, pattern, what: str) -> list:
             out.append(path)
         elif pattern.match(name) and path.is_file() and not path.is_symlink():
             if pattern is _TILE:
-                _require(_sealed_run(path) in ids, path, f"is not {what} (it carries "
+                _require(_sealed_run(path, ids) in ids, path, f"is not {what} (it carries "
                          f"another run identity, or none): run directories cannot share "
                          f"folders")
             out.append(path)
@@ -229,7 +231,7 @@ def check_tiles_own(paths, ids: set) -> None:
     folder is shared with (or copied from) another run directory. A damaged tile says
     nothing about whose it is and passes (it is handled as damaged)."""
     for path in paths:
-        run = _sealed_run(path)
+        run = _sealed_run(path, ids)
         if run is not None and run not in ids:
             raise RunDirError(
                 f"{path} is a tile of another run (run identity {run[:12]}...), not of this "
@@ -250,7 +252,11 @@ def is_predictions(path: Path) -> bool:
         return False
 
 
-def _sealed_run(path: Path) -> Optional[str]:
+def _sealed_run(path: Path, ids=()) -> Optional[str]:
+    """The run identity a whole tile, pack or test diagonal carries (else ``None``); of
+    a pack, one of ``ids`` when its tiles carry it (:func:`pack_run`)."""
+    if PACK.match(Path(path).name):
+        return pack_run(path, ids)
     try:
         run = read_sealed(path)[1].get("run")
     except (SealError, OSError, ValueError, KeyError, TypeError):

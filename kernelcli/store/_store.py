@@ -31,9 +31,8 @@ from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, ma
 from ._lock import run_lock
 from ._ownership import (check_folders, check_new, check_path, check_tiles_own, owned_files,
                          run_ids)
+from ._packs import PACK_TILES, Packer, TileSet, quarantine_tiles
 from ._sealed import write_sealed
-from ._tiles import done_keys as _done_keys
-from ._tiles import read_tile as _read_tile
 from ._tiles import tile_path
 from ._tiles import write_tile as _write_tile
 from ._side import (QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES,
@@ -52,6 +51,7 @@ class RunStore:
         self._manifest = None
         self._checked = None
         self.growth = Growth(self)  # kernelcli extend's file operations
+        self.tiles = TileSet(self.tiles_dir)  # the one reader of its tiles, loose and packed
 
     @property
     def tiles_dir(self) -> Path:
@@ -117,8 +117,33 @@ class RunStore:
 
     def quarantine_tiles(self, blocks) -> list:
         """Move the tiles of ``blocks`` (which failed verification) to ``quarantine/``,
-        so a resume recomputes them; their new paths."""
-        return [self.quarantine(self.tiles_dir / f"{b.key}.h5") for b in blocks]
+        so a resume recomputes them; their new paths. A pack holding one is moved
+        whole, after its other tiles are unpacked (loose again, verified)."""
+        return quarantine_tiles(self.tiles, blocks, self.quarantine)
+
+    def damaged_packs(self) -> list:
+        """``[(path, what is wrong)]`` of the packs whose index fails its checks (their
+        tiles are not counted as done)."""
+        return self.tiles.damaged_packs()
+
+    def quarantine_damaged_packs(self) -> list:
+        """Move the packs :meth:`damaged_packs` lists to ``quarantine/`` (a resume
+        computes their tiles again); their new paths."""
+        moved = [self.quarantine(path) for path, _ in self.damaged_packs()]
+        self.tiles.refresh()
+        return moved
+
+    def packer(self, blocks, max_tiles: Optional[int] = None) -> Packer:
+        """The packer of the tiles of ``blocks`` (this process's share of the run), its
+        leftovers from earlier processes already packed (:mod:`._packs`); damaged packs
+        are moved to quarantine first. ``max_tiles``: tiles per pack (default
+        ``PACK_TILES``; 0: no packing)."""
+        self.quarantine_damaged_packs()
+        packer = Packer(self.tiles, self.run_id, run_ids(self.manifest, self.run_id),
+                        [b.key for b in blocks],
+                        PACK_TILES if max_tiles is None else max_tiles)
+        packer.start()
+        return packer
 
     @classmethod
     def open(cls, run_dir) -> "RunStore":
@@ -284,13 +309,12 @@ class RunStore:
         return shard_markers(self.shards_dir)
 
     def done_keys(self) -> set[str]:
-        """Keys of the blocks whose tile is complete."""
-        return _done_keys(self.tiles_dir)
+        """Keys of the blocks whose tile is complete (loose or packed)."""
+        return self.tiles.keys()
 
     def has(self, key) -> bool:
         """Whether the tile of ``key`` (a key string or a block) is complete."""
-        key = getattr(key, "key", key)
-        return tile_path(self.tiles_dir, key).is_file()
+        return self.tiles.has(getattr(key, "key", key))
 
     def write_tile(self, block, arrays: dict) -> Path:
         """Store ``arrays`` (kind -> values) as ``block``'s tile, atomically and durably.
@@ -306,7 +330,7 @@ class RunStore:
 
     def read_tile(self, block, kinds=None) -> dict:
         """``block``'s arrays, kind -> ``(r1 - r0, c1 - c0)``, verified (see :func:`read_tile`)."""
-        return _read_tile(self.tiles_dir, block, kinds, self.tile_runs(block))
+        return self.tiles.read(block, kinds, self.tile_runs(block))
 
     def tile_runs(self, block) -> tuple:
         """The run identities ``block``'s tile may carry (:mod:`._lineage`)."""
@@ -315,7 +339,7 @@ class RunStore:
     def remove_tiles(self) -> tuple[int, int]:
         """Delete every tile, recording that they were removed: ``(tiles, bytes)``. The
         caller has verified ``kernels.h5`` (the tiles are its only other copy)."""
-        return remove_tiles(self.run_dir, self.tiles_dir, self.result().digests(),
+        return remove_tiles(self.run_dir, self.tiles, self.result().digests(),
                             run_ids(self.manifest, self.run_id))
 
     @property
@@ -331,8 +355,8 @@ class RunStore:
         """``[(block, DamagedFileError)]`` for each existing tile of ``blocks`` that fails
         verification (reads every tile: the cost of reading the run once);
         :class:`RunDirError` when one is a whole tile of another run (nothing moves)."""
-        damaged = check_tiles(self.tiles_dir, blocks, kinds, self.tile_runs)
-        check_tiles_own([tile_path(self.tiles_dir, b.key) for b, _ in damaged],
+        damaged = check_tiles(self.tiles, blocks, kinds, self.tile_runs)
+        check_tiles_own([self.tiles.where(b.key) for b, _ in damaged],
                         run_ids(self.manifest, self.run_id))
         return damaged
 
@@ -351,9 +375,16 @@ class RunStore:
         if n_test and test_diagonal:
             diag = self.read_test_diagonal(kinds)
             extra.update({f"{k}_test_diag": v.astype(dtype) for k, v in diag.items()})
-        return _assemble(self.result_path, self.tiles_dir, blocks, n1, n2, kinds, dtype,
+        return _assemble(self.result_path, self.tiles, blocks, n1, n2, kinds, dtype,
                          symmetric, attrs, n_test=n_test, extra=extra, run=self.run_id,
                          tile_runs=self.tile_runs)
+
+    def file_counts(self) -> dict:
+        """``files`` in the run directory (every folder), ``tile_packs`` and
+        ``tiles_loose`` (completed tiles in files of their own) among them."""
+        files = sum(len(names) for _, _, names in os.walk(self.run_dir))
+        return {"files": files, "tile_packs": len(self.tiles.packs()),
+                "tiles_loose": len(self.tiles.loose())}
 
     def side_files(self) -> list[str]:
         """Names of the side files present (see the package docstring)."""

@@ -29,6 +29,10 @@ _TILE = re.compile(r"^(r\d{5}c\d{5})\.h5$")
 _RANGE_ATTRS = ("r0", "r1", "c0", "c1")
 
 
+class TileMissing(ComputeError):
+    """A tile that is not there (under its own name; :mod:`._packs` looks in the packs)."""
+
+
 def tile_path(tiles_dir: Path, key: str) -> Path:
     if not re.fullmatch(r"r\d{5}c\d{5}", key):
         raise ValueError(f"tile key {key!r} is not of the form 'r00000c00000'")
@@ -110,11 +114,18 @@ def read_tile(tiles_dir: Path, block, kinds=None, run: str = "") -> dict:
         datasets, attrs = read_sealed(path, max_bytes=None if kinds is None else bytes_bound(
             block.r1 - block.r0, block.c1 - block.c0, len(kinds)))
     except FileNotFoundError:
-        raise ComputeError(f"tile {path} is missing: block {block.key} was not computed") from None
+        raise TileMissing(f"tile {path} is missing: block {block.key} was not computed") from None
     except SealError as exc:
         raise DamagedFileError(f"tile {path} is damaged: {exc}") from None
     except OSError as exc:
         raise ComputeError(f"cannot read tile {path}: {exc.strerror or exc}") from None
+    return check_tile(str(path), datasets, attrs, block, kinds, run)
+
+
+def check_tile(path: str, datasets: dict, attrs: dict, block, kinds=None, run="") -> dict:
+    """The arrays of ``datasets`` (an unsealed tile; messages call it ``tile <path>``)
+    when its attributes say it is ``block``'s tile of ``run`` holding ``kinds``;
+    :class:`DamagedFileError` otherwise (see :func:`read_tile`)."""
     found = tuple(_int(attrs.get(name)) for name in _RANGE_ATTRS)
     wanted = tuple(int(getattr(block, name)) for name in _RANGE_ATTRS)
     if found != wanted or _text(attrs.get("key")) != block.key:
