@@ -83,6 +83,25 @@ def test_clean_deletes_only_tiles_and_keeps_a_verified_result(run, project):
                                         "tiles_removed": 0, "bytes_removed": 0}
 
 
+def test_clean_leaves_a_file_under_a_tiles_name_that_it_cannot_prove_its_own(run):
+    """A user's file (here a 100 GB sparse one) or a damaged tile under a tile's name
+    carries no readable run identity: clean leaves it where it is."""
+    names = sorted(tile_names(run))
+    big = run / "tiles" / names[0]
+    big.unlink()
+    with open(big, "wb") as f:
+        f.truncate(100 * 10**9)
+    damaged = run / "tiles" / names[1]
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    kept = damaged.read_bytes()
+    result = invoke("clean", run, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["tiles_removed"] == 4
+    assert tile_names(run) == set(names[:2])
+    assert big.stat().st_size == 100 * 10**9
+    assert damaged.read_bytes() == kept
+
+
 def error_line_or(result) -> str:
     """The one line a command printed on stderr."""
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]

@@ -41,14 +41,16 @@ def remove_tiles(run_dir: Path, tiles: TileSet, result_digests: dict,
     ``result_digests`` (dataset -> sha256 of the verified ``kernels.h5``) goes into the
     record, which names what the tiles were removed in favour of. Only this run's tiles
     are deleted (their identity among ``ids``; a tile of another run is refused before
-    anything goes, and no file a user put there is touched); the folder goes when that
-    leaves it empty.
+    anything goes, and a file under a tile's name whose identity cannot be read, a
+    damaged tile or a user's file, is left in place); the folder goes when that leaves
+    it empty.
     """
     tiles_dir = tiles.dir
     keys = sorted(tiles.keys())
     loose = tiles.loose()
     packs = [p.path for p in tiles.packs()]
-    check_tiles_own([tile_path(tiles_dir, k) for k in sorted(loose)] + packs, ids)
+    own = [tile_path(tiles_dir, k) for k in sorted(loose)] + packs
+    unproven = set(check_tiles_own(own, ids))
     record = {"removed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tiles": len(keys),
               "result_sha256": dict(sorted(result_digests.items()))}
     write_bytes_atomic(Path(run_dir) / TILES_REMOVED,
@@ -56,13 +58,15 @@ def remove_tiles(run_dir: Path, tiles: TileSet, result_digests: dict,
     size = 0
     try:
         # loose tiles first: a pack goes last, so a kill half-way leaves whole tiles only
-        for path in [tile_path(tiles_dir, k) for k in sorted(loose)] + packs:
+        for path in own:
+            if path in unproven:  # damaged, or not kernelcli's at all: left where it is
+                continue
             try:
                 size += path.stat().st_size
                 path.unlink()
             except FileNotFoundError:  # another process removed it first
                 continue
-        removed = len(keys)
+        removed = len(keys) - len(unproven & {tile_path(tiles_dir, k) for k in loose})
         if keys:
             fsync_dir(tiles_dir)
         try:

@@ -225,19 +225,24 @@ def run_ids(manifest: dict, identity: str) -> set:
     return {identity} | ancestors(manifest) | ({previous} if isinstance(previous, str) else set())
 
 
-def check_tiles_own(paths, ids: set) -> None:
+def check_tiles_own(paths, ids: set) -> list:
     """Refuse (exit 2, before anything is moved or deleted) a tile among ``paths`` that
     is whole but carries a run identity not in ``ids``: a tile of another run, so its
     folder is shared with (or copied from) another run directory. A damaged tile says
-    nothing about whose it is and passes (it is handled as damaged)."""
+    nothing about whose it is and passes (it is handled as damaged); the paths of such
+    tiles are returned, so that nothing deletes a file it cannot prove its own."""
+    unproven = []
     for path in paths:
         run = _sealed_run(path, ids)
-        if run is not None and run not in ids:
+        if run is None:
+            unproven.append(path)
+        elif run not in ids:
             raise RunDirError(
                 f"{path} is a tile of another run (run identity {run[:12]}...), not of this "
                 f"one: run directories cannot share folders, so nothing was moved or "
                 f"deleted; move that tile (or the whole {Path(path).parent.name}/ folder) "
                 f"back to its own run directory")
+    return unproven
 
 
 def is_predictions(path: Path) -> bool:
