@@ -150,3 +150,14 @@ def test_more_landmarks_than_rows_exit_2_and_write_nothing(tmp_path):
     assert not (tmp_path / "run_many").exists()
     with pytest.raises(DataError):
         choose_landmarks(3, 4)
+
+
+def test_estimate_prints_the_cost_of_both_routes(tmp_path):
+    write_data(tmp_path, n_train=N, n_test=T)
+    result = invoke("estimate", _cfg(tmp_path, "est", 12))
+    assert result.exit_code == 0, result.stderr
+    routes = [line.split(None, 3)[-1] for line in result.stdout.splitlines()
+              if line.lstrip().startswith("route:")]
+    full, rect = N * (N + 1) // 2 + T * N, (N + T + 12) * 12
+    assert [r.split(" pairs")[0] for r in routes] == [f"{full:,}", f"{rect:,}"]
+    assert "route: full kernel" in result.stdout and "route: 12 landmarks" in result.stdout

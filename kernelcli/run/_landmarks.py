@@ -14,7 +14,8 @@ fingerprinted in the manifest so that a resume with another draw is refused.
 from __future__ import annotations
 
 import hashlib
-from typing import Tuple
+from dataclasses import asdict, dataclass
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -69,3 +70,41 @@ class LandmarkRows:
 
     def close(self) -> None:
         """Nothing of its own: ``source`` is closed by whoever opened it."""
+
+
+@dataclass(frozen=True)
+class RouteCosts:
+    """``estimate`` of a landmark configuration: the full kernel's route against the
+    landmarks' (pairs, result bytes, the solve's float64 bytes and, with a timed
+    batch, seconds), for ``n_train`` training and ``n_test`` test rows."""
+
+    n_train: int
+    n_test: int
+    landmarks: int
+    full_pairs: int
+    full_result_bytes: int
+    full_solve_bytes: int
+    landmark_pairs: int
+    landmark_result_bytes: int
+    landmark_solve_bytes: int
+    seconds_per_pair: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        return {f"routes_{k}": v for k, v in asdict(self).items()}
+
+
+def route_costs(n: int, t: int, m: int, kinds: int, itemsize: int, classes: int,
+                seconds_per_pair: Optional[float] = None) -> RouteCosts:
+    """The two routes for ``n`` training rows, ``t`` test rows and ``m`` landmarks: the
+    lower triangle of ``K(X, X)`` plus ``K(T, X)``, against ``K([X; T; Z], Z)``."""
+    from ..predict import nystrom_memory_bytes, solve_memory_bytes
+
+    full = n * (n + 1) // 2 + t * n
+    rect = (n + t + m) * m
+    return RouteCosts(
+        n_train=n, n_test=t, landmarks=m, full_pairs=full,
+        full_result_bytes=(n * n + t * n) * kinds * itemsize,
+        full_solve_bytes=solve_memory_bytes(n), landmark_pairs=rect,
+        landmark_result_bytes=rect * kinds * itemsize,
+        landmark_solve_bytes=nystrom_memory_bytes(m, classes, 5, min(64 * 2**20, 8 * rect)),
+        seconds_per_pair=seconds_per_pair)

@@ -127,7 +127,8 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
                              solver, selection, ridge_convention=RIDGE_CONVENTION)
     return PredictResult(
         run_dir=str(store.run_dir), n_train=n, n_test=t, classes=classes, solver=solver,
-        solve_bytes=nystrom_memory_bytes(m, classes, min(CV_FOLDS, n), _BAND_BYTES),
+        solve_bytes=nystrom_memory_bytes(m, classes, min(CV_FOLDS, n),
+                                         min(_BAND_BYTES, 8 * rows * m)),
         ridge_convention=RIDGE_CONVENTION, predictions=str(path), selection=selection,
         results=tuple(rows_out), selected=tuple(choices))
 
