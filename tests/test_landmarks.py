@@ -161,3 +161,18 @@ def test_estimate_prints_the_cost_of_both_routes(tmp_path):
     full, rect = N * (N + 1) // 2 + T * N, (N + T + 12) * 12
     assert [r.split(" pairs")[0] for r in routes] == [f"{full:,}", f"{rect:,}"]
     assert "route: full kernel" in result.stdout and "route: 12 landmarks" in result.stdout
+
+
+def test_what_a_landmark_run_cannot_do_is_refused_with_exit_2(runs):
+    run = runs["m12"]
+    before = (run / "predictions.h5").read_bytes()
+    for args, message in (
+            (["--solver", "cg"], f"--solver cg: {run} is a landmark run (data.landmarks), "
+                                 f"solved by Nystrom regression; drop --solver (or give auto)"),
+            (["--time", "10"], f"--time: {run} is a landmark run (data.landmarks); "
+                               f"gradient-flow predictions need the full kernel K(x1, x1): "
+                               f"drop --time")):
+        result = invoke("predict", run, *args)
+        assert result.exit_code == 2
+        assert result.stderr.strip().splitlines()[-1] == f"Error: {message}"
+    assert (run / "predictions.h5").read_bytes() == before
