@@ -91,8 +91,9 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
     store = RunStore.open(run_dir)
     names, have, labels, test_labels = _check_run(store, run_dir, landmarks=True)
     kinds = _kinds(kinds, have, run_dir)
-    geometry = store.manifest["plan"]
-    n, m, rows = int(labels.shape[0]), int(geometry["n2"]), int(geometry["n1"])
+    with ResultFile(store.result_path).kernel(kinds[0]) as ds:  # verified above
+        rows, m = (int(v) for v in ds.shape)
+    n = int(labels.shape[0])
     t = rows - n - m
     if t < 0 or (test_labels is not None and t != len(test_labels)):
         raise DamagedFileError(f"{store.result_path}: its {rows:,} rows are not the {n:,} "
