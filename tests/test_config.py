@@ -238,7 +238,7 @@ SECTION_MISTAKES = [
     ("unknown_key_names_its_section", MINIMAL + "kernel: {dtyp: float64}\n",
      "kernel: unknown key 'dtyp'; expected kinds, dtype, test_diagonal, augment; did you mean 'dtype'?"),
     ("section_not_a_mapping", "data: [a]\narchitecture: {layers: [relu]}\n",
-     "data: ['a'] is not a mapping; expected a mapping of x1, key, x2, x2_key, layout, limit, labels, labels_key, test, test_key, test_labels, test_labels_key, test_limit, preprocess"),
+     "data: ['a'] is not a mapping; expected a mapping of x1, key, x2, x2_key, layout, limit, labels, labels_key, test, test_key, test_labels, test_labels_key, test_limit, preprocess, landmarks"),
     ("missing_x1", "data: {key: x}\narchitecture: {layers: [relu]}\n",
      "data.x1: missing; expected the path of the input array file (.npy, .npz or .h5)"),
     ("x2_key_without_x2", NO_LAYERS.replace("a.npy", "a.npy, x2_key: x2"),

@@ -57,6 +57,8 @@ def _print_parts(est) -> None:
              f"{format_size(s.solve_bytes)} (float64 kernel, factor, LAPACK copy; "
              f"{format_size(s.solve_available_bytes)} available: "
              f"{'fits' if fits else 'does not fit, predict will use --solver cg'})")
+    if est.routes is not None:
+        _print_routes(est.routes)
     if est.readouts:
         r = est.readouts
         one, apart = r.readout_layers_one_pass, r.readout_layers_separate
@@ -90,3 +92,15 @@ def _print_parts(est) -> None:
     if t.seconds_estimate_workers is not None:
         _row(f"wall time on {est.workers.workers} workers",
              format_duration(t.seconds_estimate_workers))
+
+
+def _print_routes(r) -> None:
+    """A landmark configuration: what the full kernel would cost beside it."""
+    for name, pairs, size, solve in (
+            ("full kernel", r.full_pairs, r.full_result_bytes, r.full_solve_bytes),
+            (f"{r.landmarks:,} landmarks", r.landmark_pairs, r.landmark_result_bytes,
+             r.landmark_solve_bytes)):
+        time = ("" if r.seconds_per_pair is None
+                else f", about {format_duration(pairs * r.seconds_per_pair)}")
+        _row(f"route: {name}", f"{pairs:,} pairs{time}, {format_size(size)} on disk, "
+                               f"predict needs {format_size(solve)}")

@@ -46,6 +46,11 @@ from ._memory import solve_memory_bytes as solve_memory_bytes
 from ._operator import ArrayOperator as ArrayOperator
 from ._operator import H5KernelOperator as H5KernelOperator
 from ._operator import load_kernel as load_kernel
+from ._nystrom import NystromMap as NystromMap
+from ._nystrom import fold_sums as fold_sums
+from ._nystrom import nystrom_map as nystrom_map
+from ._nystrom import nystrom_memory_bytes as nystrom_memory_bytes
+from ._nystrom import nystrom_weights as nystrom_weights
 from ._selection import choose_ridge as choose_ridge
 from ._selection import fold_masks as fold_masks
 from ._selection import held_out_scores as held_out_scores
@@ -58,10 +63,11 @@ from ._targets import one_hot as one_hot
 
 __all__ = [
     "ArrayOperator", "CGResult", "Eigen", "FlowBasis", "H5KernelOperator", "NTKCovariance",
-    "NotConvergedError", "NotPositiveDefiniteError", "SOLVERS", "VARIANCE_ROWS", "accuracy", "check_flow_memory",
-    "check_ridges", "check_times", "choose_ridge", "choose_solver", "cholesky_factor",
-    "cholesky_memory_bytes", "eigen",
-    "evaluate", "flow_basis", "flow_mean", "flow_memory_bytes", "flow_weights", "fold_masks",
+    "NotConvergedError", "NotPositiveDefiniteError", "NystromMap", "SOLVERS", "VARIANCE_ROWS",
+    "accuracy", "check_flow_memory", "check_ridges", "check_times", "choose_ridge",
+    "choose_solver", "cholesky_factor", "cholesky_memory_bytes", "eigen", "evaluate",
+    "fold_sums", "flow_basis", "flow_mean", "flow_memory_bytes", "flow_weights", "fold_masks",
+    "nystrom_map", "nystrom_memory_bytes", "nystrom_weights",
     "gradient_flow", "held_out_scores", "inverse_diagonal", "load_kernel", "loo_predictions",
     "mse", "nngp_flow_variance", "ntk_covariance", "ntk_flow_variance", "one_hot", "predict",
     "predictive_variance", "regularizer", "solve_cg", "solve_cg_folds", "solve_cg_ridges",

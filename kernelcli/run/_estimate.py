@@ -15,6 +15,7 @@ from ..errors import UsageError
 from ..spec import RunConfig, load_config, walk
 from ._block import STATS_ROWS
 from ._job import Job, prepare
+from ._landmarks import route_costs
 from ._results import EstimateResult, ReadoutWork, SolveNeed, WorkerSplit
 from ._shards import check_shard_count, worker_loads
 from ._timing import time_run
@@ -50,7 +51,9 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
     with prepare(cfg, fit_preprocess=False, fingerprints={}, stop=stop) as job:
         startup = process_age_seconds()  # what `compute` spends too before its first call
         plan = job.plan
-        solve = (_solve_memory(plan.n1) if cfg.data.test is not None or cfg.data.has_labels
+        landmark = job.inputs.landmarks is not None
+        solve = (_solve_memory(plan.n1) if not landmark and (cfg.data.test is not None
+                                                             or cfg.data.has_labels)
                  else None)
         # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
         # it frees stays with the process (malloc keeps it), so it adds up.
@@ -87,6 +90,14 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
                 timing = dataclasses.replace(t, seconds_estimate_workers=(
                     t.startup_seconds + t.compile_seconds + t.stats_seconds
                     + share * (t.pairs_seconds + t.writes_seconds)))
+        routes = None
+        if landmark:
+            labels = job.inputs.labels
+            routes = route_costs(job.inputs.x1.n, job.inputs.test.n if job.inputs.test
+                                 else 0, plan.n2, len(plan.kinds), plan.itemsize,
+                                 1 if labels is None or not len(labels) else
+                                 int(labels.max()) + 1,
+                                 None if timing is None else timing.seconds_per_pair)
         return EstimateResult(
             plan=plan, name=cfg.name, kinds=tuple(plan.kinds), dtype=cfg.kernel.dtype,
             platform=job.devices[0].platform, stats_bytes=job.stats_bytes,
@@ -95,7 +106,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             timing=timing, memory_source=job.memory_source,
             augment=tuple(job.kfn.augment), group_size=len(job.kfn.group),
             readouts=readout_work(cfg.architecture), device_peak_bytes=device_peak,
-            cost=cost)
+            cost=cost, routes=routes)
 
 
 def _cost(job: Job, bandwidth, launch_latency, stop: Stop):

@@ -132,6 +132,9 @@ def check_extensible(store: RunStore, cfg, request: dict) -> None:
         raise UsageError(f"{run_dir} holds the rectangle K(x1, x2) of data.x2; extend grows "
                          f"a run of one training set (no data.x2): compute the new "
                          f"rectangle as a run of its own")
+    if cfg.data.landmarks is not None:
+        raise UsageError(f"{run_dir} is a landmark (Nystrom) run of data.landmarks; extend "
+                         f"grows a full kernel: compute a new landmark run with the rows")
     if (m.get("extend") or {}).get("request") is not None and not store.finished:
         raise UsageError(f"{run_dir} is in the middle of another extend; finish it with "
                          f"`{resume_command(run_dir)}` (or the same extend command), then "

@@ -10,6 +10,10 @@ has more training rows after ``x1``: its training set is ``x1`` followed by each
 appended file (``appended``). The executor sees two row sources:
 ``rows`` (the training rows, followed by ``test`` when there is one) and ``columns``
 (``x2``, else ``rows``), with the preprocessing applied as rows are read.
+
+A landmark run (``data.landmarks``, :mod:`._landmarks`) is a rectangle: its rows are
+the training rows, the test rows and the landmarks ``Z``, its columns ``Z``; the
+planner sees ``n1 = N + T + M`` rows, ``n2 = M`` columns and no test rows of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ..data import (ArraySource, ConcatRows, Preprocess, Preprocessed, Sliceable
                     check_finite, check_pair, fingerprint, fit_preprocess, input_bound,
                     load_labels, open_array)
 from ..spec import RunConfig, check_architecture
+from ._landmarks import FINGERPRINT_KEY, LandmarkRows, choose_landmarks, landmarks_fingerprint
 
 
 @dataclass
@@ -39,22 +44,30 @@ class Inputs:
     test_labels: Optional[np.ndarray] = None
     preprocess: Optional[Preprocess] = None
     appended: tuple = ()  # ArraySources of `kernelcli extend --append`, after x1
+    landmarks: Optional[np.ndarray] = None  # rows of x1 (data.landmarks), sorted
 
     @property
     def symmetric(self) -> bool:
-        return self.x2 is None
+        return self.x2 is None and self.landmarks is None
 
     @property
     def n1(self) -> int:
-        return self.x1.n + sum(a.n for a in self.appended)
+        """The rows of the plan: the training rows (a landmark run: all of its rows)."""
+        n = self.x1.n + sum(a.n for a in self.appended)
+        if self.landmarks is not None:
+            n += (0 if self.test is None else self.test.n) + self.landmarks.size
+        return n
 
     @property
     def n2(self) -> int:
+        if self.landmarks is not None:
+            return int(self.landmarks.size)
         return self.n1 if self.x2 is None else self.x2.n
 
     @property
     def n_test(self) -> int:
-        return 0 if self.test is None else self.test.n
+        """The plan's test rows (a landmark run has its test rows among ``n1``)."""
+        return 0 if self.test is None or self.landmarks is not None else self.test.n
 
     def _view(self, src):
         return src if self.preprocess is None else Preprocessed(src, self.preprocess)
@@ -64,11 +77,16 @@ class Inputs:
         """Block rows: the training rows then ``test`` (``n1 + n_test`` rows),
         preprocessed."""
         parts = [self._view(s) for s in (self.x1, *self.appended, self.test) if s is not None]
+        if self.landmarks is not None:
+            parts.append(self.columns)
         return parts[0] if len(parts) == 1 else ConcatRows(parts)
 
     @property
     def columns(self):
-        """Block columns: ``x2`` (preprocessed) or, for a symmetric run, ``rows``."""
+        """Block columns: ``x2`` (preprocessed), the landmarks, or, for a symmetric run,
+        ``rows``."""
+        if self.landmarks is not None:
+            return self._view(LandmarkRows(self.x1, self.landmarks))
         return self.rows if self.x2 is None else self._view(self.x2)
 
     def fingerprints(self, stop=None) -> dict:
@@ -87,6 +105,8 @@ class Inputs:
             out["labels"] = labels_fingerprint(self.labels, self.test_labels)
         if self.preprocess is not None:
             out["preprocess"] = self.preprocess.fingerprint()
+        if self.landmarks is not None:
+            out[FINGERPRINT_KEY] = landmarks_fingerprint(self.landmarks, self.x1.n)
         return out
 
     def close(self) -> None:
@@ -147,6 +167,9 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
             appended.append(src)
             check_pair(x1, src)
         check_architecture(cfg.architecture, x1.example_shape)
+        landmarks = None
+        if d.landmarks is not None:
+            landmarks = choose_landmarks(x1.n, d.landmarks)
         largest = {}
         if check_values:
             raw_dtype = "float64" if d.preprocess is not None else cfg.kernel.dtype
@@ -175,7 +198,7 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
         for src in opened:
             src.close()
         raise
-    return Inputs(x1, x2, test, labels, test_labels, preprocess, tuple(appended))
+    return Inputs(x1, x2, test, labels, test_labels, preprocess, tuple(appended), landmarks)
 
 
 def _appended_labels(rec: dict, src) -> np.ndarray:

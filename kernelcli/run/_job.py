@@ -119,7 +119,7 @@ def config_fingerprint(cfg: RunConfig, extension: Optional[dict] = None) -> str:
     for key in ("labels", "test", "test_labels"):
         if getattr(d, key) is not None:
             data[key] = rel(getattr(d, key))
-    for key in ("labels_key", "test_key", "test_labels_key", "test_limit"):
+    for key in ("labels_key", "test_key", "test_labels_key", "test_limit", "landmarks"):
         if getattr(d, key) is not None:
             data[key] = getattr(d, key)
     if d.preprocess is not None:

@@ -251,6 +251,7 @@ class EstimateResult:
     # on an accelerator: the devices' peak, per device (the process peak is the host's)
     device_peak_bytes: Optional[int] = None
     cost: Optional[object] = None  # an accelerator plan's kernelcli.kernels.CostModel
+    routes: Optional[object] = None  # data.landmarks: run._landmarks.RouteCosts
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -263,7 +264,7 @@ class EstimateResult:
                    memory_source=self.memory_source, augment=list(self.augment),
                    group_size=self.group_size,
                    network_evaluations=self.plan.pairs_total * self.group_size)
-        for part in (self.solve, self.workers, self.timing, self.readouts):
+        for part in (self.solve, self.workers, self.timing, self.readouts, self.routes):
             if part is not None:
                 out.update(part.to_dict())
         if self.device_peak_bytes is not None:

@@ -50,6 +50,7 @@ class DataSpec:
     test_labels_key: Optional[str] = None
     test_limit: Optional[int] = None
     preprocess: Optional[PreprocessSpec] = None
+    landmarks: Optional[int] = None     # Nystrom: K(x1, Z), K(test, Z), K(Z, Z), Z in x1
 
     @property
     def has_labels(self) -> bool:

@@ -40,7 +40,8 @@ from ._yaml import MAX_CHARS, read_yaml
 SECTIONS = ("name", "data", "architecture", "kernel", "compute", "output")
 _KEYS = {
     "data": ("x1", "key", "x2", "x2_key", "layout", "limit", "labels", "labels_key", "test",
-             "test_key", "test_labels", "test_labels_key", "test_limit", "preprocess"),
+             "test_key", "test_labels", "test_labels_key", "test_limit", "preprocess",
+             "landmarks"),
     "architecture": ("parameterization", "layers", "readouts"),
     "kernel": ("kinds", "dtype", "test_diagonal", "augment"),
     "compute": ("memory", "devices", "block", "executor", "address", "engine"),
@@ -156,11 +157,16 @@ def _build(doc: Any, text: str, base_dir: Path, source: Optional[Path]) -> RunCo
     f.check_keys(doc, "", SECTIONS, noun="section")
 
     name = _run_name(doc.get("name"), source.stem if source is not None else _DEFAULT_NAME)
+    data, kernel = _data(_section(doc, "data"), base_dir), _kernel(_section(doc, "kernel"))
+    if data.landmarks is not None and kernel.test_diagonal:
+        raise f.fail("kernel.test_diagonal", "true is given together with data.landmarks; "
+                                             "expected false: a Nystrom regression run "
+                                             "computes no test diagonal (no variance)")
     return RunConfig(
         name=name,
-        data=_data(_section(doc, "data"), base_dir),
+        data=data,
         architecture=_architecture(_section(doc, "architecture")),
-        kernel=_kernel(_section(doc, "kernel")),
+        kernel=kernel,
         compute=_compute(_section(doc, "compute")),
         output=_output(_section(doc, "output"), base_dir, name),
         source=source,
@@ -207,6 +213,12 @@ def _data(d: dict, base_dir: Path) -> DataSpec:
                                             "null; expected data.test as well, or no "
                                             f"{key}")
 
+    if d.get("landmarks") is not None and x2 is not None:
+        raise f.fail("data.landmarks", f"{f.show(d['landmarks'])} is given together with "
+                                       "data.x2; expected one of them: landmarks make the "
+                                       "rectangle K(x1, landmarks) of a Nystrom regression "
+                                       "run themselves")
+
     def opt_path(key):
         value = d.get(key)
         return None if value is None else f.file_path(value, f"data.{key}", base_dir)
@@ -234,7 +246,17 @@ def _data(d: dict, base_dir: Path) -> DataSpec:
         test_labels_key=opt_key("test_labels_key"),
         test_limit=opt_limit("test_limit"),
         preprocess=_preprocess(d.get("preprocess")),
+        landmarks=opt_landmarks(d.get("landmarks")),
     )
+
+
+def opt_landmarks(value) -> Optional[int]:
+    """``data.landmarks``: how many rows of ``x1`` the Nystrom route keeps (checked
+    against the number of rows when the data is opened)."""
+    if value is None:
+        return None
+    return f.positive_int(value, "data.landmarks", "a number of landmark rows of data.x1",
+                          maximum=MAX_ROWS)
 
 
 _PREPROCESS_KEYS = ("kind", "zca_reg", "per_image")

@@ -2,11 +2,13 @@
 
 ``_solve`` reads the run (through :mod:`kernelcli.store`), solves every kind and
 ridge with :mod:`kernelcli.predict`'s solvers and chooses the ridge; ``_flow`` adds the
-gradient-flow ensemble (``--time``); ``_file`` writes ``predictions.h5``. Named so as
+gradient-flow ensemble (``--time``); ``_file`` writes ``predictions.h5``;
+``_landmarks`` solves a landmark run (``data.landmarks``) by Nystrom regression, and
+its ``predict`` picks the route. Named so as
 not to collide with :mod:`kernelcli.predict`, the solvers themselves.
 """
 
+from ._landmarks import predict as predict
 from ._solve import DEFAULT_RIDGES as DEFAULT_RIDGES
-from ._solve import predict as predict
 
 __all__ = ["DEFAULT_RIDGES", "predict"]

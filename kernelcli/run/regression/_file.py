@@ -31,7 +31,8 @@ def _column(rows, kind: str, field: str):
 
 
 def write_predictions(path: Path, solved: dict, ridges, rows, choices, solver: str,
-                      selection: str, times=(), flows=None) -> Path:
+                      selection: str, times=(), flows=None,
+                      ridge_convention: str = RIDGE_CONVENTION) -> Path:
     """Write the file; ``solved``: per kind ``{ridge: {"mean", "variance"} or {"error"}}``,
     ``rows``/``choices``: ``PredictRow``/``PredictChoice``, ``flows``: per kind the
     arrays of ``flow_kind``."""
@@ -39,7 +40,7 @@ def write_predictions(path: Path, solved: dict, ridges, rows, choices, solver: s
     with h5_written_whole(path) as f:
         f.attrs["ridges"] = np.asarray(ridges, dtype=np.float64)
         f.attrs["solver"] = solver
-        f.attrs["ridge_convention"] = RIDGE_CONVENTION
+        f.attrs["ridge_convention"] = ridge_convention
         f.attrs["selection"] = selection
         if times:
             f.attrs["times"] = np.asarray(times, dtype=np.float64)

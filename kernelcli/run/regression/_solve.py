@@ -72,7 +72,7 @@ def _cg_reporter(kind: str, progress: Optional[Callable[[str], None]]):
     return on_iteration, lambda: progress(line("CG done after"))
 
 
-def _check_run(store: RunStore, run_dir) -> tuple:
+def _check_run(store: RunStore, run_dir, landmarks: bool = False) -> tuple:
     if not store.finished:
         raise RunDirError(f"{run_dir} has no kernels.h5 yet: the run is not finished; "
                           f"complete it with `{resume_command(run_dir)}`, then predict")
@@ -87,7 +87,7 @@ def _check_run(store: RunStore, run_dir) -> tuple:
     # the kinds, or a run with readouts' datasets in readout order (nngp_d3, ntk_d3, ...)
     kinds = sorted((k for k in names if is_kernel_name(k)),
                    key=lambda k: (int(k.partition("_d")[2] or 0), KINDS.index(base_kind(k))))
-    if not any(f"{k}_test" in names for k in kinds):
+    if not landmarks and not any(f"{k}_test" in names for k in kinds):
         raise UsageError(f"{run_dir} holds no test kernel K(test, x1): predict needs a run "
                          f"whose configuration names a test set (data.test, data.test_key) "
                          f"and the training labels (data.labels_key)")

@@ -1,0 +1,143 @@
+"""``predict`` on a landmark run (``data.landmarks``): Nystrom kernel ridge regression.
+
+A landmark run's ``kernels.h5`` holds per kind one rectangle ``K([X; T; Z], Z)``
+(:mod:`kernelcli.run._landmarks`): ``N`` training rows (as many as the labels),
+``T`` test rows, then the ``M`` landmarks' own rows ``K(Z, Z)``. The solve is
+:mod:`kernelcli.predict._nystrom`'s: for the NNGP the posterior mean of the
+Nystrom-approximated kernel, for the NTK the infinite-time gradient-descent
+predictor with the Nystrom approximation of the NTK. The ridge is chosen by
+k-fold cross-validation on the training rows, as with CG; the output is the
+full-kernel route's (``predictions.h5``, the same typed result), without variance or
+gradient flow.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional
+
+import numpy as np
+
+from ...errors import DamagedFileError, NotPositiveDefiniteError, UsageError
+from ...predict import (NystromMap, accuracy, check_ridges, choose_ridge, fold_sums,
+                       held_out_scores, mse, nystrom_map, nystrom_memory_bytes,
+                       nystrom_weights, one_hot)
+from ...store import PREDICTIONS, ResultFile, RunStore, row_bands
+from .._landmarks import FINGERPRINT_KEY
+from .._results import PredictResult, PredictRow
+from ._file import write_predictions
+from ._solve import CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds
+from ._solve import predict as full_predict
+
+RIDGE_CONVENTION = ("ridge * trace(K_mm) / m (the landmarks' estimate of trace(K) / n) "
+                    "on the diagonal of the Nystrom kernel")
+_BAND_BYTES = 64 * 2**20  # row_bands' bands of K([X; T; Z], Z)
+
+
+def is_landmark_run(run_dir) -> bool:
+    """Whether the run in ``run_dir`` was computed with ``data.landmarks``."""
+    fps = RunStore.open(run_dir).manifest.get("data_fingerprints")
+    return isinstance(fps, dict) and FINGERPRINT_KEY in fps
+
+
+def _bands(result, kind: str, lo: int, hi: int):
+    """``(first row - lo, rows)`` of rows ``[lo, hi)`` of ``kind``, in bounded bands."""
+    with ResultFile(result).kernel(kind) as ds:
+        step = max(1, _BAND_BYTES // (8 * max(1, ds.shape[1])))
+        for s in range(lo, hi, step):
+            yield s - lo, np.asarray(ds[s:min(s + step, hi)], dtype=np.float64)
+
+
+def _solve_kind(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int) -> dict:
+    """``{ridge: {"mean", "variance": None, "held_out"} or {"error"}}`` for ``kind``."""
+    with ResultFile(result).kernel(kind) as ds:
+        k_mm = np.asarray(ds[n + t:n + t + m], dtype=np.float64)
+    nmap: NystromMap = nystrom_map(k_mm)
+    folds = min(CV_FOLDS, n)
+    gram, rhs = fold_sums(nmap, _bands(result, kind, 0, n), y, folds)
+    weights = nystrom_weights(nmap, gram, rhs, ridges, kind, n)
+    solved = {r: w for r, w in weights.items() if not isinstance(w, str)}
+    held = {r: np.empty((n, y.shape[1])) for r in solved}
+    mean = {r: np.empty((t, y.shape[1])) for r in solved}
+    for start, rows in _bands(result, kind, 0, n):
+        phi = nmap.features(rows)
+        fold = (start + np.arange(phi.shape[0])) % folds
+        for r, w in solved.items():
+            for f in range(folds):
+                at = np.flatnonzero(fold == f)
+                held[r][start + at] = phi[at] @ w[f]
+    for start, rows in _bands(result, kind, n, n + t):
+        phi = nmap.features(rows)
+        for r, w in solved.items():
+            mean[r][start:start + phi.shape[0]] = phi @ w[-1]
+    return {r: ({"error": weights[r]} if r not in solved else
+                {"mean": mean[r], "variance": None, "held_out": held[r]}) for r in ridges}
+
+
+def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
+                      available_bytes: Optional[int] = None, times=None,
+                      progress: Optional[Callable[[str], None]] = None) -> PredictResult:
+    """:func:`kernelcli.run.predict` for a landmark run (same arguments and result)."""
+    del available_bytes, progress  # the solve holds M x M matrices only
+    if solver != "auto":
+        raise UsageError.naming(f"<<solver>> {solver}: {run_dir} is a landmark run "
+                                f"(data.landmarks), solved by Nystrom regression; drop "
+                                f"<<solver>> (or give auto)")
+    if times:
+        raise UsageError.naming(f"<<times>>: {run_dir} is a landmark run (data.landmarks); "
+                                f"gradient-flow predictions need the full kernel K(x1, x1): "
+                                f"drop <<times>>")
+    ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
+    store = RunStore.open(run_dir)
+    names, have, labels, test_labels = _check_run(store, run_dir, landmarks=True)
+    kinds = _kinds(kinds, have, run_dir)
+    with ResultFile(store.result_path).kernel(kinds[0]) as ds:  # verified above
+        rows, m = (int(v) for v in ds.shape)
+    n = int(labels.shape[0])
+    t = rows - n - m
+    if t < 0 or (test_labels is not None and t != len(test_labels)):
+        raise DamagedFileError(f"{store.result_path}: its {rows:,} rows are not the {n:,} "
+                               f"training rows, the test rows and the {m:,} landmarks of a "
+                               f"landmark run; `kernelcli verify {run_dir}` checks the run")
+    if t == 0:
+        raise UsageError(f"{run_dir} holds no test rows: predict needs a run whose "
+                         f"configuration names a test set (data.test, data.test_key)")
+    classes = int(max(labels.max(), -1 if test_labels is None else test_labels.max())) + 1
+    y = one_hot(labels, classes)
+    y_test = None if test_labels is None else one_hot(test_labels, classes)
+    rows_out, choices, solved = [], [], {}
+    for kind in kinds:
+        solved[kind] = _solve_kind(store.result_path, kind, y, ridges, n, t, m)
+        scores = {}
+        for ridge, res in solved[kind].items():
+            row = {"kind": kind, "ridge": ridge, "error": res.get("error")}
+            if "mean" in res:
+                scores[ridge] = held_out_scores(res["held_out"], labels, y)
+                row.update(loo_accuracy=scores[ridge]["accuracy"],
+                           loo_mse=scores[ridge]["mse"])
+                if test_labels is not None:
+                    row.update(accuracy=accuracy(res["mean"], test_labels),
+                               mse=mse(res["mean"], y_test))
+            rows_out.append(PredictRow(**row))
+        choices.append(_choice(kind, choose_ridge(scores, ridges), rows_out))
+    if all(r.error for r in rows_out):
+        raise NotPositiveDefiniteError(rows_out[-1].error)
+    solver = f"nystrom ({m:,} landmarks)"
+    selection = f"{min(CV_FOLDS, n)}-fold cross-validation"
+    path = write_predictions(store.run_dir / PREDICTIONS, solved, ridges, rows_out, choices,
+                             solver, selection, ridge_convention=RIDGE_CONVENTION)
+    return PredictResult(
+        run_dir=str(store.run_dir), n_train=n, n_test=t, classes=classes, solver=solver,
+        solve_bytes=nystrom_memory_bytes(m, classes, min(CV_FOLDS, n),
+                                         min(_BAND_BYTES, 8 * rows * m)),
+        ridge_convention=RIDGE_CONVENTION, predictions=str(path), selection=selection,
+        results=tuple(rows_out), selected=tuple(choices))
+
+
+@functools.wraps(full_predict)
+def predict(run_dir, *args, **kwargs) -> PredictResult:
+    """The full kernel's solve, or on a landmark run (``data.landmarks``) Nystrom
+    regression (:func:`predict_landmarks`): the route follows the run."""
+    if is_landmark_run(run_dir):
+        return predict_landmarks(run_dir, *args, **kwargs)
+    return full_predict(run_dir, *args, **kwargs)
