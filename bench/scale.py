@@ -28,7 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from kernelcli._blas import choose_blas_core
+
+choose_blas_core()  # before numpy loads: --passes times the kernels the CLI gets
+import numpy as np  # noqa: E402
 
 DIM, CLASSES = 64, 10
 
@@ -73,6 +76,24 @@ def step(name: str, args: list, run_dir: Path, rows: list, env=None) -> subproce
     return proc
 
 
+def passes(run_dir: Path, kind: str = "nngp", columns: int = 300) -> None:
+    """One pass over the stored kernel with ``columns`` right-hand sides (the default
+    sweep's 5 ridges x (1 + 5 folds) x 10 classes), float64 (``matmul``) against float32
+    products (``matmul32``, CG's inner steps), in this process, back to back: the ratio
+    holds under the machine's load of the moment, which the absolute times do not."""
+    from kernelcli.predict import H5KernelOperator
+
+    op = H5KernelOperator(run_dir / "kernels.h5", kind)
+    v = np.random.default_rng(0).standard_normal((op.shape[1], columns))
+    flops = 2.0 * op.shape[0] * op.shape[1] * columns
+    for name in ("matmul", "matmul32"):
+        t = time.perf_counter()
+        getattr(op, name)(v)
+        wall = time.perf_counter() - t
+        print(f"  one pass, {columns} columns, {name}: {wall:.1f} s "
+              f"({flops / wall / 1e9:.0f} GFLOP/s), load {os.getloadavg()[0]:.2f}", flush=True)
+
+
 def compare(out: Path, solvers: list) -> None:
     """The largest relative difference of every ridge's test predictions between solvers."""
     import h5py
@@ -99,6 +120,8 @@ def main() -> None:
     ap.add_argument("--solvers", default="cg")
     ap.add_argument("--ridge", default=None, help="predict's --ridge (default: its sweep)")
     ap.add_argument("--kind", default=None, help="predict's --kind (default: every kind)")
+    ap.add_argument("--passes", action="store_true",
+                    help="time one float64 and one float32 pass over the NNGP kernel first")
     args = ap.parse_args()
     out = args.out / str(args.n)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,6 +135,8 @@ def main() -> None:
     if not (run_dir / "kernels.h5").exists():
         step("compute", ["compute", str(cfg)], run_dir, rows)
     step("verify", ["verify", str(run_dir)], run_dir, rows)
+    if args.passes:
+        passes(run_dir)
     for solver in args.solvers.split(","):
         extra = (["--ridge", args.ridge] if args.ridge else []) + \
                 (["--kind", args.kind] if args.kind else [])

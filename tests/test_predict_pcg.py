@@ -4,11 +4,14 @@ ridge and fold at once (small n: cheap)."""
 
 from __future__ import annotations
 
+import h5py
 import numpy as np
 import pytest
 
 from kernelcli.errors import UsageError
-from kernelcli.predict import solve_cg_folds, solve_cg_ridges, solve_cholesky
+from kernelcli.predict import (H5KernelOperator, load_kernel, solve_cg_folds, solve_cg_ridges,
+                               solve_cholesky)
+from kernelcli.predict._operator import ArrayOperator
 from kernelcli.predict._precondition import NystromPreconditioner, landmarks
 from kernelcli.predict._selection import fold_masks
 
@@ -67,7 +70,7 @@ def test_the_preconditioner_is_exact_at_full_rank():
     """With every column a landmark, ``P = K + reg I``: CG ends in one or two products."""
     n = 80
     k, y = rbf_kernel(n), targets(n)
-    out, products = counted(solve_cg_ridges, k, y, [1e-3], rank=n)
+    out, products = counted(solve_cg_ridges, k, y, [1e-3], rank=n, mixed=False)
     assert products <= 2
     assert rel(out[1e-3], solve_cholesky(k, y, [1e-3])[1e-3]) < 1e-8
 
@@ -93,3 +96,66 @@ def test_a_bad_rank_is_refused_naming_it(rank):
         solve_cg_ridges(k, y, [1e-3], rank=rank)
     assert str(err.value) == (f"rank=: {rank!r} is not accepted; give an integer >= 0 "
                               f"(0: no preconditioner)")
+
+
+class CountedOperator(H5KernelOperator):
+    """The streamed operator, counting its float64 and float32 passes over the file."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.passes = {"float64": 0, "float32": 0}
+
+    def matmul(self, v):
+        self.passes["float64"] += 1
+        return super().matmul(v)
+
+    def matmul32(self, v):
+        self.passes["float32"] += 1
+        return super().matmul32(v)
+
+
+def test_mixed_precision_agrees_with_cholesky_for_every_ridge_and_fold(tmp_path):
+    """float32 products inside CG, float64 residuals: the stored float32 kernel's own
+    solution (Cholesky on it in float64) to 1e-6, each fold's held-out predictions too."""
+    n, folds = 150, 5
+    path = tmp_path / "kernels.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("ntk", data=rbf_kernel(n).astype(np.float32))
+    op = CountedOperator(path, "ntk", block_rows=32)  # 5 blocks, a ragged last one
+    k, y = load_kernel(path, "ntk"), targets(n)
+    alphas, held = solve_cg_folds(op, y, RIDGES, folds, rank=30)
+    assert op.passes["float32"] > op.passes["float64"] > 0  # the fast path ran
+    reg_unit = np.trace(k) / n
+    for r in RIDGES:
+        assert rel(alphas[r], solve_cholesky(k, y, [r])[r]) < 1e-6
+        assert rel(k @ alphas[r], k @ solve_cholesky(k, y, [r])[r]) < 1e-6
+        for out in fold_masks(n, folds):
+            keep = ~out
+            a = np.linalg.solve(k[np.ix_(keep, keep)] + r * reg_unit * np.eye(keep.sum()),
+                                y[keep])
+            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 1e-6
+    plain = CountedOperator(path, "ntk", block_rows=32)
+    exact = solve_cg_ridges(plain, y, RIDGES, rank=30, mixed=False)
+    assert plain.passes["float32"] == 0
+    for r in RIDGES:
+        assert rel(solve_cg_ridges(op, y, [r], rank=30)[r], exact[r]) < 1e-7
+
+
+def test_the_operators_float32_product_and_landmark_columns(tmp_path):
+    rng = np.random.default_rng(3)
+    k = rbf_kernel(40)
+    path = tmp_path / "k.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("nngp", data=k.astype(np.float32))
+    op = H5KernelOperator(path, "nngp", block_rows=9)
+    k32 = load_kernel(path, "nngp")
+    v = rng.standard_normal((40, 3))
+    fast = op.matmul32(v)
+    assert fast.dtype == np.float64 and rel(fast, k32 @ v) < 1e-5
+    idx = landmarks(40, 7)
+    assert np.array_equal(op.columns(idx), k32[:, idx])
+    assert np.array_equal(ArrayOperator(k).columns(idx), k[:, idx])
+    assert rel(ArrayOperator(k).matmul32(v), k @ v) < 1e-5
+    with pytest.raises(UsageError) as err:
+        solve_cg_ridges(k, targets(40), [1e-3], mixed="yes")
+    assert str(err.value) == "mixed=: 'yes' is not accepted; give true or false"

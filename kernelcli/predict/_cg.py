@@ -10,7 +10,16 @@ column is at most ``tol``. When the recurrence claims it, the true residual is
 computed with one more product and a column that is not really there restarts
 from it; that product counts towards ``maxiter`` (products with ``K``).
 Failures raise (``NotPositiveDefiniteError``, ``NotConvergedError``), never
-return a half-solved ``x``. ``solve_cg_folds`` adds k-fold cross-validation to the
+return a half-solved ``x``.
+
+Mixed precision (``fast``, e.g. ``H5KernelOperator.matmul32``): the products inside
+the iteration are float32 (the stored float32 kernel, the direction rounded), the
+vectors and steps float64. Their error (about 1e-7 of ``|K| |p|``) makes the
+recurrence residual drift from the true one, so a column's residual is recomputed
+with the float64 product (``matvec``) whenever it has fallen by ``_RELIABLE`` since
+it was last computed, keeping the search direction ("reliable updates", Sleijpen &
+van der Vorst 1996; mixed-precision CG, Clark et al. 2010); the stopping test is
+always on a float64 residual, so ``tol`` means the same with or without ``fast``. ``solve_cg_folds`` adds k-fold cross-validation to the
 same run (CG has no factor for the closed-form leave-one-out of ``_selection``):
 each fold is a masked column, so the folds cost no extra pass over K per iteration.
 """
@@ -38,6 +47,11 @@ class CGResult:
     x: np.ndarray
     iterations: int
     residual: np.ndarray
+    exact_products: int = 0  # of ``iterations``, the float64 ones (mixed precision)
+
+
+_RELIABLE = 1e-3  # a column's residual is recomputed in float64 when it fell this much
+_BATCH = 1e-1  # ... and with it every column that fell this much (one pass for them all)
 
 
 def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
@@ -45,21 +59,22 @@ def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
-        mask=None, precond=None) -> CGResult:
+        mask=None, precond=None, fast=None) -> CGResult:
     """``mask`` (n, k) of 0/1: column j solves only on the rows where ``mask[:, j]`` is 1
     (``(M K M + reg I) x = M b``, the system of a training subset, in place), so the
     folds of a cross-validation share each product with K. ``precond(r, cols)``:
-    ``P^{-1} r`` for those columns (preconditioned CG), or None."""
+    ``P^{-1} r`` for those columns (preconditioned CG), or None. ``fast``: the
+    iteration's product (mixed precision, see the module), or None for ``matvec``."""
     n = b.shape[0]
 
     def prec(v, cols):
         return v.copy() if precond is None else precond(v, cols)
 
-    def apply(v, cols):
+    def apply(v, cols, mv=matvec):
         if mask is None:
-            return matvec(v) + v * ridge[cols]
+            return mv(v) + v * ridge[cols]
         m = mask[:, cols]
-        return m * matvec(m * v) + v * ridge[cols]
+        return m * mv(m * v) + v * ridge[cols]
 
     bnorm = np.linalg.norm(b, axis=0)
     target = tol * bnorm
@@ -71,16 +86,19 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     p = z.copy()
     rs = np.einsum("ij,ij->j", r, r)  # ||r||^2: convergence
     rz = np.einsum("ij,ij->j", r, z)  # r^T P^{-1} r: the step sizes
-    products = 0
+    products = exact = 0
+    checked = rs.copy()  # ||r||^2 when each column's r was last computed in float64
     while True:
         active = np.flatnonzero(np.sqrt(rs) > target)
         if active.size == 0:
             true_r = b - apply(x, every)
             products += 1
+            exact += 1
             true_res = np.linalg.norm(true_r, axis=0)
             restart = np.flatnonzero(true_res > target)
             if restart.size == 0:
-                return CGResult(x, products, true_res / scale)
+                return CGResult(x, products, true_res / scale, exact)
+            checked[restart] = true_res[restart] ** 2
             r[:, restart] = true_r[:, restart]
             zr = prec(true_r[:, restart], restart)
             p[:, restart] = zr
@@ -92,19 +110,33 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             worst = int(active[np.argmax(rel[active])])
             raise NotConvergedError.naming(not_converged(worst, products, float(rel[worst])))
         pa = p[:, active]
-        ap = apply(pa, active)
+        ap = apply(pa, active, matvec if fast is None else fast)
         products += 1
         pap = np.einsum("ij,ij->j", pa, ap)
+        if fast is not None and not (pap > 0).all():  # float32 rounding is no proof
+            ap = apply(pa, active)
+            products += 1
+            exact += 1
+            pap = np.einsum("ij,ij->j", pa, ap)
         if (pap <= 0).any() or not np.isfinite(pap).all():
             raise NotPositiveDefiniteError.naming(not_pd(int(active[np.argmin(pap)]), n))
         step = rz[active] / pap
         x[:, active] += step * pa
         ra = r[:, active] - step * ap
+        rsa = np.einsum("ij,ij->j", ra, ra)
+        if fast is not None and (rsa < _RELIABLE ** 2 * checked[active]).any():
+            # before the next direction is made from it: p then follows the true residual
+            sel = np.flatnonzero(rsa < _BATCH ** 2 * checked[active])
+            cols = active[sel]
+            ra[:, sel] = b[:, cols] - apply(x[:, cols], cols)
+            products += 1
+            exact += 1
+            rsa[sel] = checked[cols] = np.einsum("ij,ij->j", ra[:, sel], ra[:, sel])
         r[:, active] = ra
         za = prec(ra, active)
         rz_new = np.einsum("ij,ij->j", ra, za)
         p[:, active] = za + (rz_new / rz[active]) * pa
-        rs[active] = np.einsum("ij,ij->j", ra, ra)
+        rs[active] = rsa
         rz[active] = rz_new
         if on_iteration is not None:
             on_iteration(products, float(np.max(np.sqrt(rs) / scale)))
@@ -165,14 +197,15 @@ def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional
 def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: bool = True,
                     tol: float = 1e-10, maxiter: Optional[int] = None, kind: str = "kernel",
                     on_iteration: Optional[Callable[[int, float], None]] = None,
-                    rank: int = DEFAULT_RANK) -> Dict[float, np.ndarray]:
+                    rank: int = DEFAULT_RANK, mixed: bool = True) -> Dict[float, np.ndarray]:
     """``{ridge: alpha (n, C)}`` like ``solve_cholesky``, by conjugate gradients.
 
     ``k_train``: an (n, n) array or a square ``H5KernelOperator``; ``targets`` (n, C).
     The ridges are solved together (``C x len(ridges)`` columns, one product with
     K per iteration); the regulariser follows ``solve_cholesky``'s convention.
     ``rank``: landmarks of the Nystrom preconditioner (one more pass over K to build
-    it); 0 for plain CG.
+    it); 0 for plain CG. ``mixed``: float32 products inside the iteration with float64
+    residuals (the module's mixed precision), where the operator has ``matmul32``.
     """
     ridges = check_ridges(ridges)
     op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
@@ -190,10 +223,18 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
     not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, tol, c)
     pre = None
     if _check_rank(rank):
-        pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank).apply
+        pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank,
+                                    columns=getattr(op, "columns", None)).apply
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
-              precond=pre)
+              precond=pre, fast=_fast(op, mixed))
     return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}
+
+
+def _fast(op, mixed: bool):
+    """The iteration's float32 product of ``op`` (``matmul32``), or None: float64 only."""
+    if not isinstance(mixed, bool):
+        raise UsageError.naming(f"<<mixed>>: {mixed!r} is not accepted; give true or false")
+    return getattr(op, "matmul32", None) if mixed else None
 
 
 def _failures(kind, ridges, regs, trace_scaled, tol, per_ridge):
@@ -218,15 +259,16 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
                    trace_scaled: bool = True, tol: float = 1e-10,
                    maxiter: Optional[int] = None, kind: str = "kernel",
                    on_iteration: Optional[Callable[[int, float], None]] = None,
-                   rank: int = DEFAULT_RANK) -> Tuple[Dict[float, np.ndarray], Dict[float, np.ndarray]]:
+                   rank: int = DEFAULT_RANK, mixed: bool = True
+                   ) -> Tuple[Dict[float, np.ndarray], Dict[float, np.ndarray]]:
     """``({ridge: alpha (n, C)}, {ridge: held-out predictions (n, C)})``: the fit of
     ``solve_cg_ridges`` and k-fold cross-validation, in one CG run.
 
     Row ``i`` is held out in fold ``i mod folds``; each fold is solved on the other
     rows with the whole set's regulariser (``ridge * trace(K)/n``) and predicts its
     own rows. The ``(folds + 1) x C x len(ridges)`` columns share every product
-    with K, plus one last product for the held-out predictions. ``rank``: as in
-    ``solve_cg_ridges``; each fold is preconditioned on its own rows.
+    with K, plus one last (float64) product for the held-out predictions. ``rank``,
+    ``mixed``: as in ``solve_cg_ridges``; each fold is preconditioned on its own rows.
     """
     ridges = check_ridges(ridges)
     op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
@@ -250,9 +292,9 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     if _check_rank(rank):
         group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(ridges))
         pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank, masks=keep > 0,
-                                    group=group).apply
+                                    group=group, columns=getattr(op, "columns", None)).apply
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
-              mask=mask, precond=pre)
+              mask=mask, precond=pre, fast=_fast(op, mixed))
     fold_cols = np.concatenate([np.arange(i * per_ridge + c, (i + 1) * per_ridge)
                                 for i in range(len(ridges))])
     fold_pred = op.matmul(out.x[:, fold_cols])  # every fold's alpha, one pass over K

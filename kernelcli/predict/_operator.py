@@ -7,6 +7,11 @@ memory is one block, ``block_rows * n_cols * 8`` bytes, whatever the kernel's
 size, so kernels larger than memory can be solved by conjugate gradients.
 The file is opened per call and closed after, so an operator can be kept
 around, pickled or shared by processes.
+
+``matmul32`` is the fast product of conjugate gradients' inner steps: the kernel read
+as float32 (what a float32 run stores: no conversion), ``v`` rounded to float32, sgemm
+(twice dgemm's rate on half the bytes), each row's result stored in float64. Its error,
+about 1e-7 of ``|K| |v|``, is why ``_cg`` recomputes the residual with ``matmul``.
 """
 
 from __future__ import annotations
@@ -56,28 +61,51 @@ class H5KernelOperator:
         """Bytes of the float64 row buffer (the operator's memory)."""
         return self.block_rows * self.shape[1] * 8
 
-    def _row_blocks(self):
-        """Yield ``(start, stop, block (stop - start, N2) float64)``; the buffer is reused."""
+    def _row_blocks(self, dtype=np.float64):
+        """Yield ``(start, stop, block (stop - start, N2) dtype)``; the buffer is reused."""
         n1, n2 = self.shape
-        buf = np.empty((self.block_rows, n2), dtype=np.float64)
+        buf = np.empty((self.block_rows, n2), dtype=dtype)
         with _open_dataset(self.path, self.dataset) as ds:
             for start in range(0, n1, self.block_rows):
                 stop = min(start + self.block_rows, n1)
                 ds.read_direct(buf, np.s_[start:stop], np.s_[0:stop - start])
                 yield start, stop, buf[:stop - start]
 
-    def matmul(self, v) -> np.ndarray:
-        """``K @ v`` in float64 for ``v`` (N2,) or (N2, k); one pass over the file."""
-        v = np.asarray(v, dtype=np.float64)
+    def _check_v(self, v, dtype) -> np.ndarray:
+        v = np.asarray(v, dtype=dtype)
         if v.shape[:1] != (self.shape[1],) or v.ndim > 2:
             raise DataError(f"{self.dataset!r} in {self.path} has {self.shape[1]:,} columns; "
                             f"it cannot multiply an array of shape {v.shape}")
+        return v
+
+    def matmul(self, v) -> np.ndarray:
+        """``K @ v`` in float64 for ``v`` (N2,) or (N2, k); one pass over the file."""
+        return self._product(self._check_v(v, np.float64), np.float64)
+
+    def matmul32(self, v) -> np.ndarray:
+        """``K @ v`` with float32 products (``v`` rounded), returned as float64; one pass."""
+        return self._product(self._check_v(v, np.float32), np.float32)
+
+    def _product(self, v: np.ndarray, dtype) -> np.ndarray:
         out = np.empty((self.shape[0],) + v.shape[1:], dtype=np.float64)
-        for start, stop, block in self._row_blocks():
+        for start, stop, block in self._row_blocks(dtype):
             out[start:stop] = block @ v
         return out
 
     __matmul__ = matmul
+
+    def columns(self, idx) -> np.ndarray:
+        """``K[:, idx]`` (N1, len(idx)) float64 of a symmetric training kernel, read as the
+        rows ``idx`` (sorted, distinct): a few contiguous reads instead of a pass."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if self.shape[0] != self.shape[1]:
+            raise DataError(f"{self.dataset!r} in {self.path} is {self.shape[0]:,} x "
+                            f"{self.shape[1]:,}, not square; its columns are not its rows")
+        out = np.empty((idx.size, self.shape[1]), dtype=np.float64)
+        with _open_dataset(self.path, self.dataset) as ds:
+            for i, row in enumerate(idx):
+                ds.read_direct(out, np.s_[int(row):int(row) + 1], np.s_[i:i + 1])
+        return np.ascontiguousarray(out.T)
 
     def diagonal(self) -> np.ndarray:
         """The diagonal (n,) float64 of a square kernel, reading only diagonal tiles."""
@@ -108,11 +136,20 @@ class ArrayOperator:
         if self.k.ndim != 2 or 0 in self.k.shape:
             raise DataError(f"a kernel must be a non-empty 2-D matrix, got shape {self.k.shape}")
         self.shape = self.k.shape
+        self._k32 = None  # made by the first matmul32
 
     def matmul(self, v) -> np.ndarray:
         return self.k @ np.asarray(v, dtype=np.float64)
 
+    def matmul32(self, v) -> np.ndarray:
+        if self._k32 is None:
+            self._k32 = self.k.astype(np.float32)
+        return (self._k32 @ np.asarray(v, dtype=np.float32)).astype(np.float64)
+
     __matmul__ = matmul
+
+    def columns(self, idx) -> np.ndarray:
+        return np.ascontiguousarray(self.k[:, np.asarray(idx, dtype=np.int64)])
 
     def diagonal(self) -> np.ndarray:
         return np.diagonal(self.k).copy()

@@ -1,7 +1,8 @@
 """A Nystrom preconditioner for conjugate gradients on ``(K + reg I) x = b`` (numpy only).
 
-``K`` is approximated from ``rank`` landmark columns ``C = K[:, S]`` (one pass over
-the stored kernel, as ``K @ E_S``) as ``K ~ C W^+ C^T = B B^T``, ``W = K[S, S]``
+``K`` is approximated from ``rank`` landmark columns ``C = K[:, S]`` (read as the
+rows ``S`` of the symmetric stored kernel where the operator has ``columns``, else
+one pass over it, as ``K @ E_S``) as ``K ~ C W^+ C^T = B B^T``, ``W = K[S, S]``
 (Williams & Seeger 2001; as a preconditioner: Gardner et al. 2018, Falkon, Rudi et
 al. 2017). With the thin SVD ``B = Q diag(s) V^T`` the preconditioner
 ``P = B B^T + reg I`` is inverted in closed form on ``Q``'s span and scaled on the
@@ -48,20 +49,25 @@ class NystromPreconditioner:
     """``apply(r, cols)``: ``P^{-1} r`` for the CG columns ``cols`` (indices into
     ``ridge`` and ``group``); column ``j`` uses fold basis ``group[j]``.
 
-    ``matvec``: ``V (n, k) -> K @ V``; ``ridge`` (k,) the absolute regularizer per
+    ``matvec``: ``V (n, k) -> K @ V``; ``columns``: ``idx -> K[:, idx]`` (used instead of
+    ``matvec`` when given); ``ridge`` (k,) the absolute regularizer per
     column; ``masks``: ``None`` or (G, n) booleans, the rows each group solves on
     (group ``g`` of column ``j`` is ``group[j]``; rows outside stay zero).
     """
 
     def __init__(self, matvec: Callable[[np.ndarray], np.ndarray], n: int,
                  ridge: np.ndarray, rank: int = DEFAULT_RANK,
-                 masks: Optional[np.ndarray] = None, group: Optional[Sequence[int]] = None):
+                 masks: Optional[np.ndarray] = None, group: Optional[Sequence[int]] = None,
+                 columns: Optional[Callable[[np.ndarray], np.ndarray]] = None):
         self.ridge = np.asarray(ridge, dtype=np.float64)
         idx = landmarks(n, rank)
-        e = np.zeros((n, idx.size))
-        e[idx, np.arange(idx.size)] = 1.0
-        c = matvec(e)  # (n, r): K[:, S]
-        del e
+        if columns is not None:
+            c = columns(idx)  # (n, r): K[:, S]
+        else:
+            e = np.zeros((n, idx.size))
+            e[idx, np.arange(idx.size)] = 1.0
+            c = matvec(e)
+            del e
         w = c[idx]
         w = (w + w.T) / 2
         # B = C W^{-1/2} by an eigendecomposition of W: landmarks that duplicate others
