@@ -133,7 +133,9 @@ def test_cg_equals_cholesky_in_memory(trace_scaled):
     seen = []
     cg = solve_cg_ridges(k, y, ridges, trace_scaled=trace_scaled, tol=1e-10,
                          on_iteration=lambda i, res: seen.append((i, res)))
-    assert [i for i, _ in seen] == list(range(1, len(seen) + 1)) and seen[-1][1] <= 1e-10
+    products = [i for i, _ in seen]  # a step's product, and a float64 one at each
+    assert products == sorted(set(products)) and products[0] >= 1  # reliable update
+    assert seen[-1][1] <= 1e-10
     for r in ridges:
         np.testing.assert_allclose(cg[r], chol[r], atol=1e-6 * np.abs(chol[r]).max())
 
