@@ -1,5 +1,6 @@
 """A file of a run directory is read with the size bound its plan implies: a tile by
-its block's shape and kinds, ``kernels.h5`` by the matrix. A regular (sparse) file of
+its block's shape and kinds, ``kernels.h5`` by the matrix, ``test_diag.h5`` by the
+test rows. A regular (sparse) file of
 100 GB under either name is refused at once, exit 2 (``verify``: 1, as for any
 problem it finds), one line naming the file, its size and the bound; never read."""
 
@@ -81,3 +82,14 @@ def test_a_100gb_kernels_h5_is_refused_unread(run):
     result = invoke("verify", run)
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == f"Error: {said}"
+
+
+def test_a_100gb_test_diagonal_is_refused_unread(run):
+    diag = run / "test_diag.h5"
+    sparse(diag)
+    bound = bytes_bound(1, 7, 2)
+    result = invoke("verify", run)
+    assert result.exit_code == 2, result.stderr
+    assert error_line(result) == (f"Error: {diag} is {HUGE} bytes, more than a kernelcli "
+                                  f"file of its kind can be ({bound} bytes)")
+    assert diag.stat().st_size == HUGE

@@ -64,11 +64,12 @@ def move_to_quarantine(folder: Path, path: Path) -> Path:
     return target
 
 
-def check_test_diagonal(path: Path, run_id: str, kinds) -> tuple:
+def check_test_diagonal(path: Path, run_id: str, kinds, max_bytes: int) -> tuple:
     """``(datasets, None)`` of a whole ``test_diag.h5`` of run ``run_id`` holding
-    ``kinds``, else ``(None, what is wrong)``: one read serves the check and the values."""
+    ``kinds``, else ``(None, what is wrong)``: one read serves the check and the values.
+    A file over ``max_bytes`` (what the plan implies) is refused unread."""
     try:
-        datasets, attrs = read_sealed(path)
+        datasets, attrs = read_sealed(path, max_bytes=max_bytes)
     except FileNotFoundError:
         return None, f"{path} has not been computed"
     except (SealError, OSError) as exc:

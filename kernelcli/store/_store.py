@@ -24,7 +24,7 @@ from ._grow import Growth
 from ._lineage import accepted_runs
 from ._markers import mark_shard, shard_markers
 from ._result import ResultFile
-from ._run_manifest import Manifest, labels_file_of
+from ._run_manifest import Manifest, bytes_bound, labels_file_of
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
@@ -284,7 +284,9 @@ class RunStore:
     def _test_diagonal(self, kinds) -> tuple:
         """``(datasets, None)`` of a whole ``test_diag.h5`` of this run, else
         ``(None, what is wrong)``: one read serves the check and the values."""
-        return check_test_diagonal(self.run_dir / TEST_DIAG, self.run_id, kinds)
+        m = self.run_manifest
+        bound = bytes_bound(1, m.geometry.n_test, len(m.kinds))
+        return check_test_diagonal(self.run_dir / TEST_DIAG, self.run_id, kinds, bound)
 
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
