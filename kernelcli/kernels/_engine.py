@@ -89,7 +89,8 @@ class KernelFn:
       input_shape: one example's shape: spatial sizes then channels, ``(L, C)``,
         ``(H, W, C)`` or ``(D, H, W, C)``; or ``(D,)`` for vectors.
       kinds: subset of ``("nngp", "ntk")``.
-      dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (exact).
+      dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (the angle within a
+        few units in the last place: ``_angle``).
       augment: flips (``"hflip"``, ``"vflip"``) whose group the kernel is averaged
         over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
       engine: the execution plan, ``"cpu"`` or ``"accelerator"`` (resolved already:
