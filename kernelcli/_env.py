@@ -37,6 +37,7 @@ VARIABLES = {
     NO_GPU_WARNING: "kernelcli/cli/_setup.py",
     PACK_TILES: "kernelcli/run/_executor.py",
     "OPENBLAS_CORETYPE": "kernelcli/_blas.py",
+    "RAY_ADDRESS": "kernelcli/run/_ray.py",
 }
 
 

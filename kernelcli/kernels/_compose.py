@@ -157,15 +157,14 @@ def _block(conv, act, standard: bool, exact: bool, batched: bool = False):
     if batched:
         return _batched.block(conv, pointwise, standard)
 
-    def run(state: State, va, vb, spare, inputs=None, pool=""):
+    def run(state: State, va, vb, spare):
         self_pair = va is None
         if state.full:
             if self_pair:
                 diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
                 va = vb = _linear.conv(diag, conv, standard).nngp
             return conv_pointwise(state, conv, pointwise, va, vb, standard,
-                                  self_pair=self_pair, spare=spare, inputs=inputs,
-                                  pool=pool), va
+                                  self_pair=self_pair, spare=spare), va
         state = _linear.conv(state, conv, standard)
         if self_pair:
             va = vb = state.nngp
@@ -184,31 +183,15 @@ def _layout(state: State, full: bool) -> State:
     return state
 
 
-_GLOBAL_POOLS = {"global_avg_pool": "avg", "global_sum_pool": "sum"}
-
-
-def _shortcuts(layers: Sequence, k: int, state: State, variances, inputs):
-    """``(inputs, pool)`` for the block at ``layers[k]`` of a pair pass on the CPU
-    plan (``conv_pointwise``): the raw inputs ``(x1, x2)`` when ``state`` is still
-    their covariance (the network's first layer), and the global pooling layer
-    that follows the block, if one does, to be summed row by row."""
-    if not isinstance(variances, PairVariances):
-        return None, ""
-    after = layers[k + 2] if k + 2 < len(layers) else None
-    pool = _GLOBAL_POOLS.get(layer_type(after).name, "") if after is not None else ""
-    return (inputs if k == 0 else None), pool
-
-
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
-            out: bool = False, seen=None, batched: bool = False, inputs=None) -> State:
+            out: bool = False, seen=None, batched: bool = False) -> State:
     """Apply ``layers`` in order, keeping the full covariance only where
     ``full_needed(layers, out)`` says (``out``: whether the output must be full;
     a branch's input is cut at once when the branch needs only its diagonal).
     ``seen(state)``, when given, is called with the state after every layer
     (branches included): how the engine measures its largest covariance.
     ``batched``: the accelerator plan's layers (``_batched``): each one pass over the
-    whole batch, no row or slab loops. ``inputs``: ``(x1, x2)``, the raw inputs
-    whose covariance ``state`` is (CPU plan; see ``_shortcuts``)."""
+    whole batch, no row or slab loops."""
     need = full_needed(layers, out)
     state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
@@ -216,7 +199,7 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     while k < len(layers):
         before = state
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
-        m = 0 if (inputs is not None and k == 0) else repeats(layers, k, state)
+        m = repeats(layers, k, state)
         if m:  # a run of identical blocks: one loop over layers
             at = variances.run(m) if isinstance(variances, PairVariances) else None
             state, spare, recs = repeat_layers(
@@ -231,13 +214,7 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 v1, v2 = variances(state)
             else:
                 v1 = v2 = None
-            block = _block(layer, after, standard, exact, batched)
-            if batched or not state.full:
-                state, v = block(state, v1, v2, spare)
-            else:
-                raw, pool = _shortcuts(layers, k, state, variances, inputs)
-                state, v = block(state, v1, v2, spare, inputs=raw, pool=pool)
-                k += 1 if pool else 0  # the pooling layer is done too
+            state, v = _block(layer, after, standard, exact, batched)(state, v1, v2, spare)
             if v1 is None:
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too

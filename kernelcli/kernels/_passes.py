@@ -74,26 +74,23 @@ class LayerPass:
         state = input_state(xa, xb, self.input_full, self.want_ntk)
         if seen is not None:
             seen(state)
-        raw = None if self.batched or not state.full else (xa, xb)
-        return self.forward(self.arch.layers, state, variances, seen=seen, inputs=raw)
+        return self.forward(self.arch.layers, state, variances, seen=seen)
 
-    def forward(self, layers, state, variances, skipped: int = 0, seen=None, inputs=None):
+    def forward(self, layers, state, variances, skipped: int = 0, seen=None):
         """The outputs of ``layers`` (the body, its first ``skipped`` layers already
         applied) from ``state``: with readouts, one pass over the body that applies the
         head after each readout's layers, the state kept full where the body ahead or
         the head needs it (``full_needs``; the head's output is dropped once read).
-        ``seen``, ``inputs``: as for ``forward``."""
+        ``seen``: as for ``forward``."""
         ro = self.arch.readouts
         if ro is None:
             return self.outputs(forward(layers, state, variances, self.standard,
-                                        self.exact, seen=seen, batched=self.batched,
-                                        inputs=inputs))
+                                        self.exact, seen=seen, batched=self.batched))
         out, start = {}, 0
         for after, full in zip(ro.after, self.readout_full):
             stop = after - skipped
             state = forward(layers[start:stop], state, variances, self.standard,
-                            self.exact, out=full, seen=seen, batched=self.batched,
-                            inputs=inputs if start == 0 else None)
+                            self.exact, out=full, seen=seen, batched=self.batched)
             head = forward(ro.head, state, variances, self.standard, self.exact, seen=seen,
                            batched=self.batched)
             out.update(self.outputs(head, f"_d{after}"))

@@ -49,11 +49,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import threading
 from typing import Optional
 
+from .. import _env
 from .._stop import Stop, check
 from ..errors import ComputeError, ConfigError
 from ._block import block_input, build_for_engine, stats_slices
@@ -91,7 +91,7 @@ def _connect(ray, address: Optional[str]) -> bool:
     if ray.is_initialized():
         return False
     kwargs = dict(logging_level=logging.ERROR, log_to_driver=False)
-    local = address is None and not os.environ.get("RAY_ADDRESS")
+    local = address is None and not _env.get("RAY_ADDRESS")
     if address is None:
         kwargs["include_dashboard"] = False
     if local:

@@ -33,7 +33,6 @@ from ._ownership import (check_folders, check_new, check_path, check_tiles_own, 
                          run_ids)
 from ._packs import PACK_TILES, Packer, TileSet, quarantine_tiles
 from ._sealed import write_sealed
-from ._tiles import tile_path
 from ._tiles import write_tile as _write_tile
 from ._side import (QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES,
                     check_test_diagonal, is_side_file, move_to_quarantine, read_npz)
@@ -284,8 +283,11 @@ class RunStore:
     def _test_diagonal(self, kinds) -> tuple:
         """``(datasets, None)`` of a whole ``test_diag.h5`` of this run, else
         ``(None, what is wrong)``: one read serves the check and the values."""
-        m = self.run_manifest
-        bound = bytes_bound(1, m.geometry.n_test, len(m.kinds))
+        plan = self.manifest.get("plan") if isinstance(self.manifest, dict) else None
+        n_test, kinds = (plan.get("n_test"), plan.get("kinds")) if isinstance(plan, dict) \
+            else (None, None)
+        bound = (bytes_bound(1, n_test, len(kinds)) if isinstance(n_test, int)
+                 and isinstance(kinds, list) else None)  # None: the generic cap
         return check_test_diagonal(self.run_dir / TEST_DIAG, self.run_id, kinds, bound)
 
     def read_labels(self) -> dict:
