@@ -133,7 +133,10 @@ def test_cg_equals_cholesky_in_memory(trace_scaled):
     seen = []
     cg = solve_cg_ridges(k, y, ridges, trace_scaled=trace_scaled, tol=1e-10,
                          on_iteration=lambda i, res: seen.append((i, res)))
-    assert [i for i, _ in seen] == list(range(1, len(seen) + 1)) and seen[-1][1] <= 1e-10
+    # products count up by one a step, and by one more where a residual is recomputed
+    steps = [i for i, _ in seen]
+    assert steps[0] >= 1 and all(0 < b - a <= 2 for a, b in zip(steps, steps[1:]))
+    assert seen[-1][1] <= 1e-10
     for r in ridges:
         np.testing.assert_allclose(cg[r], chol[r], atol=1e-6 * np.abs(chol[r]).max())
 
