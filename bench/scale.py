@@ -143,6 +143,7 @@ def main() -> None:
         proc = step(f"predict --solver {solver}",
                     ["predict", str(run_dir), "--solver", solver, "--json", *extra],
                     run_dir, rows)
+        (out / f"predict_{solver}.log").write_text(proc.stderr)  # CG's progress lines
         if proc.returncode == 0:
             (out / f"predict_{solver}.json").write_text(proc.stdout)
             shutil.copyfile(run_dir / "predictions.h5", out / f"predictions_{solver}.h5")
