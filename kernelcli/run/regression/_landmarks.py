@@ -19,14 +19,13 @@ from typing import Callable, Optional
 import numpy as np
 
 from ...errors import DamagedFileError, NotPositiveDefiniteError, UsageError
-from ...predict import (NystromMap, accuracy, check_ridges, choose_ridge, fold_sums,
-                       held_out_scores, mse, nystrom_map, nystrom_memory_bytes,
-                       nystrom_weights, one_hot)
-from ...store import PREDICTIONS, ResultFile, RunStore, row_bands
+from ...predict import (NystromMap, check_ridges, choose_ridge, fold_sums, nystrom_map,
+                       nystrom_memory_bytes, nystrom_weights, one_hot)
+from ...store import PREDICTIONS, ResultFile, RunStore
 from .._landmarks import FINGERPRINT_KEY
-from .._results import PredictResult, PredictRow
+from .._results import PredictResult
 from ._file import write_predictions
-from ._solve import CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds
+from ._solve import CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds, score_rows
 from ._solve import predict as full_predict
 
 RIDGE_CONVENTION = ("ridge * trace(K_mm) / m (the landmarks' estimate of trace(K) / n) "
@@ -108,17 +107,7 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
     rows_out, choices, solved = [], [], {}
     for kind in kinds:
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, n, t, m)
-        scores = {}
-        for ridge, res in solved[kind].items():
-            row = {"kind": kind, "ridge": ridge, "error": res.get("error")}
-            if "mean" in res:
-                scores[ridge] = held_out_scores(res["held_out"], labels, y)
-                row.update(loo_accuracy=scores[ridge]["accuracy"],
-                           loo_mse=scores[ridge]["mse"])
-                if test_labels is not None:
-                    row.update(accuracy=accuracy(res["mean"], test_labels),
-                               mse=mse(res["mean"], y_test))
-            rows_out.append(PredictRow(**row))
+        scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows_out)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows_out))
     if all(r.error for r in rows_out):
         raise NotPositiveDefiniteError(rows_out[-1].error)

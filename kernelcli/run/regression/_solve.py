@@ -234,17 +234,7 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
                                    with_variance=base_kind(kind) == "nngp", names=names,
                                    progress=progress)
-        scores = {}
-        for ridge, res in solved[kind].items():
-            row = {"kind": kind, "ridge": ridge, "error": res.get("error")}
-            if "mean" in res:
-                scores[ridge] = held_out_scores(res["held_out"], labels, y)
-                row.update(loo_accuracy=scores[ridge]["accuracy"],
-                           loo_mse=scores[ridge]["mse"])
-                if test_labels is not None:
-                    row.update(accuracy=accuracy(res["mean"], test_labels),
-                               mse=mse(res["mean"], y_test))
-            rows.append(PredictRow(**row))
+        scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows))
         if times:
             flows[kind] = flow_kind(store.result_path, kind, y, ridges, times, names)
@@ -260,6 +250,22 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
         solve_bytes=solve_memory_bytes(n), ridge_convention=RIDGE_CONVENTION,
         predictions=str(path), selection=selection, results=tuple(rows),
         selected=tuple(choices), times=times, flow=tuple(flow))
+
+
+def score_rows(kind: str, solved: dict, labels, y, test_labels, y_test, rows: list) -> dict:
+    """Append a :class:`PredictRow` per ridge of ``kind``'s ``solved`` results to
+    ``rows``; the held-out scores of the ridges that solved (for the choice)."""
+    scores = {}
+    for ridge, res in solved.items():
+        row = {"kind": kind, "ridge": ridge, "error": res.get("error")}
+        if "mean" in res:
+            scores[ridge] = held_out_scores(res["held_out"], labels, y)
+            row.update(loo_accuracy=scores[ridge]["accuracy"], loo_mse=scores[ridge]["mse"])
+            if test_labels is not None:
+                row.update(accuracy=accuracy(res["mean"], test_labels),
+                           mse=mse(res["mean"], y_test))
+        rows.append(PredictRow(**row))
+    return scores
 
 
 def _choice(kind: str, ridge: Optional[float], rows: list) -> PredictChoice:
