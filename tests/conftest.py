@@ -128,6 +128,28 @@ def load_case(name: str, fixtures_dir: Path = FIXTURES_DIR) -> FixtureCase:
     return FixtureCase(name, config, x1, x2, nngp, ntk)
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """A folder ``build(path)`` fills once per test session however many pytest-xdist
+    workers ask for it: the first builds it under a lock in the workers' shared base
+    folder, the others wait and reuse it. Tests read it and copy what they change."""
+    import fcntl
+    import os
+    import shutil
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the base folder all workers' folders are made in
+    path = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / ".built").exists():
+            shutil.rmtree(path, ignore_errors=True)  # a build that failed half way
+            path.mkdir()
+            build(path)
+            (path / ".built").touch()
+    return path
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES_DIR

@@ -11,8 +11,8 @@ user has them, each said once in the tables below:
   file system) is the sandbox's ``runs/``;
 * CIFAR-10 is not shipped (``configs/data/cifar10_to_npy.py`` downloads it): the
   sandbox holds random 32x32x3 images under its file names, and every
-  configuration's ``limit`` is cut to ``_LIMIT`` so that the Myrtle networks run
-  as written in seconds;
+  configuration's ``limit`` is cut to ``_LIMIT`` (half that for the Myrtle
+  networks, whose pairs cost most) so that they run as written in seconds;
 * the pages' "run of your own" (``runs/mine``: labels, no fitted preprocessing)
   is Myrtle-5 on those images with their labels and without ``data.preprocess``;
 * a line that needs a Ray cluster is run by tests/test_ray.py (where Ray is
@@ -36,6 +36,7 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import built_once
 from helpers_cli import invoke
 from helpers_docs import documented_commands
 
@@ -47,6 +48,7 @@ _PLACEHOLDERS = {"CONFIG": "configs/demo_digits.yaml", "RUN_DIR": "runs/demo_dig
                  "I/N": "0/2", "W": "2"}
 _RUN_DIR = {"predict": "runs/demo_digits_predict"}  # RUN_DIR of a command, if not the above
 _BLOCK = 8  # a block edge that splits _LIMIT examples into the shards the pages ask for
+# (the Myrtle configurations: half of each)
 _RUNS = ("configs/demo_digits.yaml", "configs/demo_digits_predict.yaml",
          "configs/myrtle5.yaml", "configs/mine.yaml")
 _REFUSED = {"kernelcli extend RUN_DIR":
@@ -79,13 +81,19 @@ def _lines() -> list:
 @pytest.fixture(scope="module")
 def sandboxes(tmp_path_factory):
     """``(fresh, computed)``: two copies of the sandbox, the second with ``_RUNS``
-    computed."""
-    fresh = tmp_path_factory.mktemp("fresh")
+    computed; made once for all test workers."""
+    root = built_once(tmp_path_factory, "docs_sandboxes", _build_sandboxes)
+    return root / "fresh", root / "computed"
+
+
+def _build_sandboxes(root: Path) -> None:
+    fresh = root / "fresh"
     shutil.copytree(ROOT / "configs", fresh / "configs")
     for config in (fresh / "configs").glob("*.yaml"):
         doc = yaml.safe_load(config.read_text(encoding="utf-8"))
-        doc["data"]["limit"] = _LIMIT
-        doc.setdefault("compute", {})["block"] = _BLOCK
+        small = config.name.startswith("myrtle")  # a pair costs 100x the digits' here
+        doc["data"]["limit"] = _LIMIT // 2 if small else _LIMIT
+        doc.setdefault("compute", {})["block"] = _BLOCK // 2 if small else _BLOCK
         config.write_text(yaml.safe_dump(doc), encoding="utf-8")
     mine = yaml.safe_load((fresh / "configs" / "myrtle5.yaml").read_text(encoding="utf-8"))
     del mine["data"]["preprocess"]
@@ -103,14 +111,13 @@ def sandboxes(tmp_path_factory):
         np.savez(fresh / "data" / f"{name}.npz",
                  x=rng.integers(0, 256, (4, 32, 32, 3), dtype=np.uint8),
                  y=rng.integers(0, 10, 4, dtype=np.int64))
-    computed = tmp_path_factory.mktemp("computed")
-    shutil.copytree(fresh, computed, dirs_exist_ok=True)
+    computed = root / "computed"
+    shutil.copytree(fresh, computed)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(computed)
         for config in _RUNS:
             result = invoke("compute", config)
             assert result.exit_code == 0, result.stderr
-    return fresh, computed
 
 
 def test_the_pages_document_commands():
