@@ -89,7 +89,8 @@ def test_a_killed_worker_is_restarted_and_its_band_recomputed(kernel_file, pool)
         band = round_ % len(bands.bounds)
         bands.deaths[band] = 0  # each round its own budget of restarts
         old = bands.pids()[band]
-        if round_ % 2:  # killed while its product is in flight
+        if round_ % 2:  # killed while its product is in flight, before it could answer
+            os.kill(old, signal.SIGSTOP)  # (v is small: the send does not wait for it)
             bands.iteration += 1
             msg = (bands.iteration, v, True)
             for i in range(len(bands.bounds)):
