@@ -135,3 +135,55 @@ def test_bad_executor_settings_are_usage_errors(args, message):
     with pytest.raises(UsageError) as err:
         check_executor(*args)
     assert str(err.value) == message
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    from helpers_cli import FLATTEN_NET, invoke
+    from test_train_test import write_cfg, write_data
+
+    folder = tmp_path_factory.mktemp("spread_run")
+    write_data(folder, n_train=40, n_test=17, seed=3)
+    assert invoke("compute", write_cfg(folder, layers=FLATTEN_NET, block=16),
+                  "--quiet").exit_code == 0
+    return folder / "run_tt"
+
+
+def _predictions(run) -> dict:
+    out = {}
+    with h5py.File(run / "predictions.h5") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[...])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def test_predict_with_worker_processes_writes_the_same_predictions_bit_for_bit(finished,
+                                                                               tmp_path):
+    import json
+    import shutil
+
+    from helpers_cli import invoke
+
+    got = {}
+    for name, extra in (("local", ()), ("processes", ("--executor", "processes",
+                                                      "--workers", "2"))):
+        run = shutil.copytree(finished, tmp_path / name)
+        result = invoke("predict", run, "--solver", "cg", "--ridge", "1e-3,0.1", "--json",
+                        *extra)
+        assert result.exit_code == 0, result.stderr
+        got[name] = (json.loads(result.stdout), _predictions(run))
+    (out, files), (want, want_files) = got["processes"], got["local"]
+    assert out["results"] == want["results"] and out["selected"] == want["selected"]
+    assert out["solver"] == "cg" and files.keys() == want_files.keys() and files
+    assert all(np.array_equal(files[k], want_files[k]) for k in files)
+
+
+def test_executor_with_another_solver_is_refused_naming_the_flags(finished):
+    from helpers_cli import invoke
+
+    result = invoke("predict", finished, "--executor", "processes")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: --executor processes: only conjugate gradients' "
+                             "products are spread over workers; give --solver cg (not "
+                             "auto)\n")
+    assert not (finished / "predictions.h5").exists()

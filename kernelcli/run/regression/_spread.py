@@ -18,7 +18,7 @@ Each reply carries its product's number, checked.
 
 ``ray``: one actor per band (:class:`~kernelcli.predict._bands.BandWorker`), connected
 and, without an address, started as the compute's executor does
-(:func:`kernelcli.run._ray._connect`: a local instance listens on 127.0.0.1 only). An
+(:func:`kernelcli.run._ray.connect`: a local instance listens on 127.0.0.1 only). An
 actor whose process dies is restarted by Ray and its call retried (``MAX_RESTARTS``
 times). The workers read the run directory at the coordinator's path: on a cluster it
 must be on a file system every node mounts there.
@@ -36,7 +36,7 @@ from typing import Optional
 
 from ..._stop import Stop, check
 from ...errors import ComputeError, ConfigError, UsageError
-from ...predict._bands import (DEFAULT_BAND_CACHE_BYTES, BandOperator, BandWorker,
+from ...predict import (DEFAULT_BAND_CACHE_BYTES, BandOperator, BandWorker,
                                band_bounds, serve_band)
 
 PREDICT_EXECUTORS = ("local", "processes", "ray")
@@ -208,10 +208,10 @@ class RayBands:
             raise ConfigError("predict --executor ray needs the Ray package, which is not "
                               "installed; install it with `pip install 'kernelcli[ray]'`, "
                               "or use --executor processes") from None
-        from .._ray import _connect
+        from .._ray import connect
 
         self.ray, self.stop, self.actors = ray, stop, []
-        self.started = _connect(ray, address)
+        self.started = connect(ray, address)
         try:
             size = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
             self.bounds = band_bounds(base.shape[0], base.block_rows, size)
@@ -225,7 +225,7 @@ class RayBands:
             raise
 
     def _get(self, refs) -> list:
-        from .._ray import _describe
+        from .._ray import describe
 
         pending = list(refs)
         while pending:
@@ -235,7 +235,7 @@ class RayBands:
             return self.ray.get(list(refs))
         except self.ray.exceptions.RayError as exc:
             raise ComputeError(f"a CG band actor failed on the Ray cluster (a dead actor is "
-                               f"restarted {MAX_RESTARTS} times): {_describe(exc)}") from None
+                               f"restarted {MAX_RESTARTS} times): {describe(exc)}") from None
 
     def product(self, v, exact: bool) -> list:
         ref = self.ray.put(v)
