@@ -18,6 +18,8 @@ from kernelcli.predict._bands import BandOperator, BandWorker, band_bounds
 from kernelcli.run.regression import _spread
 from kernelcli.run.regression._spread import ProcessBands, check_executor, spread
 
+from test_ray import ray_cluster, ray_driver  # noqa: F401 - a local Ray cluster, if Ray is here
+
 
 def psd(n: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -187,3 +189,22 @@ def test_executor_with_another_solver_is_refused_naming_the_flags(finished):
                              "products are spread over workers; give --solver cg (not "
                              "auto)\n")
     assert not (finished / "predictions.h5").exists()
+
+
+def test_ray_actors_give_the_same_products_and_survive_a_killed_actor(kernel_file, ray_driver):
+    """One actor per band on a real local Ray cluster (tests/test_ray.py's), one of them
+    SIGKILLed between products: Ray restarts it and the product is the same."""
+    address = ray_driver
+    psutil = pytest.importorskip("psutil")
+    base = H5KernelOperator(kernel_file, "ntk", block_rows=8)
+    v = np.random.default_rng(4).standard_normal((90, 3))
+    # the test cluster has 2 CPUs: 5 workers asked, 2 bands (an actor asks for a CPU)
+    with spread(base, "ray", workers=5, address=address) as op:
+        assert op.bounds == [(0, 48), (48, 90)]
+        assert np.array_equal(op.matmul(v), base.matmul(v))
+        assert np.array_equal(op.matmul32(v), base.matmul32(v))
+        actors = [p for p in psutil.process_iter(["cmdline"])
+                  if " ".join(p.info["cmdline"] or ()).startswith("ray::BandWorker")]
+        assert len(actors) == 2
+        actors[1].kill()
+        assert np.array_equal(op.matmul(v), base.matmul(v))

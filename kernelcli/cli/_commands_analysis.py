@@ -90,7 +90,7 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
                    "the same path on every node). The same numbers bit for bit.")
 @click.option("--workers", type=int, metavar="N",
               help="Row bands of K (one worker each) for --executor processes or ray "
-                   "(default: this machine's CPUs, or the Ray cluster's).")
+                   "(default: this machine's CPUs, or the Ray cluster's, at most its CPUs).")
 @click.option("--address", metavar="ADDRESS",
               help="Ray cluster address for --executor ray, e.g. 127.0.0.1:6379 or "
                    "ray://head:10001; default RAY_ADDRESS or a new local one.")

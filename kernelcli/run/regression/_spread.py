@@ -201,7 +201,8 @@ class RayBands:
     or a new local instance)."""
 
     def __init__(self, base, workers: Optional[int] = None, address: Optional[str] = None,
-                 cache_bytes: int = DEFAULT_BAND_CACHE_BYTES, stop: Optional[Stop] = None):
+                 cache_bytes: int = DEFAULT_BAND_CACHE_BYTES, stop: Optional[Stop] = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
         try:
             import ray
         except ImportError:
@@ -210,10 +211,12 @@ class RayBands:
                               "or use --executor processes") from None
         from .._ray import connect
 
-        self.ray, self.stop, self.actors = ray, stop, []
+        self.ray, self.stop, self.timeout_s, self.actors = ray, stop, timeout_s, []
         self.started = connect(ray, address)
         try:
-            size = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            # an actor asks for one CPU: more actors than the cluster's CPUs never start
+            cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            size = min(workers or cpus, cpus)
             self.bounds = band_bounds(base.shape[0], base.block_rows, size)
             actor = ray.remote(BandWorker).options(
                 num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS)
@@ -228,8 +231,13 @@ class RayBands:
         from .._ray import describe
 
         pending = list(refs)
+        deadline = time.monotonic() + self.timeout_s
         while pending:
             check(self.stop)
+            if time.monotonic() > deadline:
+                raise ComputeError(f"{len(pending)} of the {len(refs)} CG band actors gave no "
+                                   f"answer in {self.timeout_s:g} s (each asks for one free "
+                                   f"CPU of the Ray cluster); the CG solve stops")
             _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
         try:
             return self.ray.get(list(refs))
