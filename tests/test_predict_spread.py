@@ -208,3 +208,19 @@ def test_ray_actors_give_the_same_products_and_survive_a_killed_actor(kernel_fil
         assert len(actors) == 2
         actors[1].kill()
         assert np.array_equal(op.matmul(v), base.matmul(v))
+
+
+def test_workers_on_a_landmark_run_are_refused_naming_the_flags(tmp_path):
+    from helpers_cli import invoke
+    from test_landmarks import _cfg
+    from test_train_test import write_data
+
+    write_data(tmp_path, n_train=20, n_test=5, seed=5)
+    assert invoke("compute", _cfg(tmp_path, "m6", 6), "--quiet").exit_code == 0
+    run = tmp_path / "run_m6"
+    result = invoke("predict", run, "--executor", "processes", "--solver", "cg")
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: --executor, --workers, --address: {run} is a landmark "
+                             f"run (data.landmarks), solved in this process by Nystrom "
+                             f"regression; drop them\n")
+    assert not (run / "predictions.h5").exists()

@@ -65,6 +65,18 @@ def check_executor(executor: str, workers: Optional[int], address: Optional[str]
         raise UsageError.naming("<<address>> needs <<executor>> ray")
 
 
+def without_spread(run_dir, kwargs: dict) -> dict:
+    """``kwargs`` of ``predict`` without the executor's, for the landmark route, which
+    solves in this process: asking for workers there is refused (exit 2)."""
+    asked = {k: kwargs.pop(k) for k in ("executor", "workers", "address") if k in kwargs}
+    if asked and (asked.get("executor", "local"), asked.get("workers"),
+                  asked.get("address")) != ("local", None, None):
+        raise UsageError.naming(f"<<executor>>, <<workers>>, <<address>>: {run_dir} is a "
+                                f"landmark run (data.landmarks), solved in this process by "
+                                f"Nystrom regression; drop them")
+    return kwargs
+
+
 def _how(exitcode) -> str:
     if exitcode is not None and exitcode < 0:
         try:
