@@ -13,7 +13,8 @@ use the cores of one large machine. A worker that dies (a signal, the OOM killer
 seen at once through its process sentinel, never waited for: it is started again and
 its band recomputed, at most ``MAX_RESTARTS`` times per band in a solve, then the solve
 stops with an error naming the band (never a result without that band). A product that
-gets no answer within ``timeout_s`` stops the solve too (a stopped or wedged worker).
+gets no answer within ``timeout_s`` stops the solve too (a stopped or wedged worker;
+``V`` is sent from a thread, so even a worker that never reads cannot block the wait).
 Each reply carries its product's number, checked.
 
 ``ray``: one actor per band (:class:`~kernelcli.predict._bands.BandWorker`), connected
@@ -30,6 +31,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from multiprocessing.connection import wait
 from typing import Optional
@@ -75,6 +77,11 @@ def without_spread(run_dir, kwargs: dict) -> dict:
                                 f"landmark run (data.landmarks), solved in this process by "
                                 f"Nystrom regression; drop them")
     return kwargs
+
+
+def _send_quietly(conn, msg) -> None:
+    with contextlib.suppress(OSError, EOFError, ValueError):  # a worker gone: seen in _collect
+        conn.send(msg)
 
 
 def _how(exitcode) -> str:
@@ -139,10 +146,11 @@ class ProcessBands:
             self._send(i, msg)
 
     def _send(self, i: int, msg) -> None:
-        try:
-            self.conns[i].send(msg)
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            self._died(i, msg)
+        """Send from a thread: a send larger than the pipe's buffer waits for the worker
+        to read, and a stopped worker would never read (the wait in :meth:`_collect`
+        has the timeout). A worker that dies meanwhile is seen there by its sentinel."""
+        threading.Thread(target=_send_quietly, args=(self.conns[i], msg), daemon=True,
+                         name="kernelcli-band-send").start()
 
     def _collect(self, sent: dict, iteration: int) -> list:
         """The replies to product ``iteration`` (``sent``: band -> message), in band
@@ -193,10 +201,9 @@ class ProcessBands:
         return self._collect({i: msg for i in range(len(self.bounds))}, self.iteration)
 
     def close(self) -> None:
-        for conn in self.conns:
+        for i, conn in enumerate(self.conns):
             if conn is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    conn.send(None)
+                self._send(i, None)
         for proc in self.procs:
             if proc is not None:
                 proc.join(2)
