@@ -20,6 +20,7 @@ Ray actors of :mod:`kernelcli.run.regression._spread`).
 
 from __future__ import annotations
 
+import signal
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -92,7 +93,10 @@ def serve_band(conn, path, dataset: str, start: int, stop: int, block_rows: int,
                cache_bytes: int) -> None:
     """A worker process's loop: ``(iteration, v, exact)`` in, ``(iteration, rows of
     K @ v)`` out, until ``None`` or the pipe closes. An exception goes back as
-    ``(iteration, None, text)`` (the same band would fail again)."""
+    ``(iteration, None, text)`` (the same band would fail again). Ctrl-C in a terminal
+    reaches the whole process group: the coordinator handles it and closes the pipe,
+    which ends this loop, so the worker ignores SIGINT (no traceback per worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # this process is the worker's own
     try:
         worker = BandWorker(path, dataset, start, stop, block_rows, cache_bytes)
         conn.send((-1, worker.ping(), None))

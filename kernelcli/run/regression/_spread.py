@@ -104,6 +104,7 @@ class ProcessBands:
         self.ctx = multiprocessing.get_context("spawn")
         self.procs: list = [None] * len(self.bounds)
         self.conns: list = [None] * len(self.bounds)
+        self.senders: list = [None] * len(self.bounds)  # the thread of each last send
         self.deaths = [0] * len(self.bounds)
         self.iteration = 0
         try:
@@ -133,8 +134,11 @@ class ProcessBands:
         while starting), or raise once it died ``MAX_RESTARTS`` times."""
         proc, (s, e) = self.procs[i], self.bounds[i]
         proc.join(5)
+        if proc.is_alive():  # its pipe closed but the process lingers: it is no worker now
+            proc.kill()
+            proc.join()
         self.deaths[i] += 1
-        self.conns[i].close()
+        self._close_pipe(i)
         if self.deaths[i] > MAX_RESTARTS:
             raise ComputeError(f"the worker of rows {s:,} to {e:,} of {self.base.dataset!r} "
                                f"({self.base.path}) died {self.deaths[i]} times (last: "
@@ -149,8 +153,18 @@ class ProcessBands:
         """Send from a thread: a send larger than the pipe's buffer waits for the worker
         to read, and a stopped worker would never read (the wait in :meth:`_collect`
         has the timeout). A worker that dies meanwhile is seen there by its sentinel."""
-        threading.Thread(target=_send_quietly, args=(self.conns[i], msg), daemon=True,
-                         name="kernelcli-band-send").start()
+        sender = threading.Thread(target=_send_quietly, args=(self.conns[i], msg),
+                                  daemon=True, name="kernelcli-band-send")
+        sender.start()
+        self.senders[i] = sender
+
+    def _close_pipe(self, i: int) -> None:
+        """Close band ``i``'s pipe once its process is gone and its sender is done: a
+        closed descriptor is reused at once (by the next pipe), and a sender still
+        writing to the old number would write into it."""
+        if self.senders[i] is not None:
+            self.senders[i].join()  # the peer is gone: the write ends (EPIPE) at once
+        self.conns[i].close()
 
     def _collect(self, sent: dict, iteration: int) -> list:
         """The replies to product ``iteration`` (``sent``: band -> message), in band
@@ -209,10 +223,10 @@ class ProcessBands:
                 proc.join(2)
                 if proc.is_alive():
                     proc.kill()
-                    proc.join(2)
-        for conn in self.conns:
+                    proc.join()
+        for i, conn in enumerate(self.conns):
             if conn is not None:
-                conn.close()
+                self._close_pipe(i)
 
 
 class RayBands:
