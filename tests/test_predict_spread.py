@@ -124,14 +124,14 @@ def test_a_worker_that_keeps_dying_stops_the_solve_with_a_clear_error(kernel_fil
 
 def test_a_stopped_worker_stops_the_solve_after_the_timeout_instead_of_hanging(kernel_file):
     base = H5KernelOperator(kernel_file, "ntk", block_rows=8)
-    bands = ProcessBands(base, workers=2, timeout_s=2)
+    bands = ProcessBands(base, workers=2, timeout_s=1)
     try:
         os.kill(bands.pids()[0], signal.SIGSTOP)
         v = np.ones((90, 400))  # 288 kB: more than a pipe holds, so its send waits too
         with pytest.raises(ComputeError) as err:
             BandOperator(base, bands, bands.bounds).matmul(v)
         assert str(err.value) == ("the worker of rows 0 to 48 of 'ntk' gave no answer in "
-                                  "2 s; the CG solve stops")
+                                  "1 s; the CG solve stops")
     finally:
         bands.close()
     assert all(not p.is_alive() for p in bands.procs)

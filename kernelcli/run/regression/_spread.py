@@ -45,6 +45,7 @@ PREDICT_EXECUTORS = ("local", "processes", "ray")
 MAX_RESTARTS = 3  # per band and solve: a worker that keeps dying is not retried forever
 MAX_WORKERS = 1024
 DEFAULT_TIMEOUT_S = 3600.0  # one product of one band, at most
+START_TIMEOUT_S = 600.0  # the workers' start (imports, reading a band into memory)
 _POLL_S = 0.5  # how often a wait looks at ``stop``
 
 
@@ -110,7 +111,7 @@ class ProcessBands:
         try:
             for i in range(len(self.bounds)):
                 self._start(i)
-            self._collect({i: None for i in range(len(self.bounds))}, -1)
+            self._collect({i: None for i in range(len(self.bounds))}, -1, START_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
@@ -166,19 +167,20 @@ class ProcessBands:
             self.senders[i].join()  # the peer is gone: the write ends (EPIPE) at once
         self.conns[i].close()
 
-    def _collect(self, sent: dict, iteration: int) -> list:
+    def _collect(self, sent: dict, iteration: int, timeout_s: Optional[float] = None) -> list:
         """The replies to product ``iteration`` (``sent``: band -> message), in band
         order; a worker that dies is restarted and sent its message again."""
         out = [None] * len(self.bounds)
         pending = set(sent)
-        deadline = time.monotonic() + self.timeout_s
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while pending:
             check(self.stop)
             if time.monotonic() > deadline:
                 s, e = self.bounds[min(pending)]
                 raise ComputeError(f"the worker of rows {s:,} to {e:,} of "
                                    f"{self.base.dataset!r} gave no answer in "
-                                   f"{self.timeout_s:g} s; the CG solve stops")
+                                   f"{timeout_s:g} s; the CG solve stops")
             by = {}
             for i in pending:
                 by[self.conns[i]] = by[self.procs[i].sentinel] = i
@@ -220,7 +222,7 @@ class ProcessBands:
                 self._send(i, None)
         for proc in self.procs:
             if proc is not None:
-                proc.join(2)
+                proc.join(1)  # a worker told to end does so at once
                 if proc.is_alive():
                     proc.kill()
                     proc.join()
