@@ -81,8 +81,21 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
                    "rate; inf: the ridge solution; at most 64 values), every ridge; mean "
                    "and variance. Needs "
                    "an eigendecomposition in memory (not --solver cg).")
+# kernelcli.run.regression._spread.PREDICT_EXECUTORS, spelled here (numpy before --help)
+@click.option("--executor", type=click.Choice(["local", "processes", "ray"]), default="local",
+              show_default=True,
+              help="Where --solver cg's products with K run: in this process; in --workers "
+                   "local processes, each holding a row band of K; or on Ray actors, one "
+                   "per band (needs `pip install 'kernelcli[ray]'`; the run directory at "
+                   "the same path on every node). The same numbers bit for bit.")
+@click.option("--workers", type=int, metavar="N",
+              help="Row bands of K (one worker each) for --executor processes or ray "
+                   "(default: this machine's CPUs, or the Ray cluster's, at most its CPUs).")
+@click.option("--address", metavar="ADDRESS",
+              help="Ray cluster address for --executor ray, e.g. 127.0.0.1:6379 or "
+                   "ray://head:10001; default RAY_ADDRESS or a new local one.")
 @json_option
-def predict(run_dir, ridges, kinds, solver, times, as_json):
+def predict(run_dir, ridges, kinds, solver, times, executor, workers, address, as_json):
     """Kernel regression on a finished run: the NNGP posterior mean and the NTK's
     infinite-time gradient-descent prediction for the test set, per ridge.
 
@@ -96,12 +109,15 @@ def predict(run_dir, ridges, kinds, solver, times, as_json):
     Example:
       kernelcli compute configs/demo_digits_predict.yaml
       kernelcli predict runs/demo_digits_predict --ridge 1e-4,1e-2 --time 100,inf
+      kernelcli predict RUN_DIR --solver cg --executor processes --workers 4
     """
     from ..run import predict as run_predict
     from ._print_predict import predict_lines
 
     out = call(run_predict, run_dir, ridges=ridges, kinds=kinds or None, solver=solver,
-               times=times, progress=lambda line: click.echo(line, err=True))
+               times=times, progress=lambda line: click.echo(line, err=True),
+               **({} if executor == "local" and workers is None and address is None else
+                  dict(executor=executor, workers=workers, address=address)))
     if as_json:
         click.echo(json.dumps(out.to_dict(), sort_keys=True))
         return

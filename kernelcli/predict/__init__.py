@@ -11,6 +11,12 @@ factor, k-fold cross-validation with CG), and ``_flow`` gives the finite-time
 gradient-flow predictions of neural-tangents' ``gradient_descent_mse_ensemble``.
 """
 
+# CG's products over row bands, for run/regression/_spread's executors
+from ._bands import DEFAULT_BAND_CACHE_BYTES as DEFAULT_BAND_CACHE_BYTES
+from ._bands import BandOperator as BandOperator
+from ._bands import BandWorker as BandWorker
+from ._bands import band_bounds as band_bounds
+from ._bands import serve_band as serve_band
 from ._cg import CGResult as CGResult
 from ._cg import solve_cg as solve_cg
 from ._cg import solve_cg_folds as solve_cg_folds

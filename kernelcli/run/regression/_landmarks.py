@@ -27,6 +27,7 @@ from .._results import PredictResult
 from ._file import write_predictions
 from ._solve import CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds, score_rows
 from ._solve import predict as full_predict
+from ._spread import without_spread
 
 RIDGE_CONVENTION = ("ridge * trace(K_mm) / m (the landmarks' estimate of trace(K) / n) "
                     "on the diagonal of the Nystrom kernel")
@@ -128,5 +129,5 @@ def predict(run_dir, *args, **kwargs) -> PredictResult:
     """The full kernel's solve, or on a landmark run (``data.landmarks``) Nystrom
     regression (:func:`predict_landmarks`): the route follows the run."""
     if is_landmark_run(run_dir):
-        return predict_landmarks(run_dir, *args, **kwargs)
+        return predict_landmarks(run_dir, *args, **without_spread(run_dir, kwargs))
     return full_predict(run_dir, *args, **kwargs)

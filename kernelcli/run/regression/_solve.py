@@ -42,6 +42,7 @@ from ...spec import KINDS, base_kind, is_kernel_name
 from ...store import PREDICTIONS, ResultFile, RunStore
 from ._file import RIDGE_CONVENTION, write_predictions
 from ._flow import flow_kind, flow_rows
+from ._spread import check_executor, spread
 from .._results import PredictChoice, PredictResult, PredictRow
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
@@ -127,7 +128,8 @@ def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
 
 def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 with_variance: bool, names: set,
-                progress: Optional[Callable[[str], None]] = None) -> dict:
+                progress: Optional[Callable[[str], None]] = None,
+                where: Optional[dict] = None) -> dict:
     """``{ridge: {"mean": (m, C), "variance": (m,) or None, "held_out": (n, C) or None}
     or {"error": text}}``; ``held_out``: each training row predicted without itself
     (leave-one-out) or without its fold (CG)."""
@@ -151,7 +153,18 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
             out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": var,
                           "held_out": held_out}
         return out
-    op = H5KernelOperator(result, kind)
+    # the products with K on this process, or on workers holding its row bands
+    with spread(H5KernelOperator(result, kind), **(where or {})) as op:
+        alphas, held = _cg_kind(op, kind, y, ridges, progress, out)
+    for ridge, alpha in alphas.items():
+        out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": None,
+                      "held_out": held[ridge]}
+    return {r: out[r] for r in ridges}
+
+
+def _cg_kind(op, kind: str, y, ridges, progress, out: dict) -> tuple:
+    """``(alphas, held-out predictions)`` by ridge; a ridge that fails gets its error
+    in ``out``."""
     folds = min(CV_FOLDS, op.shape[0])
     fails = (NotPositiveDefiniteError, NotConvergedError)
     on_iteration, done = _cg_reporter(kind, progress)
@@ -168,10 +181,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 held.update(h)
             except fails as exc:
                 out[ridge] = {"error": str(exc)}
-    for ridge, alpha in alphas.items():
-        out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": None,
-                      "held_out": held[ridge]}
-    return {r: out[r] for r in ridges}
+    return alphas, held
 
 
 def _check_flow(times, n: int, m: int, solver: str, asked: str,
@@ -191,7 +201,8 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
             kinds: Optional[Iterable[str]] = None, solver: str = "auto",
             available_bytes: Optional[int] = None,
             times: Optional[Iterable[float]] = None,
-            progress: Optional[Callable[[str], None]] = None) -> PredictResult:
+            progress: Optional[Callable[[str], None]] = None, executor: str = "local",
+            workers: Optional[int] = None, address: Optional[str] = None) -> PredictResult:
     """Kernel regression with every requested kind and ridge on the run in ``run_dir``.
 
     ``ridges``: the sweep (default ``DEFAULT_RIDGES``), ``ridge * trace(K)/n`` on the
@@ -199,11 +210,16 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     (``PredictResult.selected``). ``times``: also the gradient-flow ensemble at those
     training times (neural-tangents' ``t`` with learning rate 1; ``inf`` allowed),
     every ridge. ``progress(line)``: the CG solve's progress (products with K,
-    residual, time). Test accuracy and MSE are ``None`` without test labels. Raises
+    residual, time). ``executor``: where CG's products with K run (``local``: here;
+    ``processes``: ``workers`` local processes; ``ray``: Ray actors, on the cluster at
+    ``address``), each worker a row band (:mod:`._spread`); the same numbers
+    bit for bit. Test accuracy and MSE are ``None`` without test labels. Raises
     ``NotPositiveDefiniteError`` when no ridge of any kind could be solved.
     """
     ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
     times = () if times is None else check_times(times)
+    check_executor(executor, workers, address, solver)
+    where = {"executor": executor, "workers": workers, "address": address}
     store = RunStore.open(run_dir)
     # one writer per run directory, from the first read of kernels.h5 to the rename of
     # predictions.h5: an extend, clean or resume meanwhile would change the kernels
@@ -212,11 +228,11 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     # locked, as a writer that just ended may have changed the manifest)
     with store.lock():
         return _predict(RunStore.open(run_dir), run_dir, ridges, solver, available_bytes,
-                        times, kinds, progress)
+                        times, kinds, progress, where)
 
 
 def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
-             progress) -> PredictResult:
+             progress, where=None) -> PredictResult:
     names, have, labels, test_labels = _check_run(store, run_dir)
     kinds = _kinds(kinds, have, run_dir)
     n = int(labels.shape[0])
@@ -233,7 +249,7 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
     for kind in kinds:
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
                                    with_variance=base_kind(kind) == "nngp", names=names,
-                                   progress=progress)
+                                   progress=progress, where=where)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows))
         if times:
