@@ -29,10 +29,10 @@ from helpers_docs import DOCS, README, TICKED as _TICKED, documented_commands
 def _code_sections() -> Dict[str, Set[str]]:
     """``{section: keys}``; a scalar section (``name``) is its own one key, and
     ``data.preprocess`` is a section of its own."""
-    from kernelcli.spec import _load
+    from kernelcli.spec import _load, _load_data
 
     out = {s: set(_load._KEYS.get(s, (s,))) for s in _load.SECTIONS}
-    out["data.preprocess"] = set(_load._PREPROCESS_KEYS)
+    out["data.preprocess"] = set(_load_data._PREPROCESS_KEYS)
     out["architecture.readouts"] = set(_load._READOUT_KEYS)
     return out
 

@@ -15,7 +15,8 @@ Hostile text is refused before any of that (see :mod:`._yaml`: size, nesting,
 aliases, duplicate keys), and every number has a bound: ``data.limit`` and
 ``data.test_limit`` 1..2**40 rows, ``compute.block`` 1..2**20, ``compute.devices``
 1..4096, ``compute.memory`` at most 2**60 bytes, ``zca_reg`` in (0, 10**6]; the
-layers' bounds are in :mod:`._parse_layers`.
+layers' bounds are in :mod:`._parse_layers`. The ``data`` section is read by
+:mod:`._load_data`.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ import yaml
 from ..errors import ConfigError
 from . import _fields as f
 from . import _settings as settings
-from ._config import (EXECUTORS, KINDS, LAYOUTS, PARAMETERIZATIONS,
-                      PREPROCESS_KINDS, Architecture, ComputeSpec, DataSpec, KernelSpec, OutputSpec,
-                      PreprocessSpec, Readouts, RunConfig)
+from ._config import (EXECUTORS, KINDS, PARAMETERIZATIONS, Architecture, ComputeSpec,
+                      KernelSpec, OutputSpec, Readouts, RunConfig)
 from ._augment import parse_augment
+from ._load_data import data_section
 from ._parse_layers import MAX_LAYERS, parse_layers
 from ._registry import walk
 from ._yaml import MAX_CHARS, read_yaml
@@ -49,10 +50,8 @@ _KEYS = {
 }
 _DEFAULT_NAME = "run"  # only when the text has no file to take a name from
 
-MAX_ROWS = 2 ** 40        # data.limit, data.test_limit
 MAX_BLOCK = 2 ** 20       # compute.block: a tile edge; a 2**20-square float32 tile is 4 TiB
 MAX_DEVICES = 4096        # compute.devices
-MAX_ZCA_REG = 1e6         # relative to the mean eigenvalue: beyond this zca is a scaling
 MAX_NAME = 255            # the default run directory is runs/<name>: one file name
 
 
@@ -157,7 +156,7 @@ def _build(doc: Any, text: str, base_dir: Path, source: Optional[Path]) -> RunCo
     f.check_keys(doc, "", SECTIONS, noun="section")
 
     name = _run_name(doc.get("name"), source.stem if source is not None else _DEFAULT_NAME)
-    data, kernel = _data(_section(doc, "data"), base_dir), _kernel(_section(doc, "kernel"))
+    data, kernel = data_section(_section(doc, "data"), base_dir), _kernel(_section(doc, "kernel"))
     if data.landmarks is not None and kernel.test_diagonal:
         raise f.fail("kernel.test_diagonal", "true is given together with data.landmarks; "
                                              "expected false: a Nystrom regression run "
@@ -191,108 +190,6 @@ def _run_name(raw: Any, default: str) -> str:
                              f"bytes long; expected at most {MAX_NAME} bytes (it names the "
                              f"run directory runs/<name>)")
     return name
-
-
-def _data(d: dict, base_dir: Path) -> DataSpec:
-    if d.get("x1") is None:
-        raise f.fail("data.x1", "missing; expected the path of the input array file "
-                                "(.npy, .npz or .h5)")
-    x2 = d.get("x2")
-    if x2 is None and d.get("x2_key") is not None:
-        raise f.fail("data.x2_key", f"{f.show(d['x2_key'])} is given but data.x2 is null; "
-                                    "expected data.x2 as well, or no x2_key")
-    test = d.get("test")
-    if test is not None and x2 is not None:
-        raise f.fail("data.test", f"{f.show(test)} is given together with data.x2; expected "
-                                  "one of them: x2 for a rectangular K(x1, x2), test for a "
-                                  "training kernel K(x1, x1) with K(test, x1) beside it")
-    if test is None:
-        for key in ("test_key", "test_labels", "test_labels_key", "test_limit"):
-            if d.get(key) is not None:
-                raise f.fail(f"data.{key}", f"{f.show(d[key])} is given but data.test is "
-                                            "null; expected data.test as well, or no "
-                                            f"{key}")
-
-    if d.get("landmarks") is not None and x2 is not None:
-        raise f.fail("data.landmarks", f"{f.show(d['landmarks'])} is given together with "
-                                       "data.x2; expected one of them: landmarks make the "
-                                       "rectangle K(x1, landmarks) of a Nystrom regression "
-                                       "run themselves")
-
-    def opt_path(key):
-        value = d.get(key)
-        return None if value is None else f.file_path(value, f"data.{key}", base_dir)
-
-    def opt_key(key):
-        return f.optional_string(d.get(key), f"data.{key}", "an array name")
-
-    def opt_limit(key):
-        value = d.get(key)
-        return None if value is None else f.positive_int(value, f"data.{key}", "a row count",
-                                                         maximum=MAX_ROWS)
-
-    return DataSpec(
-        x1=f.file_path(d["x1"], "data.x1", base_dir),
-        key=opt_key("key"),
-        x2=opt_path("x2"),
-        x2_key=opt_key("x2_key"),
-        layout=f.choice(d.get("layout", "NHWC"), "data.layout", LAYOUTS, "a layout"),
-        limit=opt_limit("limit"),
-        labels=opt_path("labels"),
-        labels_key=opt_key("labels_key"),
-        test=opt_path("test"),
-        test_key=opt_key("test_key"),
-        test_labels=opt_path("test_labels"),
-        test_labels_key=opt_key("test_labels_key"),
-        test_limit=opt_limit("test_limit"),
-        preprocess=_preprocess(d.get("preprocess")),
-        landmarks=opt_landmarks(d.get("landmarks")),
-    )
-
-
-def opt_landmarks(value) -> Optional[int]:
-    """``data.landmarks``: how many rows of ``x1`` the Nystrom route keeps (checked
-    against the number of rows when the data is opened)."""
-    if value is None:
-        return None
-    return f.positive_int(value, "data.landmarks", "a number of landmark rows of data.x1",
-                          maximum=MAX_ROWS)
-
-
-_PREPROCESS_KEYS = ("kind", "zca_reg", "per_image")
-
-
-def _preprocess(value) -> Optional[PreprocessSpec]:
-    """``null`` | ``standardize`` | ``zca`` (needs zca_reg, so only as a mapping) |
-    ``{kind: ..., zca_reg: ..., per_image: ...}``."""
-    path = "data.preprocess"
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = {"kind": value}
-    value = f.mapping(value, path, "null, standardize, or a mapping such as "
-                                   "{kind: zca, zca_reg: 0.1}")
-    f.check_keys(value, path, _PREPROCESS_KEYS)
-    if value.get("kind") is None:
-        raise f.fail(f"{path}.kind", f"missing; expected one of {', '.join(PREPROCESS_KINDS)}")
-    kind = f.choice(value["kind"], f"{path}.kind", PREPROCESS_KINDS, "a preprocessing")
-    if kind == "standardize":
-        for key in ("zca_reg", "per_image"):
-            if value.get(key) is not None:
-                raise f.fail(f"{path}.{key}", f"{f.show(value[key])} is only used with kind: "
-                                              "zca; drop it for standardize")
-        return PreprocessSpec("standardize")
-    if value.get("zca_reg") is None:
-        raise f.fail(f"{path}.zca_reg", "missing; kind: zca needs a regulariser, a number "
-                                        "> 0 relative to the mean eigenvalue (e.g. 0.1)")
-    reg = f.number(value["zca_reg"], f"{path}.zca_reg", minimum=0.0, maximum=MAX_ZCA_REG,
-                   expected="a number > 0 (e.g. 0.1)")
-    if not reg > 0:
-        raise f.fail(f"{path}.zca_reg", f"{f.show(value['zca_reg'])} is not accepted; "
-                                        "expected a number > 0 (e.g. 0.1)")
-    per_image = value.get("per_image", True)
-    return PreprocessSpec("zca", zca_reg=reg,
-                          per_image=f.boolean(per_image, f"{path}.per_image"))
 
 
 def _architecture(d: dict) -> Architecture:
