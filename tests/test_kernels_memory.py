@@ -56,8 +56,8 @@ def compiled(net: str, pair_batch: int, dtype: str = "float32") -> int:
 
 
 def in_flight(k, pair_batch: int) -> int:
-    """Pairs alive at once in one ``pairs`` call."""
-    return min(k.chunk, pair_batch)
+    """Pairs alive at once in one ``pairs`` call (a small batch is padded: ``call_batch``)."""
+    return min(k.chunk, k.call_batch(pair_batch))
 
 
 def test_pooling_network_holds_the_full_spatial_covariance():

@@ -24,7 +24,7 @@ from typing import Sequence
 from jax import lax
 
 from ..spec import branches, layer_type, walk
-from . import _batched, _linear
+from . import _batched, _diagonal, _linear
 from ._fused import conv_pointwise
 from ._linear_spatial import to_full
 from ._maps import is_pointwise, kernel_map
@@ -133,6 +133,8 @@ def _apply(layer, state: State, variances, standard: bool, exact: bool, out: boo
     for ``forward``, for the branches of a layer that holds some."""
     m = kernel_map(layer)
     if m.linear is not None:
+        if not batched and _diagonal.applies(layer, state):
+            return _diagonal.conv(state, layer, standard)
         return m.linear(state, layer, standard)
     if m.merge is not None:
         merged = m.merge(layer, [forward(branch, state, variances, standard, exact, out,
@@ -165,7 +167,7 @@ def _block(conv, act, standard: bool, exact: bool, batched: bool = False):
                 va = vb = _linear.conv(diag, conv, standard).nngp
             return conv_pointwise(state, conv, pointwise, va, vb, standard,
                                   self_pair=self_pair, spare=spare), va
-        state = _linear.conv(state, conv, standard)
+        state = _diagonal.conv(state, conv, standard)
         if self_pair:
             va = vb = state.nngp
         return _by_slabs(pointwise, state, va, vb), va

@@ -55,6 +55,9 @@ from ._xla import compiler_options, default_chunk_bytes, x64_scope
 # the call's rows are one program step).
 STATS_CALL_BYTES = 256 << 20
 STATS_CALL_ROWS = 1024  # and at most this many rows (the executor reads 1024 at a time)
+# Pair calls of the CPU plan smaller than this (or than a chunk) are padded up to it:
+# one program for every small batch (see ``KernelFn.call_batch``).
+SMALL_CALL_PAIRS = 32
 
 
 class Stats(NamedTuple):
@@ -142,7 +145,7 @@ class KernelFn:
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
         self.flat_input = is_flat_input(arch.layers, self.input_shape)
         self.cov_elements = self._max_cov_elements()
-        chunk_bytes = _env.chunk_bytes() or default_chunk_bytes()
+        chunk_bytes = _env.chunk_bytes() or default_chunk_bytes(self.full_cov)
         per_pair = self.cov_elements * self.dtype.itemsize
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
         # accelerator: 1, no chunk loop at all (a call's pairs are one program step)
@@ -172,12 +175,29 @@ class KernelFn:
     # -- the memory model (``_memory_model``) ---------------------------------
     def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
                         arguments: bool = True) -> int:
-        """See :meth:`CompiledMemory.compiled_memory`."""
-        return self._memory.compiled_memory(n_rows, n_cols, pair_batch, arguments)
+        """See :meth:`CompiledMemory.compiled_memory` (of the call that batches of
+        ``pair_batch`` pairs make: :meth:`call_batch`)."""
+        return self._memory.compiled_memory(n_rows, n_cols, self.call_batch(pair_batch),
+                                            arguments)
 
     def pairs_executable(self, n_rows: int, n_cols: int, pair_batch: int):
-        """See :meth:`CompiledMemory.pairs_executable`."""
-        return self._memory.pairs_executable(n_rows, n_cols, pair_batch)
+        """See :meth:`CompiledMemory.pairs_executable` (as :meth:`compiled_memory`)."""
+        return self._memory.pairs_executable(n_rows, n_cols, self.call_batch(pair_batch))
+
+    def call_batch(self, pair_batch: int) -> int:
+        """Pairs one compiled call evaluates for batches of ``pair_batch`` pairs: on the
+        CPU plan a batch smaller than ``min(chunk, SMALL_CALL_PAIRS)`` is padded up to
+        that, so every small batch is one program. The planner sizes a batch by the
+        compiled memory at two batches (``plan.memory_line``); on a small data set both
+        are small, and were two compilations of nearly the same program before the first
+        pair was computed (a third of a first call's time on a 3-layer flatten network,
+        BENCHMARKS.md issue 26 point 4). The padded pairs cost less than a compilation:
+        a chunk or less of cache-sized work per call. Pooling networks (a chunk of one
+        pair) and flat-input networks (a Gram matrix per block) are unchanged."""
+        pb = max(1, int(pair_batch))
+        if self._batched or self.flat_input:
+            return pb
+        return max(pb, min(self.chunk, SMALL_CALL_PAIRS))
 
     def compiled_stats_memory(self, rows: int) -> int:
         """See :meth:`CompiledMemory.compiled_stats_memory`."""
@@ -314,7 +334,8 @@ class KernelFn:
                     stop: Optional[Callable[[], object]] = None
                     ) -> Optional[Dict[str, np.ndarray]]:
         """``pairs`` over any number of pairs, in calls of exactly ``pair_batch`` pairs
-        (the last one padded with a repeat of its last pair: one compiled shape) spread
+        (the last one padded with a repeat of its last pair: one compiled shape; a small
+        batch padded to :meth:`call_batch`) spread
         over ``devices`` (default: the default device). Call ``k`` is always pairs
         ``[k*pair_batch, (k+1)*pair_batch)``, whichever device runs it, so the values
         are the same bits whatever the devices.
@@ -325,10 +346,12 @@ class KernelFn:
         total = len(i)
         out = {k: np.empty(total, self.dtype) for k in self.kinds}
         pb = max(1, int(pair_batch))
+        size = self.call_batch(pb)  # the pairs of one call: ``pb`` and their padding
         where = list(devices or [None])
         if self._on_mesh(devices):  # call k: the per-device calls k*D .. k*D + D-1
             where = [device_mesh(devices)]
             pb *= len(devices)
+            size *= len(devices)
         i = np.asarray(i, np.int32)
         j = np.asarray(j, np.int32)
         cast = functools.partial(np.asarray, dtype=self.dtype)
@@ -343,8 +366,8 @@ class KernelFn:
                 put = functools.partial(jax.device_put, device=replicated(device))
                 put_index = functools.partial(jax.device_put, device=split(device))
                 program = self._mesh_jit("pairs", device)
-            ii = pad_rows(i[k * pb:(k + 1) * pb], pb)
-            jj = pad_rows(j[k * pb:(k + 1) * pb], pb)
+            ii = pad_rows(i[k * pb:(k + 1) * pb], size)
+            jj = pad_rows(j[k * pb:(k + 1) * pb], size)
             with self._scope():  # per thread: the runner's threads are not the caller's
                 if device not in placed:
                     a1, v1, a2, v2 = inputs
