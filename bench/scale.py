@@ -3,7 +3,7 @@
 A cheap kernel (a fully connected net, fc layers only) on synthetic data: ``N``
 training and ``N // 10`` test points in 64 dimensions whose 10 labels come from a
 fixed random teacher (a two-layer net), so the test accuracy means something. Each
-step is a ``kernelcli`` subprocess; per step the table gives wall time, the peak
+step is a ``kernelcli`` subprocess; per step the table gives wall and CPU time, the peak
 resident memory of the children (``ru_maxrss``, the largest child so far), the
 exit status, and the run directory's disk use and file count after it. The load
 average at the start and end is printed too (the machine may be shared).
@@ -63,14 +63,18 @@ def disk(run_dir: Path) -> tuple:
 
 def step(name: str, args: list, run_dir: Path, rows: list, env=None) -> subprocess.CompletedProcess:
     t = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([str(Path(sys.executable).with_name("kernelcli")), *args],
                           capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rss = after.ru_maxrss / 2**20  # KiB -> GiB
+    # CPU seconds (user + system) of the step: what it costs, whatever else loads the cores
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     size, count = disk(run_dir) if run_dir.exists() else (0, 0)
-    rows.append((name, wall, rss, proc.returncode, size / 1e9, count))
-    print(f"| {name} | {wall:.0f} | {rss:.2f} | {proc.returncode} | {size / 1e9:.2f} | "
-          f"{count:,} |", flush=True)
+    rows.append((name, wall, cpu, rss, proc.returncode, size / 1e9, count))
+    print(f"| {name} | {wall:.0f} | {cpu:.0f} | {rss:.2f} | {proc.returncode} | "
+          f"{size / 1e9:.2f} | {count:,} | {os.getloadavg()[0]:.1f} |", flush=True)
     if proc.returncode != 0:
         print(proc.stderr[-2000:], file=sys.stderr, flush=True)
     return proc
@@ -130,7 +134,8 @@ def main() -> None:
         data(npz, args.n, args.n // 10)
     config(cfg, npz, run_dir)
     print(f"N={args.n:,} test={args.n // 10:,} load {os.getloadavg()[0]:.2f}")
-    print("| step | wall s | peak RSS GiB | exit | disk GB | files |\n|---|---|---|---|---|---|")
+    print("| step | wall s | CPU s | peak RSS GiB | exit | disk GB | files | load after |\n"
+          "|---|---|---|---|---|---|---|---|")
     rows: list = []
     if not (run_dir / "kernels.h5").exists():
         step("compute", ["compute", str(cfg)], run_dir, rows)

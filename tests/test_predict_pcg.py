@@ -12,7 +12,7 @@ from kernelcli.errors import UsageError
 from kernelcli.predict import (H5KernelOperator, load_kernel, solve_cg_folds, solve_cg_ridges,
                                solve_cholesky)
 from kernelcli.predict._operator import ArrayOperator
-from kernelcli.predict._precondition import NystromPreconditioner, landmarks
+from kernelcli.predict._precondition import NystromPreconditioner, landmarks, pivoted_cholesky
 from kernelcli.predict._selection import fold_masks
 
 RIDGES = (1e-6, 1e-3, 1.0)
@@ -159,3 +159,40 @@ def test_the_operators_float32_product_and_landmark_columns(tmp_path):
     with pytest.raises(UsageError) as err:
         solve_cg_ridges(k, targets(40), [1e-3], mixed="yes")
     assert str(err.value) == "mixed=: 'yes' is not accepted; give true or false"
+
+
+def test_pivoted_cholesky_is_exact_at_full_rank_and_skips_duplicate_rows():
+    """Drawn by the residual diagonal, a row already explained is not drawn again: the
+    kernel of 30 distinct points, each twice, needs 30 directions, not 60."""
+    x = np.random.default_rng(4).standard_normal((30, 3))
+    xx = np.vstack([x, x])
+    k = np.exp(-((xx[:, None] - xx[None]) ** 2).sum(-1))
+    low = pivoted_cholesky(lambda idx: k[:, idx], np.diagonal(k), 60, block=7)
+    assert low.shape[1] <= 30
+    assert rel(low @ low.T, k) < 1e-8
+    again = pivoted_cholesky(lambda idx: k[:, idx], np.diagonal(k), 60, block=7)
+    assert np.array_equal(low, again)  # reproducible
+
+
+@pytest.mark.parametrize("pivot", [True, False])
+def test_both_landmark_choices_agree_with_cholesky_for_every_fold(pivot):
+    """Pivoted (the operator gives its diagonal) and uniform landmarks (it does not)."""
+    n, folds = 120, 5
+    k, y = rbf_kernel(n), targets(n)
+
+    class NoDiagonal(ArrayOperator):
+        diagonal = property()  # hasattr is False: uniform landmarks
+
+        def trace(self):
+            return float(np.trace(self.k))
+
+    op = ArrayOperator(k) if pivot else NoDiagonal(k)
+    alphas, held = solve_cg_folds(op, y, RIDGES, folds, rank=40)
+    reg_unit = np.trace(k) / n
+    for r in RIDGES:
+        assert rel(alphas[r], solve_cholesky(k, y, [r])[r]) < 1e-6
+        for out in fold_masks(n, folds):
+            keep = ~out
+            a = np.linalg.solve(k[np.ix_(keep, keep)] + r * reg_unit * np.eye(keep.sum()),
+                                y[keep])
+            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 1e-6

@@ -48,6 +48,7 @@ class CGResult:
     iterations: int
     residual: np.ndarray
     exact_products: int = 0  # of ``iterations``, the float64 ones (mixed precision)
+    kx: Optional[np.ndarray] = None  # K @ (mask * x), the last (float64) product
 
 
 _RELIABLE = 1e-3  # a column's residual is recomputed in float64 when it fell this much
@@ -70,11 +71,17 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     def prec(v, cols):
         return v.copy() if precond is None else precond(v, cols)
 
-    def apply(v, cols, mv=matvec):
+    def apply(v, cols, mv=matvec, keep=None):
         if mask is None:
-            return mv(v) + v * ridge[cols]
-        m = mask[:, cols]
-        return m * mv(m * v) + v * ridge[cols]
+            kv = mv(v)
+            out = kv + v * ridge[cols]
+        else:
+            m = mask[:, cols]
+            kv = mv(m * v)
+            out = m * kv + v * ridge[cols]
+        if keep is not None:
+            keep.append(kv)
+        return out
 
     bnorm = np.linalg.norm(b, axis=0)
     target = tol * bnorm
@@ -91,13 +98,14 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     while True:
         active = np.flatnonzero(np.sqrt(rs) > target)
         if active.size == 0:
-            true_r = b - apply(x, every)
+            kept = []
+            true_r = b - apply(x, every, keep=kept)
             products += 1
             exact += 1
             true_res = np.linalg.norm(true_r, axis=0)
             restart = np.flatnonzero(true_res > target)
             if restart.size == 0:
-                return CGResult(x, products, true_res / scale, exact)
+                return CGResult(x, products, true_res / scale, exact, kept[0])
             checked[restart] = true_res[restart] ** 2
             r[:, restart] = true_r[:, restart]
             zr = prec(true_r[:, restart], restart)
@@ -224,10 +232,16 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
     pre = None
     if _check_rank(rank):
         pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank,
-                                    columns=getattr(op, "columns", None)).apply
+                                    columns=getattr(op, "columns", None),
+                                    diagonal=_diagonal(op)).apply
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
               precond=pre, fast=_fast(op, mixed))
     return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}
+
+
+def _diagonal(op) -> Optional[np.ndarray]:
+    """K's diagonal where the operator gives it (the preconditioner's pivoting)."""
+    return op.diagonal() if hasattr(op, "diagonal") else None
 
 
 def _fast(op, mixed: bool):
@@ -267,7 +281,7 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     Row ``i`` is held out in fold ``i mod folds``; each fold is solved on the other
     rows with the whole set's regulariser (``ridge * trace(K)/n``) and predicts its
     own rows. The ``(folds + 1) x C x len(ridges)`` columns share every product
-    with K, plus one last (float64) product for the held-out predictions. ``rank``,
+    with K; the held-out predictions come from the last (float64) one. ``rank``,
     ``mixed``: as in ``solve_cg_ridges``; each fold is preconditioned on its own rows.
     """
     ridges = check_ridges(ridges)
@@ -292,12 +306,15 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     if _check_rank(rank):
         group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(ridges))
         pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank, masks=keep > 0,
-                                    group=group, columns=getattr(op, "columns", None)).apply
+                                    group=group, columns=getattr(op, "columns", None),
+                                    diagonal=_diagonal(op)).apply
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
               mask=mask, precond=pre, fast=_fast(op, mixed))
     fold_cols = np.concatenate([np.arange(i * per_ridge + c, (i + 1) * per_ridge)
                                 for i in range(len(ridges))])
-    fold_pred = op.matmul(out.x[:, fold_cols])  # every fold's alpha, one pass over K
+    # every fold's alpha times K: the final float64 residual's product had it (the
+    # folds' x are zero outside their rows)
+    fold_pred = out.kx[:, fold_cols]
     alphas, held_out = {}, {}
     for i, r in enumerate(ridges):
         alphas[r] = out.x[:, i * per_ridge:i * per_ridge + c].copy()

@@ -8,10 +8,18 @@ al. 2017). With the thin SVD ``B = Q diag(s) V^T`` the preconditioner
 ``P = B B^T + reg I`` is inverted in closed form on ``Q``'s span and scaled on the
 rest as in Frangella, Tropp & Udell 2023 (randomized Nystrom preconditioning):
 ``P^{-1} v = (s_r^2 + reg) Q diag(1 / (s^2 + reg)) Q^T v + (v - Q Q^T v)``, ``s_r``
-the smallest kept singular value, so one factorisation serves every ridge. Each cross-validation fold, a principal
-submatrix ``K[M, M]``, gets its own ``Q`` from the rows ``B[M]`` (the Nystrom
-approximation of that submatrix with the same landmarks), so the folds are
-preconditioned as well as the whole set. Landmarks: a fixed-seed uniform sample
+the smallest kept singular value, so one factorisation serves every ridge. Each
+cross-validation fold, a principal submatrix ``K[M, M]``, gets its own ``Q`` from the
+rows ``B[M]`` (the Nystrom approximation of that submatrix with the same landmarks),
+so the folds are preconditioned as well as the whole set; the folds share ``B``
+itself (``Q_M = B[M] V_M diag(1 / s_M)``, only the small ``V_M`` per fold), so the
+memory is one ``n x rank`` matrix whatever the number of folds.
+
+Landmarks: with the kernel's diagonal, randomly pivoted Cholesky (Chen, Epperly,
+Tropp & Webber 2023, block version): each block of landmarks is drawn with
+probabilities proportional to the diagonal of the residual ``K - B B^T``, so rows the
+landmarks so far already explain are rarely drawn again, and ``B`` is the partial
+Cholesky factor itself; without it, a uniform sample. Both from a fixed seed
 (reproducible runs). All float64; no matrix here is larger than ``n x rank``.
 """
 
@@ -21,8 +29,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-DEFAULT_RANK = 1000  # landmark columns; memory n * rank * 8 bytes per fold
+DEFAULT_RANK = 1000  # landmark columns; memory n * rank * 8 bytes
 _SEED = 0
+_BLOCK = 100  # landmarks drawn per step of the pivoted Cholesky (one read of their rows)
 
 
 def landmarks(n: int, rank: int) -> np.ndarray:
@@ -31,18 +40,69 @@ def landmarks(n: int, rank: int) -> np.ndarray:
     return np.sort(np.random.default_rng(_SEED).choice(n, size=rank, replace=False))
 
 
-def _basis(b: np.ndarray) -> tuple:
-    """``(Q, s^2)``, ``b = Q diag(s) V^T`` (from the eigendecomposition of ``b^T b``: a
-    rank x rank problem, cheaper than an SVD of the tall ``b``), keeping the leading half
-    (the Nystrom estimates of the trailing eigenvalues are too small, and the last one
-    kept scales the rest of the space) and dropping the directions of tiny ``s``."""
-    s2, v = np.linalg.eigh(b.T @ b)
+def pivoted_cholesky(columns: Callable[[np.ndarray], np.ndarray], diagonal: np.ndarray,
+                     rank: int, block: int = _BLOCK) -> np.ndarray:
+    """``L`` (n, <= rank), ``K ~ L L^T``: block randomly pivoted Cholesky from the
+    columns ``K[:, idx]`` (sorted, distinct ``idx``) and the diagonal of ``K``.
+
+    Each step draws ``block`` rows with probability proportional to the residual
+    diagonal ``diag(K - L L^T)``, and adds the Nystrom factor of the residual on them
+    (an eigendecomposition of the block's residual, dropping dependent directions).
+    Stops early when the residual diagonal is (numerically) zero."""
+    d = np.maximum(np.asarray(diagonal, dtype=np.float64), 0.0)
+    n = d.size
+    rank = min(int(rank), n)
+    floor = 1e-13 * (d.max() if n else 0.0)
+    rng = np.random.default_rng(_SEED)
+    out = np.empty((n, rank))
+    k = 0
+    while k < rank:
+        total = d.sum()
+        if not total > floor * n or not np.isfinite(total):
+            break
+        s = np.unique(rng.choice(n, size=min(block, rank - k), p=d / total))
+        g = columns(s) - out[:, :k] @ out[s, :k].T  # (n, |s|): the residual's columns
+        w, v = np.linalg.eigh((g[s] + g[s].T) / 2)
+        keep = w > max(w[-1] * 1e-10, floor) if w.size else w > 0
+        add = g @ (v[:, keep] / np.sqrt(w[keep]))
+        t = min(add.shape[1], rank - k)
+        if t == 0:
+            break
+        out[:, k:k + t] = add[:, -t:]  # eigh's order is ascending: the largest kept
+        d = np.maximum(d - np.einsum("ij,ij->i", add[:, -t:], add[:, -t:]), 0.0)
+        d[s] = 0.0  # drawn rows are explained exactly (up to rounding)
+        k += t
+    return out[:, :k]
+
+
+def _uniform_factor(matvec, columns, n: int, rank: int) -> np.ndarray:
+    """``B = C W^{-1/2}`` for uniformly drawn landmarks, dropping those that duplicate
+    others (a singular ``W``) rather than failing."""
+    idx = landmarks(n, rank)
+    if columns is not None:
+        c = columns(idx)  # (n, r): K[:, S]
+    else:
+        e = np.zeros((n, idx.size))
+        e[idx, np.arange(idx.size)] = 1.0
+        c = matvec(e)
+        del e
+    w = c[idx]
+    vals, vecs = np.linalg.eigh((w + w.T) / 2)
+    keep = vals > vals[-1] * 1e-10 if vals.size and vals[-1] > 0 else vals > np.inf
+    return c @ (vecs[:, keep] / np.sqrt(vals[keep]))
+
+
+def _basis(gram: np.ndarray, rows: int) -> tuple:
+    """``(W, s^2)`` with ``Q = B_M W`` orthonormal, from ``gram = B_M^T B_M`` (``rows``:
+    of ``B_M``), keeping the leading half (the Nystrom estimates of the trailing
+    eigenvalues are too small, and the last one kept scales the rest of the space)
+    and dropping the directions of tiny ``s``."""
+    s2, v = np.linalg.eigh((gram + gram.T) / 2)
     s2, v = s2[::-1], v[:, ::-1]
     keep = s2 > s2[0] * 1e-12 if s2.size and s2[0] > 0 else np.zeros(s2.shape, bool)
-    if b.shape[1] < b.shape[0]:  # at full rank the basis is exact: keep it whole
-        keep[(b.shape[1] + 1) // 2:] = False
-    q = b @ (v[:, keep] / np.sqrt(s2[keep]))
-    return np.ascontiguousarray(q), s2[keep]
+    if gram.shape[0] < rows:  # at full rank the basis is exact: keep it whole
+        keep[(gram.shape[0] + 1) // 2:] = False
+    return np.ascontiguousarray(v[:, keep] / np.sqrt(s2[keep])), s2[keep]
 
 
 class NystromPreconditioner:
@@ -50,7 +110,8 @@ class NystromPreconditioner:
     ``ridge`` and ``group``); column ``j`` uses fold basis ``group[j]``.
 
     ``matvec``: ``V (n, k) -> K @ V``; ``columns``: ``idx -> K[:, idx]`` (used instead of
-    ``matvec`` when given); ``ridge`` (k,) the absolute regularizer per
+    ``matvec`` when given); ``diagonal``: ``K``'s diagonal (n,), with ``columns``: the
+    landmarks by pivoted Cholesky; ``ridge`` (k,) the absolute regularizer per
     column; ``masks``: ``None`` or (G, n) booleans, the rows each group solves on
     (group ``g`` of column ``j`` is ``group[j]``; rows outside stay zero).
     """
@@ -58,54 +119,48 @@ class NystromPreconditioner:
     def __init__(self, matvec: Callable[[np.ndarray], np.ndarray], n: int,
                  ridge: np.ndarray, rank: int = DEFAULT_RANK,
                  masks: Optional[np.ndarray] = None, group: Optional[Sequence[int]] = None,
-                 columns: Optional[Callable[[np.ndarray], np.ndarray]] = None):
+                 columns: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+                 diagonal: Optional[np.ndarray] = None):
         self.ridge = np.asarray(ridge, dtype=np.float64)
-        idx = landmarks(n, rank)
-        if columns is not None:
-            c = columns(idx)  # (n, r): K[:, S]
+        if columns is not None and diagonal is not None:
+            self.b = pivoted_cholesky(columns, diagonal, rank)
         else:
-            e = np.zeros((n, idx.size))
-            e[idx, np.arange(idx.size)] = 1.0
-            c = matvec(e)
-            del e
-        w = c[idx]
-        w = (w + w.T) / 2
-        # B = C W^{-1/2} by an eigendecomposition of W: landmarks that duplicate others
-        # (a singular W) are dropped rather than failing
-        vals, vecs = np.linalg.eigh(w)
-        keep = vals > vals[-1] * 1e-10 if vals.size and vals[-1] > 0 else vals > np.inf
-        b = c @ (vecs[:, keep] / np.sqrt(vals[keep]))
-        del c
+            self.b = _uniform_factor(matvec, columns, n, rank)
+        gram = self.b.T @ self.b
         if masks is None:
             self.masks = None
-            self.bases = [_basis(b)]
+            self.bases = [_basis(gram, n)]
             self.group = np.zeros(self.ridge.size, dtype=int)
         else:
             self.masks = np.asarray(masks, dtype=bool)
-            self.bases = [_basis(b[m]) for m in self.masks]
+            self.bases = []
+            for m in self.masks:
+                out = self.b[~m]  # the fold's Gram: the whole one less the rows left out
+                self.bases.append(_basis(gram - out.T @ out, int(m.sum())))
             self.group = np.asarray(group, dtype=int)
 
     @property
     def rank(self) -> int:
-        return max(q.shape[1] for q, _ in self.bases)
+        return max(w.shape[1] for w, _ in self.bases)
 
     def apply(self, r: np.ndarray, cols: np.ndarray) -> np.ndarray:
         ridge = self.ridge[cols]
-        z = np.zeros_like(r)
         groups = self.group[cols]
+        inside = None if self.masks is None else self.masks[groups].T  # (n, k)
+        if inside is not None:
+            r = r * inside  # the fold's rows only (CG keeps the rest zero already)
+        coef = self.b.T @ r  # (rank, k): B^T r, shared by every fold's basis
+        d = np.zeros_like(coef)
         for g in np.unique(groups):
             sel = np.flatnonzero(groups == g)
-            q, s2 = self.bases[g]
-            rows = slice(None) if self.masks is None else self.masks[g]
-            rg = r[rows][:, sel]
-            lam = ridge[sel]
-            coef = q.T @ rg  # (rank, k)
+            w, s2 = self.bases[g]
+            c = w.T @ coef[:, sel]  # Q^T r in the fold's basis
             # the complement of Q is scaled by the smallest kept eigenvalue, not by
             # 1 / reg: K is not small there when the spectrum decays slowly
+            lam = ridge[sel]
             tail = (s2[-1] if s2.size else 0.0) + lam
-            zg = rg - q @ coef + q @ (coef * (tail[None, :] / (s2[:, None] + lam[None, :])))
-            if self.masks is None:
-                z[:, sel] = zg
-            else:
-                z[np.ix_(self.masks[g], sel)] = zg
+            d[:, sel] = w @ (c * (tail[None, :] / (s2[:, None] + lam[None, :]) - 1.0))
+        z = r + self.b @ d
+        if inside is not None:
+            z *= inside
         return z
