@@ -3,7 +3,10 @@
 A landmark run's ``kernels.h5`` holds per kind one rectangle ``K([X; T; Z], Z)``
 (:mod:`kernelcli.run._landmarks`): ``N`` training rows (as many as the labels),
 ``T`` test rows, then the ``M`` landmarks' own rows ``K(Z, Z)``. The solve is
-:mod:`kernelcli.predict._nystrom`'s: for the NNGP the posterior mean of the
+:mod:`kernelcli.predict._nystrom`'s direct feature-form solve or, for large ``N x
+M``, :mod:`kernelcli.predict._falkon`'s preconditioned CG (``choose_landmark_solver``;
+``--solver cholesky`` / ``cg`` name them), both giving coefficients ``a`` on
+``K(., Z)`` per ridge and fold: for the NNGP the posterior mean of the
 Nystrom-approximated kernel, for the NTK the infinite-time gradient-descent
 predictor with the Nystrom approximation of the NTK. The ridge is chosen by
 k-fold cross-validation on the training rows, as with CG; the output is the
