@@ -80,8 +80,9 @@ def _reporter(kind: str, progress: Callable[[str], None]):
     def on_pass(passes: int, residual: float) -> None:
         if time.monotonic() - last[0] >= _REPORT_S:
             last[0] = time.monotonic()
-            progress(f"predict {kind}: Falkon, {passes:,} passes over K(X, Z), worst "
-                     f"relative residual {residual:.2e}, {last[0] - start:.0f} s")
+            plural = "es" if passes > 1 else ""
+            progress(f"predict {kind}: Falkon, {passes:,} pass{plural} over K(X, Z), "
+                     f"worst relative residual {residual:.2e}, {last[0] - start:.0f} s")
     return on_pass
 
 
