@@ -4,6 +4,7 @@ with the number of training rows."""
 
 from __future__ import annotations
 
+import re
 import tracemalloc
 
 import numpy as np
@@ -71,3 +72,16 @@ def test_auto_takes_falkon_when_the_rectangle_does_not_fit():
     assert choose_landmark_solver(20_000, 4_000, "auto", 8 * 20_000 * 4_000 - 1) == "falkon"
     assert choose_landmark_solver(10, 5, "cg") == "falkon"
     assert choose_landmark_solver(10, 5, "cholesky") == "direct"
+
+
+def test_a_ridge_that_does_not_converge_gets_its_message_and_the_others_their_weights():
+    x, z, y = _problem(200, m=12)
+    z = np.r_[z, z[:4]]  # duplicate landmarks: K(Z, Z) singular, a floor under the residual
+    sol = falkon_weights(_kernel(x[z], x[z]), _bands(x, z, 200), y, [1e-4, 1.0], "ntk", 5,
+                         maxiter=80)
+    assert re.fullmatch(
+        r"Falkon on the ntk kernel \(ridge 0\.0001\) stopped after 8\d passes over K\(X, Z\) "
+        r"at relative residual \d\.\d\de-0[5-8] > 1e-08; use a larger <<ridges>> value, or "
+        r"<<solver>> cholesky \(the direct solve, which drops the null space of K\(Z, Z\)\)",
+        sol.weights[1e-4])
+    assert sol.weights[1.0].shape == (6, 16, 3)

@@ -23,6 +23,12 @@ ridge, fold and class a column, a fold a row mask of the band -- and nothing
 (numpy has no triangular solve; ``T^{-1}`` and ``A^{-1}`` are upper triangular and
 inverted from their transposes without pivoting), so every step is a matrix product.
 float64 throughout.
+
+Where ``K_mm`` is singular (duplicate landmarks, a kernel of low rank) its null
+directions are scaled by ``1 / sqrt(jitter)`` in ``P``, and rounding in the products
+along them puts a floor under the attainable residual: a small ridge may then stop
+at ``maxiter`` with its message, where the direct solve, which drops those
+directions, still answers.
 """
 
 from __future__ import annotations
@@ -215,7 +221,8 @@ def _cg(operator, b, tol, maxiter, col_ridge, ridges, regs, kind, n, errors, on_
                 errors[int(i)] = (f"Falkon on the {kind} kernel (ridge {ridges[i]:g}) "
                                   f"stopped after {passes:,} passes over K(X, Z) at relative "
                                   f"residual {rel[at].max():.2e} > {tol:g}; use a larger "
-                                  f"<<ridges>> value")
+                                  f"<<ridges>> value, or <<solver>> cholesky (the direct "
+                                  f"solve, which drops the null space of K(Z, Z))")
             continue
         pa = p[:, active]
         ap = operator(pa, active)
