@@ -82,8 +82,12 @@ class FalkonSolution:
 
 
 def _upper_inverse(upper: np.ndarray) -> np.ndarray:
-    # LU of an upper-triangular matrix pivots nothing: the inverse is the triangle's
-    return np.triu(np.linalg.inv(upper))
+    # LU of an upper-triangular matrix pivots nothing: the inverse is the triangle's,
+    # its rounding below the diagonal cleared in place (no second M x M copy)
+    inv = np.linalg.inv(upper)
+    for i in range(1, inv.shape[0]):
+        inv[i, :i] = 0.0
+    return inv
 
 
 def landmark_factor(k_mm: np.ndarray) -> tuple:
@@ -131,7 +135,11 @@ def falkon_weights(k_mm: np.ndarray, bands: Callable[[], Iterable], y: np.ndarra
     regs = [r * scale for r in ridges]
     a_inv = []
     for reg in regs:  # A^T A = T T^T / M + (reg / n) I
-        a_inv.append(_upper_inverse(np.linalg.cholesky(tt / m + (reg / n) * np.eye(m)).T))
+        a = tt / m
+        a.flat[::m + 1] += reg / n
+        a = np.linalg.cholesky(a)
+        a_inv.append(_upper_inverse(a.T))
+        del a
     del tt
     groups = folds + 1
     cols = len(ridges) * groups * c
