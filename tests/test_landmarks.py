@@ -72,7 +72,7 @@ def test_predictions_equal_a_numpy_nystrom_solve_of_the_full_kernels_columns(run
     k_nm, k_mm, k_tm = full[:, z], full[np.ix_(z, z)], test[:, z]
     y = np.eye(3)[labels]
     mean, solver = _mean(runs["m12"], kind)
-    assert solver == "nystrom (12 landmarks)"
+    assert solver == "nystrom (12 landmarks; direct)"
     for i, ridge in enumerate(RIDGES):
         reg = ridge * np.trace(k_mm) / 12
         beta = np.linalg.solve(k_nm.T @ k_nm + reg * k_mm, k_nm.T @ y)
@@ -166,13 +166,25 @@ def test_estimate_prints_the_cost_of_both_routes(tmp_path):
 def test_what_a_landmark_run_cannot_do_is_refused_with_exit_2(runs):
     run = runs["m12"]
     before = (run / "predictions.h5").read_bytes()
-    for args, message in (
-            (["--solver", "cg"], f"--solver cg: {run} is a landmark run (data.landmarks), "
-                                 f"solved by Nystrom regression; drop --solver (or give auto)"),
-            (["--time", "10"], f"--time: {run} is a landmark run (data.landmarks); "
-                               f"gradient-flow predictions need the full kernel K(x1, x1): "
-                               f"drop --time")):
-        result = invoke("predict", run, *args)
-        assert result.exit_code == 2
-        assert result.stderr.strip().splitlines()[-1] == f"Error: {message}"
+    result = invoke("predict", run, "--time", "10")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: --time: {run} is a landmark run (data.landmarks); gradient-flow "
+        f"predictions need the full kernel K(x1, x1): drop --time")
     assert (run / "predictions.h5").read_bytes() == before
+
+
+def test_auto_takes_falkon_where_k_nm_does_not_fit_with_the_direct_answers(runs):
+    run = runs["m12"]
+    with h5py.File(run / "predictions.h5") as f:
+        direct = {k: f[k]["mean"][...] for k in ("nngp", "ntk")}
+    out = predict(run, ridges=RIDGES, available_bytes=8 * N * 12 - 1)
+    assert out.solver.startswith("falkon (12 landmarks; preconditioned CG, ")
+    with h5py.File(run / "predictions.h5") as f:
+        assert f.attrs["solver"] == out.solver
+        for kind, ref in direct.items():
+            np.testing.assert_allclose(f[kind]["mean"][...], ref, rtol=0,
+                                       atol=1e-6 * np.abs(ref).max())
+    again = predict(run, ridges=RIDGES)
+    assert again.solver == "nystrom (12 landmarks; direct)"
+    assert [c.selected_ridge for c in again.selected] == [c.selected_ridge for c in out.selected]

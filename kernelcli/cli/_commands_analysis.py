@@ -73,7 +73,8 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
               help="cholesky: float64 factor in memory (24 N^2 bytes); cg: conjugate "
                    "gradients streaming K from kernels.h5 by row blocks; auto: Cholesky "
                    "when it fits in the available memory (MemAvailable, or the cgroup's "
-                   "limit less its usage when tighter).")
+                   "limit less its usage when tighter). On a landmark run: cholesky the "
+                   "direct Nystrom solve, cg Falkon, auto by memory.")
 @click.option("--time", "times", multiple=True, metavar="T[,T...]",
               callback=numbers("give numbers >= 0 or inf, e.g. --time 1,10,inf"),
               help="Also the gradient-flow ensemble after training time(s) T on the MSE "

@@ -46,12 +46,16 @@ from ._memory import SOLVERS as SOLVERS
 from ._memory import VARIANCE_ROWS as VARIANCE_ROWS
 from ._memory import cholesky_memory_bytes as cholesky_memory_bytes
 from ._memory import check_flow_memory as check_flow_memory
+from ._memory import falkon_memory_bytes as falkon_memory_bytes
 from ._memory import flow_memory_bytes as flow_memory_bytes
 from ._memory import choose_solver as choose_solver
 from ._memory import solve_memory_bytes as solve_memory_bytes
 from ._operator import ArrayOperator as ArrayOperator
 from ._operator import H5KernelOperator as H5KernelOperator
 from ._operator import load_kernel as load_kernel
+from ._falkon import FalkonSolution as FalkonSolution
+from ._falkon import choose_landmark_solver as choose_landmark_solver
+from ._falkon import falkon_weights as falkon_weights
 from ._nystrom import NystromMap as NystromMap
 from ._nystrom import fold_sums as fold_sums
 from ._nystrom import nystrom_map as nystrom_map
@@ -68,10 +72,12 @@ from ._targets import mse as mse
 from ._targets import one_hot as one_hot
 
 __all__ = [
-    "ArrayOperator", "CGResult", "Eigen", "FlowBasis", "H5KernelOperator", "NTKCovariance",
+    "ArrayOperator", "CGResult", "Eigen", "FalkonSolution", "FlowBasis", "H5KernelOperator",
+    "NTKCovariance",
     "NotConvergedError", "NotPositiveDefiniteError", "NystromMap", "SOLVERS", "VARIANCE_ROWS",
     "accuracy", "check_flow_memory", "check_ridges", "check_times", "choose_ridge",
     "choose_solver", "cholesky_factor", "cholesky_memory_bytes", "eigen", "evaluate",
+    "choose_landmark_solver", "falkon_memory_bytes", "falkon_weights",
     "fold_sums", "flow_basis", "flow_mean", "flow_memory_bytes", "flow_weights", "fold_masks",
     "nystrom_map", "nystrom_memory_bytes", "nystrom_weights",
     "gradient_flow", "held_out_scores", "inverse_diagonal", "load_kernel", "loo_predictions",

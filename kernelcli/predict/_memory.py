@@ -132,3 +132,16 @@ def check_count(values: tuple, name: str) -> tuple:
         raise UsageError.naming(f"<<{name}>>: {len(values):,} values given; accepted: at most "
                                 f"{MAX_VALUES} (a sweep is a handful of values)")
     return values
+
+
+def falkon_memory_bytes(m: int, classes: int, ridges: int, folds: int,
+                        band_bytes: int) -> int:
+    """Peak bytes of Falkon on ``m`` landmarks (:mod:`._falkon`), whatever the number of
+    training rows: ``T^{-1}`` and one ``A^{-1}`` per ridge, at the setup ``K_mm``, its
+    factor, ``T T^T`` and the inversion's two work matrices; the CG's columns (every
+    ridge, fold and class: ``x``, ``r``, ``p``, the product and its four temporaries,
+    the solution) of ``m`` rows; a band of ``K(X, Z)`` as read and in float64, and its
+    product with the columns (``band rows x columns``, twice)."""
+    cols = ridges * (folds + 1) * classes
+    band_rows = max(1, band_bytes // (8 * m))
+    return 8 * ((ridges + 5) * m * m + 9 * m * cols + 2 * band_rows * cols) + 2 * band_bytes

@@ -3,7 +3,10 @@
 A landmark run's ``kernels.h5`` holds per kind one rectangle ``K([X; T; Z], Z)``
 (:mod:`kernelcli.run._landmarks`): ``N`` training rows (as many as the labels),
 ``T`` test rows, then the ``M`` landmarks' own rows ``K(Z, Z)``. The solve is
-:mod:`kernelcli.predict._nystrom`'s: for the NNGP the posterior mean of the
+:mod:`kernelcli.predict._nystrom`'s direct feature-form solve or, for large ``N x
+M``, :mod:`kernelcli.predict._falkon`'s preconditioned CG (``choose_landmark_solver``;
+``--solver cholesky`` / ``cg`` name them), both giving coefficients ``a`` on
+``K(., Z)`` per ridge and fold: for the NNGP the posterior mean of the
 Nystrom-approximated kernel, for the NTK the infinite-time gradient-descent
 predictor with the Nystrom approximation of the NTK. The ridge is chosen by
 k-fold cross-validation on the training rows, as with CG; the output is the
@@ -14,12 +17,14 @@ gradient flow.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Callable, Optional
 
 import numpy as np
 
 from ...errors import DamagedFileError, NotPositiveDefiniteError, UsageError
-from ...predict import (NystromMap, check_ridges, choose_ridge, fold_sums, nystrom_map,
+from ...predict import (NystromMap, check_ridges, choose_landmark_solver, choose_ridge,
+                       falkon_memory_bytes, falkon_weights, fold_sums, nystrom_map,
                        nystrom_memory_bytes, nystrom_weights, one_hot)
 from ...store import PREDICTIONS, ResultFile, RunStore
 from .._landmarks import FINGERPRINT_KEY
@@ -32,6 +37,7 @@ from ._spread import without_spread
 RIDGE_CONVENTION = ("ridge * trace(K_mm) / m (the landmarks' estimate of trace(K) / n) "
                     "on the diagonal of the Nystrom kernel")
 _BAND_BYTES = 64 * 2**20  # row_bands' bands of K([X; T; Z], Z)
+_REPORT_S = 5.0  # seconds between two progress lines of Falkon
 
 
 def is_landmark_run(run_dir) -> bool:
@@ -48,41 +54,65 @@ def _bands(result, kind: str, lo: int, hi: int):
             yield s - lo, np.asarray(ds[s:min(s + step, hi)], dtype=np.float64)
 
 
-def _solve_kind(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int) -> dict:
-    """``{ridge: {"mean", "variance": None, "held_out"} or {"error"}}`` for ``kind``."""
+def _weights(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int,
+             route: str, progress) -> tuple:
+    """``({ridge: (k + 1, M, C) coefficients on K(., Z), or a message}, passes)``: the
+    direct feature-form solve (``passes`` 2) or Falkon."""
     with ResultFile(result).kernel(kind) as ds:
         k_mm = np.asarray(ds[n + t:n + t + m], dtype=np.float64)
-    nmap: NystromMap = nystrom_map(k_mm)
     folds = min(CV_FOLDS, n)
+    if route == "falkon":
+        on_pass = None if progress is None else _reporter(kind, progress)
+        sol = falkon_weights(k_mm, lambda: _bands(result, kind, 0, n), y, ridges, kind,
+                             folds, on_pass=on_pass)
+        return sol.weights, sol.passes
+    nmap: NystromMap = nystrom_map(k_mm)
+    del k_mm
     gram, rhs = fold_sums(nmap, _bands(result, kind, 0, n), y, folds)
     weights = nystrom_weights(nmap, gram, rhs, ridges, kind, n)
+    return {r: w if isinstance(w, str) else np.einsum("mr,frc->fmc", nmap.projection, w)
+            for r, w in weights.items()}, 1
+
+
+def _reporter(kind: str, progress: Callable[[str], None]):
+    start = time.monotonic()
+    last = [start]
+
+    def on_pass(passes: int, residual: float) -> None:
+        if time.monotonic() - last[0] >= _REPORT_S:
+            last[0] = time.monotonic()
+            plural = "es" if passes > 1 else ""
+            progress(f"predict {kind}: Falkon, {passes:,} pass{plural} over K(X, Z), "
+                     f"worst relative residual {residual:.2e}, {last[0] - start:.0f} s")
+    return on_pass
+
+
+def _solve_kind(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int,
+                route: str, progress=None) -> tuple:
+    """``({ridge: {"mean", "variance": None, "held_out"} or {"error"}}, passes)``."""
+    weights, passes = _weights(result, kind, y, ridges, n, t, m, route, progress)
+    folds = min(CV_FOLDS, n)
     solved = {r: w for r, w in weights.items() if not isinstance(w, str)}
     held = {r: np.empty((n, y.shape[1])) for r in solved}
     mean = {r: np.empty((t, y.shape[1])) for r in solved}
     for start, rows in _bands(result, kind, 0, n):
-        phi = nmap.features(rows)
-        fold = (start + np.arange(phi.shape[0])) % folds
+        fold = (start + np.arange(rows.shape[0])) % folds
         for r, w in solved.items():
             for f in range(folds):
                 at = np.flatnonzero(fold == f)
-                held[r][start + at] = phi[at] @ w[f]
+                held[r][start + at] = rows[at] @ w[f]
     for start, rows in _bands(result, kind, n, n + t):
-        phi = nmap.features(rows)
         for r, w in solved.items():
-            mean[r][start:start + phi.shape[0]] = phi @ w[-1]
+            mean[r][start:start + rows.shape[0]] = rows @ w[-1]
     return {r: ({"error": weights[r]} if r not in solved else
-                {"mean": mean[r], "variance": None, "held_out": held[r]}) for r in ridges}
+                {"mean": mean[r], "variance": None, "held_out": held[r]})
+            for r in ridges}, passes + 1
 
 
 def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
                       available_bytes: Optional[int] = None, times=None,
                       progress: Optional[Callable[[str], None]] = None) -> PredictResult:
     """:func:`kernelcli.run.predict` for a landmark run (same arguments and result)."""
-    del available_bytes, progress  # the solve holds M x M matrices only
-    if solver != "auto":
-        raise UsageError.naming(f"<<solver>> {solver}: {run_dir} is a landmark run "
-                                f"(data.landmarks), solved by Nystrom regression; drop "
-                                f"<<solver>> (or give auto)")
     if times:
         raise UsageError.naming(f"<<times>>: {run_dir} is a landmark run (data.landmarks); "
                                 f"gradient-flow predictions need the full kernel K(x1, x1): "
@@ -102,24 +132,34 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
     if t == 0:
         raise UsageError(f"{run_dir} holds no test rows: predict needs a run whose "
                          f"configuration names a test set (data.test, data.test_key)")
+    route = choose_landmark_solver(n, m, solver, available_bytes)
     classes = int(max(labels.max(), -1 if test_labels is None else test_labels.max())) + 1
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
-    rows_out, choices, solved = [], [], {}
+    rows_out, choices, solved, passes = [], [], {}, []
     for kind in kinds:
-        solved[kind] = _solve_kind(store.result_path, kind, y, ridges, n, t, m)
+        solved[kind], p = _solve_kind(store.result_path, kind, y, ridges, n, t, m, route,
+                                      progress)
+        passes.append(p)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows_out)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows_out))
     if all(r.error for r in rows_out):
         raise NotPositiveDefiniteError(rows_out[-1].error)
-    solver = f"nystrom ({m:,} landmarks)"
+    folds = min(CV_FOLDS, n)
+    if route == "falkon":
+        solver = (f"falkon ({m:,} landmarks; preconditioned CG, "
+                  f"{'/'.join(f'{p:,}' for p in passes)} passes over K(X, Z))")
+        need = falkon_memory_bytes(m, classes, len(ridges), folds,
+                                   min(_BAND_BYTES, 8 * rows * m))
+    else:
+        solver = f"nystrom ({m:,} landmarks; direct)"
+        need = nystrom_memory_bytes(m, classes, folds, min(_BAND_BYTES, 8 * rows * m))
     selection = f"{min(CV_FOLDS, n)}-fold cross-validation"
     path = write_predictions(store.run_dir / PREDICTIONS, solved, ridges, rows_out, choices,
                              solver, selection, ridge_convention=RIDGE_CONVENTION)
     return PredictResult(
         run_dir=str(store.run_dir), n_train=n, n_test=t, classes=classes, solver=solver,
-        solve_bytes=nystrom_memory_bytes(m, classes, min(CV_FOLDS, n),
-                                         min(_BAND_BYTES, 8 * rows * m)),
+        solve_bytes=need,
         ridge_convention=RIDGE_CONVENTION, predictions=str(path), selection=selection,
         results=tuple(rows_out), selected=tuple(choices))
 
