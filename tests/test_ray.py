@@ -304,14 +304,14 @@ def test_the_plan_is_made_on_a_worker_and_is_a_local_runs_plan_here(tmp_path, ra
         # every compiled program of the memory model was compiled by the first actor
         assert driver.n == 0
         counters = job.backend.ray.get(job.backend.actors[0].counters.remote())
-        assert counters["builds"] == 1 and counters["compiles"] >= 2
+        assert counters["builds"] == 1 and counters["compiles"] >= 1
         assert counters["pid"] != os.getpid()
         assert job.backend.info["platform"] == "cpu" and len(job.backend.actors) == 1
         ray_plan = job.plan
     local = dataclasses.replace(cfg, compute=dataclasses.replace(cfg.compute, executor="local",
                                                                  address=None))
     with _Compiles() as driver, prepare(local) as job:
-        assert driver.n >= 2 and isinstance(job.backend, LocalBackend)
+        assert driver.n >= 1 and isinstance(job.backend, LocalBackend)
         # a CPU cluster on this machine: a local run's plan (the free memory moves a bit)
         assert job.plan.geometry == ray_plan.geometry
         assert (dataclasses.replace(job.plan.memory, budget_bytes=0)
