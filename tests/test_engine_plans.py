@@ -116,12 +116,13 @@ def test_the_accelerator_plan_gives_the_cpu_plans_kernels(name, dtype, reference
     check_agree(name, dtype, reference_kernels)
 
 
+# Every other fixture in float64 only, where the agreement asked is 1e-12: a plan's
+# float32 programs are its float64 programs in another dtype, compared on the cases above.
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", OTHERS)
-def test_the_accelerator_plan_gives_the_cpu_plans_kernels_on_every_fixture(name, dtype,
+def test_the_accelerator_plan_gives_the_cpu_plans_kernels_on_every_fixture(name,
                                                                           reference_kernels):
-    check_agree(name, dtype, reference_kernels)
+    check_agree(name, "float64", reference_kernels)
 
 
 # -- the accelerator plan's compiled structure ------------------------------------------
