@@ -108,8 +108,8 @@ def test_an_error_of_a_job_is_raised_and_nothing_is_left_in_flight():
     launched: dict = {}
     log = Log()
 
-    def work(device, k):
-        launched[k] = r = Result(log, device, k, fail=k == 6)
+    def work(device, k):  # the other jobs take time, so the error is read while they run
+        launched[k] = r = Result(log, device, k, fail=k == 6, delay=0.0 if k == 6 else 0.05)
         return r
 
     with pytest.raises(RuntimeError, match="job 6 failed on the device"):
