@@ -39,6 +39,20 @@ def counted(solve, *args, **kw):
     return out, seen[0]
 
 
+def assert_agrees_with_cholesky_per_fold(k, y, alphas, held, folds):
+    """Every ridge's weights match Cholesky's, and every fold's held-out predictions
+    match a direct solve on its training rows, to 1e-6 relative."""
+    n = k.shape[0]
+    reg_unit = np.trace(k) / n
+    for r in RIDGES:
+        assert rel(alphas[r], solve_cholesky(k, y, [r])[r]) < 1e-6
+        for out in fold_masks(n, folds):
+            keep = ~out
+            a = np.linalg.solve(k[np.ix_(keep, keep)] + r * reg_unit * np.eye(keep.sum()),
+                                y[keep])
+            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 1e-6
+
+
 def test_preconditioned_ridges_agree_with_cholesky_in_fewer_products():
     k, y = rbf_kernel(300), targets(300)
     ref = solve_cholesky(k, y, RIDGES)
@@ -56,14 +70,7 @@ def test_every_ridge_and_fold_at_once_agree_with_direct_fold_solves():
     (alphas, held), pre_products = counted(solve_cg_folds, k, y, RIDGES, folds, rank=100)
     _, plain_products = counted(solve_cg_folds, k, y, RIDGES, folds, rank=0)
     assert pre_products < plain_products
-    reg_unit = np.trace(k) / n
-    for r in RIDGES:
-        assert rel(alphas[r], solve_cholesky(k, y, [r])[r]) < 1e-6
-        for out in fold_masks(n, folds):
-            keep = ~out
-            a = np.linalg.solve(k[np.ix_(keep, keep)] + r * reg_unit * np.eye(keep.sum()),
-                                y[keep])
-            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 1e-6
+    assert_agrees_with_cholesky_per_fold(k, y, alphas, held, folds)
 
 
 def test_the_preconditioner_is_exact_at_full_rank():
@@ -188,11 +195,4 @@ def test_both_landmark_choices_agree_with_cholesky_for_every_fold(pivot):
 
     op = ArrayOperator(k) if pivot else NoDiagonal(k)
     alphas, held = solve_cg_folds(op, y, RIDGES, folds, rank=40)
-    reg_unit = np.trace(k) / n
-    for r in RIDGES:
-        assert rel(alphas[r], solve_cholesky(k, y, [r])[r]) < 1e-6
-        for out in fold_masks(n, folds):
-            keep = ~out
-            a = np.linalg.solve(k[np.ix_(keep, keep)] + r * reg_unit * np.eye(keep.sum()),
-                                y[keep])
-            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 1e-6
+    assert_agrees_with_cholesky_per_fold(k, y, alphas, held, folds)
