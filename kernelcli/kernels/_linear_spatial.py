@@ -34,9 +34,8 @@ def channel_gram(x1, x2):
 
     XLA:CPU computes the einsum as one ``(HW, C) x (C, HW)`` product, fast, and then
     transposes its ``[h, w, H, W]`` result to the covariance's ``[h, H, w, W]``
-    layout twice, element by element: 1.2 ms per 32x32 pair on one core against
-    0.19 ms for this sum, which is written in its layout at once and which XLA
-    fuses into the first layer's row loop (BENCHMARKS.md, issue 26)."""
+    layout twice, element by element, which cost several times the product; this sum
+    is written in its layout at once (BENCHMARKS.md, issue 26)."""
     c = x1.shape[-1]
     n = x1.ndim - 2
     first = (slice(None),) + (slice(None), None) * n

@@ -39,12 +39,13 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
         s = jnp.sqrt(p1 * p2)
     else:
         # float32: s from the square roots of the two inputs' variances, one per
-        # position (an outer product: no square root per entry, 7% of the row loop of
-        # a conv + ReLU). sqrt(v)^2 is v only to a few units in the last place, so
-        # |c| that close to s is taken as s: the angle is exactly 0 on the diagonal,
-        # and elsewhere it changes only where float32's rounding of c already decides
-        # it (an angle below 7e-4, where 1 - |c|/s is below 2.4e-7).
-        r1, r2 = outer(jnp.sqrt(v1), jnp.sqrt(v2), state)
+        # position (an outer product: no square root per entry, where square roots
+        # set much of the pace; BENCHMARKS.md, issue 26). sqrt(v)^2 is v only to a
+        # few units in the last place, so |c| that close to s is taken as s: the
+        # angle is exactly 0 on the diagonal, and elsewhere it changes only where
+        # float32's rounding of c already decides it (an angle below 7e-4, where
+        # 1 - |c|/s is below 2.4e-7).
+        r1, r2 = outer(_safe_sqrt(v1), _safe_sqrt(v2), state)
         s = r1 * r2
         s = jnp.where(s - ac <= s * _SNAP, ac, s)
     sq = _safe_sqrt((s - ac) * (s + ac))
