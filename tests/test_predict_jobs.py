@@ -21,7 +21,7 @@ from kernelcli.predict import H5KernelOperator, one_hot, solve_cg_folds
 from kernelcli.predict._bands import BandOperator
 from kernelcli.run.regression._jobs import Coordination, ShardBands, load_array, serve
 
-from test_predict_spread import psd
+from test_predict_spread import _predictions, finished, psd  # noqa: F401 - a fixture
 
 SERVER = ("import sys; from kernelcli.run.regression import serve_shard; "
           "serve_shard(sys.argv[1], (int(sys.argv[2]), int(sys.argv[3])))")
@@ -136,3 +136,45 @@ def test_shards_end_by_themselves_when_their_coordinator_is_killed(run_dir):
                 proc.kill()
                 proc.wait()
         coordinator.stdout.close()
+
+
+def test_predict_with_job_array_shards_writes_the_same_predictions_bit_for_bit(finished,
+                                                                               tmp_path):
+    """The CLI as a job array runs it: two `predict RUN --shard I/2` processes and the
+    coordinating `predict RUN --executor shards --workers 2`. Each a subprocess, the
+    local one too: the CLI chooses OpenBLAS's core before numpy loads (kernelcli._blas),
+    which this test process, with numpy loaded, did not, and the bits follow the core."""
+    import json
+    import shutil
+
+    from helpers_cli import finish, start_cli
+
+    got = {}
+    for name in ("local", "shards"):
+        run = shutil.copytree(finished, tmp_path / name)
+        extra = ("--executor", "shards", "--workers", "2") if name == "shards" else ()
+        servers = [start_cli("predict", run, "--shard", f"{i}/2", log_dir=tmp_path / f"s{i}")
+                   for i in range(2)] if extra else []
+        code, stdout, stderr = finish(start_cli("predict", run, "--solver", "cg", "--ridge",
+                                                "1e-3,0.1", "--json", *extra,
+                                                log_dir=tmp_path / name), timeout=120)
+        assert code == 0, stderr
+        for proc in servers:
+            code, _, stderr = finish(proc, timeout=60)
+            assert code == 0 and stderr.endswith(" products\n"), stderr
+        got[name] = (json.loads(stdout), _predictions(run))
+        assert not (run / "predict-work").exists()
+    (out, files), (want, want_files) = got["shards"], got["local"]
+    assert out["results"] == want["results"] and out["selected"] == want["selected"]
+    assert files.keys() == want_files.keys() and files
+    assert all(np.array_equal(files[k], want_files[k]) for k in files)
+
+
+def test_shard_with_the_coordinators_options_is_refused(finished):
+    from helpers_cli import invoke
+
+    result = invoke("predict", finished, "--shard", "0/2", "--workers", "2")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: --shard serves a band to the predict that coordinates; "
+                             "--executor, --workers and --address are that predict's: drop "
+                             "them here\n")

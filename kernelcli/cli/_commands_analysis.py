@@ -125,8 +125,13 @@ def predict(run_dir, ridges, kinds, solver, times, executor, workers, address, s
     from ._print_predict import predict_lines
 
     if shard is not None:
+        from ..errors import UsageError
         from ..run.regression import serve_shard
 
+        if (executor, workers, address) != ("local", None, None):
+            raise UsageError.naming("<<shard>> serves a band to the predict that coordinates; "
+                                    "<<executor>>, <<workers>> and <<address>> are that "
+                                    "predict's: drop them here")
         served = call(serve_shard, run_dir, shard, stop=_interrupt.stop())
         click.echo(f"shard {shard[0]}/{shard[1]}: served {served:,} products", err=True)
         return
