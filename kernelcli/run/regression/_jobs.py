@@ -55,7 +55,13 @@ _OURS = re.compile(r"(coordinator|stop|session\.json|server-\d+|[vr]-[0-9a-f]{32
 
 
 def work_dir(run_dir) -> Path:
-    return Path(run_dir) / WORK_DIR
+    """``RUN/predict-work``; refused (:class:`DataError`) where it is a symbolic link or
+    no folder: kernelcli writes nothing through a link out of a run directory."""
+    folder = Path(run_dir) / WORK_DIR
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise DataError(f"{folder} is a symbolic link or not a folder; predict --executor "
+                        f"shards writes there only into a folder of its own")
+    return folder
 
 
 def _write(path: Path, write: Callable) -> None:
