@@ -139,13 +139,15 @@ def test_a_stopped_worker_stops_the_solve_after_the_timeout_instead_of_hanging(k
 
 @pytest.mark.parametrize("args, message", [
     (("threads", None, None, "cg"),
-     "executor=: 'threads' is not accepted; give one of local, processes, ray"),
+     "executor=: 'threads' is not accepted; give one of local, processes, ray, shards"),
     (("processes", None, None, "cholesky"),
      "executor= processes: only conjugate gradients' products are spread over workers; "
      "give solver= cg (not cholesky)"),
     (("processes", 0, None, "cg"), "workers=: 0 is not accepted; give an integer from 1 "
                                    "to 1024"),
-    (("local", 2, None, "cg"), "workers= needs executor= processes or ray"),
+    (("local", 2, None, "cg"), "workers= needs executor= processes, ray or shards"),
+    (("shards", None, None, "cg"), "executor= shards needs workers= N, the number of "
+                                   "shards of the job array serving the bands"),
     (("processes", 2, "127.0.0.1:6379", "cg"), "address= needs executor= ray"),
 ])
 def test_bad_executor_settings_are_usage_errors(args, message):

@@ -10,7 +10,7 @@ import click
 from .. import _interrupt
 from ..spec import KINDS
 from ._group import call
-from ._options import json_option, numbers, run_dir_argument, verbose_option
+from ._options import _shard, json_option, numbers, run_dir_argument, verbose_option
 
 
 @click.command()
@@ -83,20 +83,29 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
                    "and variance. Needs "
                    "an eigendecomposition in memory (not --solver cg).")
 # kernelcli.run.regression._spread.PREDICT_EXECUTORS, spelled here (numpy before --help)
-@click.option("--executor", type=click.Choice(["local", "processes", "ray"]), default="local",
-              show_default=True,
+@click.option("--executor", type=click.Choice(["local", "processes", "ray", "shards"]),
+              default="local", show_default=True,
               help="Where --solver cg's products with K run: in this process; in --workers "
-                   "local processes, each holding a row band of K; or on Ray actors, one "
+                   "local processes, each holding a row band of K; on Ray actors, one "
                    "per band (needs `pip install 'kernelcli[ray]'`; the run directory at "
-                   "the same path on every node). The same numbers bit for bit.")
+                   "the same path on every node); or in the --workers shards of a job "
+                   "array, each `kernelcli predict RUN_DIR --shard I/N`. The same numbers "
+                   "bit for bit.")
 @click.option("--workers", type=int, metavar="N",
-              help="Row bands of K (one worker each) for --executor processes or ray "
-                   "(default: this machine's CPUs, or the Ray cluster's, at most its CPUs).")
+              help="Row bands of K (one worker each) for --executor processes, ray or "
+                   "shards (default: this machine's CPUs, or the Ray cluster's, at most its "
+                   "CPUs; shards: required, the job array's N).")
 @click.option("--address", metavar="ADDRESS",
               help="Ray cluster address for --executor ray, e.g. 127.0.0.1:6379 or "
                    "ray://head:10001; default RAY_ADDRESS or a new local one.")
+@click.option("--shard", metavar="I/N", callback=_shard,
+              help="Serve band I of N (0-based) of K's rows to the predict that runs with "
+                   "--executor shards --workers N on the same run directory, until it "
+                   "ends: the task of a job array, e.g. --shard "
+                   "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT. Solves nothing itself.")
 @json_option
-def predict(run_dir, ridges, kinds, solver, times, executor, workers, address, as_json):
+def predict(run_dir, ridges, kinds, solver, times, executor, workers, address, shard,
+            as_json):
     """Kernel regression on a finished run: the NNGP posterior mean and the NTK's
     infinite-time gradient-descent prediction for the test set, per ridge.
 
@@ -114,6 +123,18 @@ def predict(run_dir, ridges, kinds, solver, times, executor, workers, address, a
     """
     from ..run import predict as run_predict
     from ._print_predict import predict_lines
+
+    if shard is not None:
+        from ..errors import UsageError
+        from ..run.regression import serve_shard
+
+        if (executor, workers, address) != ("local", None, None):
+            raise UsageError.naming("<<shard>> serves a band to the predict that coordinates; "
+                                    "<<executor>>, <<workers>> and <<address>> are that "
+                                    "predict's: drop them here")
+        served = call(serve_shard, run_dir, shard, stop=_interrupt.stop())
+        click.echo(f"shard {shard[0]}/{shard[1]}: served {served:,} products", err=True)
+        return
 
     out = call(run_predict, run_dir, ridges=ridges, kinds=kinds or None, solver=solver,
                times=times, progress=lambda line: click.echo(line, err=True),

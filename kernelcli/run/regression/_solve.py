@@ -42,7 +42,7 @@ from ...spec import KINDS, base_kind, is_kernel_name
 from ...store import PREDICTIONS, ResultFile, RunStore
 from ._file import RIDGE_CONVENTION, write_predictions
 from ._flow import flow_kind, flow_rows
-from ._spread import check_executor, spread
+from ._spread import check_executor, coordinate, spread
 from .._results import PredictChoice, PredictResult, PredictRow
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
@@ -226,7 +226,7 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     # these predictions are made of, or remove them while they are written
     # (opened first so that a folder that is no run gets no lock file; again once
     # locked, as a writer that just ended may have changed the manifest)
-    with store.lock():
+    with store.lock(), coordinate(run_dir, where) as where:  # --executor shards' folder
         return _predict(RunStore.open(run_dir), run_dir, ridges, solver, available_bytes,
                         times, kinds, progress, where)
 

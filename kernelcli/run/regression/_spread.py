@@ -1,5 +1,6 @@
 """Where ``predict --solver cg``'s products with K run (``--executor``): in this process
-(``local``), in local worker processes (``processes``), or on Ray actors (``ray``).
+(``local``), in local worker processes (``processes``), on Ray actors (``ray``), or
+in the shards of a job array (``shards``: :mod:`._jobs`, files for pipes).
 
 Both spread executors run the same protocol (:mod:`kernelcli.predict._bands`): one
 worker per row band of the training kernel, created once per kind and kept for the
@@ -40,8 +41,10 @@ from ..._stop import Stop, check
 from ...errors import ComputeError, ConfigError, UsageError
 from ...predict import (DEFAULT_BAND_CACHE_BYTES, BandOperator, BandWorker,
                                band_bounds, serve_band)
+from ._jobs import ShardBands
+from ._jobs import coordinate as coordinate
 
-PREDICT_EXECUTORS = ("local", "processes", "ray")
+PREDICT_EXECUTORS = ("local", "processes", "ray", "shards")
 MAX_RESTARTS = 3  # per band and solve: a worker that keeps dying is not retried forever
 MAX_WORKERS = 1024
 DEFAULT_TIMEOUT_S = 3600.0  # one product of one band, at most
@@ -63,7 +66,10 @@ def check_executor(executor: str, workers: Optional[int], address: Optional[str]
         raise UsageError.naming(f"<<workers>>: {workers!r} is not accepted; give an integer "
                                 f"from 1 to {MAX_WORKERS}")
     if workers is not None and executor == "local":
-        raise UsageError.naming("<<workers>> needs <<executor>> processes or ray")
+        raise UsageError.naming("<<workers>> needs <<executor>> processes, ray or shards")
+    if workers is None and executor == "shards":
+        raise UsageError.naming("<<executor>> shards needs <<workers>> N, the number of "
+                                "shards of the job array serving the bands")
     if address is not None and executor != "ray":
         raise UsageError.naming("<<address>> needs <<executor>> ray")
 
@@ -297,13 +303,15 @@ class RayBands:
 @contextlib.contextmanager
 def spread(base, executor: str = "local", workers: Optional[int] = None,
            address: Optional[str] = None, cache_bytes: int = DEFAULT_BAND_CACHE_BYTES,
-           stop: Optional[Stop] = None):
+           stop: Optional[Stop] = None, coordination=None):
     """``base`` itself (``local``), or a :class:`BandOperator` over its bands on the
     executor's workers, closed (workers ended) when the block ends."""
     if executor == "local":
         yield base
         return
-    if executor == "processes":
+    if executor == "shards":
+        pool = ShardBands(base, coordination, workers, stop=stop)
+    elif executor == "processes":
         pool = ProcessBands(base, workers, cache_bytes, stop=stop)
     else:
         pool = RayBands(base, workers, address, cache_bytes, stop=stop)
