@@ -1,12 +1,15 @@
 """``KERNELCLI_CHUNK_BYTES`` sets the CPU plan's pairs per chunk, and XLA compiles each
 chunk size's program differently (a chunk of one pair drops the batch axis; the
-pooling's reductions are vectorised another way), so the kernel's last bits follow
+pooling's reductions are vectorised another way), so the kernel's last bits can follow
 it. A run records its chunk in its manifest; ``resume`` and ``extend`` compute with
 the recorded one whatever the environment says, so they stay bit-identical to an
 uninterrupted run.
 
-12x12x3 images under a global average pool: there a chunk of one pair and the
-default chunk (six pairs) differ in about 5% of the entries (82 of 1600 on 40 rows).
+12x12x3 images under a global average pool: before the CPU plan's row loop carried
+the convolution's next row (issue 26), a chunk of one pair and the default chunk
+differed in about 5% of the entries; today's program gives this net the same bits at
+either chunk, and a later change may not, so the test checks the recorded chunk is the
+one used, and the bits against the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -46,10 +49,9 @@ def test_resume_and_extend_keep_the_chunk_the_run_recorded(tmp_path, monkeypatch
     half = computed(tmp_path, "half", "all.npz", "--shard", "0/2")
     old = computed(tmp_path, "old", "old.npz")
 
-    monkeypatch.delenv(CHUNK_BYTES)  # the default chunk: other bits for a new run
-    other = read_kernels(computed(tmp_path, "other", "all.npz") / "kernels.h5")[0]
+    monkeypatch.delenv(CHUNK_BYTES)  # the default chunk for a new run
+    computed(tmp_path, "other", "all.npz")
     assert chunk_of(tmp_path / "other") > 1
-    assert any(not np.array_equal(other[k], want[k]) for k in want)
 
     res = invoke("resume", half, "--quiet")
     assert res.exit_code == 0, res.stderr
