@@ -12,6 +12,14 @@ Inputs with other numbers of spatial axes run the same way: rows over the first
 spatial axis, each row then windowed jointly along the remaining axes' pairs
 (none for sequences, whose row is ``(P, 1, L')``; two for volumes).
 
+The loop carries the convolution's next row (before the affine map) from one step
+to the next, and each step applies the nonlinearity to the row it was handed.
+XLA:CPU copies a cheap producer, such as the window's sum of shifted rows, into
+every fusion that reads it, and the nonlinearity's chain is cut into four loops
+(at its square roots, its division, and its two outputs): computed in the same
+step, the window was summed four times per row; carried, it is summed once and
+read from a buffer (BENCHMARKS.md, issue 26).
+
 In the per-input pass (an input with itself) the nonlinearity's variances are
 the diagonal of the convolution's output, which the row loop has not built yet;
 they equal the convolution of the input's diagonal (a joint shift maps the
@@ -79,11 +87,16 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
     has_ntk = state.ntk is not None
     row_shape = (1, 1) + shape[2:]  # one row of one pair: (1, 1, Ho', Wo, Wo')
 
-    def body(r, carry):
-        nngp, ntk = carry
+    def means(r):
+        """The convolution's row ``r`` (before the affine map), both kinds: what
+        the loop carries from one step to the next."""
         mean_ntk = map_ntk(state, lambda a: _conv_row(a, r, layer))
-        row = affine(state, _conv_row(state.nngp, r, layer), mean_ntk, layer.W_std,
-                     layer.b_std, fan_in, standard, layer.width)
+        return _conv_row(state.nngp, r, layer), mean_ntk
+
+    def body(r, carry):
+        nngp, ntk, mean_nngp, mean_ntk = carry
+        row = affine(state, mean_nngp, mean_ntk if carries_ntk else state.ntk,
+                     layer.W_std, layer.b_std, fan_in, standard, layer.width)
         v_row = lax.dynamic_slice_in_dim(v1, r, 1, axis=1)              # (P, 1, Wo)
         if self_pair:
             # the row's diagonal: second position in row r (h' == r), the other axes
@@ -99,12 +112,16 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
         nngp = lax.dynamic_update_slice_in_dim(nngp, row.nngp, r, axis=1)
         if has_ntk:
             ntk = lax.dynamic_update_slice_in_dim(ntk, row.ntk, r, axis=1)
-        return nngp, ntk
+        next_nngp, next_ntk = means(jnp.minimum(r + 1, ho - 1))
+        return nngp, ntk, next_nngp, next_ntk if carries_ntk else mean_ntk
 
     spare_nngp, spare_ntk = spare or (None, None)
     dtype = state.nngp.dtype
     no_ntk = jnp.zeros(shape[:1] + (0,) + shape[2:], dtype)  # a carry placeholder
+    first_nngp, first_ntk = means(0)
+    carries_ntk = first_ntk is not None and not isinstance(first_ntk, float)
     init = (reusable(spare_nngp, shape, dtype),
-            reusable(spare_ntk, shape, dtype) if has_ntk else no_ntk)
-    nngp, ntk = lax.fori_loop(0, ho, body, init)
+            reusable(spare_ntk, shape, dtype) if has_ntk else no_ntk,
+            first_nngp, first_ntk if carries_ntk else no_ntk[:, :, :0])
+    nngp, ntk, _, _ = lax.fori_loop(0, ho, body, init)
     return state.replace(nngp=nngp, ntk=ntk if has_ntk else None, channels=layer.width)

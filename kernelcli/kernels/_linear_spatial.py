@@ -22,6 +22,31 @@ from ._state import State, to_diagonal
 from ._transpose import transpose_cov
 
 
+# Inputs with at most this many channels take ``channel_gram`` on the CPU plan.
+GRAM_CHANNELS = 16
+
+
+def channel_gram(x1, x2):
+    """The input kernel of a full covariance, ``_linear.input_state``'s
+    ``einsum("phwc,pHWc->phHwW") / C``, as the sum over channels of outer products
+    (``x1[..., c]`` along the first input's axes times ``x2[..., c]`` along the
+    second's), for inputs with few channels (``GRAM_CHANNELS``) on the CPU plan.
+
+    XLA:CPU computes the einsum as one ``(HW, C) x (C, HW)`` product, fast, and then
+    transposes its ``[h, w, H, W]`` result to the covariance's ``[h, H, w, W]``
+    layout twice, element by element, which cost several times the product; this sum
+    is written in its layout at once (BENCHMARKS.md, issue 26)."""
+    c = x1.shape[-1]
+    n = x1.ndim - 2
+    first = (slice(None),) + (slice(None), None) * n
+    second = (slice(None),) + (None, slice(None)) * n
+    total = None
+    for k in range(c):
+        term = x1[..., k][first] * x2[..., k][second]
+        total = term if total is None else total + term
+    return total / c
+
+
 def embed_diagonal(d):
     """``(P, a1, ..., an)`` -> ``(P, a1, a1', ..., an, an')``, zero off the diagonal."""
     n = d.ndim - 1

@@ -18,6 +18,9 @@ from ._angle import atan2_nonneg
 from ._state import State, outer
 
 
+_SNAP = 2.0 ** -21  # four units in the last place of float32
+
+
 def _safe_sqrt(x):
     return jnp.sqrt(jnp.maximum(x, 0))
 
@@ -25,14 +28,26 @@ def _safe_sqrt(x):
 def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     """``a*min(x,0) + b*max(x,0)``; ReLU is ``a=0, b=1`` (arc-cosine kernel of order 1)."""
     c = state.nngp
-    p1, p2 = outer(v1, v2, state)
     # sqrt(v1 v2) sin(theta) = sqrt((s - |c|)(s + |c|)), s = sqrt(v1 v2). Not the
     # textbook sqrt(v1 v2 - c^2): a fused multiply-add may evaluate that as
     # v1 v2 - round(c^2), which is not 0 where it must be (an input with itself,
     # c = v1 = v2), giving an angle of ~sqrt(eps) instead of 0. sqrt(round(v*v)) is v
     # exactly, so here the difference is exactly 0 there.
-    s = jnp.sqrt(p1 * p2)
     ac = jnp.abs(c)
+    if exact:
+        p1, p2 = outer(v1, v2, state)
+        s = jnp.sqrt(p1 * p2)
+    else:
+        # float32: s from the square roots of the two inputs' variances, one per
+        # position (an outer product: no square root per entry, where square roots
+        # set much of the pace; BENCHMARKS.md, issue 26). sqrt(v)^2 is v only to a
+        # few units in the last place, so |c| that close to s is taken as s: the
+        # angle is exactly 0 on the diagonal, and elsewhere it changes only where
+        # float32's rounding of c already decides it (an angle below 7e-4, where
+        # 1 - |c|/s is below 2.4e-7).
+        r1, r2 = outer(_safe_sqrt(v1), _safe_sqrt(v2), state)
+        s = r1 * r2
+        s = jnp.where(s - ac <= s * _SNAP, ac, s)
     sq = _safe_sqrt((s - ac) * (s + ac))
     theta = atan2_nonneg(sq, c, exact)
     factor = (a - b) ** 2 / (2 * math.pi)

@@ -25,6 +25,7 @@ from . import _group
 from ._compose import forward, full_needed
 from ._flat import FlatRoute
 from ._linear import input_state
+from ._linear_spatial import GRAM_CHANNELS, channel_gram
 from ._runner import pad_rows
 from ._state import PairVariances, SelfVariances, stack_run
 from ._xla import x64_scope
@@ -72,6 +73,8 @@ class LayerPass:
 
     def run(self, xa, xb, variances, seen=None):
         state = input_state(xa, xb, self.input_full, self.want_ntk)
+        if (state.full and not self.batched and xa.shape[-1] <= GRAM_CHANNELS):
+            state = state.replace(nngp=channel_gram(xa, xb))
         if seen is not None:
             seen(state)
         return self.forward(self.arch.layers, state, variances, seen=seen)
