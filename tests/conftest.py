@@ -60,6 +60,9 @@ def pytest_configure(config):
     configure_host_devices()  # before the first jax call starts the backend
     if "KERNELCLI_CACHE_DIR" not in os.environ:
         os.environ["KERNELCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernelcli-test-cache-")
+    from kernelcli.cli._setup import enable_compile_cache
+
+    enable_compile_cache()
 
 
 FIXTURES_DIR = Path(__file__).parent / "fixtures"
@@ -159,11 +162,14 @@ class ReferenceKernels:
     """Each reference case and its kernels by the CPU plan (``build_kernel_fn`` then
     ``kernel_matrix``, both kinds), made once per test session: the fixture tests and the
     engine-plan tests compare the same matrices, each compiled once per case and dtype.
-    Computed under the kernel tests' strict JAX settings, whichever module asks first."""
+    Computed under the kernel tests' strict JAX settings, whichever module asks first,
+    and shared with the other pytest-xdist workers through an ``.npz`` in their common
+    folder (:func:`built_once`), so a worker loads what the other computed."""
 
     KINDS = ("nngp", "ntk")
 
-    def __init__(self):
+    def __init__(self, tmp_path_factory):
+        self._tmp = tmp_path_factory
         self._cases: dict = {}
         self._kernels: dict = {}
 
@@ -175,25 +181,31 @@ class ReferenceKernels:
     def __call__(self, name: str, dtype: str) -> dict:
         """``{kind: matrix}`` of case ``name`` in ``dtype``; the caller must not modify them."""
         if (name, dtype) not in self._kernels:
-            from kernelcli.kernels import build_kernel_fn
-            from kernelcli.run import kernel_matrix
-            from kernelcli.spec import check_architecture
-
-            c = self.case(name)
-            arch = c.config.architecture
-            with jax.numpy_dtype_promotion("strict"), jax.debug_nans(True):
-                check_architecture(arch, c.x1.shape[1:])
-                kfn = build_kernel_fn(arch, c.x1.shape[1:], self.KINDS, dtype, engine="cpu")
-                out = kernel_matrix(kfn, c.x1, c.x2)
+            folder = built_once(self._tmp, f"reference-{name}-{dtype}",
+                                lambda path: np.savez(path / "k.npz", **self._compute(name, dtype)))
+            with np.load(folder / "k.npz", allow_pickle=False) as f:
+                out = {kind: f[kind] for kind in self.KINDS}
             for kind in self.KINDS:
                 assert out[kind].dtype == np.dtype(dtype), (kind, out[kind].dtype)
             self._kernels[name, dtype] = out
         return self._kernels[name, dtype]
 
+    def _compute(self, name: str, dtype: str) -> dict:
+        from kernelcli.kernels import build_kernel_fn
+        from kernelcli.run import kernel_matrix
+        from kernelcli.spec import check_architecture
+
+        c = self.case(name)
+        arch = c.config.architecture
+        with jax.numpy_dtype_promotion("strict"), jax.debug_nans(True):
+            check_architecture(arch, c.x1.shape[1:])
+            kfn = build_kernel_fn(arch, c.x1.shape[1:], self.KINDS, dtype, engine="cpu")
+            return kernel_matrix(kfn, c.x1, c.x2)
+
 
 @pytest.fixture(scope="session")
-def reference_kernels() -> ReferenceKernels:
-    return ReferenceKernels()
+def reference_kernels(tmp_path_factory) -> ReferenceKernels:
+    return ReferenceKernels(tmp_path_factory)
 
 
 @pytest.fixture
