@@ -1,5 +1,5 @@
-"""A stored kernel as a linear operator, streamed from HDF5 by row blocks (numpy; the
-file is read through :class:`kernelcli.store.ResultFile`).
+"""A stored kernel as a linear operator, streamed from HDF5 by row blocks (numpy, the
+products by jax on the CPU; the file is read through :class:`kernelcli.store.ResultFile`).
 
 ``K @ v`` reads the dataset one block of rows at a time straight into a
 float64 buffer (HDF5 converts float32 on read, so no float32 copy is made):
