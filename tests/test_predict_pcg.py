@@ -196,3 +196,33 @@ def test_both_landmark_choices_agree_with_cholesky_for_every_fold(pivot):
     op = ArrayOperator(k) if pivot else NoDiagonal(k)
     alphas, held = solve_cg_folds(op, y, RIDGES, folds, rank=40)
     assert_agrees_with_cholesky_per_fold(k, y, alphas, held, folds)
+
+
+def test_the_xla_block_products_match_numpy_to_their_rounding(tmp_path):
+    """The operator's products (a jitted XLA dot per row block, both dtypes, a vector
+    and a matrix, a ragged last block) are numpy's to the dtype's rounding, and a block
+    XLA must copy (not 64-byte aligned) gives the same bits as an aligned one."""
+    from kernelcli.predict._operator import aligned_empty, block_product, transposed
+
+    rng = np.random.default_rng(4)
+    k = rbf_kernel(45)
+    path = tmp_path / "k.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("ntk", data=k)
+        f.create_dataset("nngp", data=k.astype(np.float32))
+    v = rng.standard_normal((45, 4))
+    op64, op32 = H5KernelOperator(path, "ntk", block_rows=8), H5KernelOperator(path, "nngp")
+    k32 = k.astype(np.float32)
+    bound32 = 1e-6 * (np.abs(k32) @ np.abs(v))  # float32 accumulation over 45 terms
+    for w in (v, v[:, 0]):
+        assert op64.matmul(w).shape == w.shape and rel(op64.matmul(w), k @ w) < 1e-13
+        assert op64.matmul32(w).dtype == np.float64
+        err = np.abs(op32.matmul32(w) - k32.astype(np.float64) @ w.astype(np.float32))
+        assert (err <= (bound32 if w.ndim == 2 else bound32[:, 0])).all()
+    block = aligned_empty((10, 45), np.float32)
+    block[:] = k32[:10]
+    raw = np.empty(10 * 45 + 1, np.float32)[1:].reshape(10, 45)  # 4-byte offset
+    raw[:] = block
+    vt = transposed(v.astype(np.float32))
+    assert block.ctypes.data % 64 == 0 and raw.ctypes.data % 64 != 0
+    assert np.array_equal(block_product(block, vt), block_product(raw, vt))

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..store import ResultFile
+from ._operator import aligned_empty, block_product, transposed
 
 DEFAULT_BAND_CACHE_BYTES = 1 << 30  # a worker keeps its band in memory up to this size
 
@@ -70,7 +71,7 @@ class BandWorker:
                 # a float32 -> float64 (or float64 -> float32) cast is the one HDF5 makes
                 yield s, (block if block.dtype == dtype else block.astype(dtype))
             return
-        buf = np.empty((self.block_rows, self.n_cols), dtype=dtype)
+        buf = aligned_empty((self.block_rows, self.n_cols), dtype)
         with ResultFile(self.path).kernel(self.dataset) as ds:
             for s in range(self.start, self.stop, self.block_rows):
                 e = min(s + self.block_rows, self.stop)
@@ -81,8 +82,10 @@ class BandWorker:
         dtype = np.float64 if exact else np.float32
         v = np.asarray(v, dtype=dtype)
         out = np.empty((self.stop - self.start,) + v.shape[1:], dtype=np.float64)
+        vt = transposed(v)  # the operator's own product, so the bands stay bit-identical
         for s, block in self._blocks(dtype):
-            out[s:s + block.shape[0]] = block @ v
+            out[s:s + block.shape[0]] = block_product(block, vt).reshape(
+                (block.shape[0],) + v.shape[1:])
         return out
 
     def ping(self) -> int:

@@ -1,5 +1,5 @@
-"""A stored kernel as a linear operator, streamed from HDF5 by row blocks (numpy; the
-file is read through :class:`kernelcli.store.ResultFile`).
+"""A stored kernel as a linear operator, streamed from HDF5 by row blocks (numpy, the
+products by jax on the CPU; the file is read through :class:`kernelcli.store.ResultFile`).
 
 ``K @ v`` reads the dataset one block of rows at a time straight into a
 float64 buffer (HDF5 converts float32 on read, so no float32 copy is made):
@@ -12,10 +12,19 @@ around, pickled or shared by processes.
 as float32 (what a float32 run stores: no conversion), ``v`` rounded to float32, sgemm
 (twice dgemm's rate on half the bytes), each row's result stored in float64. Its error,
 about 1e-7 of ``|K| |v|``, is why ``_cg`` recomputes the residual with ``matmul``.
+
+Both products of a row block are one jitted XLA dot (:func:`block_product`, jax on the
+CPU, float32 at ``Precision.HIGHEST``: no reduced-precision path), not numpy's: numpy's
+OpenBLAS is held to its Haswell kernels on AVX-512 CPUs (``kernelcli._blas``, issue 25
+point 1), whose sgemm costs about 1.7x XLA's on the same block, and XLA does not call
+OpenBLAS. The block is read into a 64-byte aligned buffer, which XLA then uses in place
+(no copy). The band workers of ``_bands`` call the same function, so a spread product
+stays bit-identical to this one. The kernel layer is not imported: jax only.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -26,6 +35,44 @@ from ..store import ResultFile
 from ._memory import STREAM_BLOCK_BYTES
 
 DEFAULT_BLOCK_BYTES = STREAM_BLOCK_BYTES  # one float64 row block
+_ALIGN = 64  # bytes: XLA on the CPU uses a host buffer aligned so without copying it
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-ordered array whose data starts on a ``_ALIGN``-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    off = -raw.ctypes.data % _ALIGN
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+@functools.lru_cache(maxsize=1)
+def _dot():
+    """The jitted dot (made once: jax imported only when a product is taken; jax keeps
+    one compilation per shape and dtype)."""
+    import jax
+    import jax.numpy as jnp
+
+    highest = jax.lax.Precision.HIGHEST
+    # (k, n2) x (rows, n2)^T: the block's rows are contiguous in the reduction, the
+    # layout XLA's CPU dot runs fastest (measured against block @ v; BENCHMARKS.md)
+    return jax.jit(lambda vt, block: jnp.dot(vt, block.T, precision=highest))
+
+
+def transposed(v: np.ndarray) -> np.ndarray:
+    """``v`` (n2,) or (n2, k) as the C-ordered (k, n2) that :func:`block_product` takes."""
+    return np.ascontiguousarray((v[:, None] if v.ndim == 1 else v).T)
+
+
+def block_product(block: np.ndarray, vt: np.ndarray) -> np.ndarray:
+    """``block @ vt.T`` (rows, k) float64 for a (rows, n2) ``block`` and ``vt`` (k, n2) of
+    one dtype (float32 or float64), by a jitted XLA dot accumulating in that dtype."""
+    import jax
+
+    with jax.enable_x64(block.dtype == np.float64):
+        out = _dot()(vt, block)
+        return np.asarray(out, dtype=np.float64).T
 
 
 def _open_dataset(path: Path, dataset: str):
@@ -64,7 +111,7 @@ class H5KernelOperator:
     def _row_blocks(self, dtype=np.float64):
         """Yield ``(start, stop, block (stop - start, N2) dtype)``; the buffer is reused."""
         n1, n2 = self.shape
-        buf = np.empty((self.block_rows, n2), dtype=dtype)
+        buf = aligned_empty((self.block_rows, n2), dtype)
         with _open_dataset(self.path, self.dataset) as ds:
             for start in range(0, n1, self.block_rows):
                 stop = min(start + self.block_rows, n1)
@@ -88,8 +135,9 @@ class H5KernelOperator:
 
     def _product(self, v: np.ndarray, dtype) -> np.ndarray:
         out = np.empty((self.shape[0],) + v.shape[1:], dtype=np.float64)
+        vt = transposed(v)
         for start, stop, block in self._row_blocks(dtype):
-            out[start:stop] = block @ v
+            out[start:stop] = block_product(block, vt).reshape((stop - start,) + v.shape[1:])
         return out
 
     __matmul__ = matmul
