@@ -1,7 +1,8 @@
 """From kernels to predictions: kernel ridge regression on stored kernels.
 
-numpy only (stored kernels are read through :class:`kernelcli.store.ResultFile`);
-no jax, no click. The regulariser is ``ridge * trace(K)/n``
+numpy (stored kernels are read through :class:`kernelcli.store.ResultFile`), and
+jax only for CG's block products (``_operator.block_product``: XLA's dot, not
+numpy's OpenBLAS, on this path); no click. The regulariser is ``ridge * trace(K)/n``
 (``trace_scaled=True``, the reference codes' convention) or ``ridge``; all
 solves are float64. ``solve_cholesky`` for kernels that fit in memory,
 ``solve_cg_ridges`` on an ``H5KernelOperator`` for those that do not;
