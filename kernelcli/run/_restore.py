@@ -18,7 +18,7 @@ import contextlib
 
 import numpy as np
 
-from ..errors import RunDirError
+from ..errors import RunDirError, resume_command
 from ..store import RunStore
 
 __all__ = ["restore_tiles"]
@@ -31,15 +31,16 @@ def restore_tiles(store: RunStore, before, keys: set, test: bool) -> int:
     were written.
 
     The result is read through :class:`~kernelcli.store.ResultFile` once it verifies
-    (every dataset's checksum, the run's identity) and holds the run's kinds in its
-    dtype; otherwise :class:`RunDirError` (exit 2) and nothing is written."""
+    (every dataset's checksum: ``check_extensible``; the run's identity: here) and holds
+    the run's kinds in its dtype and shapes; otherwise :class:`RunDirError` (exit 2)
+    and nothing is written."""
     if store.tiles_removed is None:
         return 0
     # check_extensible read every checksum already; here the identity and structure
     if not store.finished or store.result_problem(full=False) is not None:
         raise RunDirError(f"{store.run_dir}: its tiles were removed and its kernels.h5 "
                           f"does not exist or does not verify, so nothing is left to grow "
-                          f"from: `kernelcli resume {store.run_dir}` computes it again, "
+                          f"from: `{resume_command(store.run_dir)}` computes it again, "
                           f"then extend")
     plan = store.manifest["plan"]
     kinds, dtype, n1 = tuple(plan["kinds"]), np.dtype(plan["dtype"]), before.n1
@@ -55,9 +56,10 @@ def restore_tiles(store: RunStore, before, keys: set, test: bool) -> int:
         sets = {}
         for name in names:
             ds = stack.enter_context(result.kernel(name))
-            if ds.dtype != dtype or ds.ndim != 2:
-                raise RunDirError(f"{store.result_path}: dataset {name!r} is {ds.dtype} of "
-                                  f"{ds.ndim} dimensions, not the run's {dtype} matrix")
+            shape = (before.n_test if name.endswith("_test") else n1, before.n2)
+            if ds.dtype != dtype or ds.shape != shape:
+                raise RunDirError(f"{store.result_path}: dataset {name!r} is {ds.dtype} "
+                                  f"{ds.shape}, not the run's {dtype} {shape}")
             sets[name] = ds
         for b in blocks:
             if b.r0 < n1:
