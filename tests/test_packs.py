@@ -37,8 +37,8 @@ TILES = (N // BLOCK) * (N // BLOCK + 1) // 2
 def make(folder: Path, n: int = N) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / "x.npy", images(n, 8, 8, 2, seed=7))
-    return write_config(folder, "packs", layers=GAP2_NET, compute={"block": BLOCK}, keep_tiles=True,
-                        run_dir="run")
+    return write_config(folder, "packs", layers=GAP2_NET, compute={"block": BLOCK},
+                        keep_tiles=True, run_dir="run")
 
 
 def files_in(run: Path) -> int:

@@ -119,4 +119,5 @@ __all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_file
            "run_lock", "stored_identity", "LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest",
            "PREDICTIONS", "RESULT", "ResultFile", "TEST_DIAG", "TILES", "RunStore",
            "check_untrusted", "h5_written_whole", "labels_name",
-           "new_manifest", "planned_tile_files", "preprocess_name", "result_attrs", "row_bands", "tile_write_seconds"]
+           "new_manifest", "planned_tile_files", "preprocess_name", "result_attrs",
+           "row_bands", "tile_write_seconds"]
