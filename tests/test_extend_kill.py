@@ -118,6 +118,8 @@ def _trigger(kind, arg, run: Path, size: Size = SIZES[0]):
             start.setdefault("n", n)
             return n >= start["n"] + arg
         return more
+    if kind == "restoring":  # a run without tiles: some written back, before the switch
+        return lambda: not _switched(run) and len(tile_names(run)) >= 1
     if kind == "assembling":
         return lambda: _switched(run) and not (run / "kernels.h5").exists() and len(
             tile_names(run)) >= size.grown_tiles
@@ -132,7 +134,8 @@ PLANS = {
     3: lambda rng: [("tiles", 1), ("delay", rng.uniform(0.5, 4.0)), ("tiles", 1)],
     # a run whose tiles were removed (output.keep_tiles: false): start-up includes
     # writing the kept tiles back from kernels.h5, before the switch
-    4: lambda rng: [("delay", rng.uniform(0.3, 1.5)), ("switched", None), ("tiles", 2)],
+    4: lambda rng: [("restoring", None), ("delay", rng.uniform(0.3, 1.5)), ("switched", None),
+                    ("tiles", 2)],
 }
 CLEANED = 4  # the plan run on the old run without tiles
 
