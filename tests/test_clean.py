@@ -21,13 +21,13 @@ N, BLOCK = 10, 4  # 6 tiles of a symmetric run
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """Data, the configuration ``keep`` (default: tiles kept) and a finished run of it,
-    and ``drop`` (the same run with ``output.keep_tiles: false``)."""
+    """Data, the configuration ``keep`` (``output.keep_tiles: true``) and a finished run
+    of it, and ``drop`` (the same run with the default, ``output.keep_tiles: false``)."""
     d = tmp_path_factory.mktemp("clean")
     np.save(d / "x.npy", images(N, seed=11))
-    keep = write_config(d, "keep", compute={"block": BLOCK}, run_dir="ref")
-    drop = write_config(d, "drop", compute={"block": BLOCK}, run_dir="ref",
-                        keep_tiles=False)
+    keep = write_config(d, "keep", compute={"block": BLOCK}, run_dir="ref",
+                        keep_tiles=True)
+    drop = write_config(d, "drop", compute={"block": BLOCK}, run_dir="ref")
     assert invoke("compute", keep, "--quiet").exit_code == 0
     return d, keep, drop, read_kernels(d / "ref" / "kernels.h5")[0]
 
@@ -44,12 +44,12 @@ def damage(path):
         f["ntk"][2, 3] = 0.5  # no longer its checksum (nor symmetric)
 
 
-def test_the_tiles_are_kept_by_default(run):
+def test_keep_tiles_true_keeps_the_tiles(run):
     assert len(tile_names(run)) == 6
     assert not (run / "tiles_removed.json").exists()
 
 
-def test_keep_tiles_false_deletes_the_tiles_once_the_result_verifies(project, tmp_path):
+def test_by_default_the_tiles_are_deleted_once_the_result_verifies(project, tmp_path):
     d, _keep, drop, want = project
     result = invoke("compute", drop, "--run-dir", tmp_path / "run", "--json")
     assert result.exit_code == 0, result.stderr
@@ -161,8 +161,10 @@ def test_a_cleaned_run_is_finished_for_status_resume_assemble_and_verify(run):
                                            "already_finished": True}
     verify = invoke("verify", run)
     assert verify.exit_code == 0
-    assert verify.stdout.strip() == (f"{run}: verified: manifest and kernels.h5 (its tiles "
-                                     f"were removed after assembly)")
+    assert verify.stdout.strip() == (
+        f"{run}: verified: manifest and kernels.h5, every byte against its checksums (its "
+        f"tiles were removed after assembly: a damaged kernels.h5 would be computed again "
+        f"by resume, not rebuilt from them)")
     assert json.loads(invoke("verify", run, "--json").stdout)["tiles_removed"] is True
     assert snapshot(run) == before, "none of them writes"
 
@@ -208,7 +210,7 @@ def test_compute_overwrite_removes_the_record_of_removed_tiles(run, project):
 
 @pytest.mark.parametrize("value, shown", [('"yes"', "'yes'"), ("1", "1"), ("[]", "[]")])
 def test_keep_tiles_must_be_a_boolean(project, tmp_path, value, shown):
-    text = project[1].read_text().replace("run_dir: ref", f"run_dir: ref\n  keep_tiles: {value}")
+    text = project[1].read_text().replace("keep_tiles: true", f"keep_tiles: {value}")
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
     result = invoke("compute", cfg, "--run-dir", tmp_path / "run", "--quiet")
@@ -221,8 +223,10 @@ def test_keep_tiles_must_be_a_boolean(project, tmp_path, value, shown):
 def test_keep_tiles_null_means_the_default(project, tmp_path):
     from kernelcli.spec import load_config
 
-    text = project[1].read_text().replace("run_dir: ref", "run_dir: ref\n  keep_tiles: null")
+    text = project[1].read_text().replace("keep_tiles: true", "keep_tiles: null")
     cfg = tmp_path / "null.yaml"
     cfg.write_text(text)
-    assert load_config(cfg).output.keep_tiles is True
+    assert load_config(cfg).output.keep_tiles is False
+    assert load_config(project[1]).output.keep_tiles is True
+    assert "keep_tiles" not in project[2].read_text()
     assert load_config(project[2]).output.keep_tiles is False

@@ -100,7 +100,7 @@ def square_run(tmp_path_factory):
     """A finished symmetric float32 run (flatten net, 6x6x2, block 4)."""
     d = tmp_path_factory.mktemp("square")
     np.save(d / "x.npy", images(N, seed=1))
-    cfg = write_config(d, "square", compute={"block": 4}, run_dir="run")
+    cfg = write_config(d, "square", compute={"block": 4}, run_dir="run", keep_tiles=True)
     result = invoke("compute", cfg, "--quiet")
     assert result.exit_code == 0, result.stderr
     return cfg, d / "run"
@@ -432,7 +432,7 @@ def test_a_library_error_names_the_argument_and_the_cli_names_the_flag(tmp_path)
 def test_paths_inside_the_working_folder_are_printed_relative(tmp_path):
     """As the README shows them: `wrote runs/x/kernels.h5`, not the absolute path."""
     np.save(tmp_path / "x.npy", images(4, seed=2))
-    write_config(tmp_path, "c", run_dir="runs/c")
+    write_config(tmp_path, "c", run_dir="runs/c", keep_tiles=True)
     r = run_cli("compute", "c.yaml", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip().splitlines()[-1] == "wrote runs/c/kernels.h5"

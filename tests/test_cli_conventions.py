@@ -22,7 +22,8 @@ N, BLOCK = 9, 4  # 6 tiles
 def project(tmp_path_factory):
     d = tmp_path_factory.mktemp("conventions")
     np.save(d / "x.npy", images(N, seed=5))
-    cfg = write_config(d, "conv", compute={"block": BLOCK, "memory": "1GiB"}, run_dir="ref")
+    cfg = write_config(d, "conv", compute={"block": BLOCK, "memory": "1GiB"}, run_dir="ref",
+                       keep_tiles=True)
     result = invoke("compute", cfg, "--json")
     assert result.exit_code == 0, result.stderr
     return d, cfg, result

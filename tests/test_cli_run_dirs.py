@@ -23,8 +23,9 @@ def project(tmp_path_factory):
     run of ``a`` in ``project/run``, computed once for the module."""
     d = tmp_path_factory.mktemp("project")
     np.save(d / "x.npy", images(6, seed=9))
-    a = write_config(d, "a", compute={"block": 4}, run_dir="run")
-    b = write_config(d, "b", layers=GAP_NET, compute={"block": 4}, run_dir="run")
+    a = write_config(d, "a", compute={"block": 4}, run_dir="run", keep_tiles=True)
+    b = write_config(d, "b", layers=GAP_NET, compute={"block": 4}, run_dir="run",
+                     keep_tiles=True)
     result = invoke("compute", a, "--quiet")
     assert result.exit_code == 0, result.stderr
     return d, a, b

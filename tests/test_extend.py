@@ -29,7 +29,7 @@ def labels(n: int, seed: int) -> np.ndarray:
 
 def write_run_config(folder: Path, name: str, x1: str, *, test=None, labels_key=None,
                      test_labels_key=None, test_diagonal=False, layers=GAP_NET,
-                     preprocess=None) -> Path:
+                     preprocess=None, keep_tiles=True) -> Path:
     data = {"x1": x1, "key": "x"}
     if labels_key:
         data["labels_key"] = labels_key
@@ -42,6 +42,8 @@ def write_run_config(folder: Path, name: str, x1: str, *, test=None, labels_key=
     doc = {"name": name, "data": data, "architecture": {"layers": layers},
            "kernel": {"kinds": ["nngp", "ntk"], "test_diagonal": test_diagonal},
            "compute": {"block": BLOCK}, "output": {"run_dir": f"run_{name}"}}
+    if keep_tiles is not None:  # these tests count the tiles kept; None: the default
+        doc["output"]["keep_tiles"] = keep_tiles
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -222,7 +224,7 @@ def test_mistakes_are_one_line_exit_2_and_change_nothing(files, tmp_path):
     assert snapshot(run) == files_before
 
 
-def test_unfinished_cleaned_and_preprocessed_runs_are_refused(files):
+def test_unfinished_and_preprocessed_runs_are_refused(files):
     run = old_run(files, "unfinished")
     (run / "kernels.h5").unlink()
     (run / "tiles" / "r00000c00000.h5").unlink()
@@ -231,14 +233,6 @@ def test_unfinished_cleaned_and_preprocessed_runs_are_refused(files):
     assert error_line(result) == (
         f"Error: {run} is not finished (its kernels.h5 does not exist or does not verify); "
         f"extend grows a finished run: finish it with `kernelcli resume {run}`, then extend")
-    cleaned = old_run(files, "cleaned")
-    assert invoke("clean", cleaned).exit_code == 0
-    result = invoke("extend", cleaned, "--test", files / "test_b.npz")
-    assert result.exit_code == 2
-    assert error_line(result) == (
-        f"Error: {cleaned}: its tiles were removed after assembly (kernelcli clean or "
-        f"output.keep_tiles: false), and extend reuses them; compute the grown data set "
-        f"afresh with `kernelcli compute`")
     pre = computed(files, "pre", "old.npz", preprocess="standardize")
     result = invoke("extend", pre, "--append", files / "new.npz")
     assert result.exit_code == 2
@@ -391,3 +385,19 @@ def test_a_run_of_the_accelerator_plan_grows_with_it_bit_identical(files, tmp_pa
     kernelcli.extend(grown, append=files / "new.npz")
     assert_bit_identical(read_kernels(grown / "kernels.h5")[0],
                          read_kernels(run("fresh", "all.npz") / "kernels.h5")[0])
+
+
+def test_a_run_without_tiles_grows_from_its_kernels_h5_bit_identically(files, scratch):
+    """The default (``output.keep_tiles: false``): the old tiles were deleted once the
+    result verified; extend writes those the grown run keeps from ``kernels.h5`` and
+    computes only the others."""
+    run = computed(files, "no_tiles", "old.npz", test="test_a.npz", labels_key="y",
+                   test_labels_key="y", test_diagonal=True, keep_tiles=None)
+    assert not tile_names(run) and (run / "tiles_removed.json").exists()
+    out = kernelcli.extend(run, append=files / "new.npz", append_labels_key="y")
+    assert out.result == str(run / "kernels.h5")
+    assert_bit_identical(read_kernels(run / "kernels.h5")[0], scratch["all_a"])
+    assert (out.n1_before, out.n1, out.blocks_reused, out.blocks_total) == (20, 32, 5, 14)
+    assert out.pairs_new == out.pairs_total - (36 + 64 + 36) - 2 * N_TEST * BLOCK
+    assert not tile_names(run) and (run / "tiles_removed.json").exists()
+    assert kernelcli.run.verify(run).ok and kernelcli.run.status(run).finished

@@ -48,12 +48,12 @@ class Size:
 SIZES = (Size(36, 20), Size(72, 40), Size(144, 80))
 
 
-def config(folder: Path, name: str, x1: str) -> Path:
+def config(folder: Path, name: str, x1: str, keep_tiles: bool = True) -> Path:
     doc = {"name": name, "data": {"x1": x1, "key": "x", "labels_key": "y",
                                   "test": "test.npz", "test_labels_key": "y"},
            "architecture": {"layers": GAP2_NET},
            "kernel": {"test_diagonal": True}, "compute": {"block": BLOCK},
-           "output": {"run_dir": f"run_{name}"}}
+           "output": {"run_dir": f"run_{name}", "keep_tiles": keep_tiles}}
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -88,8 +88,9 @@ def _make_data(d: Path, size: Size, env):
     np.savez(d / "new.npz", x=x[n_old:], y=y[n_old:])
     np.savez(d / "all.npz", x=x, y=y)
     np.savez(d / "test.npz", x=images(N_TEST, 8, 8, 2, seed=6), y=rng.integers(0, 4, N_TEST))
-    for name, x1 in (("old", "old.npz"), ("all", "all.npz")):
-        r = run_cli("compute", config(d, name, x1), "--quiet", env=env)
+    for name, x1, keep in (("old", "old.npz", True), ("all", "all.npz", True),
+                           ("old_clean", "old.npz", False)):
+        r = run_cli("compute", config(d, name, x1, keep), "--quiet", env=env)
         assert r.returncode == 0, r.stderr
     return d, read_kernels(d / "run_all" / "kernels.h5")[0]
 
@@ -117,6 +118,8 @@ def _trigger(kind, arg, run: Path, size: Size = SIZES[0]):
             start.setdefault("n", n)
             return n >= start["n"] + arg
         return more
+    if kind == "restoring":  # a run without tiles: some written back, before the switch
+        return lambda: not _switched(run) and len(tile_names(run)) >= 1
     if kind == "assembling":
         return lambda: _switched(run) and not (run / "kernels.h5").exists() and len(
             tile_names(run)) >= size.grown_tiles
@@ -129,7 +132,12 @@ PLANS = {
     2: lambda rng: [("switched", None), ("tiles", rng.randint(1, 4)), ("assembling", None)],
     # a random moment of a continued run (it may land after the end: then it is done)
     3: lambda rng: [("tiles", 1), ("delay", rng.uniform(0.5, 4.0)), ("tiles", 1)],
+    # a run whose tiles were removed (output.keep_tiles: false): start-up includes
+    # writing the kept tiles back from kernels.h5, before the switch
+    4: lambda rng: [("restoring", None), ("delay", rng.uniform(0.3, 1.5)), ("switched", None),
+                    ("tiles", 2)],
 }
+CLEANED = 4  # the plan run on the old run without tiles
 
 
 @pytest.mark.slow
@@ -146,10 +154,15 @@ def test_sigkill_during_extend_then_continue_is_bit_identical(tmp_path, data, en
     assert_bit_identical(read_kernels(run / "kernels.h5")[0], want)
     r = run_cli("verify", run, env=env)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == (f"{run}: verified: manifest, {size.grown_tiles:,} of "
-                        f"{size.grown_tiles:,} tiles and kernels.h5\n"), r.stdout
-    leftovers = [p.name for p in list(run.iterdir()) + list((run / "tiles").iterdir())
-                 if p.name.endswith(".tmp")]
+    if seed == CLEANED:  # the grown run removes its tiles as the old one did
+        assert r.stdout.startswith(f"{run}: verified: manifest and kernels.h5, every byte "), \
+            r.stdout
+        assert not tile_names(run)
+    else:
+        assert r.stdout == (f"{run}: verified: manifest, {size.grown_tiles:,} of "
+                            f"{size.grown_tiles:,} tiles and kernels.h5\n"), r.stdout
+    tiles = list((run / "tiles").iterdir()) if (run / "tiles").is_dir() else []
+    leftovers = [p.name for p in list(run.iterdir()) + tiles if p.name.endswith(".tmp")]
     assert not leftovers
 
 
@@ -160,7 +173,7 @@ def _kill_and_continue(folder: Path, work: Path, size: Size, env, seed: int):
 
     rng = random.Random(seed)
     shutil.copytree(folder, work, ignore=shutil.ignore_patterns("run_all"))
-    run = work / "run_old"
+    run = work / ("run_old_clean" if seed == CLEANED else "run_old")
     n_all = size.n_old + size.n_new
     extend = ("extend", run, "--append", work / "new.npz",
               "--append-labels-key", "y", "--quiet")

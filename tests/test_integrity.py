@@ -27,10 +27,11 @@ def project(tmp_path_factory):
     of an uninterrupted run of ``a``."""
     d = tmp_path_factory.mktemp("integrity")
     np.save(d / "x.npy", images(N, seed=3))
-    a = write_config(d, "a", compute={"block": BLOCK}, run_dir="ref")
+    a = write_config(d, "a", compute={"block": BLOCK}, run_dir="ref", keep_tiles=True)
     layers = [{"conv": {"filter": [3, 3], "padding": "SAME", "W_std": 1.5, "b_std": 0.3}},
               "relu", "flatten", {"dense": {"W_std": 1.0, "b_std": 0.3}}]
-    other = write_config(d, "other", layers=layers, compute={"block": BLOCK}, run_dir="ref2")
+    other = write_config(d, "other", layers=layers, compute={"block": BLOCK}, run_dir="ref2",
+                         keep_tiles=True)
     assert invoke("compute", a, "--quiet").exit_code == 0
     assert invoke("compute", other, "--quiet").exit_code == 0
     return d, a, other, read_kernels(d / "ref" / "kernels.h5")[0]
@@ -246,11 +247,11 @@ def test_a_damaged_test_diagonal_is_never_assembled(tmp_path):
     from kernelcli.store import RunStore
 
     store = RunStore(tmp_path / "run").create({"name": "t"})
-    store.write_test_diagonal({"nngp": np.ones(3)})
+    store.test_diag.write({"nngp": np.ones(3)})
     path = tmp_path / "run" / "test_diag.h5"
     flip_bit(path, path.stat().st_size - 50)
     with pytest.raises(Exception, match="test_diag.h5 is damaged") as info:
-        store.read_test_diagonal(("nngp",))
+        store.test_diag.read(("nngp",))
     assert info.value.exit_code == 2 and not path.exists()
     assert (tmp_path / "run" / "quarantine").is_dir()
 

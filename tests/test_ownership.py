@@ -31,7 +31,8 @@ def project(tmp_path_factory):
     d = tmp_path_factory.mktemp("own")
     np.save(d / "x.npy", images(4, seed=3))
     np.save(d / "t.npy", images(2, seed=4))
-    cfg = write_config(d, "a", compute={"block": 2}, run_dir="run", kinds=["nngp"])
+    cfg = write_config(d, "a", compute={"block": 2}, run_dir="run", kinds=["nngp"],
+                       keep_tiles=True)
     result = invoke("compute", cfg, "--quiet")
     assert result.exit_code == 0, result.stderr
     return d, cfg

@@ -38,7 +38,7 @@ def make(folder: Path, n: int = N) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / "x.npy", images(n, 8, 8, 2, seed=7))
     return write_config(folder, "packs", layers=GAP2_NET, compute={"block": BLOCK},
-                        run_dir="run")
+                        keep_tiles=True, run_dir="run")
 
 
 def files_in(run: Path) -> int:
@@ -84,6 +84,23 @@ def test_packing_bounds_the_file_count_and_changes_no_bit(tmp_path, monkeypatch,
     text = invoke("status", run).stdout
     assert (f"files: {3 + len(packs) + loose} in the run directory; tiles: {len(packs)} packs "
             f"and {loose} files of their own") in text
+    # what `kernelcli estimate` plans is what the packer left
+    from dataclasses import replace
+
+    from kernelcli.run._estimate import planned_files
+    from kernelcli.spec import load_config
+    from kernelcli.store import RunStore, planned_tile_files
+
+    geometry = RunStore.open(run).run_manifest.geometry
+    sizes = [(b.r1 - b.r0) * (b.c1 - b.c0) * geometry.itemsize * len(geometry.kinds) + 4096
+             for b in geometry.blocks]
+    assert planned_tile_files(sizes, PACK_TILES) == (loose, len(packs))
+    config = load_config(cfg)
+    planned = planned_files(config, geometry)  # the default KERNELCLI_PACK_TILES: all loose
+    assert (planned.tiles, planned.packs, planned.total) == (TILES, 0, files_in(loose_run[0]))
+    gone = planned_files(replace(config, output=replace(config.output, keep_tiles=False)),
+                         geometry)
+    assert (gone.tiles, gone.packs, gone.other) == (0, 0, 4)  # and tiles_removed.json
 
 
 def test_an_old_run_directory_and_a_kill_between_pack_and_deletions_resume(
@@ -234,7 +251,7 @@ def test_extend_of_a_packed_run_is_bit_identical_to_a_fresh_run(tmp_path, monkey
     np.savez(tmp_path / "test.npz", x=t)
 
     def config(name: str, x1: str) -> Path:
-        return _with_test(write_config(tmp_path, name, x1=x1, key="x", layers=GAP2_NET,
+        return _with_test(write_config(tmp_path, name, x1=x1, key="x", layers=GAP2_NET, keep_tiles=True,
                                        compute={"block": BLOCK}, run_dir=f"run_{name}"))
 
     compute(config("old", "old.npz"))

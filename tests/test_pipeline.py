@@ -99,7 +99,7 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch)
     (project / "data").mkdir(parents=True)
     np.save(project / "data" / "x.npy", images(9, seed=14))
     cfg = write_config(project, "c", x1="data/x.npy", compute={"block": 4},
-                       run_dir="out/run")
+                       run_dir="out/run", keep_tiles=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -126,7 +126,7 @@ def test_a_config_its_data_and_its_unfinished_run_moved_together_can_be_continue
     old = tmp_path / "old"
     old.mkdir()
     np.save(old / "x.npy", images(9, seed=16))
-    write_config(old, "c", compute={"block": 4}, run_dir="run")
+    write_config(old, "c", compute={"block": 4}, run_dir="run", keep_tiles=True)
     compute_ok(old / "c.yaml")
     want, _ = read_kernels(old / "run" / "kernels.h5")
     (old / "run" / "kernels.h5").unlink()

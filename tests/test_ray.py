@@ -48,7 +48,7 @@ def write_case(folder: Path, n: int = 40, compute: dict | None = None) -> Path:
             {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": SQRT2, "b_std": 0.1}},
             "relu", "global_avg_pool", {"dense": {"W_std": 1.0, "b_std": 0.0}}]},
         "compute": {"block": 8, **(compute or {})},
-        "output": {"run_dir": "run"},
+        "output": {"run_dir": "run", "keep_tiles": True},  # the test deletes tiles
     }
     path = folder / "r.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -72,7 +72,7 @@ def make_run(folder: Path, data, size: Size) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / "x.npy", data)
     return write_config(folder, "kill", layers=GAP2_NET, compute={"block": size.block},
-                        run_dir="run", run_name="kill")
+                        run_dir="run", run_name="kill", keep_tiles=True)
 
 
 @pytest.fixture(scope="module")

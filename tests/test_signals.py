@@ -60,6 +60,7 @@ compute:
   block: {BLOCK}
 output:
   run_dir: run
+  keep_tiles: true
 """
 
 

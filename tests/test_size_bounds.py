@@ -26,7 +26,7 @@ HUGE = 100 << 30
 def finished(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bounds")
     write_data(folder, n_train=24, n_test=7, seed=5)
-    cfg = write_cfg(folder, layers=FLATTEN_NET, block=16)
+    cfg = write_cfg(folder, layers=FLATTEN_NET, block=16, keep_tiles=True)
     assert invoke("compute", cfg, "--quiet").exit_code == 0
     return folder / "run_tt"
 

@@ -38,7 +38,8 @@ def write_data(folder, n_train=N_TRAIN, n_test=N_TEST, seed=0):
     return x[:n_train], x[n_train:], y[:n_train], y[n_train:]
 
 
-def write_cfg(folder, name="tt", data=None, kernel=None, layers=GAP_NET, block=BLOCK):
+def write_cfg(folder, name="tt", data=None, kernel=None, layers=GAP_NET, block=BLOCK,
+              keep_tiles=None):
     d = {"x1": "d.npz", "key": "x_train", "labels_key": "y_train", "test": "d.npz",
          "test_key": "x_test", "test_labels_key": "y_test"}
     d.update(data or {})
@@ -47,6 +48,8 @@ def write_cfg(folder, name="tt", data=None, kernel=None, layers=GAP_NET, block=B
            "kernel": {"kinds": ["nngp", "ntk"], "dtype": "float32", "test_diagonal": True,
                       **(kernel or {})},
            "compute": {"block": block}, "output": {"run_dir": f"run_{name}"}}
+    if keep_tiles is not None:
+        doc["output"]["keep_tiles"] = keep_tiles
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

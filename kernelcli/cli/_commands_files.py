@@ -43,8 +43,9 @@ def assemble(run_dir, quiet, as_json):
 def clean(run_dir, quiet, as_json):
     """Delete the tiles of the finished run in RUN_DIR, once kernels.h5 verifies.
 
-    The tiles are a second copy of the result, kept so that a damaged kernels.h5
-    can be assembled again without computing. kernels.h5 is checked as `kernelcli
+    The tiles are a second copy of the result, kept (output.keep_tiles: true) so
+    that a damaged kernels.h5 can be assembled again without computing; by default
+    compute and resume delete them themselves once kernels.h5 verifies. kernels.h5 is checked as `kernelcli
     verify` checks it (checksums, run identity, shapes, finite values, symmetry)
     first; when it does not exist or does not verify, nothing is deleted (exit
     status 1). Only tile files are deleted, and only inside RUN_DIR. Needs neither

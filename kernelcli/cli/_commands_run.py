@@ -131,7 +131,8 @@ def extend(run_dir, test, test_key, test_labels, test_labels_key, append, append
     """Grow the finished run in RUN_DIR: another test set (--test) or more training
     examples (--append), or both.
 
-    The old tiles are kept and only the new entries are computed; the result is
+    The old tiles are kept (written back from the verified kernels.h5 where they
+    were removed) and only the new entries are computed; the result is
     bit-identical to computing the grown data set from scratch with the run's plan
     (block edge and pair batch). Interrupted, it continues with `kernelcli resume
     RUN_DIR` or the same extend command.

@@ -45,6 +45,11 @@ def print_estimate(est) -> None:
     _row("covariance entries per pair", f"{est.cov_elements_per_pair:,}")
     _row("one untiled call would need", format_size(plan.untiled_peak_bytes))
     _row("result on disk", format_size(g.output_bytes))
+    if est.files is not None:
+        f = est.files
+        _row("files in the run directory",
+             f"{f.total:,} ({f.tiles:,} tiles, {f.packs:,} packs, {f.other:,} others; "
+             f"output.keep_tiles: {'true' if f.keep_tiles else 'false'})")
     _print_parts(est)
 
 

@@ -16,7 +16,7 @@ from ..spec import RunConfig, load_config, walk
 from ._block import STATS_ROWS
 from ._job import Job, prepare
 from ._landmarks import route_costs
-from ._results import EstimateResult, ReadoutWork, SolveNeed, WorkerSplit
+from ._results import EstimateResult, PlannedFiles, ReadoutWork, SolveNeed, WorkerSplit
 from ._shards import check_shard_count, worker_loads
 from ._timing import time_run
 
@@ -106,7 +106,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             timing=timing, memory_source=job.memory_source,
             augment=tuple(job.kfn.augment), group_size=len(job.kfn.group),
             readouts=readout_work(cfg.architecture), device_peak_bytes=device_peak,
-            cost=cost, routes=routes)
+            cost=cost, routes=routes, files=planned_files(cfg, plan))
 
 
 def _cost(job: Job, bandwidth, launch_latency, stop: Stop):
@@ -154,3 +154,21 @@ def _solve_memory(n: int) -> SolveNeed:
     available = auto_budget(available_ram_bytes())
     return SolveNeed(solve_bytes=solve_memory_bytes(n), solve_available_bytes=available,
                      solver=choose_solver(n, "auto", available))
+
+
+def planned_files(cfg, plan) -> PlannedFiles:
+    """The files of the finished run directory under ``output.keep_tiles``: its tiles
+    (packed as one process packs them, with the default ``KERNELCLI_PACK_TILES``), or
+    none once ``kernels.h5`` verifies, and the others (manifest, result, lock, side
+    files, and the record that the tiles were removed)."""
+    from ..store import planned_tile_files
+
+    keep = cfg.output.keep_tiles
+    per_value = plan.itemsize * len(plan.kinds)
+    loose, packs = planned_tile_files(
+        (b.r1 - b.r0) * (b.c1 - b.c0) * per_value + 4096 for b in plan.blocks) if keep \
+        else (0, 0)
+    data = cfg.data
+    other = 3 + (not keep) + bool(data.has_labels) + (data.preprocess is not None) + bool(
+        plan.n_test and cfg.kernel.test_diagonal)
+    return PlannedFiles(keep_tiles=keep, tiles=loose, packs=packs, other=other)

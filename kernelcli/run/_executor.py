@@ -141,7 +141,7 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
 
 def needs_test_diagonal(job: Job, store: RunStore) -> bool:
     return bool(job.plan.n_test and job.cfg.kernel.test_diagonal
-                and not store.has_test_diagonal())
+                and not store.test_diag.exists())
 
 
 def write_test_diagonal(job: Job, store: RunStore, s1) -> None:
@@ -151,4 +151,4 @@ def write_test_diagonal(job: Job, store: RunStore, s1) -> None:
         n1 = job.plan.n1
         diag = {k: np.asarray(s1.diag[k][n1:]) for k in job.kfn.kinds}
         check_diagonal(diag, n1, "the test set's self-kernels")
-        store.write_test_diagonal(diag)
+        store.test_diag.write(diag)

@@ -20,6 +20,9 @@ per-input numbers, the block edge and the pair batch alone:
   training rows, so their blocks move when those grow, and such a tile is rewritten
   under its new key (:mod:`._carry`).
 
+A run whose tiles were removed (``output.keep_tiles: false``, the default) has the
+tiles it keeps written again from its verified ``kernels.h5`` first (:mod:`._restore`).
+
 Crash safety: nothing of the old run changes until the new manifest is complete
 except deleting tiles the grown run will not keep (the old ``kernels.h5`` stays whole,
 so a kill before the switch leaves a finished run). The switch is the atomic
@@ -52,6 +55,7 @@ from ._job import (_closed_on_error, check_same_data, extended_config, prepare, 
                    stored_preprocess)
 from ._extend_request import check_extensible, request_of, resolve_files
 from ._open import load_run_config
+from ._restore import restore_tiles
 from ._results import ExtendResult
 
 
@@ -109,9 +113,12 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
         ext["carry"] = carry_keys(before, job.plan, rows, test_same)  # job.extension is ext
         manifest = job.manifest()
         keep = _kept_blocks(store, job.plan, rows)
+        # tiles removed: those kept are written back from kernels.h5
+        restore_tiles(store, before, keep, bool(ext["carry"]))
         _check_kept(store, before, keep)
         set_aside(store, before, job.plan, ext["carry"])
         _switch(store, manifest, side_files(job), keep)
+        store.forget_tiles_removed()  # the grown run's tiles are its own from here
         take_over(store, job.plan)
         run = finish(job, store, progress, None, False, on_start, stop)
     return _report(store, job.plan.geometry, store.manifest, run=run)

@@ -139,10 +139,6 @@ def check_extensible(store: RunStore, cfg, request: dict) -> None:
         raise UsageError(f"{run_dir} is in the middle of another extend; finish it with "
                          f"`{resume_command(run_dir)}` (or the same extend command), then "
                          f"extend again")
-    if store.tiles_removed is not None:
-        raise UsageError(f"{run_dir}: its tiles were removed after assembly (kernelcli clean "
-                         f"or output.keep_tiles: false), and extend reuses them; compute the "
-                         f"grown data set afresh with `kernelcli compute`")
     if verified_result(store) is None:
         raise UsageError(f"{run_dir} is not finished (its kernels.h5 does not exist or does "
                          f"not verify); extend grows a finished run: finish it with "

@@ -227,6 +227,26 @@ class StatusReport:
 
 
 @dataclasses.dataclass(frozen=True)
+class PlannedFiles:
+    """The files of the finished run directory ``estimate`` plans: ``tiles`` (loose),
+    ``packs`` and ``other`` (manifest, result, lock, side files) under ``keep_tiles``."""
+
+    keep_tiles: bool
+    tiles: int
+    packs: int
+    other: int
+
+    @property
+    def total(self) -> int:
+        return self.tiles + self.packs + self.other
+
+    def to_dict(self) -> dict:
+        return {"files_planned": {"tiles": self.tiles, "packs": self.packs,
+                                  "other": self.other, "total": self.total,
+                                  "keep_tiles": self.keep_tiles}}
+
+
+@dataclasses.dataclass(frozen=True)
 class EstimateResult:
     """``estimate``: the plan (``plan.to_dict()`` keys), what the process around it needs,
     what bound the memory budget (``memory_source``), and the optional parts: ``solve`` (what ``predict`` will need), ``workers`` (how a job
@@ -252,6 +272,7 @@ class EstimateResult:
     device_peak_bytes: Optional[int] = None
     cost: Optional[object] = None  # an accelerator plan's kernelcli.kernels.CostModel
     routes: Optional[object] = None  # data.landmarks: run._landmarks.RouteCosts
+    files: Optional[PlannedFiles] = None  # the finished run directory's files
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -264,7 +285,8 @@ class EstimateResult:
                    memory_source=self.memory_source, augment=list(self.augment),
                    group_size=self.group_size,
                    network_evaluations=self.plan.pairs_total * self.group_size)
-        for part in (self.solve, self.workers, self.timing, self.readouts, self.routes):
+        for part in (self.solve, self.workers, self.timing, self.readouts, self.routes,
+                     self.files):
             if part is not None:
                 out.update(part.to_dict())
         if self.device_peak_bytes is not None:

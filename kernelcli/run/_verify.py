@@ -62,8 +62,8 @@ def verify(run_dir) -> VerifyReport:
         report.problems.append(f"tile {store.tiles.where(key)} is not a block of "
                                f"this run's plan")
     if plan.n_test and manifest.test_diagonal:
-        problem = store.test_diagonal_problem(kinds)
-        if problem is not None and (store.has_test_diagonal() or not store.finished):
+        problem = store.test_diag.problem(kinds)
+        if problem is not None and (store.test_diag.exists() or not store.finished):
             report.problems.append(problem)
     gone = missing_tiles_problem(store, plan, done)
     if gone is not None:

@@ -125,9 +125,10 @@ class ComputeSpec:
 @dataclass(frozen=True)
 class OutputSpec:
     run_dir: Path
-    # False: delete the tiles once kernels.h5 is written and verifies (they are kept by
-    # default so that a damaged result can be assembled again without computing)
-    keep_tiles: bool = True
+    # False (the default): delete the tiles once kernels.h5 is written and verifies, so a
+    # finished run takes the disk of its result alone; True keeps them so that a damaged
+    # result can be assembled again without computing
+    keep_tiles: bool = False
 
 
 @dataclass(frozen=True)

@@ -299,7 +299,7 @@ def _compute(d: dict) -> ComputeSpec:
 def _output(d: dict, base_dir: Path, name: str) -> OutputSpec:
     run_dir = d.get("run_dir")
     keep = d.get("keep_tiles")
-    keep = True if keep is None else f.boolean(keep, "output.keep_tiles")
+    keep = False if keep is None else f.boolean(keep, "output.keep_tiles")
     if run_dir is None:
         return OutputSpec(run_dir=Path(os.path.normpath(base_dir / "runs" / name)),
                           keep_tiles=keep)

@@ -110,6 +110,7 @@ from ._run_manifest import new_manifest as new_manifest
 from ._run_manifest import result_attrs as result_attrs
 from ._result import ResultFile as ResultFile
 from ._tiles import tile_write_seconds as tile_write_seconds
+from ._packer import planned_tile_files as planned_tile_files
 from ._result import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
 from ._untrusted import check_untrusted as check_untrusted
@@ -118,4 +119,5 @@ __all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_file
            "run_lock", "stored_identity", "LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest",
            "PREDICTIONS", "RESULT", "ResultFile", "TEST_DIAG", "TILES", "RunStore",
            "check_untrusted", "h5_written_whole", "labels_name",
-           "new_manifest", "preprocess_name", "result_attrs", "row_bands", "tile_write_seconds"]
+           "new_manifest", "planned_tile_files", "preprocess_name", "result_attrs",
+           "row_bands", "tile_write_seconds"]

@@ -41,7 +41,7 @@ Why this way:
   array pack only the tiles of their own share, so they never write the same file.
 
 :class:`TileSet` is the one reader of a run's tiles, loose and packed alike;
-:class:`Packer` the one writer of packs.
+:class:`~._packer.Packer` the one writer of packs.
 """
 
 from __future__ import annotations
@@ -318,88 +318,11 @@ def quarantine_tiles(tiles: TileSet, blocks, quarantine) -> list:
     return moved
 
 
-class Packer:
-    """Packs the loose tiles of ``keys`` (one process's share of a run) as they come:
-    :meth:`add` after each tile is published. ``max_tiles`` 0: no packing at all."""
-
-    def __init__(self, tiles: TileSet, run: str, ids: set, keys, max_tiles: int = PACK_TILES,
-                 max_bytes: int = PACK_BYTES):
-        self.tiles, self.run, self.ids = tiles, run, set(ids)
-        self.keys = set(keys)
-        self.max_tiles, self.max_bytes = max_tiles, max_bytes
-        self.pending: list = []
-        self.size = 0
-
-    def start(self) -> None:
-        """Delete the loose copies of tiles already packed (a kill came between a pack's
-        publication and those deletions), take the loose tiles left by earlier
-        processes as pending, and pack them while there are enough."""
-        self.tiles.refresh()
-        packed = set(self.tiles.packed())
-        loose = self.tiles.loose() & self.keys
-        self._delete(sorted(loose & packed))
-        if not self.max_tiles:
-            return
-        for key in sorted(loose - packed):
-            self.add(key)
-
-    def add(self, key: str) -> None:
-        """Note that ``key``'s tile was published; pack the pending ones once there are
-        ``max_tiles`` of them or ``max_bytes``. A tile over an eighth of ``max_bytes``
-        stays a file of its own: a run of such tiles has few (a 60,000-image result of
-        27 GiB in 8 MiB tiles is 3,400 files) and copying them would double its writes."""
-        if key not in self.keys or not self.max_tiles:
-            return
-        try:
-            size = tile_path(self.tiles.dir, key).stat().st_size
-        except OSError:
-            return
-        if size > self.max_bytes // 8:
-            return
-        self.pending.append(key)
-        self.size += size
-        if len(self.pending) >= self.max_tiles or self.size >= self.max_bytes:
-            self.pack()
-
-    def pack(self) -> Optional[Path]:
-        """Pack the pending tiles that verify (whole, of this run); delete them once the
-        pack is published. A tile that fails stays loose, for assembly to quarantine."""
-        blobs, runs = [], set()
-        for key in sorted(set(self.pending)):
-            try:
-                data = _read_loose(self.tiles.dir, key)
-                attrs = unseal(data)[1]
-            except (SealError, OSError):
-                continue
-            if _text(attrs.get("key")) == key and _text(attrs.get("run")) in self.ids:
-                blobs.append((key, data))
-                runs.add(_text(attrs.get("run")))
-        self.pending, self.size = [], 0
-        if not blobs:
-            return None
-        path = write_pack(self.tiles.dir, self.run, blobs, runs)
-        self._delete([key for key, _ in blobs])
-        return path
-
-    def _delete(self, keys) -> None:
-        if not keys:
-            return
-        try:
-            for key in keys:
-                try:
-                    os.unlink(tile_path(self.tiles.dir, key))
-                except FileNotFoundError:
-                    pass
-            fsync_dir(self.tiles.dir)
-        except OSError as exc:
-            raise storage_error(exc, self.tiles.dir) from None
-
-
-def _read_loose(tiles_dir: Path, key: str) -> bytes:
+def read_loose(tiles_dir: Path, key: str) -> bytes:
     fd = open_untrusted(tile_path(tiles_dir, key), tiles_dir)
     with os.fdopen(fd, "rb") as f:
         return f.read(MAX_BYTES + HEADER + 1)
 
 
-def _text(value) -> str:
+def text(value) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

@@ -3,7 +3,8 @@
 The layout and why it is so are argued in the package docstring
 (:mod:`kernelcli.store`). :class:`RunStore` owns the run's files; what ``kernelcli
 extend`` does beyond a run's own writes is its helper :class:`~._grow.Growth`
-(``store.growth``), and ``kernels.h5`` is read through :class:`~._result.ResultFile`
+(``store.growth``), the test rows' diagonal is :class:`~._diagonal.DiagonalFile`
+(``store.test_diag``), and ``kernels.h5`` is read through :class:`~._result.ResultFile`
 (``store.result()``).
 """
 
@@ -14,28 +15,27 @@ import os
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
-from ..errors import KernelcliError, QuarantinedError, RunDirError, resume_command
+from ..errors import KernelcliError, RunDirError
 from ._assemble import assemble as _assemble
 from ._assemble import check_tiles
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
+from ._diagonal import DiagonalFile
 from ._grow import Growth
 from ._lineage import accepted_runs
 from ._markers import mark_shard, shard_markers
 from ._result import ResultFile
-from ._run_manifest import Manifest, bytes_bound, labels_file_of
+from ._run_manifest import Manifest, labels_file_of
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
 from ._lock import run_lock
 from ._ownership import (check_folders, check_new, check_path, check_tiles_own, owned_files,
                          run_ids)
-from ._packs import PACK_TILES, Packer, TileSet, quarantine_tiles
-from ._sealed import write_sealed
+from ._packer import Packer
+from ._packs import PACK_TILES, TileSet, quarantine_tiles
 from ._tiles import write_tile as _write_tile
-from ._side import (QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES,
-                    check_test_diagonal, is_side_file, move_to_quarantine, read_npz)
+from ._side import (QUARANTINE, RESULT, SHARDS, TILES, is_side_file, move_to_quarantine,
+                    read_npz)
 
 
 class RunStore:
@@ -50,6 +50,7 @@ class RunStore:
         self._manifest = None
         self._checked = None
         self.growth = Growth(self)  # kernelcli extend's file operations
+        self.test_diag = DiagonalFile(self)  # test_diag.h5
         self.tiles = TileSet(self.tiles_dir)  # the one reader of its tiles, loose and packed
 
     @property
@@ -256,40 +257,6 @@ class RunStore:
             raise ValueError(f"{name!r} is not a run directory side file")
         return self.run_dir / name
 
-    def has_test_diagonal(self) -> bool:
-        return (self.run_dir / TEST_DIAG).is_file()
-
-    def write_test_diagonal(self, arrays: dict) -> Path:
-        """Store kind -> ``(n_test,)`` self-kernels of the test rows as a sealed file."""
-        return write_sealed(self.run_dir / TEST_DIAG,
-                            {k: np.asarray(v) for k, v in arrays.items()}, {"run": self.run_id})
-
-    def test_diagonal_problem(self, kinds):
-        """``None`` when ``test_diag.h5`` is this run's and whole; else what is wrong."""
-        return self._test_diagonal(kinds)[1]
-
-    def read_test_diagonal(self, kinds) -> dict:
-        """The stored test diagonal, verified; a damaged one is moved to quarantine."""
-        path = self.run_dir / TEST_DIAG
-        datasets, problem = self._test_diagonal(kinds)
-        if problem is not None:
-            if not path.is_file():
-                raise RunDirError(f"{problem}; resume the run to write it")
-            moved = self.quarantine(path)
-            raise QuarantinedError(f"{problem}; moved to {moved}: "
-                                   f"`{resume_command(self.run_dir)}` computes it again")
-        return {k: datasets[k] for k in kinds}
-
-    def _test_diagonal(self, kinds) -> tuple:
-        """``(datasets, None)`` of a whole ``test_diag.h5`` of this run, else
-        ``(None, what is wrong)``: one read serves the check and the values."""
-        plan = self.manifest.get("plan") if isinstance(self.manifest, dict) else None
-        n_test, kinds = (plan.get("n_test"), plan.get("kinds")) if isinstance(plan, dict) \
-            else (None, None)
-        bound = (bytes_bound(1, n_test, len(kinds)) if isinstance(n_test, int)
-                 and isinstance(kinds, list) else None)  # None: the generic cap
-        return check_test_diagonal(self.run_dir / TEST_DIAG, self.run_id, kinds, bound)
-
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
         the file the manifest names, ``labels.npz`` by default)."""
@@ -377,7 +344,7 @@ class RunStore:
         """
         extra = dict(self.read_labels())
         if n_test and test_diagonal:
-            diag = self.read_test_diagonal(kinds)
+            diag = self.test_diag.read(kinds)
             extra.update({f"{k}_test_diag": v.astype(dtype) for k, v in diag.items()})
         return _assemble(self.result_path, self.tiles, blocks, n1, n2, kinds, dtype,
                          symmetric, attrs, n_test=n_test, extra=extra, run=self.run_id,
