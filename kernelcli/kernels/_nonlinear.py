@@ -19,6 +19,7 @@ from ._state import State, outer
 
 
 _SNAP = 2.0 ** -21  # four units in the last place of float32
+_SNAP64 = 2.0 ** -50  # four units in the last place of float64
 
 
 def _safe_sqrt(x):
@@ -35,8 +36,13 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # exactly, so here the difference is exactly 0 there.
     ac = jnp.abs(c)
     if exact:
-        p1, p2 = outer(v1, v2, state)
-        s = jnp.sqrt(p1 * p2)
+        # float64 as float32 below, for the same reason and more: a float64 vector
+        # square root costs several times a float32 one per element. The snap is
+        # 4 units in float64's last place (angles below 3e-8 rad, where float64's
+        # rounding of c already decides them).
+        r1, r2 = outer(_safe_sqrt(v1), _safe_sqrt(v2), state)
+        s = r1 * r2
+        s = jnp.where(s - ac <= s * _SNAP64, ac, s)
     else:
         # float32: s from the square roots of the two inputs' variances, one per
         # position (an outer product: no square root per entry, where square roots
