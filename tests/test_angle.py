@@ -54,3 +54,19 @@ def test_angle_exact_at_zero(dtype):
     got = _angle(y, x, dtype == "float64")
     assert got[:3].tolist() == [0.0, 0.0, 0.0]
     assert got[3] == np.asarray(np.pi, dtype)
+
+
+def test_angle_float64_at_breakpoints():
+    """float64 around fdlibm's breakpoints (ratios 7/16 and 11/16, and 1 where the
+    symmetry ``pi/2 - a`` takes over): within 2 units in the last place of numpy's."""
+    big = np.array([1.0, 3.0, 1e-200, 7e150])
+    ratios = np.array([7 / 16, 11 / 16, 1.0])
+    steps = np.arange(-4, 5)
+    t = np.concatenate([ratios[:, None] + steps * np.spacing(ratios)[:, None]]).ravel()
+    small = (t[None, :] * big[:, None]).ravel()
+    big = np.repeat(big, t.size)
+    y = np.concatenate([small, big, small])
+    x = np.concatenate([big, small, -big])
+    got = _angle(y, x, True)
+    ref = np.arctan2(y, x)
+    assert np.all(np.abs(got - ref) <= 2 * np.spacing(ref))
