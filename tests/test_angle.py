@@ -70,3 +70,22 @@ def test_angle_float64_at_breakpoints():
     got = _angle(y, x, True)
     ref = np.arctan2(y, x)
     assert np.all(np.abs(got - ref) <= 2 * np.spacing(ref))
+
+
+def test_float64_relu_of_an_input_with_itself_has_angle_exactly_zero():
+    """The float64 ReLU map's ``sqrt(v1 v2)`` is also from per-position square roots
+    (``kernels/_nonlinear.abrelu``): c = v1 = v2 must still give angle 0 exactly,
+    nngp = v / 2 and the NTK's factor 1/2."""
+    from kernelcli.kernels._nonlinear import abrelu
+    from kernelcli.kernels._state import State
+
+    def f(c, v1, v2, ntk):
+        out = abrelu(State(nngp=c, ntk=ntk, full=False, spatial=False, channels=1),
+                     v1, v2, 0.0, 1.0, True)
+        return out.nngp, out.ntk
+
+    v = np.exp(np.random.default_rng(0).uniform(-300, 300, 100_000))
+    with x64_scope(np.dtype("float64")):
+        nngp, ntk = (np.asarray(a) for a in jax.jit(f)(v, v, v, np.ones_like(v)))
+    assert np.array_equal(nngp, v / 2)
+    assert np.array_equal(ntk, np.full_like(v, 0.5))
