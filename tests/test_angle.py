@@ -80,9 +80,10 @@ def test_float64_relu_of_an_input_with_itself_has_angle_exactly_zero():
     from kernelcli.kernels._state import State
 
     def f(c, v1, v2, ntk):
-        out = abrelu(State(nngp=c, ntk=ntk, full=False, spatial=False, channels=1),
-                     v1, v2, 0.0, 1.0, True)
-        return out.nngp, out.ntk
+        out = abrelu(State(nngp=c[:, None, None], ntk=ntk[:, None, None], full=True,
+                           spatial=True, channels=1), v1[:, None], v2[:, None],
+                     0.0, 1.0, True)
+        return out.nngp[:, 0, 0], out.ntk[:, 0, 0]
 
     v = np.exp(np.random.default_rng(0).uniform(-300, 300, 100_000))
     with x64_scope(np.dtype("float64")):

@@ -35,7 +35,11 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # c = v1 = v2), giving an angle of ~sqrt(eps) instead of 0. sqrt(round(v*v)) is v
     # exactly, so here the difference is exactly 0 there.
     ac = jnp.abs(c)
-    if exact:
+    if exact and not (state.spatial and state.full):
+        # no outer product here (one variance per entry): one square root per entry
+        p1, p2 = outer(v1, v2, state)
+        s = jnp.sqrt(p1 * p2)
+    elif exact:
         # float64 as float32 below, for the same reason and more: a float64 vector
         # square root costs several times a float32 one per element. The snap is
         # 4 units in float64's last place (angles below 3e-8 rad, where float64's
