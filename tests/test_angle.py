@@ -54,3 +54,39 @@ def test_angle_exact_at_zero(dtype):
     got = _angle(y, x, dtype == "float64")
     assert got[:3].tolist() == [0.0, 0.0, 0.0]
     assert got[3] == np.asarray(np.pi, dtype)
+
+
+def test_angle_float64_at_breakpoints():
+    """float64 around fdlibm's breakpoints (ratios 7/16 and 11/16, and 1 where the
+    symmetry ``pi/2 - a`` takes over): within 2 units in the last place of numpy's."""
+    big = np.array([1.0, 3.0, 1e-200, 7e150])
+    ratios = np.array([7 / 16, 11 / 16, 1.0])
+    steps = np.arange(-4, 5)
+    t = np.concatenate([ratios[:, None] + steps * np.spacing(ratios)[:, None]]).ravel()
+    small = (t[None, :] * big[:, None]).ravel()
+    big = np.repeat(big, t.size)
+    y = np.concatenate([small, big, small])
+    x = np.concatenate([big, small, -big])
+    got = _angle(y, x, True)
+    ref = np.arctan2(y, x)
+    assert np.all(np.abs(got - ref) <= 2 * np.spacing(ref))
+
+
+def test_float64_relu_of_an_input_with_itself_has_angle_exactly_zero():
+    """The float64 ReLU map's ``sqrt(v1 v2)`` is also from per-position square roots
+    (``kernels/_nonlinear.abrelu``): c = v1 = v2 must still give angle 0 exactly,
+    nngp = v / 2 and the NTK's factor 1/2."""
+    from kernelcli.kernels._nonlinear import abrelu
+    from kernelcli.kernels._state import State
+
+    def f(c, v1, v2, ntk):
+        out = abrelu(State(nngp=c[:, None, None], ntk=ntk[:, None, None], full=True,
+                           spatial=True, channels=1), v1[:, None], v2[:, None],
+                     0.0, 1.0, True)
+        return out.nngp[:, 0, 0], out.ntk[:, 0, 0]
+
+    v = np.exp(np.random.default_rng(0).uniform(-300, 300, 100_000))
+    with x64_scope(np.dtype("float64")):
+        nngp, ntk = (np.asarray(a) for a in jax.jit(f)(v, v, v, np.ones_like(v)))
+    assert np.array_equal(nngp, v / 2)
+    assert np.array_equal(ntk, np.full_like(v, 0.5))

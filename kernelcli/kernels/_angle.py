@@ -12,14 +12,21 @@ multiply-adds and a division, which XLA vectorises, and undo the symmetries:
 * float32: ``t = small / big`` and a degree-6 polynomial in ``t**2`` (least squares
   on Chebyshev nodes); error below 4e-7 rad on the whole range (tested), far
   inside float32's own rounding of the inputs.
-* float64 (``exact``): Cephes' ``atan`` (S. L. Moshier): where ``small > 0.66 big``
-  the argument is ``(small - big) / (small + big)``, which is ``atan(t) - pi/4``'s
-  tangent (the subtraction is exact there, Sterbenz), so ``|t| <= 0.66`` always;
-  then ``t + t z P(z) / Q(z)``, ``z = t**2``, a (4, 5) rational approximation with
-  relative error about 1e-17, and ``pi/4`` added in two parts (``pi/4`` rounded, and
-  what the rounding lost). Error within a few units in the last place of
-  ``numpy.arctan2`` over the whole range (tested): the float64 kernels keep their
-  accuracy against the exact recursion.
+* float64 (``exact``): fdlibm's ``atan`` (Sun Microsystems, 1993; also musl's and
+  Java's ``StrictMath``), with one division per element and no rational function
+  (a second division would cost more than the polynomial: a vector float64 division
+  is several times a float32 one per element, and the angle is evaluated once per
+  entry and kind). ``t = small / big`` is reduced to an argument ``r`` with
+  ``|r| < 7/16`` by fdlibm's breakpoints: ``t < 7/16``: ``r = t``; ``t < 11/16``:
+  ``r = (2 small - big) / (2 big + small)`` and ``atan(1/2)`` added; otherwise
+  ``r = (small - big) / (small + big)`` and ``pi/4`` added. ``2 small - big`` and
+  ``small - big`` are exact there (Sterbenz), so each reduced argument has only the
+  rounding of its denominator and its division. Then ``atan(r) = r - r z P(z)``,
+  ``z = r**2``, fdlibm's degree-10 polynomial ``P`` on ``|r| < 7/16``
+  (error below 2**-58 of ``atan(r)``, fdlibm's bound), and the constant added in two
+  parts (rounded, and what the rounding lost). Error within a few units in the last
+  place of ``numpy.arctan2`` over the whole range (tested): the float64 kernels
+  keep their accuracy against the exact recursion.
 
 ``y == 0`` gives exactly 0 (or pi) in both, so a diagonal entry, where
 ``y = sqrt(v1*v2 - c**2)`` is exactly zero, gets exactly angle 0.
@@ -35,22 +42,17 @@ import jax.numpy as jnp
 _ATAN_COEFFS = (0.99999562, -0.33316001, 0.19796881, -0.13195862,
                 0.0789991, -0.03310461, 0.00665807)
 
-# float64: Cephes atan.c, atan(t) ~= t + t z P(z) / Q(z), z = t^2, |t| <= 0.66;
-# highest order first, Q's leading coefficient 1.
-_CEPHES_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1,
-             -7.500855792314704667340e1, -1.228866684490136173410e2,
-             -6.485021904942025371773e1)
-_CEPHES_Q = (2.485846490142306297962e1, 1.650270098316988542046e2,
-             4.328810604912902668951e2, 4.853903996359136964868e2,
-             1.945506571482613964425e2)
-_PI_4_LOW = 3.061616997868382943065e-17  # pi/4 - float64(pi/4)
-
-
-def _horner(z, coeffs, leading=None):
-    p = coeffs[0] if leading is None else z + coeffs[0]
-    for c in coeffs[1:]:
-        p = p * z + c
-    return p
+# float64: fdlibm s_atan.c, atan(r) ~= r - r z P(z), z = r^2, |r| < 7/16; lowest
+# order first (hex in fdlibm: 0x3FD555555555550D ... 0x3F90AD3AE322DA11).
+_FDLIBM_AT = (3.33333333333329318027e-01, -1.99999999998764832476e-01,
+              1.42857142725034663711e-01, -1.11111104054623557880e-01,
+              9.09088713343650656196e-02, -7.69187620504482999495e-02,
+              6.66107313738753120669e-02, -5.83357013379057348645e-02,
+              4.97687799461593236017e-02, -3.65315727442169155270e-02,
+              1.62858201153657823623e-02)
+# atan(1/2) and atan(1) = pi/4, each as its float64 rounding and what it lost.
+_ATAN_HALF = (4.63647609000806093515e-01, 2.26987774529616870924e-17)
+_ATAN_ONE = (7.85398163397448278999e-01, 3.06161699786838301793e-17)
 
 
 def _atan_unit(t):
@@ -64,11 +66,19 @@ def _atan_unit(t):
 
 def _atan_ratio64(small, big):
     """float64: ``atan(small / big)`` for ``0 <= small <= big``, ``big > 0``."""
-    upper = small > 0.66 * big
-    t = jnp.where(upper, small - big, small) / jnp.where(upper, small + big, big)
-    z = t * t
-    r = t + t * (z * _horner(z, _CEPHES_P) / _horner(z, _CEPHES_Q, leading=1.0))
-    return jnp.where(upper, (math.pi / 4) + (r + _PI_4_LOW), r)
+    mid = small >= 0.4375 * big       # t >= 7/16
+    upper = small >= 0.6875 * big     # t >= 11/16
+    num = jnp.where(upper, small - big, jnp.where(mid, 2 * small - big, small))
+    den = jnp.where(upper, small + big, jnp.where(mid, 2 * big + small, big))
+    r = num / den
+    z = r * r
+    p = _FDLIBM_AT[-1]
+    for c in reversed(_FDLIBM_AT[:-1]):
+        p = p * z + c
+    a = r - r * (z * p)
+    hi = jnp.where(upper, _ATAN_ONE[0], jnp.where(mid, _ATAN_HALF[0], 0.0))
+    lo = jnp.where(upper, _ATAN_ONE[1], jnp.where(mid, _ATAN_HALF[1], 0.0))
+    return hi + (a + lo)
 
 
 def atan2_nonneg(y, x, exact: bool):

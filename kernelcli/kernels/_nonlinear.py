@@ -19,6 +19,7 @@ from ._state import State, outer
 
 
 _SNAP = 2.0 ** -21  # four units in the last place of float32
+_SNAP64 = 2.0 ** -50  # four units in the last place of float64
 
 
 def _safe_sqrt(x):
@@ -34,9 +35,18 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # c = v1 = v2), giving an angle of ~sqrt(eps) instead of 0. sqrt(round(v*v)) is v
     # exactly, so here the difference is exactly 0 there.
     ac = jnp.abs(c)
-    if exact:
+    if exact and not (state.spatial and state.full):
+        # no outer product here (one variance per entry): one square root per entry
         p1, p2 = outer(v1, v2, state)
         s = jnp.sqrt(p1 * p2)
+    elif exact:
+        # float64 as float32 below, for the same reason and more: a float64 vector
+        # square root costs several times a float32 one per element. The snap is
+        # 4 units in float64's last place (angles below 3e-8 rad, where float64's
+        # rounding of c already decides them).
+        r1, r2 = outer(_safe_sqrt(v1), _safe_sqrt(v2), state)
+        s = r1 * r2
+        s = jnp.where(s - ac <= s * _SNAP64, ac, s)
     else:
         # float32: s from the square roots of the two inputs' variances, one per
         # position (an outer product: no square root per entry, where square roots
