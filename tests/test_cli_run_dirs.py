@@ -141,7 +141,7 @@ def test_resume_of_a_foreign_manifest_is_refused(tmp_path):
 @pytest.mark.slow
 def test_resume_after_the_data_changed_or_vanished_is_refused(tmp_path):
     np.save(tmp_path / "x.npy", images(6, seed=10))
-    a = write_config(tmp_path, "a", compute={"block": 4}, run_dir="run")
+    a = write_config(tmp_path, "a", compute={"block": 4}, run_dir="run", keep_tiles=True)
     assert invoke("compute", a, "--quiet").exit_code == 0
     run = tmp_path / "run"
     (run / "kernels.h5").unlink()

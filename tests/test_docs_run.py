@@ -53,7 +53,11 @@ _RUNS = ("configs/demo_digits.yaml", "configs/demo_digits_predict.yaml",
          "configs/myrtle5.yaml", "configs/mine.yaml")
 _REFUSED = {"kernelcli extend RUN_DIR":
             "Error: give --test FILE (a test set), --append FILE (more training rows), or both"}
-_ELSEWHERE = {"--executor ray": "tests/test_ray.py"}
+# Commands that need other processes to answer them (a cluster, a job array's tasks),
+# and the test that runs them that way.
+_ELSEWHERE = {"--executor ray": "tests/test_ray.py",
+              "--executor shards": "tests/test_predict_jobs.py",
+              "predict RUN_DIR --shard": "tests/test_predict_jobs.py"}
 _FRESH = ("compute", "estimate")
 
 

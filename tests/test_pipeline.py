@@ -51,7 +51,8 @@ def engine_matrix(cfg_path, x, x2=None, run_dir=None):
 def test_multi_block_float64_run_equals_the_engine_on_the_whole_data(tmp_path):
     x = images(21, seed=11, dtype=np.float64)    # block 8: 3 block rows, ragged last one
     np.save(tmp_path / "x.npy", x)
-    cfg = write_config(tmp_path, "c", layers=GAP_NET, dtype="float64", compute={"block": 8})
+    cfg = write_config(tmp_path, "c", layers=GAP_NET, dtype="float64", compute={"block": 8},
+                       keep_tiles=True)
     compute_ok(cfg)
     assert len(tile_names(tmp_path / "run")) == 6
     got, _ = read_kernels(tmp_path / "run" / "kernels.h5")

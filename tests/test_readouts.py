@@ -283,7 +283,7 @@ def test_a_killed_run_with_readouts_resumes_to_the_uninterrupted_result(tmp_path
         np.save(folder / "x.npy", images(kill.SIZES[0].n, 8, 8, 2, seed=42))
         return write_config(folder, "kill", layers=kill.GAP2_NET[:4],
                             compute={"block": kill.SIZES[0].block}, run_dir="run", run_name="kill",
-                            readouts={"head": GAP_HEAD, "after": [2, 4]})
+                            readouts={"head": GAP_HEAD, "after": [2, 4]}, keep_tiles=True)
 
     env = cli_env()
     ref = make(tmp_path / "ref")

@@ -38,7 +38,7 @@ N = 48          # 6 x 6 grid of 8-row blocks: 21 tiles in the lower triangle
 SQRT2 = 1.4142135623730951
 
 
-def write_case(folder: Path, name: str = "c", n: int = N) -> Path:
+def write_case(folder: Path, name: str = "c", n: int = N, keep_tiles: bool = False) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     x = np.random.default_rng(0).standard_normal((n, 6, 6, 2)).astype(np.float32)
     np.save(folder / "x.npy", x)
@@ -49,7 +49,7 @@ def write_case(folder: Path, name: str = "c", n: int = N) -> Path:
             {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": SQRT2, "b_std": 0.1}},
             "relu", "global_avg_pool", {"dense": {"W_std": 1.0, "b_std": 0.0}}]},
         "compute": {"block": 8},
-        "output": {"run_dir": "run"},
+        "output": {"run_dir": "run", "keep_tiles": keep_tiles},
     }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -122,7 +122,7 @@ def tiles(run_dir: Path) -> set[str]:
 @pytest.mark.slow
 def test_concurrent_shards_one_killed_and_rerun_match_a_single_process_run(tmp_path,
                                                                            reference):
-    cfg = write_case(tmp_path)
+    cfg = write_case(tmp_path, keep_tiles=True)
     run_dir = tmp_path / "run"
     # Three processes start at once on a run directory that does not exist yet.
     procs = [start("compute", cfg, "--shard", f"{i}/3", "--quiet") for i in range(3)]
