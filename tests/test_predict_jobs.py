@@ -1,5 +1,5 @@
 """CG's products served by the shards of a job array (``predict --executor shards`` and
-``predict RUN --shard I/N``), through files in ``RUN/predict-work/``: bit-identical to
+``predict RUN_DIR --shard I/N``), through files in ``RUN_DIR/predict-work/``: bit-identical to
 the single-process product and predictions, a SIGKILLed shard stops the solve with a
 clear error, a malformed or foreign file is refused, and shards whose coordinator is
 SIGKILLed end by themselves."""
