@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import ComputeError, UsageError
-from kernelcli.predict import H5KernelOperator, one_hot, solve_cg_folds
+from kernelcli.predict import H5KernelOperator
 from kernelcli.predict._bands import BandOperator, BandWorker, band_bounds
 from kernelcli.run.regression import _spread
 from kernelcli.run.regression._spread import ProcessBands, check_executor, spread
 
+from helpers_predict import assert_same_as_single_process
 from test_ray import ray_cluster, ray_driver  # noqa: F401 - a local Ray cluster, if Ray is here
 
 
@@ -66,16 +67,8 @@ def test_band_products_stack_to_the_single_process_product_bit_for_bit(kernel_fi
 
 
 def test_processes_give_the_single_process_product_and_cg_solve_bit_for_bit(kernel_file, pool):
-    base = H5KernelOperator(kernel_file, "ntk", block_rows=8)
-    v = np.random.default_rng(2).standard_normal((90, 5))
-    assert np.array_equal(pool.matmul(v), base.matmul(v))
-    assert np.array_equal(pool.matmul32(v), base.matmul32(v))
-    assert np.array_equal(pool.matmul(v[:, 0]), base.matmul(v[:, 0]))
-    y = one_hot(np.arange(90) % 3)
-    want = solve_cg_folds(base, y, [1e-3, 0.1], 3, kind="ntk")
-    got = solve_cg_folds(pool, y, [1e-3, 0.1], 3, kind="ntk")
-    for r in (1e-3, 0.1):
-        assert np.array_equal(got[0][r], want[0][r]) and np.array_equal(got[1][r], want[1][r])
+    assert_same_as_single_process(pool, H5KernelOperator(kernel_file, "ntk", block_rows=8),
+                                  kind="ntk")
 
 
 def _kill(pid: int) -> None:
