@@ -229,10 +229,7 @@ class RunStore:
                 return self, True
         self._manifest = read_manifest(run_dir)
         check_folders(run_dir)
-        try:
-            self.tiles_dir.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise storage_error(exc, self.tiles_dir) from None
+        _mkdir(self.tiles_dir)
         return self, False
 
     def grow(self, manifest: dict, side_files: Optional[dict] = None) -> None:
@@ -247,9 +244,7 @@ class RunStore:
 
     def _write_side_files(self, side_files: Optional[dict]) -> None:
         for name, content in (side_files or {}).items():
-            if not is_side_file(name):
-                raise ValueError(f"{name!r} is not a run directory side file")
-            write_bytes_atomic(self.run_dir / name, content)
+            write_bytes_atomic(self.side_path(name), content)
 
     def side_path(self, name: str) -> Path:
         """Path of a side file (``labels.npz``, ``preprocess-<fp>.npz``, ...)."""
@@ -293,10 +288,7 @@ class RunStore:
         Values per kind: shape ``(r1 - r0, c1 - c0)``, or ``(n_pairs,)`` in the order of
         ``block.local_pairs()``; a diagonal block's upper triangle is mirrored.
         """
-        try:
-            self.tiles_dir.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise storage_error(exc, self.tiles_dir) from None
+        _mkdir(self.tiles_dir)
         return _write_tile(self.tiles_dir, block, arrays, self.run_id)
 
     def read_tile(self, block, kinds=None) -> dict:
@@ -373,16 +365,20 @@ class RunStore:
 
     def make_dir(self) -> None:
         """Create the run directory (and its parents) if it does not exist."""
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise storage_error(exc, self.run_dir) from None
+        _mkdir(self.run_dir, parents=True)
 
     def lock(self, shared: bool = False):
         """The run directory's writer lock, held for a ``with`` block (:mod:`._lock`):
         every command that writes holds it; ``shared`` for a process of a job array."""
         check_path(self.run_dir, "run directory")
         return run_lock(self.run_dir, shared)
+
+
+def _mkdir(path: Path, parents: bool = False) -> None:
+    try:
+        path.mkdir(parents=parents, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(exc, path) from None
 
 
 def _remove(paths) -> None:
