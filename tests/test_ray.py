@@ -6,8 +6,9 @@ SIGKILLed mid-tile, Ray restarts it and retries its calls, and the assembled mat
 must be bit-identical to a single-process local run. In-process drivers check that
 each actor compiles its programs once for any number of blocks, that the plan is
 made on a worker, and that a stop kills the actors. Ray is an optional extra
-(`pip install 'kernelcli[ray]'`): without it these tests are skipped, and the tests
-that check the configuration and the missing-Ray message run anyway.
+(`pip install 'kernelcli[ray]'`): without it these tests are skipped; the tests
+that check the configuration and the missing-Ray message, in test_ray_config.py, run
+anyway.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import numpy as np
 import pytest
 import yaml
 
-from kernelcli.errors import ConfigError, UsageError
 from kernelcli.spec import load_config
 
 KERNELCLI = shutil.which("kernelcli", path=os.path.dirname(sys.executable)) or os.path.join(
@@ -58,51 +58,6 @@ def write_case(folder: Path, n: int = 40, compute: dict | None = None) -> Path:
 def read_kernels(path: Path) -> dict:
     with h5py.File(path, "r") as f:
         return {k: f[k][...] for k in f.keys()}
-
-
-# -- configuration (no Ray needed) ---------------------------------------------------
-
-def test_executor_and_address_default_to_local_and_none(tmp_path):
-    cfg = load_config(write_case(tmp_path))
-    assert (cfg.compute.executor, cfg.compute.address) == ("local", None)
-
-
-def test_executor_ray_with_an_address_is_read(tmp_path):
-    cfg = load_config(write_case(tmp_path, compute={"executor": "Ray",
-                                                    "address": "head:6379"}))
-    assert (cfg.compute.executor, cfg.compute.address) == ("ray", "head:6379")
-
-
-@pytest.mark.parametrize("compute, message", [
-    ({"executor": "spark"},
-     "compute.executor: 'spark' is not an executor; expected one of local, ray"),
-    ({"address": "head:6379"},
-     "compute.address: 'head:6379' is given but compute.executor is local; expected "
-     "executor: ray as well, or no address"),
-    ({"executor": "ray", "address": 6379}, "compute.address: 6379 is not a string"),
-])
-def test_bad_executor_settings_are_config_errors(tmp_path, compute, message):
-    with pytest.raises(ConfigError) as info:
-        load_config(write_case(tmp_path, compute=compute))
-    assert str(info.value).startswith(f"r.yaml: {message}")
-
-
-def test_without_ray_the_ray_executor_says_how_to_install_it(tmp_path, monkeypatch):
-    from kernelcli.run import compute
-
-    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
-    cfg = write_case(tmp_path)
-    with pytest.raises(ConfigError) as info:
-        compute(cfg, executor="ray")
-    assert "pip install 'kernelcli[ray]'" in str(info.value)
-    assert not (tmp_path / "run").exists()
-
-
-def test_address_without_the_ray_executor_is_a_usage_error(tmp_path):
-    from kernelcli.run import compute
-
-    with pytest.raises(UsageError, match="address=: 'x:1' is given but the executor is local"):
-        compute(write_case(tmp_path), address="x:1")
 
 
 # -- a real local cluster ----------------------------------------------------------------
