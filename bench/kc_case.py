@@ -4,8 +4,9 @@
 
 Loads ``bench/configs/<case>.yaml``, builds the kernel function for float32
 ``(32, 32, 3)`` inputs, makes one warm-up call, times ``reps`` calls and prints
-one JSON line (case, n, mode, seconds per call, warm-up seconds, entries
-evaluated, bytes_per_pair, peak RSS in bytes).
+one JSON line (case, n, mode, seconds per call, the process's CPU seconds per call
+(all its threads: on a machine shared with other work they move less than wall time),
+warm-up seconds, entries evaluated, bytes_per_pair, peak RSS in bytes).
 
 ``--mode rect`` times ``kernel_matrix(kfn, x1, x1_copy)``: all N*N entries, the
 same work as neural-tangents' single ``kernel_fn(x1)`` call. ``--mode tri`` times
@@ -62,15 +63,17 @@ def main(argv=None):
     t0 = time.perf_counter()
     out = kernel_matrix(kfn, *args)
     warmup = time.perf_counter() - t0
-    times = []
+    times, cpu = [], []
     for _ in range(a.reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = kernel_matrix(kfn, *args)  # returns host numpy arrays: already synchronised
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     if a.out:
         save_result(a.out, out)
     entries = n * n if a.mode == "rect" else n * (n + 1) // 2
     report(tool="kernelcli", case=a.case, n=n, mode=a.mode, entries=entries, seconds=times,
+           cpu_seconds=cpu,
            warmup_s=warmup, bytes_per_pair=getattr(kfn, "bytes_per_pair", None),
            dtype=str(out["nngp"].dtype), jax=jax.__version__,
            device=jax.devices()[0].platform, device_peak=device_peak_bytes(jax))
