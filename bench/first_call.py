@@ -1,33 +1,114 @@
 """The first call of ``kernel_fn``, compilation included, kernelcli against neural-tangents
-(issue 26 point 4).
+(issue 26 point 4), with where each tool's first call spends its time.
 
-    python bench/first_call.py [--n 8] [--depth 3] [--rounds 3]   # the driver (project venv)
+    python bench/first_call.py [--n 8] [--depth 3] [--rounds 3] [--old CHECKOUT]
 
 The network: ``depth`` x (3x3 SAME conv, W_std sqrt 2, b_std 0; ReLU), flatten, dense,
 on ``(n, 32, 32, 3)`` float32 inputs (``cases.make_inputs``). Each round runs, in fresh
 processes and in turn, kernelcli's ``kernelcli.stax`` ``kernel_fn(x, None, ('nngp',
 'ntk'))`` with its compilation cache off (``KERNELCLI_CACHE_DIR=off``, and JAX's
-persistent cache off) and neural-tangents 0.6.5's ``jax.jit(kernel_fn)`` called the
-same way (``bench/.venv-nt``, or ``NT_VENV``). Each worker prints its import seconds
-and the first call's wall and CPU seconds (to the results on the host); the driver
-prints the best of the rounds (by wall time) and the ratios. Neither tool has a warm cache here: this is what a user's
-first call in a new process costs.
+persistent cache off), the same from the checkout ``--old`` (e.g. ``/work/main``: its
+``kernelcli`` first on the path) when given, and neural-tangents 0.6.5's
+``jax.jit(kernel_fn)`` called the same way (``bench/.venv-nt``, or ``NT_VENV``).
+
+Every tool's modules are byte-compiled before the rounds (one untimed process each,
+writing to a private ``PYTHONPYCACHEPREFIX``), as an installed package's are: without
+it a checkout run with ``PYTHONDONTWRITEBYTECODE`` recompiles kernelcli's sources in
+every first call (0.17 s here).
+
+Each worker prints its import seconds (jax and the tool's stax), the first call's wall
+and CPU seconds, and JAX's own account of each program the call compiled
+(``jax_log_compiles``): seconds tracing, lowering to MLIR and in XLA's compiler, by
+program; ``other`` is the rest of the call (lazy imports, planning, running the
+programs, Python). The driver prints the best round of each tool (by CPU seconds: the
+machine may be shared; wall alongside), the ratios to neural-tangents, and the
+breakdowns. Neither tool has a warm cache here: this is what a user's first call in a
+new process costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 SQRT2 = 2.0 ** 0.5
+# JAX's compile log, 0.4.30 and 0.10.x: "Finished tracing [+ transforming] NAME for jit
+# in S sec", "Finished jaxpr to MLIR module conversion jit(NAME) in S sec", "Finished
+# XLA compilation of jit(NAME) in S sec"
+PHASES = (("trace", re.compile(r"Finished tracing (?:\+ transforming )?(\S+) for \w+ "
+                               r"in (\S+) sec")),
+          ("lower", re.compile(r"Finished jaxpr to MLIR module conversion \w+\((\S+)\) "
+                               r"in (\S+) sec")),
+          ("compile", re.compile(r"Finished XLA compilation of \w+\((\S+)\) in (\S+) sec")))
+# programs of less than this in all are eager operations (one op each), counted together
+EAGER_S = 0.005
+
+
+class CompileLog(logging.Handler):
+    """JAX's compile log of one call: seconds per program and phase."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []  # (program, phase, seconds, when it ended)
+
+    def emit(self, record):
+        message = record.getMessage()
+        for phase, pattern in PHASES:
+            m = pattern.search(message)
+            if m:
+                self.records.append((m.group(1), phase, float(m.group(2)), record.created))
+
+    def outermost(self):
+        """The records less traces inside another trace (jax 0.4.30 logs each ``jnp``
+        function a program calls as a nested ``pjit`` trace)."""
+        spans = [(end - s, end) for _, phase, s, end in self.records if phase == "trace"]
+        def nested(s, end):
+            return any(a <= end - s and end <= b and (a, b) != (end - s, end) for a, b in spans)
+
+        return [(name, phase, s) for name, phase, s, end in self.records
+                if phase != "trace" or not nested(s, end)]
+
+    def install(self, jax):
+        jax.config.update("jax_log_compiles", True)
+        for name in ("jax._src.dispatch", "jax._src.interpreters.pxla", "jax._src.pjit",
+                     "jax._src.compiler"):
+            logger = logging.getLogger(name)
+            logger.addHandler(self)
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+
+    def programs(self) -> dict:
+        """``{program: {phase: seconds}}``, eager operations summed under ``eager ops``
+        (with ``count``, the programs compiled for them)."""
+        out: dict = {}
+        for name, phase, s in self.outermost():
+            out.setdefault(name, {}).setdefault(phase, 0.0)
+            out[name][phase] += s
+        eager = {"trace": 0.0, "lower": 0.0, "compile": 0.0, "count": 0}
+        for name in [n for n, p in out.items() if "compile" in p and sum(p.values()) < EAGER_S]:
+            phases = out.pop(name)
+            eager["count"] += 1
+            for k, v in phases.items():
+                eager[k] += v
+        traced_only = [n for n, p in out.items() if "compile" not in p]
+        for name in traced_only:  # traced, not compiled: eval_shape, or a nested jit
+            for k, v in out.pop(name).items():
+                out.setdefault("traced only", {}).setdefault(k, 0.0)
+                out["traced only"][k] += v
+        if eager["count"]:
+            out["eager ops"] = eager
+        return out
 
 
 def worker(tool: str, n: int, depth: int) -> None:
@@ -42,13 +123,10 @@ def worker(tool: str, n: int, depth: int) -> None:
             "neural_tangents.experimental")
         import jax
         from neural_tangents import stax
-
-        jax.config.update("jax_enable_compilation_cache", False)
     else:
         import jax
         from kernelcli import stax
-
-        jax.config.update("jax_enable_compilation_cache", False)
+    jax.config.update("jax_enable_compilation_cache", False)
     layers = [stax.Conv(1, (3, 3), padding="SAME", W_std=SQRT2, b_std=0.0), stax.Relu()]
     _, _, kernel_fn = stax.serial(*(layers * depth), stax.Flatten(),
                                   stax.Dense(1, SQRT2, 0.0))
@@ -56,12 +134,15 @@ def worker(tool: str, n: int, depth: int) -> None:
         kernel_fn = jax.jit(kernel_fn, static_argnames="get")
     x = make_inputs(n)
     imported = time.perf_counter() - t0
+    log = CompileLog()
+    log.install(jax)
     c0, t0 = cpu_seconds(), time.perf_counter()
     out = kernel_fn(x, None, ("nngp", "ntk"))
     jax.block_until_ready(tuple(out))
     first = time.perf_counter() - t0
     print(json.dumps({"tool": tool, "import_s": imported, "first_s": first,
-                      "first_cpu_s": cpu_seconds() - c0, "jax": jax.__version__}), flush=True)
+                      "first_cpu_s": cpu_seconds() - c0, "jax": jax.__version__,
+                      "programs": log.programs()}), flush=True)
 
 
 def cpu_seconds() -> float:
@@ -71,16 +152,40 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run(tool: str, n: int, depth: int) -> dict:
+def run(tool: str, n: int, depth: int, checkout=None, pycache=None) -> dict:
+    """One fresh worker process; ``tool``: ``kc`` (``checkout``'s kernelcli first on
+    the path, default this one's) or ``nt``."""
     if tool == "nt":
         venv = Path(os.environ.get("NT_VENV", BENCH / ".venv-nt"))
         python = str(venv / "bin" / "python")
     else:
         python = sys.executable
     env = {**os.environ, "KERNELCLI_CACHE_DIR": "off", "JAX_ENABLE_COMPILATION_CACHE": "false"}
-    out = subprocess.run([python, __file__, "--worker", tool, "--n", str(n), "--depth",
-                          str(depth)], env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    if checkout is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(checkout)] + [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    out = subprocess.run([python, __file__, "--worker", "kc" if tool != "nt" else "nt",
+                          "--n", str(n), "--depth", str(depth)], env=env, capture_output=True,
+                         text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got["tool"] = tool
+    return got
+
+
+def breakdown(got: dict) -> str:
+    """``program trace/lower/compile s`` items of a worker's result, and ``other``."""
+    items, spent = [], 0.0
+    for name, p in got["programs"].items():
+        s = sum(v for k, v in p.items() if k != "count")
+        spent += s
+        count = f" x{p['count']}" if "count" in p else ""
+        items.append(f"{name}{count} {p.get('trace', 0):.3f}/{p.get('lower', 0):.3f}/"
+                     f"{p.get('compile', 0):.3f}")
+    items.append(f"other {got['first_s'] - spent:.3f}")
+    return "; ".join(items)
 
 
 def main(argv=None) -> None:
@@ -88,25 +193,38 @@ def main(argv=None) -> None:
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--old", type=Path, help="a checkout of kernelcli measured beside this one")
     p.add_argument("--worker", choices=("kc", "nt"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
         worker(a.worker, a.n, a.depth)
         return
-    best = {"kc": None, "nt": None}
-    for _ in range(a.rounds):
-        for tool in ("kc", "nt"):
-            got = run(tool, a.n, a.depth)
-            print(json.dumps(got), flush=True)
-            if best[tool] is None or got["first_s"] < best[tool]["first_s"]:
-                best[tool] = got
-    kc, nt = best["kc"], best["nt"]
-    print("| network | N | kernelcli first call s (CPU s) | neural-tangents first call s "
-          "(CPU s) | kc/NT wall | kc/NT CPU |")
-    print("|---|---:|---:|---:|---:|---:|")
-    print(f"| {a.depth} x (conv 3x3 + relu), flatten, dense | {a.n} | {kc['first_s']:.2f} "
-          f"({kc['first_cpu_s']:.2f}) | {nt['first_s']:.2f} ({nt['first_cpu_s']:.2f}) | "
-          f"{kc['first_s'] / nt['first_s']:.2f} | {kc['first_cpu_s'] / nt['first_cpu_s']:.2f} |")
+    tools = {"kc": None, "nt": None}
+    if a.old is not None:
+        tools = {"kc": None, "kc-old": a.old.resolve(), "nt": None}
+    names = {"kc": "kernelcli", "kc-old": f"kernelcli ({a.old})", "nt": "neural-tangents"}
+    best: dict = {t: None for t in tools}
+    with tempfile.TemporaryDirectory(prefix="first-call-pyc-") as pycache:
+        for tool, checkout in tools.items():  # byte-compile each tool's modules, untimed
+            run(tool, a.n, a.depth, checkout, pycache)
+        for _ in range(a.rounds):
+            for tool, checkout in tools.items():
+                got = run(tool, a.n, a.depth, checkout, pycache)
+                print(json.dumps(got), flush=True)
+                if best[tool] is None or got["first_cpu_s"] < best[tool]["first_cpu_s"]:
+                    best[tool] = got
+    nt = best["nt"]
+    print(f"\n{a.depth} x (conv 3x3 + relu), flatten, dense; N = {a.n}; best of {a.rounds} "
+          f"by CPU seconds\n")
+    print("| tool | jax | import s | first call s | first call CPU s | / NT wall | / NT CPU |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for tool, got in best.items():
+        print(f"| {names[tool]} | {got['jax']} | {got['import_s']:.2f} | {got['first_s']:.2f} | "
+              f"{got['first_cpu_s']:.2f} | {got['first_s'] / nt['first_s']:.2f} | "
+              f"{got['first_cpu_s'] / nt['first_cpu_s']:.2f} |")
+    print("\nfirst call, s: program trace/lower/compile (JAX's compile log)")
+    for tool, got in best.items():
+        print(f"- {names[tool]}: {breakdown(got)}")
 
 
 if __name__ == "__main__":

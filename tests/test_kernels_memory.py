@@ -130,3 +130,32 @@ def test_deep_flatten_network_memory_per_pair_batch_does_not_grow_with_depth():
            for k in (shallow, deep)]
     assert got[1] <= 1.1 * got[0], f"depth 3: {got[0]} B, depth 21: {got[1]} B"
     assert got[1] / (deep.chunk * deep.live_bytes_per_pair) <= 3.5
+
+
+@pytest.mark.parametrize("net", ["flatten", "gap"])
+def test_memory_at_two_batches_of_whole_chunks_is_one_compilation_and_exact(net):
+    """The planner asks at a batch and at half of it (``plan.memory_line``); batches of a
+    chunk or more are whole chunks (``call_batch``), and the second answer comes from
+    the first program, without a compilation, equal to what compiling it gives."""
+    from jax import monitoring
+
+    k = kfn.__wrapped__(net)  # a fresh kernel function: nothing compiled yet
+    c = k.chunk
+    assert (k.call_batch(c + 1), k.call_batch(4 * c)) == (2 * c, 4 * c)
+    compiles = []
+
+    def count(name, secs, **kw):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(secs)
+
+    monitoring.register_event_duration_secs_listener(count)
+    try:
+        big = k.compiled_memory(n_rows=4, n_cols=4, pair_batch=4 * c)
+        # rounded up to two chunks (a pooling network's chunk is one pair)
+        half = k.compiled_memory(n_rows=4, n_cols=4, pair_batch=max(2, 2 * c - 1))
+        assert len(compiles) == 1
+    finally:
+        monitoring.unregister_event_duration_listener(count)
+    m = k.pairs_executable(4, 4, 2 * c).memory_analysis()  # compiled now, to compare
+    assert half == m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+    assert big - half == 2 * c * (len(k.kinds) * k.dtype.itemsize + 8)

@@ -129,7 +129,8 @@ def test_plan_run_measures_the_memory_line_and_fits_the_budget():
     p = plan_run(1000, 1000, symmetric=True, costs=costs(chunk=8, memory=memory),
                  budget_bytes=GiB)
     assert p.block == 64 and p.pair_batch == 512
-    assert seen == [(64, 64, 256), (64, 64, 512)]  # at the batch and at half of it
+    # at the batch the run calls, then at half of it (the engine may answer from the first)
+    assert seen == [(64, 64, 512), (64, 64, 256)]
     assert (p.bytes_per_pair, p.fixed_bytes) == (10 * 1024, MiB)
     assert memory_line(costs(), 64, 512) == (10 * 1024, MiB)
     tight = plan_run(1000, 1000, symmetric=True, costs=costs(chunk=8), budget_bytes=2 * MiB)

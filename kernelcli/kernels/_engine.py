@@ -159,7 +159,16 @@ class KernelFn:
         self._grid_jit = self._programs.grid
         self._memory = CompiledMemory(self._programs, self.input_shape, self.dtype,
                                       self.variance_shapes, self.live_bytes_per_pair,
-                                      self.uses_grid, self._on_mesh)
+                                      self.uses_grid, self._on_mesh, self._whole_chunks,
+                                      (len(self.kinds) * self.dtype.itemsize, 2 * 4))
+
+    def _whole_chunks(self, pairs: int) -> bool:
+        """Whether a pairs call of ``pairs`` pairs (as :meth:`call_batch` makes them) is
+        two or more whole chunks of the CPU plan's loop, one pair per index (no flip
+        group, which evaluates each pair several times): the calls whose memory
+        ``CompiledMemory`` relates without compiling each."""
+        return (not self._batched and not self.flat_input and len(self.group) == 1
+                and pairs % self.chunk == 0 and pairs >= 2 * self.chunk)
 
     # Whether pair batches and per-input calls on several devices are one SPMD program
     # over their mesh (``_mesh.py``): the accelerator plan's way (one compilation for
@@ -192,11 +201,16 @@ class KernelFn:
         are small, and were two compilations of nearly the same program before the first
         pair was computed (a third of a first call's time on a 3-layer flatten network,
         BENCHMARKS.md issue 26 point 4). The padded pairs cost less than a compilation:
-        a chunk or less of cache-sized work per call. Pooling networks (a chunk of one
-        pair) and flat-input networks (a Gram matrix per block) are unchanged."""
+        a chunk or less of cache-sized work per call. A batch of a chunk or more is
+        rounded up to whole chunks, which the program's loop pads it to anyway (the
+        same pairs in each chunk, so the same bits): then the memory at two such batches
+        is one compilation (``_memory_model``). Pooling networks (a chunk of one pair)
+        and flat-input networks (a Gram matrix per block) are unchanged."""
         pb = max(1, int(pair_batch))
         if self._batched or self.flat_input:
             return pb
+        if pb >= self.chunk:
+            return -(-pb // self.chunk) * self.chunk
         return max(pb, min(self.chunk, SMALL_CALL_PAIRS))
 
     def compiled_stats_memory(self, rows: int) -> int:

@@ -1,7 +1,15 @@
 """XLA's own peak estimate of a ``KernelFn``'s programs: what the planner sizes pair
 batches (and ``estimate`` its peaks) by. Each estimate is of the executable the run
 then calls (compiled once and kept by ``SerialJit``), so asking costs no extra
-compilation when the run uses those shapes."""
+compilation when the run uses those shapes.
+
+A pairs call of two or more whole chunks of the CPU plan's loop holds the same
+temporaries whatever the number of chunks (the loop's buffers are one chunk's): its
+memory at another such size differs only by the index arguments and the outputs of
+the pairs between. So once one such size is compiled, the planner's question at
+another (``plan.memory_line`` asks at a batch and at half of it) is answered without
+compiling a program the run would not call (``tests/test_kernels_memory.py`` checks
+the answer against the compiled program's)."""
 
 from __future__ import annotations
 
@@ -18,11 +26,14 @@ class CompiledMemory:
     ``live_bytes_per_pair``: the fallback's bytes per pair where a backend has no
     memory analysis; ``uses_grid(rows, cols, pairs)``: whether such a call is the grid
     program; ``on_mesh(devices)``: whether calls on ``devices`` take the mesh path
-    (read at each question: tests switch a kernel function's path after it is built).
+    (read at each question: tests switch a kernel function's path after it is built);
+    ``whole_chunks(pairs)``: whether a pairs call of that size is two or more whole
+    chunks of the CPU plan's loop (see the module docstring); ``pair_io``: bytes per
+    pair of the outputs and of the index arguments, ``(outputs, indices)``.
     """
 
     def __init__(self, programs, input_shape, dtype, variance_shapes, live_bytes_per_pair: int,
-                 uses_grid, on_mesh):
+                 uses_grid, on_mesh, whole_chunks=lambda pairs: False, pair_io=(0, 0)):
         self._programs = programs
         self.input_shape = input_shape
         self.dtype = dtype
@@ -30,7 +41,10 @@ class CompiledMemory:
         self.live_bytes_per_pair = live_bytes_per_pair
         self._uses_grid = uses_grid
         self._on_mesh = on_mesh
+        self._whole_chunks = whole_chunks
+        self._pair_io = pair_io
         self._memory: dict = {}  # compiled_memory's answers, by sizes
+        self._analysed: dict = {}  # those read from XLA's analysis of a compiled program
 
     def compiled_memory(self, n_rows: int, n_cols: int, pair_batch: int,
                         arguments: bool = True) -> int:
@@ -40,13 +54,34 @@ class CompiledMemory:
         leaves out the block's inputs and their variances, which all pairs of the
         block share: what remains grows with the pairs in flight.
 
-        Each new set of sizes is a compilation; its answer is kept, so planning the
-        same shapes again (every ``kernel_matrix`` call of a notebook) costs nothing.
+        Each new set of sizes is a compilation, unless another size of whole chunks
+        was compiled for these blocks (:meth:`_from_whole_chunks`); its answer is kept,
+        so planning the same shapes again (every ``kernel_matrix`` call of a notebook)
+        costs nothing.
         """
         key = (int(n_rows), int(n_cols), int(pair_batch), bool(arguments))
         if key not in self._memory:
-            self._memory[key] = self._compiled_memory(*key)
+            got = self._analysed.get(key)
+            if got is None:
+                got = self._from_whole_chunks(*key)
+            if got is None:
+                got = self._compiled_memory(*key)
+            self._memory[key] = got
         return self._memory[key]
+
+    def _from_whole_chunks(self, n_rows: int, n_cols: int, pair_batch: int,
+                           arguments: bool):
+        """The answer at ``pair_batch`` pairs from an analysed program of these blocks
+        at another size, both two or more whole chunks of a per-device program (see
+        the module docstring); ``None`` where there is none."""
+        if (not self._whole_chunks(pair_batch) or self._uses_grid(n_rows, n_cols, pair_batch)
+                or self._on_mesh(jax.local_devices())):
+            return None
+        outputs, indices = self._pair_io
+        for (r, c, p, a), m in self._analysed.items():
+            if (r, c, a) == (n_rows, n_cols, arguments) and self._whole_chunks(p):
+                return m + (pair_batch - p) * (outputs + arguments * indices)
+        return None
 
     def pairs_executable(self, n_rows: int, n_cols: int, pair_batch: int):
         """The compiled program one pair call of ``n_rows x n_cols`` blocks at
@@ -83,8 +118,10 @@ class CompiledMemory:
         m = self.pairs_executable(n_rows, n_cols, pair_batch).memory_analysis()
         if m is None:  # backend without memory analysis: fall back to the live-tensor count
             return 3 * pair_batch * self.live_bytes_per_pair
-        return int(arguments * m.argument_size_in_bytes + m.output_size_in_bytes
-                   + m.temp_size_in_bytes)
+        for a in (True, False):  # both answers of this program, one analysis
+            self._analysed[(n_rows, n_cols, pair_batch, a)] = int(
+                a * m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
+        return self._analysed[(n_rows, n_cols, pair_batch, arguments)]
 
     def compiled_stats_memory(self, rows: int) -> int:
         """XLA's peak estimate (bytes) for one per-input call on ``rows`` inputs."""

@@ -247,8 +247,10 @@ def memory_line(costs: EngineCosts, block: int, batch: int) -> tuple[int, int]:
         return 1, costs.compiled_memory(block, block, block * block)
     p2 = max(2, batch)
     p1 = p2 // 2
-    m1 = costs.compiled_memory(block, block, p1)
+    # the batch the run calls first: the engine may answer at half of it from that
+    # program, without compiling another (kernels._memory_model)
     m2 = costs.compiled_memory(block, block, p2)
+    m1 = costs.compiled_memory(block, block, p1)
     per_pair = max(1, -(-(m2 - m1) // (p2 - p1)))
     return per_pair, max(0, m1 - p1 * per_pair)
 
