@@ -32,7 +32,7 @@ whole matrices are assembled tile by tile in the run layer
 from __future__ import annotations
 
 import functools
-from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +48,7 @@ from ._mesh import Programs, device_mesh, on_mesh, replicated, split
 from ._passes import LayerPass, Traced, trace
 from ._plans import PLANS
 from ._runner import pad_rows, run_on_devices
+from ._stats import Stats
 from ._xla import compiler_options, default_chunk_bytes, x64_scope
 
 
@@ -58,30 +59,6 @@ STATS_CALL_ROWS = 1024  # and at most this many rows (the executor reads 1024 at
 # Pair calls of the CPU plan smaller than this (or than a chunk) are padded up to it:
 # one program for every small batch (see ``KernelFn.call_batch``).
 SMALL_CALL_PAIRS = 32
-
-
-class Stats(NamedTuple):
-    """Per-input quantities. ``variances[k]``: ``(n, H_k, W_k)`` (one size per spatial
-    axis) or ``(n,)``;
-    ``diag[kind]``: ``(n,)``, the kernel of each input with itself."""
-
-    variances: Tuple[np.ndarray, ...]
-    diag: Dict[str, np.ndarray]
-
-    def take(self, rows) -> "Stats":
-        return Stats(tuple(v[rows] for v in self.variances),
-                     {k: v[rows] for k, v in self.diag.items()})
-
-    def pad(self, n: int) -> "Stats":
-        """The variances with their last row repeated up to ``n`` rows; no diagonal."""
-        return Stats(tuple(pad_rows(v, n) for v in self.variances), {})
-
-    @staticmethod
-    def concat(parts) -> "Stats":
-        """One ``Stats`` of consecutive rows from those of each part, in order."""
-        parts = list(parts)
-        return Stats(tuple(np.concatenate(vs) for vs in zip(*(p.variances for p in parts))),
-                     {k: np.concatenate([p.diag[k] for p in parts]) for k in parts[0].diag})
 
 
 class KernelFn:
