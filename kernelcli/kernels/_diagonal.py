@@ -1,4 +1,5 @@
-"""The convolution of a spatial diagonal on the CPU plan: each axis padded once.
+"""The convolution of a spatial diagonal on the CPU plan: each axis padded once; with
+the nonlinearity after it, one program.
 
 After the last pooling layer (and in networks without pooling: the flatten nets) a
 pair's state is its spatial diagonal, ``(P, H, W)``, and a convolution maps it by
@@ -9,6 +10,9 @@ vectorise (BENCHMARKS.md, issue 26 point 4). Here each axis is padded once and t
 taps are static (strided) slices of the padded array: the same sums in the same
 order (``tap 0 + tap 1 + ...``, then ``* (1/k)``, axis by axis), so the same values,
 at about half the cost.
+
+In a pair pass a convolution and the nonlinearity after it run as one ``block``
+(one conditional, the convolution's sums fused into the nonlinearity's loops).
 
 The accelerator plan keeps ``conv_cov`` (its structure tests fix its programs); full
 covariances keep their row loops (``_fused``).
