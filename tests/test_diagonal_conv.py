@@ -25,3 +25,36 @@ def test_padded_once_gives_the_joint_shift_mean():
         case = (shape, padding, k, s)
         assert got.shape == want.shape, case
         np.testing.assert_allclose(got, want, rtol=2e-7, atol=0, err_msg=str(case))
+
+
+def test_block_is_the_conv_then_the_nonlinearity():
+    """``block`` (the two layers of a pair pass in one conditional) against the two
+    layers one after the other, with an NTK array and with the raw input's scalar
+    zero, strided and not, in float32 (rounding apart: the sums fuse) and float64."""
+    from kernelcli.kernels._diagonal import block, conv
+    from kernelcli.kernels._nonlinear import abrelu
+    from kernelcli.kernels._state import State
+    from kernelcli.kernels._xla import x64_scope
+
+    rng = np.random.default_rng(1)
+    for dtype, exact, tol in (("float32", False, 2e-6), ("float64", True, 1e-14)):
+        with x64_scope(dtype):
+            for layer in (Conv(filter=(3, 3), strides=(1, 1), padding="SAME", W_std=1.5,
+                               b_std=0.1),
+                          Conv(filter=(2, 2), strides=(2, 2), padding="VALID")):
+                v = rng.uniform(1, 2, (4, 6, 6)).astype(dtype)
+                c = (v * rng.uniform(-1, 1, v.shape)).astype(dtype)
+                for ntk in (rng.uniform(0, 1, v.shape).astype(dtype), 0.0):
+                    state = State(nngp=c, ntk=ntk, full=False, spatial=True, channels=3)
+                    after = conv(state, layer, False)
+                    va = np.asarray(conv(state.replace(nngp=v, ntk=None), layer, False).nngp)
+                    vb = va[::-1].copy()
+                    want = abrelu(after, va, vb, 0.0, 1.0, exact)
+                    got = block(state, layer,
+                                lambda st, x, y, e=exact: abrelu(st, x, y, 0.0, 1.0, e),
+                                va, vb, False)
+                    for key in ("nngp", "ntk"):
+                        g, w = np.asarray(getattr(got, key)), np.asarray(getattr(want, key))
+                        assert g.dtype == np.dtype(dtype) and g.shape == w.shape
+                        np.testing.assert_allclose(g, w, rtol=tol, atol=tol,
+                                                   err_msg=f"{dtype} {layer} {key}")

@@ -129,7 +129,10 @@ def test_deep_flatten_network_memory_per_pair_batch_does_not_grow_with_depth():
     got = [k.compiled_memory(n_rows=16, n_cols=16, pair_batch=k.chunk, arguments=False)
            for k in (shallow, deep)]
     assert got[1] <= 1.1 * got[0], f"depth 3: {got[0]} B, depth 21: {got[1]} B"
-    assert got[1] / (deep.chunk * deep.live_bytes_per_pair) <= 3.5
+    # 2.8 when a layer's nonlinearity ran slab by slab; 3.6 since a layer's convolution
+    # and nonlinearity are one fused conditional over the chunk (``_diagonal.block``:
+    # its padded temporaries are chunk-sized), the same at every depth
+    assert got[1] / (deep.chunk * deep.live_bytes_per_pair) <= 4.0
 
 
 @pytest.mark.parametrize("net", ["flatten", "gap"])

@@ -167,10 +167,10 @@ def _block(conv, act, standard: bool, exact: bool, batched: bool = False):
                 va = vb = _linear.conv(diag, conv, standard).nngp
             return conv_pointwise(state, conv, pointwise, va, vb, standard,
                                   self_pair=self_pair, spare=spare), va
+        if not self_pair:
+            return _diagonal.block(state, conv, pointwise, va, vb, standard), va
         state = _diagonal.conv(state, conv, standard)
-        if self_pair:
-            va = vb = state.nngp
-        return _by_slabs(pointwise, state, va, vb), va
+        return _by_slabs(pointwise, state, state.nngp, state.nngp), state.nngp
 
     return run
 
@@ -211,7 +211,8 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 variances.recorded.extend(recs[t] for t in range(m))
             k += 2 * m
             continue
-        if kernel_map(layer).fuses and is_pointwise(after) and (state.full or batched):
+        if kernel_map(layer).fuses and is_pointwise(after) and (
+                state.full or batched or _diagonal.fuses(layer, state, variances)):
             if isinstance(variances, PairVariances):
                 v1, v2 = variances(state)
             else:

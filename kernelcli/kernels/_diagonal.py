@@ -1,4 +1,5 @@
-"""The convolution of a spatial diagonal on the CPU plan: each axis padded once.
+"""The convolution of a spatial diagonal on the CPU plan: each axis padded once; with
+the nonlinearity after it, one program.
 
 After the last pooling layer (and in networks without pooling: the flatten nets) a
 pair's state is its spatial diagonal, ``(P, H, W)``, and a convolution maps it by
@@ -9,6 +10,9 @@ vectorise (BENCHMARKS.md, issue 26 point 4). Here each axis is padded once and t
 taps are static (strided) slices of the padded array: the same sums in the same
 order (``tap 0 + tap 1 + ...``, then ``* (1/k)``, axis by axis), so the same values,
 at about half the cost.
+
+In a pair pass a convolution and the nonlinearity after it run as one ``block``
+(one conditional, the convolution's sums fused into the nonlinearity's loops).
 
 The accelerator plan keeps ``conv_cov`` (its structure tests fix its programs); full
 covariances keep their row loops (``_fused``).
@@ -24,12 +28,19 @@ from jax import lax
 from ..spec import Conv
 from ._linear import affine, map_ntk
 from ._spatial import out_size, pads
-from ._state import State
+from ._state import PairVariances, State
 
 
 def applies(layer, state: State) -> bool:
     """Whether ``layer`` is a convolution of a spatial diagonal (this module's case)."""
     return isinstance(layer, Conv) and state.spatial and not state.full
+
+
+def fuses(layer, state: State, variances) -> bool:
+    """Whether ``layer`` and the nonlinearity after it run as one ``block``: a
+    convolution of a diagonal in a pair pass (the per-input pass keeps the two layers
+    apart: it records the convolution's output as the nonlinearity's variances)."""
+    return applies(layer, state) and isinstance(variances, PairVariances)
 
 
 def _padded(x, axis: int, lo_hi, padding: str):
@@ -72,3 +83,30 @@ def conv(state: State, layer: Conv, standard: bool) -> State:
     fan_in = state.channels * math.prod(layer.filter)
     return affine(state, a(state.nngp), map_ntk(state, a), layer.W_std, layer.b_std,
                   fan_in, standard, layer.width)
+
+
+
+def block(state: State, layer: Conv, pointwise, va, vb, standard: bool) -> State:
+    """``conv`` and then ``pointwise(state, va, vb)`` (the nonlinearity after it, with
+    its per-input variances) on a batch of pairs' diagonals, as one program with no
+    intermediate written back.
+
+    The layers need a fusion boundary between them: without one a deep network fuses
+    each layer's window into the next and re-evaluates it (``_compose._by_slabs``).
+    The slab loop that gave one wrote the convolution's output, then ran the
+    nonlinearity over it in place, copying the array it updated every step: three
+    more passes over the covariances per layer. Here the boundary is a conditional
+    whose two branches are this same function (so which one runs never matters, and
+    the predicate is any value computed at run time): its operands and results are
+    buffers, and inside it the convolution's sums fuse into the nonlinearity's loops
+    (BENCHMARKS.md, issue 26 point 4, second round)."""
+    kept = state.ntk if isinstance(state.ntk, float) else None  # the raw input's zero
+
+    def both(nngp, ntk, va, vb):
+        st = state.replace(nngp=nngp, ntk=ntk if kept is None else kept)
+        out = pointwise(conv(st, layer, standard), va, vb)
+        return out.nngp, out.ntk
+
+    nngp, ntk = lax.cond(va.reshape(-1)[0] >= 0, both, both, state.nngp,
+                         None if kept is not None else state.ntk, va, vb)
+    return state.replace(nngp=nngp, ntk=ntk, channels=layer.width)

@@ -47,6 +47,15 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
         r1, r2 = outer(_safe_sqrt(v1), _safe_sqrt(v2), state)
         s = r1 * r2
         s = jnp.where(s - ac <= s * _SNAP64, ac, s)
+    elif state.spatial:
+        # float32 on a spatial diagonal: one variance per entry, so the outer product
+        # below would take two square roots per entry; one, of the product, is one
+        # vector square root fewer per entry (the ReLU's square roots and division set
+        # its pace: BENCHMARKS.md, issue 26 point 4, second round). sqrt(round(v*v)) is
+        # v exactly, and the snap is kept for pairs whose variances differ by rounding.
+        p1, p2 = outer(v1, v2, state)
+        s = jnp.sqrt(p1 * p2)
+        s = jnp.where(s - ac <= s * _SNAP, ac, s)
     else:
         # float32: s from the square roots of the two inputs' variances, one per
         # position (an outer product: no square root per entry, where square roots
