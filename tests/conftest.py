@@ -77,6 +77,15 @@ FAST_CASES = ("fc3", "rect", "erf_net", "standard_param", "residual", "cnn1_gap"
               "spatial_sum_pool", "elem_gaussian_rect", "elem_hermite_gap")
 
 
+def one_device() -> list:
+    """The first local device, for ``kernel_matrix(..., devices=one_device())`` where a
+    test compares kernels computed in-process with each other (not with a CLI run's
+    bits): a program is compiled once per device it runs on, so on the CLI's devices
+    (one per core) every pair program compiles twice; a comparison made on one device
+    proves the same with half the compilations."""
+    return jax.local_devices()[:1]
+
+
 def fast_subset(names):
     """``names`` as test parameters, those outside ``FAST_CASES`` marked slow."""
     return [n if n in FAST_CASES else pytest.param(n, marks=pytest.mark.slow) for n in names]
@@ -200,7 +209,9 @@ class ReferenceKernels:
         with jax.numpy_dtype_promotion("strict"), jax.debug_nans(True):
             check_architecture(arch, c.x1.shape[1:])
             kfn = build_kernel_fn(arch, c.x1.shape[1:], self.KINDS, dtype, engine="cpu")
-            return kernel_matrix(kfn, c.x1, c.x2)
+            # compared with tolerances only (neural-tangents, the accelerator plan, exact
+            # values), never with a CLI run's bits: one device, each program compiled once
+            return kernel_matrix(kfn, c.x1, c.x2, devices=one_device())
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,9 @@ def test_estimated_time_is_within_a_factor_of_three_of_the_measured_run(tmp_path
     parts = ("startup_seconds", "compile_seconds", "stats_seconds", "pairs_seconds",
              "writes_seconds")
     estimates, walls = [], []
-    for _ in range(2):  # estimate and run in turn, the better of each: the load varies
+    # estimate and run in turn, the better of each: the load varies; a second pair only
+    # when the load moved the first one apart
+    for _ in range(2):
         r = run_cli("estimate", cfg, "--time", "--json", env=env)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
@@ -48,4 +50,6 @@ def test_estimated_time_is_within_a_factor_of_three_of_the_measured_run(tmp_path
         r = run_cli("compute", cfg, "--quiet", env=env)
         walls.append(time.perf_counter() - t)
         assert r.returncode == 0, r.stderr
+        if min(walls) / 3 <= min(estimates) <= 3 * min(walls):
+            break
     assert min(walls) / 3 <= min(estimates) <= 3 * min(walls), (estimates, walls)

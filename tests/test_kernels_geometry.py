@@ -6,7 +6,8 @@ The oracle is independent of the padding code: a SAME window as the first layer 
 after a 1x1 convolution without bias) reads zeros outside the input, so it equals a VALID window over the input padded explicitly
 with those zeros (lax's SAME rule: ``total = (out - 1) * s + k - n``, the smaller half
 first). Both execution plans, both kernels, float64; each kernel also finite and
-symmetric. The overhang cases against neural-tangents itself are reference fixtures
+symmetric. Computed on one device: each program compiles once (conftest.one_device).
+The overhang cases against neural-tangents itself are reference fixtures
 (``tests/fixtures/make_spatial.py``: ``spatial_overhang_*``).
 """
 
@@ -18,6 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import kernelcli
+from conftest import one_device
 from kernelcli import stax
 
 LAYERS = ("conv", "conv_local", "avg_pool", "sum_pool")
@@ -67,10 +69,10 @@ def test_a_same_window_is_a_valid_window_over_the_explicitly_padded_input(geomet
     sizes, k, s, kind, head, engine = geometry
     x = np.random.default_rng(sum(sizes) + sum(k)).standard_normal((3,) + sizes + (2,))
     same = kernelcli.kernel_fn(_net(kind, k, s, "SAME", head))(
-        x, dtype="float64", engine=engine)
+        x, dtype="float64", engine=engine, devices=one_device())
     pads = [(0, 0)] + [_same_pads(n, kk, ss) for n, kk, ss in zip(sizes, k, s)] + [(0, 0)]
     valid = kernelcli.kernel_fn(_net(kind, k, s, "VALID", head))(
-        np.pad(x, pads), dtype="float64", engine=engine)
+        np.pad(x, pads), dtype="float64", engine=engine, devices=one_device())
     for a, b in zip(same, valid):
         assert np.all(np.isfinite(a)) and np.array_equal(a, a.T)
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
@@ -85,6 +87,6 @@ def test_valid_and_circular_windows_at_the_boundary_are_finite_and_symmetric(n, 
     assume(padding != "VALID" or k <= n)  # a VALID window that does not fit is refused
     x = np.random.default_rng(n * 31 + k).standard_normal((3, n, 2))
     for kernel in kernelcli.kernel_fn(_net(kind, (k,), (s,), padding, "flatten"))(
-            x, dtype="float64"):
+            x, dtype="float64", devices=one_device()):
         assert np.all(np.isfinite(kernel)) and np.array_equal(kernel, kernel.T)
         assert np.linalg.eigvalsh(kernel).min() > -1e-12 * np.abs(kernel).max()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import one_device
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.run import kernel_matrix
 from test_kernels_montecarlo import DRAWS, FLAT_OUT, SQ2, arch_of, assert_mc_close, images
@@ -82,9 +83,11 @@ def test_kernels_equal_those_with_a_size_one_axis_dropped(net, rank):
         small, big = _net(net, [3, 2], [2, 1], [2, 2], [1, 1]), \
             _net(net, [1, 3, 2], [1, 2, 1], [1, 2, 2], [1, 1, 1])
         x_small, x_big = x, x[:, None]
+    # on one device: each program compiles once (conftest.one_device)
     a = kernel_matrix(build_kernel_fn(small, x_small.shape[1:], ("nngp", "ntk"), "float64"),
-                      x_small)
-    b = kernel_matrix(build_kernel_fn(big, x_big.shape[1:], ("nngp", "ntk"), "float64"), x_big)
+                      x_small, devices=one_device())
+    b = kernel_matrix(build_kernel_fn(big, x_big.shape[1:], ("nngp", "ntk"), "float64"), x_big,
+                      devices=one_device())
     for kind in ("nngp", "ntk"):
         err = np.max(np.abs(a[kind] - b[kind])) / np.max(np.abs(a[kind]))
         assert err <= 1e-13, f"{net} rank {rank} {kind}: {err:.2e}"

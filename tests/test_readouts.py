@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import kernelcli
+from conftest import one_device
 from helpers_cli import (SQRT2, error_line, invoke, read_kernels, run_cli, write_config)
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn
@@ -42,18 +43,19 @@ def rel(a, b) -> float:
 
 def assert_readouts_match(arch, x1, x2=None, augment=()):
     """Every readout of ``arch`` against ``kernel_matrix`` of its truncated network
-    (both averaged over the flip group of ``augment``, when given)."""
+    (both averaged over the flip group of ``augment``, when given), on one device: each
+    program compiles once (conftest.one_device)."""
     shape = x1.shape[1:]
     check_architecture(arch, shape)
     got = kernel_matrix(build_kernel_fn(arch, shape, ("nngp", "ntk"), "float64", augment),
-                        x1, x2)
+                        x1, x2, devices=one_device())
     assert sorted(got) == sorted(f"{k}_d{a}" for a in arch.readouts.after
                                  for k in ("nngp", "ntk"))
     for a in arch.readouts.after:
         alone = arch.truncated(a)
         check_architecture(alone, shape)
         want = kernel_matrix(build_kernel_fn(alone, shape, ("nngp", "ntk"), "float64",
-                                             augment), x1, x2)
+                                             augment), x1, x2, devices=one_device())
         for kind in ("nngp", "ntk"):
             assert rel(got[f"{kind}_d{a}"], want[kind]) <= 1e-12, (a, kind)
 
@@ -107,11 +109,12 @@ def test_after_counts_repeat_expanded_and_a_head_that_pools_keeps_the_full_covar
 def test_the_python_api_returns_a_dict_by_readout():
     arch = {"layers": POOLED_BODY[:4], "readouts": {"head": GAP_HEAD, "after": [2, 4]}}
     x = np.random.default_rng(4).standard_normal((3, 4, 4, 2))
-    got = kernelcli.kernel_fn(arch)(x, get="nngp", dtype="float64")
+    one = one_device()
+    got = kernelcli.kernel_fn(arch)(x, get="nngp", dtype="float64", devices=one)
     assert sorted(got) == [2, 4]
     alone = kernelcli.kernel_fn({"layers": POOLED_BODY[:2] + GAP_HEAD})
-    assert rel(got[2], alone(x, get="nngp", dtype="float64")) <= 1e-12
-    both = kernelcli.kernel_fn(arch)(x, dtype="float64")
+    assert rel(got[2], alone(x, get="nngp", dtype="float64", devices=one)) <= 1e-12
+    both = kernelcli.kernel_fn(arch)(x, dtype="float64", devices=one)
     assert isinstance(both[4], tuple) and len(both[4]) == 2
 
 

@@ -66,6 +66,17 @@ def run(*args, timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+def run_here(*args):
+    """``kernelcli ARGS`` in-process, for the commands that compute nothing (status, a
+    refusal): the CLI's own code from its parser down, without a process start."""
+    from types import SimpleNamespace
+
+    from helpers_cli import invoke
+
+    r = invoke(*args)
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
+
+
 def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
@@ -174,7 +185,8 @@ def test_concurrent_shards_one_killed_and_rerun_match_a_single_process_run(tmp_p
 
 
 @pytest.mark.slow
-def test_the_same_shard_twice_at_once_then_the_other_shard_assembles(tmp_path, reference):
+def test_the_same_shard_twice_at_once_then_the_other_shard_assembles(tmp_path, reference,
+                                                                  keep_process_state):
     cfg = write_case(tmp_path)
     run_dir = tmp_path / "run"
     twins = [start("compute", cfg, "--shard", "0/2") for _ in range(2)]
@@ -190,7 +202,7 @@ def test_the_same_shard_twice_at_once_then_the_other_shard_assembles(tmp_path, r
 
     # assemble refuses, saying how many tiles (and of which shard) are missing
     missing = 21 - len(want)
-    refused = run("assemble", run_dir)
+    refused = run_here("assemble", run_dir)
     assert refused.returncode == 1
     assert refused.stderr.startswith(
         f"Error: cannot assemble {run_dir / 'kernels.h5'}: {missing} of 21 tiles are "
@@ -198,17 +210,17 @@ def test_the_same_shard_twice_at_once_then_the_other_shard_assembles(tmp_path, r
     assert "Traceback" not in refused.stderr
 
     # status: from the markers, per shard; text and JSON
-    text = run("status", run_dir)
+    text = run_here("status", run_dir)
     assert text.returncode == 0
     assert "shard 0/2: 100.0% of pairs" in text.stdout and ", done" in text.stdout
     assert "shard 1/2:   0.0% of pairs" in text.stdout and "not started" in text.stdout
-    status = json.loads(run("status", run_dir, "--json").stdout)
+    status = json.loads(run_here("status", run_dir, "--json").stdout)
     assert [(r["index"], r["count"], r["started"], r["finished"]) for r in status["shards"]] \
         == [(0, 2, True, True), (1, 2, False, False)]
     assert sum(r["pairs_total"] for r in status["shards"]) == status["pairs_total"]
     assert status["shards"][0]["pairs_done"] == status["pairs_done"]
     # --shards N counts for another split of the same plan, deterministically
-    other = json.loads(run("status", run_dir, "--json", "--shards", "3").stdout)
+    other = json.loads(run_here("status", run_dir, "--json", "--shards", "3").stdout)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     parts = assign(Manifest.check(manifest, run_dir).geometry.blocks, 3)
     assert [r["blocks_total"] for r in other["shards"]] == [len(p) for p in parts]
@@ -219,7 +231,7 @@ def test_the_same_shard_twice_at_once_then_the_other_shard_assembles(tmp_path, r
     other = tmp_path / "other.yaml"
     other.write_text(cfg.read_text().replace("b_std: 0.1", "b_std: 0.2"))
     before = sorted(p.name for p in run_dir.rglob("*"))
-    refused = run("compute", other, "--run-dir", run_dir, "--shard", "1/2")
+    refused = run_here("compute", other, "--run-dir", run_dir, "--shard", "1/2")
     assert refused.returncode == 2
     assert refused.stderr.startswith(f"Error: {run_dir} holds a run of a different "
                                      f"configuration ('c')")
@@ -228,9 +240,9 @@ def test_the_same_shard_twice_at_once_then_the_other_shard_assembles(tmp_path, r
     last = run("compute", cfg, "--shard", "1/2", "--quiet")
     assert last.returncode == 0, last.stderr
     assert_same_result(run_dir, reference)
-    done = run("assemble", run_dir)
+    done = run_here("assemble", run_dir)
     assert done.returncode == 0 and "already complete" in done.stderr
-    final = json.loads(run("status", run_dir, "--json").stdout)
+    final = json.loads(run_here("status", run_dir, "--json").stdout)
     assert final["finished"] and all(r["finished"] for r in final["shards"])
 
 
