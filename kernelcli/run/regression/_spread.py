@@ -111,7 +111,7 @@ class ProcessBands:
         self.ctx = multiprocessing.get_context("spawn")
         self.procs: list = [None] * len(self.bounds)
         self.conns: list = [None] * len(self.bounds)
-        self.senders: list = [None] * len(self.bounds)  # the thread of each last send
+        self.senders: list = [[] for _ in self.bounds]  # each band's sends in flight
         self.deaths = [0] * len(self.bounds)
         self.iteration = 0
         try:
@@ -163,14 +163,17 @@ class ProcessBands:
         sender = threading.Thread(target=_send_quietly, args=(self.conns[i], msg),
                                   daemon=True, name="kernelcli-band-send")
         sender.start()
-        self.senders[i] = sender
+        self.senders[i] = [t for t in self.senders[i] if t.is_alive()] + [sender]
 
     def _close_pipe(self, i: int) -> None:
         """Close band ``i``'s pipe once its process is gone and its sender is done: a
         closed descriptor is reused at once (by the next pipe), and a sender still
-        writing to the old number would write into it."""
-        if self.senders[i] is not None:
-            self.senders[i].join()  # the peer is gone: the write ends (EPIPE) at once
+        writing to the old number would write into it. Every send still in flight is
+        waited for, not only the last: ``close`` sends its farewell while a product's
+        send to a stopped worker may still be writing."""
+        for sender in self.senders[i]:
+            sender.join()  # the peer is gone: the write ends (EPIPE) at once
+        self.senders[i] = []
         self.conns[i].close()
 
     def _collect(self, sent: dict, iteration: int, timeout_s: Optional[float] = None) -> list:
