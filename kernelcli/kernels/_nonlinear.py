@@ -35,38 +35,29 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # c = v1 = v2), giving an angle of ~sqrt(eps) instead of 0. sqrt(round(v*v)) is v
     # exactly, so here the difference is exactly 0 there.
     ac = jnp.abs(c)
-    if exact and not (state.spatial and state.full):
-        # no outer product here (one variance per entry): one square root per entry
+    # Two decisions. How s is formed: the square root of the product v1 v2 (one square
+    # root per entry) where the state holds one variance per entry (no outer product:
+    # a diagonal or no spatial axes) in float64, and on every spatial state in float32
+    # (the ReLU's square roots and division set its pace there: BENCHMARKS.md, issue 26
+    # point 4, second round); elsewhere the outer product of per-position square roots
+    # (no square root per entry; in float64 a vector square root costs several times a
+    # float32 one per element). And whether |c| within a few units in the last place
+    # of s is taken as s: everywhere but float64's per-entry product, where
+    # sqrt(round(v*v)) is v exactly, so the diagonal's angle is exactly 0 already.
+    per_entry = exact and not (state.spatial and state.full)
+    if per_entry or (not exact and state.spatial):
         p1, p2 = outer(v1, v2, state)
         s = jnp.sqrt(p1 * p2)
-    elif exact:
-        # float64 as float32 below, for the same reason and more: a float64 vector
-        # square root costs several times a float32 one per element. The snap is
-        # 4 units in float64's last place (angles below 3e-8 rad, where float64's
-        # rounding of c already decides them).
-        r1, r2 = outer(_safe_sqrt(v1), _safe_sqrt(v2), state)
-        s = r1 * r2
-        s = jnp.where(s - ac <= s * _SNAP64, ac, s)
-    elif state.spatial:
-        # float32 on a spatial diagonal: one variance per entry, so the outer product
-        # below would take two square roots per entry; one, of the product, is one
-        # vector square root fewer per entry (the ReLU's square roots and division set
-        # its pace: BENCHMARKS.md, issue 26 point 4, second round). sqrt(round(v*v)) is
-        # v exactly, and the snap is kept for pairs whose variances differ by rounding.
-        p1, p2 = outer(v1, v2, state)
-        s = jnp.sqrt(p1 * p2)
-        s = jnp.where(s - ac <= s * _SNAP, ac, s)
     else:
-        # float32: s from the square roots of the two inputs' variances, one per
-        # position (an outer product: no square root per entry, where square roots
-        # set much of the pace; BENCHMARKS.md, issue 26). sqrt(v)^2 is v only to a
-        # few units in the last place, so |c| that close to s is taken as s: the
-        # angle is exactly 0 on the diagonal, and elsewhere it changes only where
-        # float32's rounding of c already decides it (an angle below 7e-4, where
-        # 1 - |c|/s is below 2.4e-7).
         r1, r2 = outer(_safe_sqrt(v1), _safe_sqrt(v2), state)
         s = r1 * r2
-        s = jnp.where(s - ac <= s * _SNAP, ac, s)
+    if not per_entry:
+        # sqrt(v)^2 is v only to a few units in the last place (and variances can differ
+        # by rounding), so |c| that close to s is taken as s: the angle is exactly 0 on
+        # the diagonal, and elsewhere it changes only where the dtype's rounding of c
+        # already decides it (float32: angles below 7e-4, where 1 - |c|/s is below
+        # 2.4e-7; float64: below 3e-8)
+        s = jnp.where(s - ac <= s * (_SNAP64 if exact else _SNAP), ac, s)
     sq = _safe_sqrt((s - ac) * (s + ac))
     theta = atan2_nonneg(sq, c, exact)
     factor = (a - b) ** 2 / (2 * math.pi)
