@@ -42,6 +42,26 @@ def local_devices(requested: Optional[int]) -> list:
     return devices[:requested]
 
 
+def compute_streams(kfn, devices) -> list:
+    """The device each of ``devices``' runner threads calls for ``kfn`` (one thread per
+    device, as ``kernels._runner`` spreads calls): on CPU the first host device for all
+    of them, elsewhere, or where ``kfn``'s calls are one program over the devices' mesh
+    (the accelerator plan, ``kernels._mesh``), each its own.
+
+    XLA binds an executable to its device, so a program called on each of two host
+    devices is compiled twice (0.2-0.4 CPU s each for a pair program). CPU host devices
+    are one memory and one intra-op thread pool, and the CPU client runs calls of one
+    device from several threads at once, so one thread per host device calling the first
+    device's program keeps every core busy with one compilation per program; the values
+    are the same bits (one program, the same calls), and the inputs are placed once. The
+    host devices still count the threads (``compute.devices``, progress, the budget)."""
+    devices = list(devices)
+    per_device = kfn.engine == "cpu" and not kfn.mesh_calls
+    if per_device and devices and all(getattr(d, "platform", None) == "cpu" for d in devices):
+        return [devices[0]] * len(devices)
+    return devices
+
+
 DEVICE_SOURCE = "device memory_stats"
 
 
