@@ -11,9 +11,10 @@ from ..errors import ComputeError, ConfigError, resume_command
 
 
 def configure_host_devices() -> None:
-    """On CPU, expose one XLA host device per core, so a pair batch per device keeps
-    every core busy (one XLA computation alone leaves cores idle). Must run before
-    jax is imported; a user's own ``XLA_FLAGS`` setting wins."""
+    """On CPU, expose one XLA host device per core: the CPU plan runs a thread per host
+    device, so a pair batch per core keeps every core busy (one XLA computation alone
+    leaves cores idle; the threads call one device's programs, :func:`compute_streams`).
+    Must run before jax is imported; a user's own ``XLA_FLAGS`` setting wins."""
     flags = _env.get("XLA_FLAGS") or ""
     if "xla_force_host_platform_device_count" in flags:
         given = re.findall(r"xla_force_host_platform_device_count=(\S*)", flags)
