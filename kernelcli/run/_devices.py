@@ -50,7 +50,7 @@ def compute_streams(kfn, devices) -> list:
     (the accelerator plan, ``kernels._mesh``), each its own.
 
     XLA binds an executable to its device, so a program called on each of two host
-    devices is compiled twice (0.2-0.4 CPU s each for a pair program). CPU host devices
+    devices is compiled twice (BENCHMARKS.md, issue 26, third round). CPU host devices
     are one memory and one intra-op thread pool, and the CPU client runs calls of one
     device from several threads at once, so one thread per host device calling the first
     device's program keeps every core busy with one compilation per program; the values
