@@ -16,7 +16,8 @@ ratios come from runs interleaved within seconds of each other: read those.
 ``--variant LABEL:VAR=VALUE[;VAR=VALUE]`` (repeated) adds settings of the process
 environment measured on NEW beside OLD and NEW, in the same rounds, e.g. the host
 device set-up (``--variant "1dev:XLA_FLAGS=--xla_force_host_platform_device_count=1"``);
-each gets its own column pair and its ratio to old.
+each gets its own column pair and its ratio to old. ``--library``: every process
+leaves jax's one CPU device (``kc_case --library``), as a library user's does.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ N = {"cnn1_gap": 16, "cnn5_gap": 6, "cnn21_gap": 3, "myrtle5": 8,
      "cnn5_flatten": 96, "cnn21_flatten": 24, "fc2": 1000}
 
 
-def one(root: Path, case: str, dtype: str, reps: int, extra=None) -> tuple:
+def one(root: Path, case: str, dtype: str, reps: int, extra=None, library=False) -> tuple:
     """Best (wall, CPU) seconds per pair of one ``kc_case`` process on the checkout at
     ``root``, with ``extra`` environment variables."""
     env = {**os.environ, "PYTHONPATH": str(root), "KERNELCLI_CACHE_DIR": "off",
            **(extra or {})}
     out = subprocess.run([sys.executable, str(BENCH / "kc_case.py"), case, "--n",
                           str(N[case]), "--mode", "tri", "--dtype", dtype,
-                          "--reps", str(reps)],
+                          "--reps", str(reps)] + ["--library"] * library,
                          env=env, capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     return min(got["seconds"]) / got["entries"], min(got["cpu_seconds"]) / got["entries"]
@@ -54,6 +55,8 @@ def main(argv=None) -> None:
     p.add_argument("--dtypes", default="float32,float64")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--library", action="store_true",
+                   help="kc_case --library: jax's one CPU device, as a library user's")
     p.add_argument("--variant", action="append", default=[],
                    help="LABEL:VAR=VALUE[;VAR=VALUE]: NEW with these environment settings")
     a = p.parse_args(argv)
@@ -87,7 +90,7 @@ def measure(a, case: str, dtypes, runs) -> dict:
     for _ in range(a.rounds):
         for dtype in dtypes:
             for tag, root, extra in runs:
-                got = one(root, case, dtype, a.reps, extra)
+                got = one(root, case, dtype, a.reps, extra, a.library)
                 best[tag, dtype] = [min(b, g) for b, g in zip(best[tag, dtype], got)]
     return best
 

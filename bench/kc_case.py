@@ -41,12 +41,16 @@ def main(argv=None):
                         "the covariances that must be alive")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--out", default=None, help=".npy path for the (2, N, N) kernels")
+    p.add_argument("--library", action="store_true",
+                   help="leave jax's one CPU device, as a library user's process does "
+                        "(default: one host device per core, as `kernelcli compute`)")
     a = p.parse_args(argv)
     n = a.n or CASES[a.case][0]
 
     from kernelcli.run import configure_host_devices
 
-    configure_host_devices()  # one XLA host device per core, as `kernelcli compute` does
+    if not a.library:
+        configure_host_devices()  # one XLA host device per core, as `kernelcli compute`
     import jax
     from jax import monitoring
     from kernelcli.kernels import build_kernel_fn

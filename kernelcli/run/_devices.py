@@ -25,8 +25,12 @@ def configure_host_devices() -> None:
                               f"{shown} is not a device count; accepted: an integer >= 1, "
                               f"or leave it out (one device per core)")
         return
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={_cores()}".strip()
+
+
+def _cores() -> int:
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n or 1}".strip()
+    return n or 1
 
 
 def local_devices(requested: Optional[int]) -> list:
@@ -60,6 +64,25 @@ def compute_streams(kfn, devices) -> list:
     per_device = kfn.engine == "cpu" and not kfn.mesh_calls
     if per_device and devices and all(getattr(d, "platform", None) == "cpu" for d in devices):
         return [devices[0]] * len(devices)
+    return devices
+
+
+def default_devices(kfn) -> list:
+    """The devices a call of ``kfn`` computes on when it names none (``kernel_matrix``,
+    the library): jax's local devices; but on the CPU plan, where jax has one host
+    device and ``XLA_FLAGS`` forces no count (a process that did not call
+    :func:`configure_host_devices`, as a neural-tangents user's), that device once per
+    core: a runner thread per core calling its programs (:func:`compute_streams`), as
+    with the CLI's host device per core, where one thread alone leaves cores to XLA's
+    intra-op split of some loops and runs slower (BENCHMARKS.md, issue 26, third
+    round). A count the user forced is kept."""
+    import jax
+
+    devices = jax.local_devices()
+    forced = "xla_force_host_platform_device_count" in (_env.get("XLA_FLAGS") or "")
+    if (len(devices) == 1 and devices[0].platform == "cpu" and not forced
+            and kfn.engine == "cpu" and not kfn.mesh_calls):
+        return devices * _cores()
     return devices
 
 
