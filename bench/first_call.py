@@ -19,11 +19,11 @@ every first call (0.17 s here).
 Each worker prints its import seconds (jax and the tool's stax), the first call's wall
 and CPU seconds, and JAX's own account of each program the call compiled
 (``jax_log_compiles``): seconds tracing, lowering to MLIR and in XLA's compiler, by
-program; ``other`` is the rest of the call (lazy imports, planning, running the
-programs, Python). The driver prints the best round of each tool (by CPU seconds: the
-machine may be shared; wall alongside), the ratios to neural-tangents, and the
-breakdowns. Neither tool has a warm cache here: this is what a user's first call in a
-new process costs.
+program, and how many XLA compilations a program had where more than one; ``other``
+is the rest of the call (lazy imports, planning, running the programs, Python). The
+driver prints the best round of each tool (by CPU seconds: the machine may be shared;
+wall alongside), the ratios to neural-tangents, and the breakdowns. Neither tool has a
+warm cache here: this is what a user's first call in a new process costs.
 """
 
 from __future__ import annotations
@@ -95,12 +95,17 @@ class CompileLog(logging.Handler):
         for name, phase, s in self.outermost():
             out.setdefault(name, {}).setdefault(phase, 0.0)
             out[name][phase] += s
+            if phase == "compile":  # one per device it ran on, before run.compute_streams
+                out[name]["compilations"] = out[name].get("compilations", 0) + 1
         eager = {"trace": 0.0, "lower": 0.0, "compile": 0.0, "count": 0}
-        for name in [n for n, p in out.items() if "compile" in p and sum(p.values()) < EAGER_S]:
+        for name in [n for n, p in out.items()
+                     if "compile" in p and p["compile"] + p.get("trace", 0)
+                     + p.get("lower", 0) < EAGER_S]:
             phases = out.pop(name)
             eager["count"] += 1
             for k, v in phases.items():
-                eager[k] += v
+                if k != "compilations":
+                    eager[k] += v
         traced_only = [n for n, p in out.items() if "compile" not in p]
         for name in traced_only:  # traced, not compiled: eval_shape, or a nested jit
             for k, v in out.pop(name).items():
@@ -179,9 +184,11 @@ def breakdown(got: dict) -> str:
     """``program trace/lower/compile s`` items of a worker's result, and ``other``."""
     items, spent = [], 0.0
     for name, p in got["programs"].items():
-        s = sum(v for k, v in p.items() if k != "count")
+        s = sum(v for k, v in p.items() if k not in ("count", "compilations"))
         spent += s
         count = f" x{p['count']}" if "count" in p else ""
+        if p.get("compilations", 1) > 1:
+            count += f" ({p['compilations']} compilations)"
         items.append(f"{name}{count} {p.get('trace', 0):.3f}/{p.get('lower', 0):.3f}/"
                      f"{p.get('compile', 0):.3f}")
     items.append(f"other {got['first_s'] - spent:.3f}")

@@ -6,7 +6,9 @@ Loads ``bench/configs/<case>.yaml``, builds the kernel function for float32
 ``(32, 32, 3)`` inputs, makes one warm-up call, times ``reps`` calls and prints
 one JSON line (case, n, mode, seconds per call, the process's CPU seconds per call
 (all its threads: on a machine shared with other work they move less than wall time),
-warm-up seconds, entries evaluated, bytes_per_pair, peak RSS in bytes).
+warm-up seconds (the first call: compilations included) and CPU seconds, how
+many XLA compilations the first call made, entries evaluated, bytes_per_pair, peak
+RSS in bytes).
 
 ``--mode rect`` times ``kernel_matrix(kfn, x1, x1_copy)``: all N*N entries, the
 same work as neural-tangents' single ``kernel_fn(x1)`` call. ``--mode tri`` times
@@ -39,13 +41,18 @@ def main(argv=None):
                         "the covariances that must be alive")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--out", default=None, help=".npy path for the (2, N, N) kernels")
+    p.add_argument("--library", action="store_true",
+                   help="leave jax's one CPU device, as a library user's process does "
+                        "(default: one host device per core, as `kernelcli compute`)")
     a = p.parse_args(argv)
     n = a.n or CASES[a.case][0]
 
     from kernelcli.run import configure_host_devices
 
-    configure_host_devices()  # one XLA host device per core, as `kernelcli compute` does
+    if not a.library:
+        configure_host_devices()  # one XLA host device per core, as `kernelcli compute`
     import jax
+    from jax import monitoring
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
     from kernelcli.spec import check_architecture, load_config
@@ -60,9 +67,14 @@ def main(argv=None):
     x1 = make_inputs(n, a.seed).astype(a.dtype)
     args = (x1, x1.copy()) if a.mode == "rect" else (x1,)
 
-    t0 = time.perf_counter()
+    compilations = []  # XLA compilations of the first call (per program and device)
+    monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **kw: compilations.append(secs)
+        if name == "/jax/core/compile/backend_compile_duration" else None)
+    t0, c0 = time.perf_counter(), time.process_time()
     out = kernel_matrix(kfn, *args)
-    warmup = time.perf_counter() - t0
+    warmup, warmup_cpu = time.perf_counter() - t0, time.process_time() - c0
+    first_compilations = len(compilations)
     times, cpu = [], []
     for _ in range(a.reps):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -74,7 +86,8 @@ def main(argv=None):
     entries = n * n if a.mode == "rect" else n * (n + 1) // 2
     report(tool="kernelcli", case=a.case, n=n, mode=a.mode, entries=entries, seconds=times,
            cpu_seconds=cpu,
-           warmup_s=warmup, bytes_per_pair=getattr(kfn, "bytes_per_pair", None),
+           warmup_s=warmup, warmup_cpu_s=warmup_cpu, compilations=first_compilations,
+           bytes_per_pair=getattr(kfn, "bytes_per_pair", None),
            dtype=str(out["nngp"].dtype), jax=jax.__version__,
            device=jax.devices()[0].platform, device_peak=device_peak_bytes(jax))
 

@@ -95,3 +95,111 @@ def test_the_accelerator_engine_runs_on_the_mesh():
     kfn = build_kernel_fn(parse_architecture({"layers": ["dense", "relu", "dense"]}), (4,),
                           engine="accelerator")
     assert kfn._on_mesh(["d0", "d1"]) and not kfn._on_mesh(["d0"])
+
+
+MATRIX_SCRIPT = textwrap.dedent('''
+    import json, os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    import jax
+    from jax import monitoring
+    compiles = []
+
+    def on_duration(name, secs, **kw):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(secs)
+
+    monitoring.register_event_duration_secs_listener(on_duration)
+    import numpy as np
+    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.run import kernel_matrix
+    from kernelcli.run._devices import compute_streams
+    from kernelcli.spec import parse_architecture
+
+    arch = parse_architecture({"layers": [
+        {"conv": {"filter": [3, 3], "padding": "SAME"}}, "relu", "flatten", "dense"]})
+    x = np.random.RandomState(0).rand(40, 6, 6, 1).astype(np.float32)
+    devs = jax.local_devices()
+    got = {}
+    for name, where in (("two", devs), ("one", devs[:1]), ("second", devs[1:])):
+        kfn = build_kernel_fn(arch, (6, 6, 1))
+        before = len(compiles)
+        out = kernel_matrix(kfn, x, devices=where, block=16, pair_batch=8)
+        got[name] = (len(compiles) - before, out)
+    accel = build_kernel_fn(arch, (6, 6, 1), engine="accelerator")
+    print(json.dumps({
+        "devices": len(devs), "compiles": {k: v[0] for k, v in got.items()},
+        "same": all(np.array_equal(got["two"][1][k], got[o][1][k])
+                    for o in ("one", "second") for k in got["two"][1]),
+        "streams": [d.id for d in compute_streams(kfn, devs)],
+        "accelerator_streams": [d.id for d in compute_streams(accel, devs)]}))
+''')
+
+
+def test_the_cpu_plan_on_two_host_devices_compiles_each_program_once():
+    """``kernel_matrix`` (compute's route) on two host devices: both threads call the
+    first device's programs (one compilation each: the per-input pass and the pair
+    batch), and the matrix is the same bits as on either device alone."""
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    p = subprocess.run([sys.executable, "-c", MATRIX_SCRIPT], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["devices"] == 2 and got["same"]
+    # the second device alone: its own programs, and the planner's memory analysis
+    # compiled for the first local device
+    assert got["compiles"] == {"two": 2, "one": 2, "second": 3}
+    assert got["streams"] == [0, 0] and got["accelerator_streams"] == [0, 1]
+
+
+LIBRARY_SCRIPT = textwrap.dedent('''
+    import json, os
+    import jax
+    from jax import monitoring
+    compiles = []
+
+    def on_duration(name, secs, **kw):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(secs)
+
+    monitoring.register_event_duration_secs_listener(on_duration)
+    import numpy as np
+    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.run import kernel_matrix
+    from kernelcli.run._devices import _cores, default_devices
+    from kernelcli.spec import parse_architecture
+
+    arch = parse_architecture({"layers": [
+        {"conv": {"filter": [3, 3], "padding": "SAME"}}, "relu", "flatten", "dense"]})
+    x = np.random.RandomState(0).rand(40, 6, 6, 1).astype(np.float32)
+    kfn = build_kernel_fn(arch, (6, 6, 1))
+    streams = len(default_devices(kfn))
+    out = kernel_matrix(kfn, x, block=16, pair_batch=8)
+    first = len(compiles)
+    alone = kernel_matrix(build_kernel_fn(arch, (6, 6, 1)), x, devices=jax.local_devices(),
+                          block=16, pair_batch=8)
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    print(json.dumps({
+        "devices": len(jax.local_devices()), "streams": streams, "cores": _cores(),
+        "forced": len(default_devices(kfn)), "compiles": first,
+        "accelerator": len(default_devices(build_kernel_fn(arch, (6, 6, 1),
+                                                           engine="accelerator"))),
+        "same": all(np.array_equal(out[k], alone[k]) for k in out)}))
+''')
+
+
+def test_the_library_on_one_host_device_runs_a_thread_per_core_with_the_same_bits():
+    """Without ``configure_host_devices`` (jax's one CPU device, a neural-tangents
+    user's process) ``kernel_matrix`` runs a thread per core on that device, with one
+    compilation per program and the bits of one thread; a device count the user forces
+    (``XLA_FLAGS``) is kept, and the accelerator plan keeps its devices."""
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    p = subprocess.run([sys.executable, "-c", LIBRARY_SCRIPT], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["devices"] == 1 and got["same"] and got["compiles"] == 2
+    assert got["streams"] == got["cores"] and got["forced"] == 1 and got["accelerator"] == 1

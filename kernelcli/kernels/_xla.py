@@ -87,8 +87,9 @@ class SerialJit:
     shapes) run one at a time, then are called directly; every trace and call in the
     JAX precision mode of ``dtype`` (:func:`x64_scope`).
 
-    Threads that call it on different devices at once (the device runner,
-    ``_runner.py``) would otherwise compile concurrently, and XLA's CPU compiler holds
+    Threads that call it at once (the device runner, ``_runner.py``: on different
+    devices, or several on one, as the CPU plan's do) would otherwise compile
+    concurrently, and XLA's CPU compiler holds
     a working set per compiling thread that it keeps: two concurrent compiles
     of a 21-layer flatten network left the process 159 MiB larger, one after the
     other 91 MiB, in the same wall time (the compiles do not overlap usefully on

@@ -11,9 +11,10 @@ from ..errors import ComputeError, ConfigError, resume_command
 
 
 def configure_host_devices() -> None:
-    """On CPU, expose one XLA host device per core, so a pair batch per device keeps
-    every core busy (one XLA computation alone leaves cores idle). Must run before
-    jax is imported; a user's own ``XLA_FLAGS`` setting wins."""
+    """On CPU, expose one XLA host device per core: the CPU plan runs a thread per host
+    device, so a pair batch per core keeps every core busy (one XLA computation alone
+    leaves cores idle; the threads call one device's programs, :func:`compute_streams`).
+    Must run before jax is imported; a user's own ``XLA_FLAGS`` setting wins."""
     flags = _env.get("XLA_FLAGS") or ""
     if "xla_force_host_platform_device_count" in flags:
         given = re.findall(r"xla_force_host_platform_device_count=(\S*)", flags)
@@ -24,8 +25,12 @@ def configure_host_devices() -> None:
                               f"{shown} is not a device count; accepted: an integer >= 1, "
                               f"or leave it out (one device per core)")
         return
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={_cores()}".strip()
+
+
+def _cores() -> int:
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n or 1}".strip()
+    return n or 1
 
 
 def local_devices(requested: Optional[int]) -> list:
@@ -40,6 +45,45 @@ def local_devices(requested: Optional[int]) -> list:
                           f"{len(devices)} are available ({devices[0].platform}); "
                           f"use `all` or a count up to {len(devices)}")
     return devices[:requested]
+
+
+def compute_streams(kfn, devices) -> list:
+    """The device each of ``devices``' runner threads calls for ``kfn`` (one thread per
+    device, as ``kernels._runner`` spreads calls): on CPU the first host device for all
+    of them, elsewhere, or where ``kfn``'s calls are one program over the devices' mesh
+    (the accelerator plan, ``kernels._mesh``), each its own.
+
+    XLA binds an executable to its device, so a program called on each of two host
+    devices is compiled twice (BENCHMARKS.md, issue 26, third round). CPU host devices
+    are one memory and one intra-op thread pool, and the CPU client runs calls of one
+    device from several threads at once, so one thread per host device calling the first
+    device's program keeps every core busy with one compilation per program; the values
+    are the same bits (one program, the same calls), and the inputs are placed once. The
+    host devices still count the threads (``compute.devices``, progress, the budget)."""
+    devices = list(devices)
+    per_device = kfn.engine == "cpu" and not kfn.mesh_calls
+    if per_device and devices and all(getattr(d, "platform", None) == "cpu" for d in devices):
+        return [devices[0]] * len(devices)
+    return devices
+
+
+def default_devices(kfn) -> list:
+    """The devices a call of ``kfn`` computes on when it names none (``kernel_matrix``,
+    the library): jax's local devices; but on the CPU plan, where jax has one host
+    device and ``XLA_FLAGS`` forces no count (a process that did not call
+    :func:`configure_host_devices`, as a neural-tangents user's), that device once per
+    core: a runner thread per core calling its programs (:func:`compute_streams`), as
+    with the CLI's host device per core, where one thread alone leaves cores to XLA's
+    intra-op split of some loops and runs slower (BENCHMARKS.md, issue 26, third
+    round). A count the user forced is kept."""
+    import jax
+
+    devices = jax.local_devices()
+    forced = "xla_force_host_platform_device_count" in (_env.get("XLA_FLAGS") or "")
+    if (len(devices) == 1 and devices[0].platform == "cpu" and not forced
+            and kfn.engine == "cpu" and not kfn.mesh_calls):
+        return devices * _cores()
+    return devices
 
 
 DEVICE_SOURCE = "device memory_stats"

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Optional
 from .._stop import Stop, check
 from ._block import block_input, block_tile, build_for_engine, stats_slices
 from ._budget import Planning, engine_costs, engine_facts, memory_budget
-from ._devices import local_devices
+from ._devices import compute_streams, local_devices
 
 Tiles = Iterator[tuple]  # (block, tile, pairs already reported through on_pairs)
 
@@ -37,7 +37,8 @@ def local_costs(kfn, stop: Optional[Stop] = None):
 class LocalBackend:
     """Blocks computed in this process on ``devices`` (default: ``compute.devices`` of
     them, :func:`~._devices.local_devices`); ``memory``: ``compute.memory`` (``None``:
-    from the free memory)."""
+    from the free memory). Calls go to :func:`~._devices.compute_streams`'s devices, one
+    thread per device: on CPU all to the first, so each program compiles once."""
 
     def __init__(self, devices=None, stop: Optional[Stop] = None,
                  memory: Optional[int] = None):
@@ -79,10 +80,10 @@ class LocalBackend:
         """Per-input variances of every row of ``src``, streamed by slices."""
         from ..kernels import Stats
 
-        parts = []
+        parts, streams = [], compute_streams(kfn, self.devices)
         for s, e in stats_slices(src.n):
             check(self.stop)
-            parts.append(kfn.stats(src.read(s, e, dtype=kfn.dtype), self.devices))
+            parts.append(kfn.stats(src.read(s, e, dtype=kfn.dtype), streams))
         return Stats.concat(parts)
 
     def tiles(self, kfn, plan, blocks, rows, columns, s1, s2, wanted=lambda b: True,
@@ -92,14 +93,14 @@ class LocalBackend:
         pair batch."""
         from ..kernels import release_free_memory
 
-        stop = self.stop
+        stop, streams = self.stop, compute_streams(kfn, self.devices)
         for block in blocks:
             check(stop)
             if not wanted(block):
                 continue
             t0 = time.perf_counter()
             bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
-            tile = block_tile(kfn, plan.pair_batch, bi, self.devices, on_pairs, stop)
+            tile = block_tile(kfn, plan.pair_batch, bi, streams, on_pairs, stop)
             if tile is None:
                 check(stop)  # the stop that ended the batches: raises
             yield block, tile, bi.n_evaluated

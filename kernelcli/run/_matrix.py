@@ -16,6 +16,7 @@ import numpy as np
 from ..plan import plan_run
 from .._stop import Stop
 from ._budget import memory_budget
+from ._devices import default_devices
 from ._local import LocalBackend, local_costs
 
 
@@ -43,14 +44,13 @@ def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=Non
 
     ``memory``: bytes per device (default: what ``compute.memory: auto`` gives: on
     accelerators their free device memory, else the host's);
-    ``devices``: default all local ones; ``block``, ``pair_batch``: as a run's plan
+    ``devices``: default all local ones (on CPU with one host device, that device once
+    per core: :func:`~._devices.default_devices`); ``block``, ``pair_batch``: as a run's plan
     (default: the planner's choice, as in ``compute``); ``stop``: a
     :class:`~kernelcli.run.Stop` another thread may request (the call then raises
     :class:`~kernelcli.errors.Interrupted` at its next safe point).
     """
-    import jax
-
-    devices = list(devices or jax.local_devices())
+    devices = list(devices or default_devices(kfn))
     a1 = np.asarray(x1, dtype=kfn.dtype)
     symmetric = x2 is None
     a2 = a1 if symmetric else np.asarray(x2, dtype=kfn.dtype)

@@ -29,6 +29,7 @@ import numpy as np
 
 from .._stop import Stop, check
 from ._block import STATS_ROWS, block_input, block_tile, stats_slices
+from ._devices import compute_streams
 from ._job import Job
 from ._results import Timing
 
@@ -49,7 +50,8 @@ def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> Timing:
         check(stop)
         return time.perf_counter() - t, out
 
-    plan, kfn, devices = job.plan, job.kfn, job.devices
+    plan, kfn = job.plan, job.kfn
+    devices = compute_streams(kfn, job.devices)  # as the run calls them
     d = len(devices)
     rows, columns = job.inputs.rows, job.inputs.columns
 
