@@ -80,9 +80,9 @@ FAST_CASES = ("fc3", "rect", "erf_net", "standard_param", "residual", "cnn1_gap"
 def one_device() -> list:
     """The first local device, for ``kernel_matrix(..., devices=one_device())`` where a
     test compares kernels computed in-process with each other (not with a CLI run's
-    bits): a program is compiled once per device it runs on, so on the CLI's devices
-    (one per core) every pair program compiles twice; a comparison made on one device
-    proves the same with half the compilations."""
+    bits): one runner thread, since each of the suite's two workers already has a core
+    (the CPU plan compiles a program once whatever the device count:
+    ``run._devices.compute_streams``; before it did, this also halved compilations)."""
     return jax.local_devices()[:1]
 
 
