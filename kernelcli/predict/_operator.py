@@ -75,11 +75,12 @@ def _dot():
     return jax.jit(lambda vt, block: jnp.dot(vt, block.T, precision=highest))
 
 
-def transposed(v: np.ndarray) -> np.ndarray:
-    """``v`` (n2,) or (n2, k) as the aligned C-ordered (k, n2) that :func:`block_product`
-    takes (aligned: XLA uses it in place, not a copy per block)."""
+def transposed(v: np.ndarray, dtype=None) -> np.ndarray:
+    """``v`` (n2,) or (n2, k) as the aligned C-ordered (k, n2) of ``dtype`` (default:
+    ``v``'s) that :func:`block_product` takes (aligned: XLA uses it in place, not a copy
+    per block; converted in the one copy)."""
     vt = (v[:, None] if v.ndim == 1 else v).T
-    out = aligned_empty(vt.shape, vt.dtype)
+    out = aligned_empty(vt.shape, vt.dtype if dtype is None else dtype)
     out[...] = vt
     return out
 
@@ -160,8 +161,8 @@ class H5KernelOperator:
         """Bytes of one float64 row buffer (a pass holds ``LANES`` of them)."""
         return self.block_rows * self.shape[1] * 8
 
-    def _check_v(self, v, dtype) -> np.ndarray:
-        v = np.asarray(v, dtype=dtype)
+    def _check_v(self, v) -> np.ndarray:
+        v = np.asarray(v)  # converted once, by the pass (``transposed``)
         if v.shape[:1] != (self.shape[1],) or v.ndim > 2:
             raise DataError(f"{self.dataset!r} in {self.path} has {self.shape[1]:,} columns; "
                             f"it cannot multiply an array of shape {v.shape}")
@@ -169,16 +170,16 @@ class H5KernelOperator:
 
     def matmul(self, v) -> np.ndarray:
         """``K @ v`` in float64 for ``v`` (N2,) or (N2, k); one pass over the file."""
-        return self._product(self._check_v(v, np.float64), np.float64)
+        return self._product(self._check_v(v), np.float64)
 
     def matmul32(self, v) -> np.ndarray:
         """``K @ v`` with float32 products (``v`` rounded), returned as float64; one pass."""
-        return self._product(self._check_v(v, np.float32), np.float32)
+        return self._product(self._check_v(v), np.float32)
 
     def _product(self, v: np.ndarray, dtype) -> np.ndarray:
         n1, n2 = self.shape
         out = np.empty((n1,) + v.shape[1:], dtype=np.float64)
-        vt = transposed(v)
+        vt = transposed(v, dtype)
         starts = range(0, n1, self.block_rows)
         lanes = min(LANES, len(starts))
         devices = lane_devices(lanes)
