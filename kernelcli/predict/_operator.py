@@ -49,7 +49,9 @@ from ..store import ResultFile
 from ._memory import STREAM_BLOCK_BYTES
 
 LANES = 2  # row blocks in flight in a pass: one read while the other is multiplied
-DEFAULT_BLOCK_BYTES = STREAM_BLOCK_BYTES // LANES  # one float64 row block of a lane
+# one float64 row block of a lane: the lanes together hold half of what one block held
+# before them (a product's CPU time does not grow with smaller blocks: BENCHMARKS.md)
+DEFAULT_BLOCK_BYTES = STREAM_BLOCK_BYTES // (2 * LANES)
 _ALIGN = 64  # bytes: XLA on the CPU uses a host buffer aligned so without copying it
 
 
@@ -129,8 +131,8 @@ def _open_dataset(path: Path, dataset: str):
 class H5KernelOperator:
     """The (N1, N2) kernel stored as ``dataset`` in HDF5 file ``path``, read lazily.
 
-    ``block_rows``: rows read per block (default: as many as fit in 128 MiB of
-    float64, the two lanes' buffers 256 MiB). ``op @ v`` / ``op.matmul(v)``: (N2, k) or
+    ``block_rows``: rows read per block (default: as many as fit in 64 MiB of
+    float64, the two lanes' buffers 128 MiB). ``op @ v`` / ``op.matmul(v)``: (N2, k) or
     (N2,) -> (N1, k) or (N1,). ``stop``: a pass ends at the next block once it is
     requested, raising :class:`~kernelcli.errors.Interrupted`.
     """
