@@ -142,7 +142,7 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             x[:, active] += step * pa
         ap *= step
         ra = np.subtract(r if whole else r[:, active], ap, out=ap)  # r - step A p
-        del ap
+        del ap, pa  # p's columns are taken again below: not held through the next product
         rsa = np.einsum("ij,ij->j", ra, ra)
         if fast is not None and (rsa < _RELIABLE ** 2 * checked[active]).any():
             # before the next direction is made from it: p then follows the true residual
@@ -164,9 +164,9 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             np.multiply(p, beta, out=p)
             p += za
         else:
-            za += beta * pa
+            za += beta * p[:, active]
             p[:, active] = za
-        del za, pa
+        del za
         rs[active] = rsa
         rz[active] = rz_new
         if on_iteration is not None:
