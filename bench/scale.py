@@ -33,6 +33,10 @@ from kernelcli._blas import choose_blas_core
 choose_blas_core()  # before numpy loads: --passes times the kernels the CLI gets
 import numpy as np  # noqa: E402
 
+from kernelcli.run import configure_host_devices  # noqa: E402
+
+configure_host_devices()  # before jax starts: --passes runs on the CLI's devices
+
 DIM, CLASSES = 64, 10
 
 
@@ -80,22 +84,55 @@ def step(name: str, args: list, run_dir: Path, rows: list, env=None) -> subproce
     return proc
 
 
-def passes(run_dir: Path, kind: str = "nngp", columns: int = 300) -> None:
-    """One pass over the stored kernel with ``columns`` right-hand sides (the default
-    sweep's 5 ridges x (1 + 5 folds) x 10 classes), float64 (``matmul``) against float32
-    products (``matmul32``, CG's inner steps), in this process, back to back: the ratio
-    holds under the machine's load of the moment, which the absolute times do not."""
+def sequential_pass(op, v, dtype) -> np.ndarray:
+    """The pass of the fourth round (before the lanes): one block of 256 MiB of float64
+    read, then multiplied, in turn, in this thread."""
+    from kernelcli.predict._operator import aligned_empty, block_product
+    from kernelcli.store import ResultFile
+
+    n1, n2 = op.shape
+    rows = max(1, 256 * 2**20 // (8 * n2))
+    v = np.asarray(v, dtype=dtype)
+    vt, out = np.ascontiguousarray(v.T), np.empty((n1, v.shape[1]))
+    buf = aligned_empty((rows, n2), dtype)
+    with ResultFile(op.path).kernel(op.dataset) as ds:
+        for s in range(0, n1, rows):
+            e = min(s + rows, n1)
+            ds.read_direct(buf, np.s_[s:e], np.s_[0:e - s])
+            out[s:e] = block_product(buf[:e - s], vt)
+    return out
+
+
+def passes(run_dir: Path, kind: str = "nngp", columns: int = 300, reps: int = 3) -> None:
+    """Passes over the stored kernel with ``columns`` right-hand sides (the default
+    sweep's 5 ridges x (1 + 5 folds) x 10 classes), float64 (``matmul``) and float32
+    (``matmul32``, CG's inner steps), the fourth round's sequential pass and the two
+    lanes of now alternating ``reps`` times in this process: wall and CPU seconds (every
+    thread), medians, and the load at each."""
     from kernelcli.predict import H5KernelOperator
 
     op = H5KernelOperator(run_dir / "kernels.h5", kind)
     v = np.random.default_rng(0).standard_normal((op.shape[1], columns))
     flops = 2.0 * op.shape[0] * op.shape[1] * columns
-    for name in ("matmul", "matmul32"):
-        t = time.perf_counter()
-        getattr(op, name)(v)
-        wall = time.perf_counter() - t
-        print(f"  one pass, {columns} columns, {name}: {wall:.1f} s "
-              f"({flops / wall / 1e9:.0f} GFLOP/s), load {os.getloadavg()[0]:.2f}", flush=True)
+    runs = {
+        ("matmul", "sequential"): lambda: sequential_pass(op, v, np.float64),
+        ("matmul", "lanes"): lambda: op.matmul(v),
+        ("matmul32", "sequential"): lambda: sequential_pass(op, v, np.float32),
+        ("matmul32", "lanes"): lambda: op.matmul32(v),
+    }
+    times: dict = {key: [] for key in runs}
+    for _ in range(reps):
+        for key, run in runs.items():
+            t, c = time.perf_counter(), time.process_time()
+            run()
+            times[key].append((time.perf_counter() - t, time.process_time() - c))
+            print(f"  {key[0]} {key[1]}: {times[key][-1][0]:.2f} s wall, "
+                  f"{times[key][-1][1]:.2f} CPU-s, load {os.getloadavg()[0]:.2f}", flush=True)
+    for (name, how), got in times.items():
+        wall, cpu = np.median([w for w, _ in got]), np.median([c for _, c in got])
+        print(f"  one pass, {columns} columns, {name}, {how}: {wall:.2f} s wall "
+              f"({flops / wall / 1e9:.0f} GFLOP/s), {cpu:.2f} CPU-s (median of {reps})",
+              flush=True)
 
 
 def compare(out: Path, solvers: list) -> None:
@@ -125,8 +162,16 @@ def main() -> None:
     ap.add_argument("--ridge", default=None, help="predict's --ridge (default: its sweep)")
     ap.add_argument("--kind", default=None, help="predict's --kind (default: every kind)")
     ap.add_argument("--passes", action="store_true",
-                    help="time one float64 and one float32 pass over the NNGP kernel first")
+                    help="time float64 and float32 passes over the NNGP kernel first, "
+                         "sequential (fourth round) against the lanes, interleaved")
+    ap.add_argument("--passes-only", action="store_true",
+                    help="--passes on an existing run directory, and nothing else")
     args = ap.parse_args()
+    if args.passes_only:  # reads the run directory, writes nothing
+        print(f"load {os.getloadavg()[0]:.2f}")
+        passes(args.out / str(args.n) / "run")
+        print(f"load {os.getloadavg()[0]:.2f}")
+        return
     out = args.out / str(args.n)
     out.mkdir(parents=True, exist_ok=True)
     npz, cfg, run_dir = out / "data.npz", out / "scale.yaml", out / "run"

@@ -60,12 +60,17 @@ def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
-        mask=None, precond=None, fast=None) -> CGResult:
-    """``mask`` (n, k) of 0/1: column j solves only on the rows where ``mask[:, j]`` is 1
-    (``(M K M + reg I) x = M b``, the system of a training subset, in place), so the
-    folds of a cross-validation share each product with K. ``precond(r, cols)``:
+        mask=None, precond=None, fast=None, group=None) -> CGResult:
+    """``mask`` (n, G) of 0/1 and ``group`` (k,): column j solves only on the rows where
+    ``mask[:, group[j]]`` is 1 (``(M K M + reg I) x = M b``, the system of a training
+    subset, in place), so the folds of a cross-validation share each product with K
+    (``group`` None: ``mask`` is (n, k), one column each). ``precond(r, cols)``:
     ``P^{-1} r`` for those columns (preconditioned CG), or None. ``fast``: the
-    iteration's product (mixed precision, see the module), or None for ``matvec``."""
+    iteration's product (mixed precision, see the module), or None for ``matvec``.
+
+    Memory: ``b``, ``x``, ``r`` and ``p`` (n, k) live throughout; an iteration adds a
+    handful more (the direction's columns, its product, the new residual and
+    direction), and its sums are formed in place where that rounds the same."""
     n = b.shape[0]
 
     def prec(v, cols):
@@ -74,11 +79,13 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     def apply(v, cols, mv=matvec, keep=None):
         if mask is None:
             kv = mv(v)
-            out = kv + v * ridge[cols]
+            out = v * ridge[cols]
+            out += kv  # kv + v ridge: a sum of two rounds the same either way
         else:
-            m = mask[:, cols]
-            kv = mv(m * v)
-            out = m * kv + v * ridge[cols]
+            out = mask[:, cols if group is None else group[cols]]  # a copy: indexed
+            kv = mv(out * v)
+            np.multiply(out, kv, out=out)
+            out += v * ridge[cols]
         if keep is not None:
             keep.append(kv)
         return out
@@ -89,10 +96,9 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     x = np.zeros_like(b)
     r = b.copy()
     every = np.arange(b.shape[1])
-    z = prec(r, every)
-    p = z.copy()
+    p = prec(r, every)  # z = P^{-1} r, the first direction
     rs = np.einsum("ij,ij->j", r, r)  # ||r||^2: convergence
-    rz = np.einsum("ij,ij->j", r, z)  # r^T P^{-1} r: the step sizes
+    rz = np.einsum("ij,ij->j", r, p)  # r^T P^{-1} r: the step sizes
     products = exact = 0
     checked = rs.copy()  # ||r||^2 when each column's r was last computed in float64
     while True:
@@ -117,7 +123,8 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             rel = np.sqrt(rs) / scale
             worst = int(active[np.argmax(rel[active])])
             raise NotConvergedError.naming(not_converged(worst, products, float(rel[worst])))
-        pa = p[:, active]
+        whole = active.size == b.shape[1]  # every column: p and r themselves, no copies
+        pa = p if whole else p[:, active]
         ap = apply(pa, active, matvec if fast is None else fast)
         products += 1
         pap = np.einsum("ij,ij->j", pa, ap)
@@ -129,8 +136,13 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
         if (pap <= 0).any() or not np.isfinite(pap).all():
             raise NotPositiveDefiniteError.naming(not_pd(int(active[np.argmin(pap)]), n))
         step = rz[active] / pap
-        x[:, active] += step * pa
-        ra = r[:, active] - step * ap
+        if whole:
+            x += step * pa
+        else:
+            x[:, active] += step * pa
+        ap *= step
+        ra = np.subtract(r if whole else r[:, active], ap, out=ap)  # r - step A p
+        del ap, pa  # p's columns are taken again below: not held through the next product
         rsa = np.einsum("ij,ij->j", ra, ra)
         if fast is not None and (rsa < _RELIABLE ** 2 * checked[active]).any():
             # before the next direction is made from it: p then follows the true residual
@@ -140,10 +152,21 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             products += 1
             exact += 1
             rsa[sel] = checked[cols] = np.einsum("ij,ij->j", ra[:, sel], ra[:, sel])
-        r[:, active] = ra
+        if whole:
+            r = ra
+        else:
+            r[:, active] = ra
         za = prec(ra, active)
         rz_new = np.einsum("ij,ij->j", ra, za)
-        p[:, active] = za + (rz_new / rz[active]) * pa
+        del ra
+        beta = rz_new / rz[active]
+        if whole:  # p = z + beta p, in place
+            np.multiply(p, beta, out=p)
+            p += za
+        else:
+            za += beta * p[:, active]
+            p[:, active] = za
+        del za
         rs[active] = rsa
         rz[active] = rz_new
         if on_iteration is not None:
@@ -296,20 +319,22 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     per_ridge = keep.shape[0] * c
     trace = op.trace()
     regs = [regularizer(r, trace, n, trace_scaled) for r in ridges]
-    mask = np.tile(np.repeat(keep.T, c, axis=1), (1, len(ridges)))  # (n, R (F+1) C)
-    b = mask * np.tile(y, (1, keep.shape[0] * len(ridges)))
+    # column j of the (n, R (F+1) C) system solves on the rows of fold group[j]: the
+    # (n, F+1) mask, not one column of it per CG column (n x 300 float64 at 5 ridges)
+    group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(ridges))
+    mask = np.ascontiguousarray(keep.T)
+    b = mask[:, group] * np.tile(y, (1, keep.shape[0] * len(ridges)))
     ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), per_ridge)
     maxiter = _check_tol(tol, maxiter, n)
 
     not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, tol, per_ridge)
     pre = None
     if _check_rank(rank):
-        group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(ridges))
         pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank, masks=keep > 0,
                                     group=group, columns=getattr(op, "columns", None),
                                     diagonal=_diagonal(op)).apply
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
-              mask=mask, precond=pre, fast=_fast(op, mixed))
+              mask=mask, precond=pre, fast=_fast(op, mixed), group=group)
     fold_cols = np.concatenate([np.arange(i * per_ridge + c, (i + 1) * per_ridge)
                                 for i in range(len(ridges))])
     # every fold's alpha times K: the final float64 residual's product had it (the

@@ -7,9 +7,11 @@ straight into float64; a float32 copy held by the caller comes on top).
 ``predict``'s Cholesky route holds more beside them (:func:`cholesky_memory_bytes`):
 the targets and coefficients, a block of the test kernel streamed from
 ``kernels.h5``, and the results kept for every kind and ridge. Conjugate gradients on
-an ``H5KernelOperator`` hold one row block (``block_rows x n x 8`` bytes) and a few
-``n x C`` vectors per ridge (and per fold of the cross-validation that chooses the
-ridge). Gradient-flow predictions need an eigendecomposition in memory
+an ``H5KernelOperator`` hold its two lanes' row blocks (``2 x block_rows x n x 8``
+bytes, 128 MiB by default), the float32 ``n x rank`` preconditioner factor and about
+eight to nine ``n x C`` float64 vectors per ridge and fold of the cross-validation that chooses
+the ridge (four live throughout, the rest within an iteration; BENCHMARKS.md, issue 25's
+fifth round). Gradient-flow predictions need an eigendecomposition in memory
 (``flow_memory_bytes``).
 """
 
@@ -31,7 +33,8 @@ MAX_VALUES = 64
 MAX_RIDGE = 1e12
 
 
-# H5KernelOperator's default row block: the most of a kernel streamed at once
+# the most of a kernel streamed at once: Cholesky's test-kernel block; H5KernelOperator's
+# two lanes hold half of it
 STREAM_BLOCK_BYTES = 256 * 2**20
 VARIANCE_ROWS = 1024  # test rows per block of predict's posterior variance
 _INVERSE_SLAB = 256  # columns of L^{-1} per slab of the leave-one-out diagonal

@@ -3,10 +3,20 @@ products by jax on the CPU; the file is read through :class:`kernelcli.store.Res
 
 ``K @ v`` reads the dataset one block of rows at a time straight into a
 float64 buffer (HDF5 converts float32 on read, so no float32 copy is made):
-memory is one block, ``block_rows * n_cols * 8`` bytes, whatever the kernel's
+memory is two blocks, ``2 * block_rows * n_cols * 8`` bytes, whatever the kernel's
 size, so kernels larger than memory can be solved by conjugate gradients.
 The file is opened per call and closed after, so an operator can be kept
 around, pickled or shared by processes.
+
+A pass runs in two lanes (threads, joined before it returns), lane ``i`` taking the
+blocks ``i, i + 2, ...`` into its own buffer, each lane's products on its own jax
+device where there are two (the CLI's one host device per core): one lane's read from
+the page cache overlaps the other's product, and the two products use both cores.
+A lane multiplies whole blocks, the blocks a sequential pass of the same
+``block_rows`` multiplies: XLA's float32 dot rounds a row differently with the
+block's row count (its vector tiles' remainder; BENCHMARKS.md), not with the device,
+so the lanes are bit-identical to the sequential pass (``tests/test_predict_overlap.py``),
+and ``_bands``' workers, which multiply the same blocks, to both.
 
 ``matmul32`` is the fast product of conjugate gradients' inner steps: the kernel read
 as float32 (what a float32 run stores: no conversion), ``v`` rounded to float32, sgemm
@@ -24,17 +34,24 @@ stays bit-identical to this one. The kernel layer is not imported: jax only.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
+import threading
 from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
 
+from .._stop import Stop, check
 from ..errors import DataError, UsageError
 from ..store import ResultFile
 from ._memory import STREAM_BLOCK_BYTES
 
-DEFAULT_BLOCK_BYTES = STREAM_BLOCK_BYTES  # one float64 row block
+LANES = 2  # row blocks in flight in a pass: one read while the other is multiplied
+# one float64 row block of a lane: the lanes together hold half of what one block held
+# before them (a product's CPU time does not grow with smaller blocks: BENCHMARKS.md)
+DEFAULT_BLOCK_BYTES = STREAM_BLOCK_BYTES // (2 * LANES)
 _ALIGN = 64  # bytes: XLA on the CPU uses a host buffer aligned so without copying it
 
 
@@ -60,19 +77,50 @@ def _dot():
     return jax.jit(lambda vt, block: jnp.dot(vt, block.T, precision=highest))
 
 
-def transposed(v: np.ndarray) -> np.ndarray:
-    """``v`` (n2,) or (n2, k) as the C-ordered (k, n2) that :func:`block_product` takes."""
-    return np.ascontiguousarray((v[:, None] if v.ndim == 1 else v).T)
+def transposed(v: np.ndarray, dtype=None) -> np.ndarray:
+    """``v`` (n2,) or (n2, k) as the aligned C-ordered (k, n2) of ``dtype`` (default:
+    ``v``'s) that :func:`block_product` takes (aligned: XLA uses it in place, not a copy
+    per block; converted in the one copy)."""
+    vt = (v[:, None] if v.ndim == 1 else v).T
+    out = aligned_empty(vt.shape, vt.dtype if dtype is None else dtype)
+    out[...] = vt
+    return out
 
 
-def block_product(block: np.ndarray, vt: np.ndarray) -> np.ndarray:
+def block_product(block: np.ndarray, vt: np.ndarray, device=None) -> np.ndarray:
     """``block @ vt.T`` (rows, k) float64 for a (rows, n2) ``block`` and ``vt`` (k, n2) of
-    one dtype (float32 or float64), by a jitted XLA dot accumulating in that dtype."""
+    one dtype (float32 or float64), by a jitted XLA dot accumulating in that dtype, on
+    ``device`` (a jax device; None: the default one)."""
     import jax
 
-    with jax.enable_x64(block.dtype == np.float64):
+    with jax.enable_x64(block.dtype == np.float64), jax.default_device(device):
         out = _dot()(vt, block)
         return np.asarray(out, dtype=np.float64).T
+
+
+def lane_devices(lanes: int) -> list:
+    """The jax device of each of ``lanes`` lanes: the default backend's local devices
+    in turn (one device: every lane on it, the reads still overlapping the products)."""
+    import jax
+
+    devices = jax.local_devices()
+    return [devices[i % len(devices)] for i in range(lanes)]
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held back (where POSIX threads allow) while the lanes start:
+    a Ctrl-C interrupting ``Thread.start`` could leave a lane running that the caller
+    does not know it must join; held, it comes once every lane has started (and the
+    lanes, started with them held, leave them to the caller)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _open_dataset(path: Path, dataset: str):
@@ -83,13 +131,17 @@ def _open_dataset(path: Path, dataset: str):
 class H5KernelOperator:
     """The (N1, N2) kernel stored as ``dataset`` in HDF5 file ``path``, read lazily.
 
-    ``block_rows``: rows read per block (default: as many as fit in 256 MiB of
-    float64). ``op @ v`` / ``op.matmul(v)``: (N2, k) or (N2,) -> (N1, k) or (N1,).
+    ``block_rows``: rows read per block (default: as many as fit in 64 MiB of
+    float64, the two lanes' buffers 128 MiB). ``op @ v`` / ``op.matmul(v)``: (N2, k) or
+    (N2,) -> (N1, k) or (N1,). ``stop``: a pass ends at the next block once it is
+    requested, raising :class:`~kernelcli.errors.Interrupted`.
     """
 
-    def __init__(self, path, dataset: str, block_rows: Optional[int] = None):
+    def __init__(self, path, dataset: str, block_rows: Optional[int] = None,
+                 stop: Optional[Stop] = None):
         self.path = Path(path)
         self.dataset = dataset
+        self.stop = stop
         with _open_dataset(self.path, dataset) as ds:
             if ds.ndim != 2 or 0 in ds.shape:
                 raise DataError(f"{dataset!r} in {self.path} must be a non-empty 2-D kernel, "
@@ -103,23 +155,16 @@ class H5KernelOperator:
                                     f"integer >= 1")
         self.block_rows = min(int(block_rows), self.shape[0])
 
+    def __getstate__(self):  # a Stop (its lock) stays in its process
+        return {**self.__dict__, "stop": None}
+
     @property
     def block_bytes(self) -> int:
-        """Bytes of the float64 row buffer (the operator's memory)."""
+        """Bytes of one float64 row buffer (a pass holds ``LANES`` of them)."""
         return self.block_rows * self.shape[1] * 8
 
-    def _row_blocks(self, dtype=np.float64):
-        """Yield ``(start, stop, block (stop - start, N2) dtype)``; the buffer is reused."""
-        n1, n2 = self.shape
-        buf = aligned_empty((self.block_rows, n2), dtype)
-        with _open_dataset(self.path, self.dataset) as ds:
-            for start in range(0, n1, self.block_rows):
-                stop = min(start + self.block_rows, n1)
-                ds.read_direct(buf, np.s_[start:stop], np.s_[0:stop - start])
-                yield start, stop, buf[:stop - start]
-
-    def _check_v(self, v, dtype) -> np.ndarray:
-        v = np.asarray(v, dtype=dtype)
+    def _check_v(self, v) -> np.ndarray:
+        v = np.asarray(v)  # converted once, by the pass (``transposed``)
         if v.shape[:1] != (self.shape[1],) or v.ndim > 2:
             raise DataError(f"{self.dataset!r} in {self.path} has {self.shape[1]:,} columns; "
                             f"it cannot multiply an array of shape {v.shape}")
@@ -127,17 +172,60 @@ class H5KernelOperator:
 
     def matmul(self, v) -> np.ndarray:
         """``K @ v`` in float64 for ``v`` (N2,) or (N2, k); one pass over the file."""
-        return self._product(self._check_v(v, np.float64), np.float64)
+        return self._product(self._check_v(v), np.float64)
 
     def matmul32(self, v) -> np.ndarray:
         """``K @ v`` with float32 products (``v`` rounded), returned as float64; one pass."""
-        return self._product(self._check_v(v, np.float32), np.float32)
+        return self._product(self._check_v(v), np.float32)
 
     def _product(self, v: np.ndarray, dtype) -> np.ndarray:
-        out = np.empty((self.shape[0],) + v.shape[1:], dtype=np.float64)
-        vt = transposed(v)
-        for start, stop, block in self._row_blocks(dtype):
-            out[start:stop] = block_product(block, vt).reshape((stop - start,) + v.shape[1:])
+        n1, n2 = self.shape
+        out = np.empty((n1,) + v.shape[1:], dtype=np.float64)
+        vt = transposed(v, dtype)
+        starts = range(0, n1, self.block_rows)
+        lanes = min(LANES, len(starts))
+        devices = lane_devices(lanes)
+        halt = threading.Event()  # a lane failed, the caller was interrupted or stopped
+        ended = [threading.Event() for _ in range(lanes)]
+        errors: list = []
+
+        def lane(i: int, ds) -> None:
+            try:
+                buf = aligned_empty((self.block_rows, n2), dtype)
+                for start in starts[i::lanes]:
+                    if halt.is_set() or (self.stop is not None and self.stop()):
+                        return
+                    end = min(start + self.block_rows, n1)
+                    ds.read_direct(buf, np.s_[start:end], np.s_[0:end - start])
+                    out[start:end] = block_product(buf[:end - start], vt, devices[i]).reshape(
+                        (end - start,) + v.shape[1:])
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+                errors.append(exc)
+                halt.set()
+            finally:
+                ended[i].set()
+
+        with _open_dataset(self.path, self.dataset) as ds:
+            threads = [threading.Thread(target=lane, args=(i, ds), daemon=True,
+                                        name=f"kernelcli-rows-{i}") for i in range(lanes)]
+            try:
+                with _signals_held():
+                    for t in threads:
+                        t.start()
+                for e in ended:
+                    e.wait()
+            finally:
+                # Ctrl-C in the wait: no lane outlives the call (each ends its block). The
+                # wait is on events: a KeyboardInterrupt in Thread.join can mark a running
+                # thread as ended (CPython 3.11), and a later join then returns at once.
+                halt.set()
+                for t, e in zip(threads, ended):
+                    if t.ident is not None:
+                        e.wait()
+                        t.join()
+        if errors:
+            raise errors[0]
+        check(self.stop)
         return out
 
     __matmul__ = matmul

@@ -20,7 +20,8 @@ Tropp & Webber 2023, block version): each block of landmarks is drawn with
 probabilities proportional to the diagonal of the residual ``K - B B^T``, so rows the
 landmarks so far already explain are rarely drawn again, and ``B`` is the partial
 Cholesky factor itself; without it, a uniform sample. Both from a fixed seed
-(reproducible runs). All float64; no matrix here is larger than ``n x rank``.
+(reproducible runs). All float64 but the factor kept for the iteration (float32,
+widened by chunks of rows in each product); no matrix here is larger than ``n x rank``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-DEFAULT_RANK = 1000  # landmark columns; memory n * rank * 8 bytes
+DEFAULT_RANK = 1000  # landmark columns; memory n * rank * 4 bytes (the factor in float32)
+_CHUNK_ROWS = 4096  # rows of the factor widened to float64 at a time in a product
 _SEED = 0
 _BLOCK = 100  # landmarks drawn per step of the pivoted Cholesky (one read of their rows)
 
@@ -123,10 +125,15 @@ class NystromPreconditioner:
                  diagonal: Optional[np.ndarray] = None):
         self.ridge = np.asarray(ridge, dtype=np.float64)
         if columns is not None and diagonal is not None:
-            self.b = pivoted_cholesky(columns, diagonal, rank)
+            b = pivoted_cholesky(columns, diagonal, rank)
         else:
-            self.b = _uniform_factor(matvec, columns, n, rank)
-        gram = self.b.T @ self.b
+            b = _uniform_factor(matvec, columns, n, rank)
+        # kept in float32 (half the memory: 0.2 GB at n = 50,000, rank 1,000): the factor
+        # rounded is another Nystrom factor, and the bases below are made from it, so P
+        # stays symmetric positive definite; CG's float64 residuals decide the accuracy
+        self.b = b.astype(np.float32)
+        del b
+        gram = self._gram(self.b)
         if masks is None:
             self.masks = None
             self.bases = [_basis(gram, n)]
@@ -135,9 +142,32 @@ class NystromPreconditioner:
             self.masks = np.asarray(masks, dtype=bool)
             self.bases = []
             for m in self.masks:
-                out = self.b[~m]  # the fold's Gram: the whole one less the rows left out
-                self.bases.append(_basis(gram - out.T @ out, int(m.sum())))
+                # the fold's Gram: the whole one less the rows left out
+                self.bases.append(_basis(gram - self._gram(self.b[~m]), int(m.sum())))
             self.group = np.asarray(group, dtype=int)
+
+    @staticmethod
+    def _gram(b32: np.ndarray) -> np.ndarray:
+        """``B^T B`` in float64 of a float32 ``B``, widened a chunk of rows at a time."""
+        out = np.zeros((b32.shape[1], b32.shape[1]))
+        for s in range(0, b32.shape[0], _CHUNK_ROWS):
+            c = b32[s:s + _CHUNK_ROWS].astype(np.float64)
+            out += c.T @ c
+        return out
+
+    def _bt(self, r: np.ndarray) -> np.ndarray:
+        """``B^T r`` (rank, k) float64."""
+        out = np.zeros((self.b.shape[1], r.shape[1]))
+        for s in range(0, self.b.shape[0], _CHUNK_ROWS):
+            out += self.b[s:s + _CHUNK_ROWS].astype(np.float64).T @ r[s:s + _CHUNK_ROWS]
+        return out
+
+    def _b(self, d: np.ndarray) -> np.ndarray:
+        """``B d`` (n, k) float64."""
+        out = np.empty((self.b.shape[0], d.shape[1]))
+        for s in range(0, self.b.shape[0], _CHUNK_ROWS):
+            out[s:s + _CHUNK_ROWS] = self.b[s:s + _CHUNK_ROWS].astype(np.float64) @ d
+        return out
 
     @property
     def rank(self) -> int:
@@ -149,7 +179,7 @@ class NystromPreconditioner:
         inside = None if self.masks is None else self.masks[groups].T  # (n, k)
         if inside is not None:
             r = r * inside  # the fold's rows only (CG keeps the rest zero already)
-        coef = self.b.T @ r  # (rank, k): B^T r, shared by every fold's basis
+        coef = self._bt(r)  # (rank, k): B^T r, shared by every fold's basis
         d = np.zeros_like(coef)
         for g in np.unique(groups):
             sel = np.flatnonzero(groups == g)
@@ -160,7 +190,8 @@ class NystromPreconditioner:
             lam = ridge[sel]
             tail = (s2[-1] if s2.size else 0.0) + lam
             d[:, sel] = w @ (c * (tail[None, :] / (s2[:, None] + lam[None, :]) - 1.0))
-        z = r + self.b @ d
+        z = self._b(d)
+        z += r  # r + B d, formed in place
         if inside is not None:
             z *= inside
         return z
