@@ -1,6 +1,7 @@
 """How close the CPU engine runs to what the machine can do (issue 26), as one table.
 
     python bench/roofline.py [--cases cnn1_gap,cnn5_gap,...] [--dtypes float32,float64]
+        [--old ROOT]
 
 For every bench case (``cases.CASES``, the seed's network ``cnn1_gap`` among them) and
 dtype: the floating-point operations and bytes one pair of the triangle must cost,
@@ -13,7 +14,9 @@ tri``: compute's route less the store). The roofline time of a pair is
 ``max(gram / R + elementwise / (R / 2), bytes / bandwidth)`` with R the GEMM's rate:
 a GEMM counts an FMA as two operations, and the elementwise work (an add, a multiply,
 a map's polynomial step) does one per lane at the same issue rate. "of limit" is the
-roofline time over the measured time.
+roofline time over the measured time. ``--old ROOT`` times a second checkout too
+(``PYTHONPATH=ROOT``, the same ``kc_case.py``), each row's old process just before its
+new one, so the two columns come from one run.
 
 Two byte counts: ``fused`` is what a pair must move if every layer's intermediate
 stays in cache (its share of the inputs, the kernel entries out), ``streamed`` what it
@@ -32,6 +35,7 @@ import subprocess
 import sys
 from math import prod
 from pathlib import Path
+from typing import Optional
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -158,12 +162,14 @@ def limits(cores: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def measured(case: str, dtype: str, reps: int) -> float:
-    """kernelcli's seconds per pair of the triangle, best of ``reps`` warm calls."""
+def measured(case: str, dtype: str, reps: int, root: Optional[str] = None) -> float:
+    """kernelcli's seconds per pair of the triangle, best of ``reps`` warm calls, of the
+    checkout at ``root`` (default: the one this process imports)."""
     n = ROOF_N.get(case, CASES[case][0])
+    env = None if root is None else {**os.environ, "PYTHONPATH": str(Path(root).resolve())}
     r = subprocess.run([sys.executable, str(BENCH / "kc_case.py"), case, "--n", str(n),
                         "--reps", str(reps), "--mode", "tri", "--dtype", dtype],
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True, check=True, env=env)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     return min(out["seconds"]) / out["entries"]
 
@@ -173,6 +179,8 @@ def main(argv=None) -> None:
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--dtypes", default="float32,float64")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--old", default=None, metavar="ROOT",
+                   help="also time the checkout at ROOT, each row old then new in turn")
     a = p.parse_args(argv)
     ncores = len(os.sched_getaffinity(0))
     lim = {c: limits(c) for c in sorted({1, ncores})}
@@ -182,10 +190,11 @@ def main(argv=None) -> None:
               f"{v['gemm_float64'] / 1e9:.1f} GFLOP/s; copy {v['copy'] / 1e9:.1f} GB/s")
     peak = lim[ncores]
     print()
+    before = (" old ms / pair | old of limit |", "---:|---:|") if a.old else ("", "")
     print(f"| case | dtype | MFLOP / pair | MB / pair fused / streamed | roofline ms / pair "
-          f"({ncores} cores) | measured ms / pair | of limit | streamed bytes at copy "
-          f"bandwidth, ms |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          f"({ncores} cores) |{before[0]} measured ms / pair | of limit | streamed bytes at "
+          f"copy bandwidth, ms |")
+    print(f"|---|---|---:|---:|---:|{before[1]}---:|---:|---:|")
     rows = []
     for case in a.cases.split(","):
         for dtype in a.dtypes.split(","):
@@ -193,13 +202,15 @@ def main(argv=None) -> None:
             fma = peak[f"gemm_{dtype}"]
             roof = max(c["gram_flops"] / fma + c["elementwise_flops"] / (fma / 2),
                        c["fused_bytes"] / peak["copy"])
+            t_old = measured(case, dtype, a.reps, a.old) if a.old else None
             t = measured(case, dtype, a.reps)
             rows.append({"case": case, "dtype": dtype, **c, "roofline_s": roof,
-                         "measured_s": t})
+                         "measured_s": t, "old_measured_s": t_old})
             flops = c["gram_flops"] + c["elementwise_flops"]
+            old_cells = f" {t_old * 1e3:.4f} | {roof / t_old:.0%} |" if a.old else ""
             print(f"| {case} | {dtype} | {flops / 1e6:,.2f} | "
                   f"{c['fused_bytes'] / 1e6:.3f} / {c['streamed_bytes'] / 1e6:,.2f} | "
-                  f"{roof * 1e3:.4f} | {t * 1e3:.4f} | {roof / t:.0%} | "
+                  f"{roof * 1e3:.4f} |{old_cells} {t * 1e3:.4f} | {roof / t:.0%} | "
                   f"{c['streamed_bytes'] / peak['copy'] * 1e3:.4f} |", flush=True)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     print(json.dumps({"limits": lim, "rows": rows}))
