@@ -59,6 +59,21 @@ def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
     return k.matmul if hasattr(k, "matmul") else k
 
 
+class _FoldTargets:
+    """The (n, k) right-hand sides of the folds' systems, ``mask[:, group] * y`` tiled
+    over the ridges and fold groups, made column by column where CG needs them (its
+    start and its float64 residuals) instead of held beside ``x``, ``r`` and ``p``: one
+    ``n x k`` float64 array fewer (0.11 GiB at n = 50,000 and 300 columns). The same
+    products, so the same values as the array."""
+
+    def __init__(self, mask: np.ndarray, group: np.ndarray, y: np.ndarray):
+        self.mask, self.group, self.y = mask, group, y
+        self.shape = (mask.shape[0], group.size)
+
+    def columns(self, cols: np.ndarray) -> np.ndarray:
+        return self.mask[:, self.group[cols]] * self.y[:, cols % self.y.shape[1]]
+
+
 def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
         mask=None, precond=None, fast=None, group=None) -> CGResult:
     """``mask`` (n, G) of 0/1 and ``group`` (k,): column j solves only on the rows where
@@ -68,10 +83,15 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     ``P^{-1} r`` for those columns (preconditioned CG), or None. ``fast``: the
     iteration's product (mixed precision, see the module), or None for ``matvec``.
 
-    Memory: ``b``, ``x``, ``r`` and ``p`` (n, k) live throughout; an iteration adds a
-    handful more (the direction's columns, its product, the new residual and
-    direction), and its sums are formed in place where that rounds the same."""
+    ``b``: an (n, k) array, or :class:`_FoldTargets` (its columns made where they are
+    needed). Memory: ``x``, ``r`` and ``p`` (n, k) live throughout, and ``b`` when it is
+    an array; an iteration adds a handful more (the direction's columns, its product,
+    the new residual and direction), and its sums are formed in place where that
+    rounds the same."""
     n = b.shape[0]
+
+    def rhs(cols):
+        return b.columns(cols) if isinstance(b, _FoldTargets) else b[:, cols]
 
     def prec(v, cols):
         return v.copy() if precond is None else precond(v, cols)
@@ -90,12 +110,12 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             keep.append(kv)
         return out
 
-    bnorm = np.linalg.norm(b, axis=0)
+    every = np.arange(b.shape[1])
+    r = rhs(every)  # a copy
+    bnorm = np.linalg.norm(r, axis=0)
     target = tol * bnorm
     scale = np.where(bnorm > 0, bnorm, 1.0)  # a zero column is solved by x = 0 at once
-    x = np.zeros_like(b)
-    r = b.copy()
-    every = np.arange(b.shape[1])
+    x = np.zeros(b.shape)
     p = prec(r, every)  # z = P^{-1} r, the first direction
     rs = np.einsum("ij,ij->j", r, r)  # ||r||^2: convergence
     rz = np.einsum("ij,ij->j", r, p)  # r^T P^{-1} r: the step sizes
@@ -105,7 +125,8 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
         active = np.flatnonzero(np.sqrt(rs) > target)
         if active.size == 0:
             kept = []
-            true_r = b - apply(x, every, keep=kept)
+            true_r = rhs(every)
+            true_r -= apply(x, every, keep=kept)
             products += 1
             exact += 1
             true_res = np.linalg.norm(true_r, axis=0)
@@ -148,7 +169,7 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             # before the next direction is made from it: p then follows the true residual
             sel = np.flatnonzero(rsa < _BATCH ** 2 * checked[active])
             cols = active[sel]
-            ra[:, sel] = b[:, cols] - apply(x[:, cols], cols)
+            ra[:, sel] = rhs(cols) - apply(x[:, cols], cols)
             products += 1
             exact += 1
             rsa[sel] = checked[cols] = np.einsum("ij,ij->j", ra[:, sel], ra[:, sel])
@@ -323,7 +344,7 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     # (n, F+1) mask, not one column of it per CG column (n x 300 float64 at 5 ridges)
     group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(ridges))
     mask = np.ascontiguousarray(keep.T)
-    b = mask[:, group] * np.tile(y, (1, keep.shape[0] * len(ridges)))
+    b = _FoldTargets(mask, group, y)
     ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), per_ridge)
     maxiter = _check_tol(tol, maxiter, n)
 
