@@ -29,9 +29,9 @@ def main() -> None:
     ap.add_argument("--bandwidth", type=float, default=H200_BANDWIDTH)
     ap.add_argument("--launch-latency", type=float, default=H200_LAUNCH_LATENCY)
     args = ap.parse_args()
-    print(f"| case | layers | covariance entries / pair | MB / pair | pair batch | "
-          f"launches / batch | bandwidth us / entry | launches us / entry | "
-          f"predicted ms / entry |")
+    print("| case | layers | covariance entries / pair | MB / pair | pair batch | "
+          "launches / batch | bandwidth us / entry | launches us / entry | "
+          "predicted ms / entry |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in CASES:
         cfg = load_config(CONFIGS / f"{name}.yaml")

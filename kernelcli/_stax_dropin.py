@@ -19,7 +19,7 @@ neural-tangents example, so a network unpacks into three functions:
 from __future__ import annotations
 
 import collections
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 
