@@ -63,24 +63,26 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _run(mode: str) -> dict:
+def _run(script: str, *args: str) -> dict:
+    """``script``'s last line of output, as JSON, from a fresh process (no XLA_FLAGS of
+    the test process's, no compilation cache)."""
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    p = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True,
-                       env=env, timeout=600)
+    p = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                       text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def test_the_mesh_path_compiles_each_program_once_and_gives_the_same_bits():
-    got = _run("mesh")
+    got = _run(SCRIPT, "mesh")
     assert got["devices"] == 2 and got["same"]
     assert got["compiles"] == 2  # the pair program and the per-input program, once each
 
 
 def test_the_per_device_path_compiles_per_device_and_the_memory_model_reuses_it():
-    got = _run("cpu")
+    got = _run(SCRIPT, "cpu")
     assert got["devices"] == 2 and got["same"] and got["stats_calls"] >= 2
     # each program on each device that ran one of its calls (the pair program's 13
     # batches reach both devices; the three per-input calls may all go to one thread
@@ -97,10 +99,8 @@ def test_the_accelerator_engine_runs_on_the_mesh():
     assert kfn._on_mesh(["d0", "d1"]) and not kfn._on_mesh(["d0"])
 
 
-MATRIX_SCRIPT = textwrap.dedent('''
-    import json, os
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    import jax
+# JAX's backend compilations, one entry of ``compiles`` each (after ``import jax``)
+COUNT_COMPILES = textwrap.dedent('''
     from jax import monitoring
     compiles = []
 
@@ -109,6 +109,14 @@ MATRIX_SCRIPT = textwrap.dedent('''
             compiles.append(secs)
 
     monitoring.register_event_duration_secs_listener(on_duration)
+''')
+
+
+MATRIX_SCRIPT = textwrap.dedent('''
+    import json, os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    import jax
+''') + COUNT_COMPILES + textwrap.dedent('''
     import numpy as np
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
@@ -139,13 +147,7 @@ def test_the_cpu_plan_on_two_host_devices_compiles_each_program_once():
     """``kernel_matrix`` (compute's route) on two host devices: both threads call the
     first device's programs (one compilation each: the per-input pass and the pair
     batch), and the matrix is the same bits as on either device alone."""
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    p = subprocess.run([sys.executable, "-c", MATRIX_SCRIPT], capture_output=True, text=True,
-                       env=env, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    got = json.loads(p.stdout.strip().splitlines()[-1])
+    got = _run(MATRIX_SCRIPT)
     assert got["devices"] == 2 and got["same"]
     # the second device alone: its own programs, and the planner's memory analysis
     # compiled for the first local device
@@ -156,14 +158,7 @@ def test_the_cpu_plan_on_two_host_devices_compiles_each_program_once():
 LIBRARY_SCRIPT = textwrap.dedent('''
     import json, os
     import jax
-    from jax import monitoring
-    compiles = []
-
-    def on_duration(name, secs, **kw):
-        if name == "/jax/core/compile/backend_compile_duration":
-            compiles.append(secs)
-
-    monitoring.register_event_duration_secs_listener(on_duration)
+''') + COUNT_COMPILES + textwrap.dedent('''
     import numpy as np
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
@@ -194,12 +189,6 @@ def test_the_library_on_one_host_device_runs_a_thread_per_core_with_the_same_bit
     user's process) ``kernel_matrix`` runs a thread per core on that device, with one
     compilation per program and the bits of one thread; a device count the user forces
     (``XLA_FLAGS``) is kept, and the accelerator plan keeps its devices."""
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    p = subprocess.run([sys.executable, "-c", LIBRARY_SCRIPT], capture_output=True,
-                       text=True, env=env, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    got = json.loads(p.stdout.strip().splitlines()[-1])
+    got = _run(LIBRARY_SCRIPT)
     assert got["devices"] == 1 and got["same"] and got["compiles"] == 2
     assert got["streams"] == got["cores"] and got["forced"] == 1 and got["accelerator"] == 1

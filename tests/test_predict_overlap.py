@@ -75,20 +75,28 @@ def test_an_error_in_a_lane_is_raised_in_the_caller(tmp_path):
     assert lanes_alive() == []
 
 
-class StopAt(Stop):
-    """A stop requested by the lane that asks it the ``at``-th time (a request from
-    another thread, at a known block)."""
+class Counted(Stop):
+    """A stop that counts the questions the lanes ask it (from both threads) and acts at
+    the ``at``-th (``ask`` gives each question's number)."""
 
     def __init__(self, at: int):
         super().__init__()
         self.at, self.asked = at, 0
         self._count = threading.Lock()
 
-    def __call__(self) -> bool:
+    def ask(self) -> int:
         with self._count:
             self.asked += 1
-            if self.asked == self.at:
-                self.request(signal.SIGTERM)
+            return self.asked
+
+
+class StopAt(Counted):
+    """A stop requested by the lane that asks it the ``at``-th time (a request from
+    another thread, at a known block)."""
+
+    def __call__(self) -> bool:
+        if self.ask() == self.at:
+            self.request(signal.SIGTERM)
         return super().__call__()
 
 
@@ -101,22 +109,16 @@ def test_a_stop_ends_the_pass_at_the_next_block(kernels):
     assert H5KernelOperator(kernels, "k32", stop=Stop()).matmul(np.ones(61)).shape == (61,)
 
 
-class SigintAt(Stop):
+class SigintAt(Counted):
     """Never requested; the ``at``-th question sends the process SIGINT (Ctrl-C reaches
     the caller, waiting for its lanes) and every later one takes 10 ms (a block long
     enough for the caller to see the signal first)."""
 
-    def __init__(self, at: int):
-        super().__init__()
-        self.at, self.asked = at, 0
-        self._count = threading.Lock()
-
     def __call__(self) -> bool:
-        with self._count:
-            self.asked += 1
-            if self.asked == self.at:
-                os.kill(os.getpid(), signal.SIGINT)
-        if self.asked > self.at:
+        asked = self.ask()
+        if asked == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+        if asked > self.at:
             time.sleep(0.01)
         return False
 

@@ -85,7 +85,6 @@ def conv(state: State, layer: Conv, standard: bool) -> State:
                   fan_in, standard, layer.width)
 
 
-
 def block(state: State, layer: Conv, pointwise, va, vb, standard: bool) -> State:
     """``conv`` and then ``pointwise(state, va, vb)`` (the nonlinearity after it, with
     its per-input variances) on a batch of pairs' diagonals, as one program with no

@@ -9,8 +9,8 @@ the targets and coefficients, a block of the test kernel streamed from
 ``kernels.h5``, and the results kept for every kind and ridge. Conjugate gradients on
 an ``H5KernelOperator`` hold its two lanes' row blocks (``2 x block_rows x n x 8``
 bytes, 128 MiB by default), the float32 ``n x rank`` preconditioner factor and about
-eight to nine ``n x C`` float64 vectors per ridge and fold of the cross-validation that chooses
-the ridge (four live throughout, the rest within an iteration; BENCHMARKS.md, issue 25's
+seven to eight ``n x C`` float64 vectors per ridge and fold of the cross-validation that chooses
+the ridge (three live throughout, the rest within an iteration; BENCHMARKS.md, issue 25's
 fifth round). Gradient-flow predictions need an eigendecomposition in memory
 (``flow_memory_bytes``).
 """

@@ -107,6 +107,14 @@ def _basis(gram: np.ndarray, rows: int) -> tuple:
     return np.ascontiguousarray(v[:, keep] / np.sqrt(s2[keep])), s2[keep]
 
 
+def _widened(b32: np.ndarray):
+    """``(rows, chunk)``: the float32 factor's rows widened to float64 ``_CHUNK_ROWS`` at
+    a time (a float64 copy of the whole factor is what keeping it in float32 saves)."""
+    for s in range(0, b32.shape[0], _CHUNK_ROWS):
+        rows = slice(s, s + _CHUNK_ROWS)
+        yield rows, b32[rows].astype(np.float64)
+
+
 class NystromPreconditioner:
     """``apply(r, cols)``: ``P^{-1} r`` for the CG columns ``cols`` (indices into
     ``ridge`` and ``group``); column ``j`` uses fold basis ``group[j]``.
@@ -148,25 +156,24 @@ class NystromPreconditioner:
 
     @staticmethod
     def _gram(b32: np.ndarray) -> np.ndarray:
-        """``B^T B`` in float64 of a float32 ``B``, widened a chunk of rows at a time."""
+        """``B^T B`` in float64 of a float32 ``B``."""
         out = np.zeros((b32.shape[1], b32.shape[1]))
-        for s in range(0, b32.shape[0], _CHUNK_ROWS):
-            c = b32[s:s + _CHUNK_ROWS].astype(np.float64)
+        for _, c in _widened(b32):
             out += c.T @ c
         return out
 
     def _bt(self, r: np.ndarray) -> np.ndarray:
         """``B^T r`` (rank, k) float64."""
         out = np.zeros((self.b.shape[1], r.shape[1]))
-        for s in range(0, self.b.shape[0], _CHUNK_ROWS):
-            out += self.b[s:s + _CHUNK_ROWS].astype(np.float64).T @ r[s:s + _CHUNK_ROWS]
+        for rows, c in _widened(self.b):
+            out += c.T @ r[rows]
         return out
 
     def _b(self, d: np.ndarray) -> np.ndarray:
         """``B d`` (n, k) float64."""
         out = np.empty((self.b.shape[0], d.shape[1]))
-        for s in range(0, self.b.shape[0], _CHUNK_ROWS):
-            out[s:s + _CHUNK_ROWS] = self.b[s:s + _CHUNK_ROWS].astype(np.float64) @ d
+        for rows, c in _widened(self.b):
+            out[rows] = c @ d
         return out
 
     @property

@@ -61,10 +61,16 @@ def compute_streams(kfn, devices) -> list:
     are the same bits (one program, the same calls), and the inputs are placed once. The
     host devices still count the threads (``compute.devices``, progress, the budget)."""
     devices = list(devices)
-    per_device = kfn.engine == "cpu" and not kfn.mesh_calls
-    if per_device and devices and all(getattr(d, "platform", None) == "cpu" for d in devices):
+    if _per_device_cpu(kfn) and devices and all(getattr(d, "platform", None) == "cpu"
+                                                for d in devices):
         return [devices[0]] * len(devices)
     return devices
+
+
+def _per_device_cpu(kfn) -> bool:
+    """Whether ``kfn``'s calls are the CPU plan's programs, one per runner thread (not one
+    program over the devices' mesh)."""
+    return kfn.engine == "cpu" and not kfn.mesh_calls
 
 
 def default_devices(kfn) -> list:
@@ -80,8 +86,7 @@ def default_devices(kfn) -> list:
 
     devices = jax.local_devices()
     forced = "xla_force_host_platform_device_count" in (_env.get("XLA_FLAGS") or "")
-    if (len(devices) == 1 and devices[0].platform == "cpu" and not forced
-            and kfn.engine == "cpu" and not kfn.mesh_calls):
+    if len(devices) == 1 and devices[0].platform == "cpu" and not forced and _per_device_cpu(kfn):
         return devices * _cores()
     return devices
 
