@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..._stop import Stop, check
 from ...errors import DamagedFileError, NotPositiveDefiniteError, UsageError
 from ...predict import (NystromMap, check_ridges, choose_landmark_solver, choose_ridge,
                        falkon_memory_bytes, falkon_weights, fold_sums, nystrom_map,
@@ -46,16 +47,18 @@ def is_landmark_run(run_dir) -> bool:
     return isinstance(fps, dict) and FINGERPRINT_KEY in fps
 
 
-def _bands(result, kind: str, lo: int, hi: int):
-    """``(first row - lo, rows)`` of rows ``[lo, hi)`` of ``kind``, in bounded bands."""
+def _bands(result, kind: str, lo: int, hi: int, stop: Optional[Stop] = None):
+    """``(first row - lo, rows)`` of rows ``[lo, hi)`` of ``kind``, in bounded bands;
+    ``stop`` is checked before each band."""
     with ResultFile(result).kernel(kind) as ds:
         step = max(1, _BAND_BYTES // (8 * max(1, ds.shape[1])))
         for s in range(lo, hi, step):
+            check(stop)
             yield s - lo, np.asarray(ds[s:min(s + step, hi)], dtype=np.float64)
 
 
 def _weights(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int,
-             route: str, progress) -> tuple:
+             route: str, progress, stop: Optional[Stop] = None) -> tuple:
     """``({ridge: (k + 1, M, C) coefficients on K(., Z), or a message}, passes)``: the
     direct feature-form solve (``passes`` 2) or Falkon."""
     with ResultFile(result).kernel(kind) as ds:
@@ -63,12 +66,12 @@ def _weights(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int,
     folds = min(CV_FOLDS, n)
     if route == "falkon":
         on_pass = None if progress is None else _reporter(kind, progress)
-        sol = falkon_weights(k_mm, lambda: _bands(result, kind, 0, n), y, ridges, kind,
+        sol = falkon_weights(k_mm, lambda: _bands(result, kind, 0, n, stop), y, ridges, kind,
                              folds, on_pass=on_pass)
         return sol.weights, sol.passes
     nmap: NystromMap = nystrom_map(k_mm)
     del k_mm
-    gram, rhs = fold_sums(nmap, _bands(result, kind, 0, n), y, folds)
+    gram, rhs = fold_sums(nmap, _bands(result, kind, 0, n, stop), y, folds)
     weights = nystrom_weights(nmap, gram, rhs, ridges, kind, n)
     return {r: w if isinstance(w, str) else np.einsum("mr,frc->fmc", nmap.projection, w)
             for r, w in weights.items()}, 1
@@ -88,20 +91,20 @@ def _reporter(kind: str, progress: Callable[[str], None]):
 
 
 def _solve_kind(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int,
-                route: str, progress=None) -> tuple:
+                route: str, progress=None, stop: Optional[Stop] = None) -> tuple:
     """``({ridge: {"mean", "variance": None, "held_out"} or {"error"}}, passes)``."""
-    weights, passes = _weights(result, kind, y, ridges, n, t, m, route, progress)
+    weights, passes = _weights(result, kind, y, ridges, n, t, m, route, progress, stop)
     folds = min(CV_FOLDS, n)
     solved = {r: w for r, w in weights.items() if not isinstance(w, str)}
     held = {r: np.empty((n, y.shape[1])) for r in solved}
     mean = {r: np.empty((t, y.shape[1])) for r in solved}
-    for start, rows in _bands(result, kind, 0, n):
+    for start, rows in _bands(result, kind, 0, n, stop):
         fold = (start + np.arange(rows.shape[0])) % folds
         for r, w in solved.items():
             for f in range(folds):
                 at = np.flatnonzero(fold == f)
                 held[r][start + at] = rows[at] @ w[f]
-    for start, rows in _bands(result, kind, n, n + t):
+    for start, rows in _bands(result, kind, n, n + t, stop):
         for r, w in solved.items():
             mean[r][start:start + rows.shape[0]] = rows @ w[-1]
     return {r: ({"error": weights[r]} if r not in solved else
@@ -111,7 +114,8 @@ def _solve_kind(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int
 
 def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
                       available_bytes: Optional[int] = None, times=None,
-                      progress: Optional[Callable[[str], None]] = None) -> PredictResult:
+                      progress: Optional[Callable[[str], None]] = None,
+                      stop: Optional[Stop] = None) -> PredictResult:
     """:func:`kernelcli.run.predict` for a landmark run (same arguments and result)."""
     if times:
         raise UsageError.naming(f"<<times>>: {run_dir} is a landmark run (data.landmarks); "
@@ -119,6 +123,15 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
                                 f"drop <<times>>")
     ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
     store = RunStore.open(run_dir)
+    # one writer per run directory, as the full kernel's predict (opened again once
+    # locked: a writer that just ended may have changed the manifest)
+    with store.lock():
+        return _predict_landmarks(RunStore.open(run_dir), run_dir, ridges, kinds, solver,
+                                  available_bytes, progress, stop)
+
+
+def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, progress,
+                       stop) -> PredictResult:
     names, have, labels, test_labels = _check_run(store, run_dir, landmarks=True)
     kinds = _kinds(kinds, have, run_dir)
     with ResultFile(store.result_path).kernel(kinds[0]) as ds:  # verified above
@@ -139,12 +152,13 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
     rows_out, choices, solved, passes = [], [], {}, []
     for kind in kinds:
         solved[kind], p = _solve_kind(store.result_path, kind, y, ridges, n, t, m, route,
-                                      progress)
+                                      progress, stop)
         passes.append(p)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows_out)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows_out))
     if all(r.error for r in rows_out):
         raise NotPositiveDefiniteError(rows_out[-1].error)
+    check(stop)
     folds = min(CV_FOLDS, n)
     if route == "falkon":
         solver = (f"falkon ({m:,} landmarks; preconditioned CG, "

@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
+from ..._stop import Stop, check
 from ...errors import DamagedFileError, RunDirError, UsageError, resume_command
 from ...predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
                        accuracy, check_ridges, check_times, choose_ridge, choose_solver,
@@ -129,11 +130,11 @@ def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
 def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 with_variance: bool, names: set,
                 progress: Optional[Callable[[str], None]] = None,
-                where: Optional[dict] = None) -> dict:
+                where: Optional[dict] = None, stop: Optional[Stop] = None) -> dict:
     """``{ridge: {"mean": (m, C), "variance": (m,) or None, "held_out": (n, C) or None}
     or {"error": text}}``; ``held_out``: each training row predicted without itself
     (leave-one-out) or without its fold (CG)."""
-    test_op = H5KernelOperator(result, f"{kind}_test")
+    test_op = H5KernelOperator(result, f"{kind}_test", stop=stop)
     diag = None
     if with_variance and f"{kind}_test_diag" in names:
         diag = ResultFile(result).read(f"{kind}_test_diag", np.float64)
@@ -141,6 +142,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
     if solver == "cholesky":
         work = load_kernel(result, kind)  # float64, factored in place, restored after
         for ridge in ridges:
+            check(stop)
             try:
                 chol = cholesky_factor(work, ridge, kind=kind)
             except NotPositiveDefiniteError as exc:
@@ -154,7 +156,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                           "held_out": held_out}
         return out
     # the products with K on this process, or on workers holding its row bands
-    with spread(H5KernelOperator(result, kind), **(where or {})) as op:
+    with spread(H5KernelOperator(result, kind, stop=stop), **(where or {}), stop=stop) as op:
         alphas, held = _cg_kind(op, kind, y, ridges, progress, out)
     for ridge, alpha in alphas.items():
         out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": None,
@@ -202,7 +204,8 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
             available_bytes: Optional[int] = None,
             times: Optional[Iterable[float]] = None,
             progress: Optional[Callable[[str], None]] = None, executor: str = "local",
-            workers: Optional[int] = None, address: Optional[str] = None) -> PredictResult:
+            workers: Optional[int] = None, address: Optional[str] = None,
+            stop: Optional[Stop] = None) -> PredictResult:
     """Kernel regression with every requested kind and ridge on the run in ``run_dir``.
 
     ``ridges``: the sweep (default ``DEFAULT_RIDGES``), ``ridge * trace(K)/n`` on the
@@ -214,7 +217,10 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     ``processes``: ``workers`` local processes; ``ray``: Ray actors, on the cluster at
     ``address``), each worker a row band (:mod:`._spread`); the same numbers
     bit for bit. Test accuracy and MSE are ``None`` without test labels. Raises
-    ``NotPositiveDefiniteError`` when no ridge of any kind could be solved.
+    ``NotPositiveDefiniteError`` when no ridge of any kind could be solved. ``stop``: a
+    :class:`~kernelcli.run.Stop` another thread may request; the solve then raises
+    ``Interrupted`` at its next pass over the kernel or ridge, before
+    ``predictions.h5`` is written (nothing is).
     """
     ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
     times = () if times is None else check_times(times)
@@ -228,11 +234,11 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     # locked, as a writer that just ended may have changed the manifest)
     with store.lock(), coordinate(run_dir, where) as where:  # --executor shards' folder
         return _predict(RunStore.open(run_dir), run_dir, ridges, solver, available_bytes,
-                        times, kinds, progress, where)
+                        times, kinds, progress, where, stop)
 
 
 def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
-             progress, where=None) -> PredictResult:
+             progress, where=None, stop=None) -> PredictResult:
     names, have, labels, test_labels = _check_run(store, run_dir)
     kinds = _kinds(kinds, have, run_dir)
     n = int(labels.shape[0])
@@ -249,11 +255,13 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
     for kind in kinds:
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
                                    with_variance=base_kind(kind) == "nngp", names=names,
-                                   progress=progress, where=where)
+                                   progress=progress, where=where, stop=stop)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows))
         if times:
+            check(stop)
             flows[kind] = flow_kind(store.result_path, kind, y, ridges, times, names)
+    check(stop)
     if all(r.error for r in rows):
         raise NotPositiveDefiniteError(rows[-1].error)
     flow = flow_rows(flows, ridges, times, test_labels, y_test)
