@@ -41,6 +41,10 @@ def main(argv=None):
                         "the covariances that must be alive")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--out", default=None, help=".npy path for the (2, N, N) kernels")
+    p.add_argument("--engine", default=os.environ.get("KC_BENCH_ENGINE", "cpu"),
+                   choices=("cpu", "native", "accelerator"),
+                   help="the execution plan (default: KC_BENCH_ENGINE, else cpu), so "
+                        "engine_ab.py's --variant 'native:KC_BENCH_ENGINE=native' times it")
     p.add_argument("--library", action="store_true",
                    help="leave jax's one CPU device, as a library user's process does "
                         "(default: one host device per core, as `kernelcli compute`)")
@@ -60,7 +64,7 @@ def main(argv=None):
     cfg = load_config(CONFIGS / f"{a.case}.yaml")
     check_architecture(cfg.architecture, INPUT_SHAPE)
     kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,
-                          dtype=a.dtype)
+                          dtype=a.dtype, engine=a.engine)
     if a.mode == "memory":
         report_memory(kfn, a.case, n)
         return
@@ -84,7 +88,8 @@ def main(argv=None):
     if a.out:
         save_result(a.out, out)
     entries = n * n if a.mode == "rect" else n * (n + 1) // 2
-    report(tool="kernelcli", case=a.case, n=n, mode=a.mode, entries=entries, seconds=times,
+    report(tool="kernelcli", case=a.case, n=n, mode=a.mode, engine=a.engine, entries=entries,
+           seconds=times,
            cpu_seconds=cpu,
            warmup_s=warmup, warmup_cpu_s=warmup_cpu, compilations=first_compilations,
            bytes_per_pair=getattr(kfn, "bytes_per_pair", None),

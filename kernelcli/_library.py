@@ -79,7 +79,7 @@ class KernelFunction:
       augment: ``None`` (the plain kernel), ``"hflip"``, ``"vflip"`` or a list of them:
         the kernel averaged over that flip group, as ``kernel.augment`` in a config.
       engine: ``"auto"`` (the accelerator plan on a GPU, the CPU plan on CPUs),
-        ``"cpu"`` or ``"accelerator"``, as ``compute.engine`` in a config.
+        ``"cpu"``, ``"native"`` or ``"accelerator"``, as ``compute.engine`` in a config.
       stop: a :class:`kernelcli.run.Stop` another thread (or a signal handler of the
         caller's) may request: the call then raises
         :class:`kernelcli.errors.Interrupted` at its next safe point, as ``compute``

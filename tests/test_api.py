@@ -145,7 +145,7 @@ def test_a_stax_network_gives_the_kernels_of_its_yaml():
                                                         "|x| <= 1e+15"),
     (lambda k, x: k(x, memory="lots"), "memory: 'lots' is not a size; expected"),
     (lambda k, x: k(x, engine="gpu"), "engine: 'gpu' is not an engine; expected one of auto, "
-                                      "cpu, accelerator"),
+                                      "cpu, native, accelerator"),
 ])
 def test_bad_calls_name_the_argument(call, message):
     kfn = kernelcli.kernel_fn(FIXTURES_DIR / "cnn1_gap.yaml")

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import FIXTURE_CASES, fast_subset, load_case
 from kernelcli.errors import ConfigError
-from kernelcli.kernels import build_kernel_fn, resolve_engine
+from kernelcli.kernels import _native, build_kernel_fn, resolve_engine
 from kernelcli.kernels._linear_spatial import GRAM_CHANNELS
 from kernelcli.run import kernel_matrix
 from kernelcli.run._job import config_fingerprint
@@ -46,7 +46,7 @@ def test_a_bad_engine_is_a_config_error(tmp_path, value, shown):
     assert info.value.exit_code == 2
     assert str(info.value).startswith(
         f"e.yaml: compute.engine: {shown} is not an engine; expected one of auto, cpu, "
-        f"accelerator")
+        f"native, accelerator")
 
 
 def test_the_engine_does_not_change_the_configuration_fingerprint(tmp_path):
@@ -77,6 +77,9 @@ def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
     assert engine({"engine": "cpu"}, {"engine": "accelerator"}) == ("accelerator",
                                                                     "accelerator")
     assert engine({"engine": "accelerator"}, {}) == ("cpu", "cpu")  # a run before the key
+    if _native.unavailable() is None:
+        assert engine({"engine": "native"}) == ("native", "native")
+        assert engine({"engine": "cpu"}, {"engine": "native"}) == ("native", "native")
 
 
 # -- the accelerator plan gives the CPU plan's kernels ----------------------------------

@@ -24,7 +24,7 @@ from typing import Sequence
 from jax import lax
 
 from ..spec import branches, layer_type, walk
-from . import _batched, _diagonal, _linear
+from . import _batched, _diagonal, _linear, _native
 from ._fused import conv_pointwise
 from ._linear_spatial import to_full
 from ._maps import is_pointwise, kernel_map
@@ -185,23 +185,43 @@ def _layout(state: State, full: bool) -> State:
     return state
 
 
+def _native_tail_at(layers: Sequence, k: int, state: State) -> bool:
+    """Whether ``layers[k:k + 3]`` is the native plan's tail (``_native.applies``)."""
+    return k + 2 < len(layers) and _native.applies(layers[k], layers[k + 1], layers[k + 2],
+                                                   state)
+
+
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
-            out: bool = False, seen=None, batched: bool = False) -> State:
+            out: bool = False, seen=None, batched: bool = False,
+            native: bool = False) -> State:
     """Apply ``layers`` in order, keeping the full covariance only where
     ``full_needed(layers, out)`` says (``out``: whether the output must be full;
     a branch's input is cut at once when the branch needs only its diagonal).
     ``seen(state)``, when given, is called with the state after every layer
     (branches included): how the engine measures its largest covariance.
     ``batched``: the accelerator plan's layers (``_batched``): each one pass over the
-    whole batch, no row or slab loops."""
+    whole batch, no row or slab loops. ``native``: the native plan's pair pass, whose
+    tail (convolution, ABReLU-family nonlinearity, global average pool: ``_native``) is
+    one custom call; the per-input pass and every other layer run as the CPU plan's."""
     need = full_needed(layers, out)
+    native = native and isinstance(variances, PairVariances)
     state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
     k = 0
     while k < len(layers):
         before = state
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
+        if native and _native_tail_at(layers, k, state):
+            v1, v2 = variances(state)
+            state = _native.tail(state, layer, after, v1, v2, standard)
+            if seen is not None:
+                seen(state)
+            spare = None
+            k += 3
+            continue
         m = repeats(layers, k, state)
+        if m and native and _native_tail_at(layers, k + 2 * (m - 1), state):
+            m = m - 1 if m > 2 else 0  # the run's last block is the native tail's
         if m:  # a run of identical blocks: one loop over layers
             at = variances.run(m) if isinstance(variances, PairVariances) else None
             state, spare, recs = repeat_layers(

@@ -41,6 +41,7 @@ import numpy as np
 from .. import _env
 from ..errors import ConfigError
 from ..spec import KINDS, Architecture, base_kind, bind_architecture, check_augment, flip_group, walk
+from . import _native
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import is_flat_input
 from ._memory_model import CompiledMemory
@@ -73,7 +74,7 @@ class KernelFn:
         few units in the last place: ``_angle``).
       augment: flips (``"hflip"``, ``"vflip"``) whose group the kernel is averaged
         over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
-      engine: the execution plan, ``"cpu"`` or ``"accelerator"`` (resolved already:
+      engine: the execution plan, ``"cpu"``, ``"native"`` or ``"accelerator"`` (resolved:
         :func:`resolve_engine`); the kernels agree to rounding, not bit for bit.
       chunk: pairs per chunk of the CPU plan (``None``: from ``KERNELCLI_CHUNK_BYTES`` or
         the default); XLA compiles each chunk size's program differently, so its
@@ -109,10 +110,16 @@ class KernelFn:
                          else arch.layers[:ro.after[-1]] + ro.head * len(ro.after))
         spatial = len(self.input_shape) >= 2
         self._batched = engine == "accelerator"  # the layers of _batched, no loops
+        if engine == "native":
+            why = _native.unavailable()
+            if why is not None:
+                raise ConfigError(f"compute.engine: 'native' cannot run here: {why}; "
+                                  f"use auto, cpu or accelerator")
         self._want_ntk = "ntk" in self.base_kinds
         self._net = LayerPass(arch, self.input_shape, self.base_kinds, self.group,
                               self.n_spatial, standard=arch.parameterization == "standard",
-                              exact=self.dtype == np.float64, batched=self._batched)
+                              exact=self.dtype == np.float64, batched=self._batched,
+                              native=engine == "native")
         self.full_cov = spatial and any_full(evaluated)  # any layer's, branches included
         self.n_variances = count_variance_layers(evaluated)
         self.n_layers = sum(1 for _ in walk(evaluated))  # branches' layers included
@@ -384,7 +391,7 @@ def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
                     engine: str = "cpu", chunk: Optional[int] = None) -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
     ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
-    execution plan (``"cpu"`` or ``"accelerator"``, see :func:`resolve_engine`);
+    execution plan (``"cpu"``, ``"native"`` or ``"accelerator"``, see :func:`resolve_engine`);
     ``chunk``: see :class:`KernelFn`."""
     return KernelFn(arch, input_shape, kinds, dtype, augment, engine, chunk)
 

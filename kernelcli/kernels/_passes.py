@@ -55,11 +55,13 @@ class LayerPass:
     ``base_kinds``: the kinds computed (``"nngp"``, ``"ntk"``); ``group``: the flip
     group, identity first; ``n_spatial``: the input's spatial axes; ``standard``:
     standard parameterization; ``exact``: float64's exact maps; ``batched``: the
-    accelerator plan's layers (``_batched``), no row or slab loops.
+    accelerator plan's layers (``_batched``), no row or slab loops; ``native``: the
+    native plan's custom call for its tail in the pair pass (``_native``).
     """
 
     def __init__(self, arch, input_shape: Sequence[int], base_kinds: Tuple[str, ...],
-                 group, n_spatial: int, standard: bool, exact: bool, batched: bool):
+                 group, n_spatial: int, standard: bool, exact: bool, batched: bool,
+                 native: bool = False):
         self.arch = arch
         self.base_kinds = base_kinds
         self.group = group
@@ -67,6 +69,7 @@ class LayerPass:
         self.standard = standard
         self.exact = exact
         self.batched = batched
+        self.native = native
         self.want_ntk = "ntk" in base_kinds
         self.input_full, self.readout_full = full_needs(arch, len(input_shape) >= 2)
         self.flat = FlatRoute(arch.layers, input_shape, self.want_ntk, self.forward)
@@ -88,14 +91,16 @@ class LayerPass:
         ro = self.arch.readouts
         if ro is None:
             return self.outputs(forward(layers, state, variances, self.standard,
-                                        self.exact, seen=seen, batched=self.batched))
+                                        self.exact, seen=seen, batched=self.batched,
+                                        native=self.native))
         out, start = {}, 0
         for after, full in zip(ro.after, self.readout_full):
             stop = after - skipped
             state = forward(layers[start:stop], state, variances, self.standard,
-                            self.exact, out=full, seen=seen, batched=self.batched)
+                            self.exact, out=full, seen=seen, batched=self.batched,
+                            native=self.native)
             head = forward(ro.head, state, variances, self.standard, self.exact, seen=seen,
-                           batched=self.batched)
+                           batched=self.batched, native=self.native)
             out.update(self.outputs(head, f"_d{after}"))
             start = stop
         return out

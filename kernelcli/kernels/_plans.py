@@ -12,10 +12,16 @@ Two execution plans compute the same kernels (``compute.engine``,
   boundary per layer and no host round trips (runs of repeated layers are a
   ``fori_loop`` of static trip count; their variances a dynamic slice): a GPU
   then runs a few large kernels per layer instead of thousands of tiny ones.
+* ``native`` (asked for, never ``auto``'s choice yet): the ``cpu`` plan, with the
+  tail convolution -> ABReLU-family nonlinearity -> global average pool of the pair
+  pass as one C++ custom call built on first use (``_native``): the angle once for
+  both kinds, the pool summed as each row is produced. CPUs only; it needs a C++
+  compiler.
 """
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from ..spec import ENGINES
 
 # the plans themselves: every engine a config may name but the one that picks for it
@@ -25,7 +31,11 @@ PLANS = tuple(e for e in ENGINES if e != "auto")
 def resolve_engine(name: str, platform: str) -> str:
     """The plan ``compute.engine: name`` means on devices of JAX platform ``platform``
     (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ...): ``"auto"`` is
-    ``"accelerator"`` anywhere but on CPUs; ``"cpu"`` and ``"accelerator"`` are kept."""
+    ``"accelerator"`` anywhere but on CPUs; the others are kept (``"native"`` on CPUs
+    only: a configuration error elsewhere)."""
+    if name == "native" and str(platform).lower() != "cpu":
+        raise ConfigError(f"compute.engine: 'native' runs on CPUs only; the devices here "
+                          f"are {platform}: use auto, cpu or accelerator")
     if name == "auto":
         return "cpu" if str(platform).lower() == "cpu" else "accelerator"
     if name not in PLANS:

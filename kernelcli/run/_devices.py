@@ -70,7 +70,7 @@ def compute_streams(kfn, devices) -> list:
 def _per_device_cpu(kfn) -> bool:
     """Whether ``kfn``'s calls are the CPU plan's programs, one per runner thread (not one
     program over the devices' mesh)."""
-    return kfn.engine == "cpu" and not kfn.mesh_calls
+    return kfn.engine in ("cpu", "native") and not kfn.mesh_calls
 
 
 def default_devices(kfn) -> list:

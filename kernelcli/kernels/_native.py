@@ -1,0 +1,141 @@
+"""The native plan's custom call: convolution, ABReLU-family nonlinearity and global
+average pool as one C++ loop (``native/tail.cc``), built on first use.
+
+Why: on the CPU plan XLA evaluates the nonlinearity's angle once per output kind, does
+not vectorise a pool summed inside the nonlinearity's loop, and streams every
+``(H W)^2`` intermediate through memory (BENCHMARKS.md, issue 26); the seed's
+network (conv + ReLU + global pool) spends nearly all its time in that tail. The C++
+loop windows each output row pair, maps it and adds it to the pool while it is in
+cache. It applies only where its formulas are kernelcli's exactly (:func:`applies`);
+every other layer runs the CPU plan's own code.
+
+The library is compiled by the system's C++ compiler (``g++`` or ``c++`` on ``PATH``)
+against the XLA FFI headers jaxlib ships, ``-march=native``, in a private temporary
+folder that is removed once the library is loaded (the process keeps its mapping):
+nothing is written anywhere else, and nothing compiled on one machine runs on another.
+It is built once per process (about 3 s) and registered with XLA under two target
+names, one per dtype. Without a compiler the plan cannot be had: :func:`unavailable`
+says why, and asking for it is refused (exit 2) before any work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..spec import ABRelu, Conv, GlobalAvgPool, Relu
+from ._spatial import out_size, pads
+from ._state import State
+
+SOURCE = Path(__file__).with_name("native") / "tail.cc"
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC", "-w")
+TARGETS = {np.dtype(np.float32): "kernelcli_tail_f32", np.dtype(np.float64): "kernelcli_tail_f64"}
+_BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
+
+
+def _compiler() -> Optional[str]:
+    for name in ("g++", "c++"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> Optional[str]:
+    """Build, load and register the library once per process: ``None``, or why not."""
+    if platform.system() != "Linux":
+        return f"the native plan is built for Linux only (this is {platform.system()})"
+    cxx = _compiler()
+    if cxx is None:
+        return "no C++ compiler (g++ or c++) on PATH to build it"
+    import jax
+
+    folder = tempfile.mkdtemp(prefix="kernelcli-native-")
+    try:
+        out = Path(folder) / "libkernelcli_tail.so"
+        cmd = [cxx, *FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", str(out)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_BUILD_SECONDS,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"its build with {cxx} failed: {exc}"
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            return f"its build with {cxx} failed: {last}"
+        lib = ctypes.CDLL(str(out))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    for name in TARGETS.values():
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)),
+                                    platform="cpu")
+    return None
+
+
+def unavailable() -> Optional[str]:
+    """Why the native plan cannot run in this process (building it on first use), or
+    ``None`` when it can."""
+    return _load()
+
+
+def abrelu_params(layer) -> Optional[tuple]:
+    """``(a, b)`` of a nonlinearity the tail computes (``relu``, ``abrelu`` and what
+    the configuration spells with it: ``leaky_relu``, ``abs``), else ``None``."""
+    if isinstance(layer, Relu):
+        return 0.0, 1.0
+    if isinstance(layer, ABRelu):
+        return float(layer.a), float(layer.b)
+    return None
+
+
+def applies(conv, act, pool, state: State) -> bool:
+    """Whether ``conv, act, pool`` on ``state`` is the tail the custom call computes:
+    a stride-1 SAME or VALID convolution of a full image covariance, an ABReLU-family
+    nonlinearity, a global average pool."""
+    return (isinstance(conv, Conv) and isinstance(pool, GlobalAvgPool)
+            and abrelu_params(act) is not None and state.full
+            and len(state.spatial_shape) == 2 and tuple(conv.strides) == (1, 1)
+            and conv.padding in ("SAME", "VALID")
+            and not (state.ntk is not None and isinstance(state.ntk, float)
+                     and state.ntk != 0.0)
+            and np.dtype(state.nngp.dtype) in TARGETS)
+
+
+def tail(state: State, conv: Conv, act, v1, v2, standard: bool) -> State:
+    """``global_avg_pool(act(conv(state)))`` by the custom call (``applies`` holds):
+    ``v1`` ``(P, Ho, Wo)``, ``v2`` ``(P, Ho', Wo')`` the nonlinearity's per-input
+    variances, as ``_fused.conv_pointwise`` takes them."""
+    import jax
+
+    a, b = abrelu_params(act)
+    x = state.nngp
+    (h, _), (w, _) = state.nngp.shape[1:3], state.nngp.shape[3:5]
+    kh, kw = conv.filter
+    sizes = (out_size(h, kh, 1, conv.padding), out_size(w, kw, 1, conv.padding))
+    if v1.shape[1:] != sizes or v2.shape[1:] != sizes:
+        raise ValueError(f"native tail: variances {v1.shape}, {v2.shape} for outputs {sizes}")
+    mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
+    out = jax.ShapeDtypeStruct(x.shape[:1], x.dtype)
+    call = jax.ffi.ffi_call(TARGETS[np.dtype(x.dtype)], (out, out), vmap_method="sequential")
+    nngp, ntk = call(
+        x, state.ntk if mode == 2 else x, v1, v2,
+        kh=np.int64(kh), kw=np.int64(kw),
+        lo_h=np.int64(pads(h, kh, 1, conv.padding)[0]),
+        lo_w=np.int64(pads(w, kw, 1, conv.padding)[0]),
+        ntk_mode=np.int64(mode), standard=np.int64(bool(standard)),
+        has_bias=np.int64(conv.b_std is not None),
+        w_var=np.float64(conv.W_std ** 2),
+        b_var=np.float64(0.0 if conv.b_std is None else conv.b_std ** 2),
+        fan_in=np.float64(state.channels * math.prod(conv.filter)), a=np.float64(a),
+        b=np.float64(b))
+    return state.replace(nngp=nngp, ntk=None if mode == 0 else ntk, spatial=False,
+                         full=False, channels=conv.width)

@@ -1,0 +1,252 @@
+// The native plan's fused tail: convolution -> ABReLU-family nonlinearity -> global
+// average pool, for a batch of pairs' full covariances, as one XLA custom call.
+//
+// Why C++: XLA:CPU evaluates the nonlinearity's angle once per output kind (no
+// multi-output fusion there), does not vectorise a reduction fused with the
+// nonlinearity's chain, and streams every intermediate (H W)^2 array through memory
+// (BENCHMARKS.md, issue 26). Here each output row pair (h, h') is windowed, mapped and
+// summed into the pool in one pass over cache-resident rows: the angle once per entry,
+// nothing (H W)^2 written. The formulas and their order are kernelcli's own
+// (kernels/_fused._conv_row, _linear.affine, _nonlinear.abrelu, _angle.atan2_nonneg);
+// only the pool's sum differs (a double accumulator per column, summed at the end).
+// Python checks every shape and attribute before the call (kernels/_native_tail.py).
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// float32: atan(t) ~= t P(t^2) on [0, 1] (_angle._ATAN_COEFFS)
+constexpr float kAtan32[7] = {0.99999562f, -0.33316001f, 0.19796881f, -0.13195862f,
+                              0.0789991f, -0.03310461f, 0.00665807f};
+// float64: fdlibm's atan (_angle._FDLIBM_AT, _ATAN_HALF, _ATAN_ONE)
+constexpr double kAt64[11] = {3.33333333333329318027e-01, -1.99999999998764832476e-01,
+                              1.42857142725034663711e-01, -1.11111104054623557880e-01,
+                              9.09088713343650656196e-02, -7.69187620504482999495e-02,
+                              6.66107313738753120669e-02, -5.83357013379057348645e-02,
+                              4.97687799461593236017e-02, -3.65315727442169155270e-02,
+                              1.62858201153657823623e-02};
+constexpr double kHalfHi = 4.63647609000806093515e-01, kHalfLo = 2.26987774529616870924e-17;
+constexpr double kOneHi = 7.85398163397448278999e-01, kOneLo = 3.06161699786838301793e-17;
+
+inline float AtanRatio(float small, float big) {
+  float t = small / big;
+  float u = t * t;
+  float p = kAtan32[6];
+  for (int i = 5; i >= 0; --i) p = p * u + kAtan32[i];
+  return t * p;
+}
+
+inline double AtanRatio(double small, double big) {
+  bool mid = small >= 0.4375 * big;
+  bool upper = small >= 0.6875 * big;
+  double num = upper ? small - big : (mid ? 2 * small - big : small);
+  double den = upper ? small + big : (mid ? 2 * big + small : big);
+  double r = num / den;
+  double z = r * r;
+  double p = kAt64[10];
+  for (int i = 9; i >= 0; --i) p = p * z + kAt64[i];
+  double a = r - r * (z * p);
+  double hi = upper ? kOneHi : (mid ? kHalfHi : 0.0);
+  double lo = upper ? kOneLo : (mid ? kHalfLo : 0.0);
+  return hi + (a + lo);
+}
+
+// atan2(y, x) for y >= 0, in [0, pi] (_angle.atan2_nonneg)
+template <typename T>
+inline T Atan2NonNeg(T y, T x) {
+  T ax = std::fabs(x);
+  T big = ax > y ? ax : y;
+  T small = ax < y ? ax : y;
+  big = big > 0 ? big : T(1);
+  T a = AtanRatio(small, big);
+  a = y > ax ? T(kPi / 2) - a : a;
+  return x < 0 ? T(kPi) - a : a;
+}
+
+struct Params {
+  int64_t kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias;
+  double w_var, b_var, fan_in, a, b;
+};
+
+// ntk_mode: 0 no NTK; 1 the input's NTK is exactly zero (the raw input's); 2 an array.
+//
+// Layout of the work on one output row pair (oh, oh2): the first axis pair's window
+// sums whole input planes (W x W2, contiguous); the plane is copied into a zero-padded
+// buffer with row stride W2p, so the second axis pair's window is kw contiguous
+// streams over the flat output plane (entry (ow, ow2) at ow * W2p + ow2; the columns
+// ow2 >= Wo2 are scratch, masked out of the pool). Every loop runs over a whole plane:
+// short per-row loops cost more in their set-up than in their arithmetic.
+template <typename T>
+void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out_ntk,
+          int64_t P, int64_t H, int64_t H2, int64_t W, int64_t W2, int64_t Ho,
+          int64_t Ho2, int64_t Wo, int64_t Wo2, const Params& q) {
+  const bool exact = sizeof(T) == 8;
+  const bool has_ntk = q.ntk_mode != 0, ntk_in = q.ntk_mode == 2;
+  const T inv_kh = T(1.0 / q.kh), inv_kw = T(1.0 / q.kw);
+  const T w_var = T(q.w_var), b_var = T(q.b_var), fan_in = T(q.fan_in);
+  const T factor = T((q.a - q.b) * (q.a - q.b) / (2 * kPi));
+  const T k0 = T((q.a * q.a + q.b * q.b) / 2);
+  const T snap = exact ? T(std::ldexp(1.0, -50)) : T(std::ldexp(1.0, -21));
+  const T bias = q.has_bias ? b_var : T(0), ntk_one = (q.standard && q.has_bias) ? T(1) : T(0);
+  const int64_t plane = W * W2;
+  const int64_t W2p = Wo2 + q.kw - 1, Wp = Wo + q.kw - 1;  // the padded plane
+  const int64_t n = Wo * W2p;                                // the flat output plane
+  const int64_t copy_rows = std::min(W, Wp - q.lo_w), copy_cols = std::min(W2, W2p - q.lo_w);
+  std::vector<T> row(plane), row_t(plane), pad(Wp * W2p + q.kw), pad_t(Wp * W2p + q.kw);
+  std::vector<T> m(n), mt(n), s1(n), s2(Ho2 * n), keep(n), part_n(n), part_t(n);
+  std::vector<double> acc_n(n), acc_t(n);
+  for (int64_t i = 0; i < n; ++i) keep[i] = (i % W2p) < Wo2 ? T(1) : T(0);  // scratch: 0
+  for (int64_t p = 0; p < P; ++p) {
+    const T* xp = x + p * H * H2 * plane;
+    const T* xtp = ntk_in ? xt + p * H * H2 * plane : nullptr;
+    const T* v1p = v1 + p * Ho * Wo;
+    const T* v2p = v2 + p * Ho2 * Wo2;
+    // the second input's variance term per flat entry, for every oh2 (0 in scratch
+    // columns: finite, and masked): v2 in float32, its square root in float64
+    for (int64_t oh2 = 0; oh2 < Ho2; ++oh2)
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t c = i % W2p;
+        T v = c < Wo2 ? v2p[oh2 * Wo2 + c] : T(0);
+        s2[oh2 * n + i] = exact ? std::sqrt(v > 0 ? v : T(0)) : v;
+      }
+    for (int64_t i = 0; i < n; ++i) acc_n[i] = acc_t[i] = 0.0;
+    for (int64_t i = 0; i < Wp * W2p + q.kw; ++i) pad[i] = pad_t[i] = T(0);
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      for (int64_t r = 0; r < Wo; ++r) {
+        T v = v1p[oh * Wo + r];
+        v = exact ? std::sqrt(v > 0 ? v : T(0)) : v;
+        for (int64_t c = 0; c < W2p; ++c) s1[r * W2p + c] = v;
+      }
+      for (int64_t oh2 = 0; oh2 < Ho2; ++oh2) {
+        // the first axis pair's window: the taps' planes summed in order, then the mean
+        for (int64_t i = 0; i < plane; ++i) row[i] = T(0);
+        if (ntk_in) for (int64_t i = 0; i < plane; ++i) row_t[i] = T(0);
+        for (int64_t t = 0; t < q.kh; ++t) {
+          int64_t ih = oh - q.lo_h + t, ih2 = oh2 - q.lo_h + t;
+          if (ih < 0 || ih >= H || ih2 < 0 || ih2 >= H2) continue;  // reads zeros
+          const T* src = xp + (ih * H2 + ih2) * plane;
+          for (int64_t i = 0; i < plane; ++i) row[i] += src[i];
+          if (ntk_in) {
+            const T* srct = xtp + (ih * H2 + ih2) * plane;
+            for (int64_t i = 0; i < plane; ++i) row_t[i] += srct[i];
+          }
+        }
+        for (int64_t r = 0; r < copy_rows; ++r) {
+          T* dst = pad.data() + (r + q.lo_w) * W2p + q.lo_w;
+          for (int64_t c = 0; c < copy_cols; ++c) dst[c] = row[r * W2 + c] * inv_kh;
+          if (ntk_in) {
+            T* dstt = pad_t.data() + (r + q.lo_w) * W2p + q.lo_w;
+            for (int64_t c = 0; c < copy_cols; ++c) dstt[c] = row_t[r * W2 + c] * inv_kh;
+          }
+        }
+        // the second axis pair's window: tap u of entry i reads pad[i + u (W2p + 1)]
+        for (int64_t i = 0; i < n; ++i) m[i] = T(0);
+        for (int64_t u = 0; u < q.kw; ++u) {
+          const T* src = pad.data() + u * (W2p + 1);
+          for (int64_t i = 0; i < n; ++i) m[i] += src[i];
+        }
+        if (ntk_in) {
+          for (int64_t i = 0; i < n; ++i) mt[i] = T(0);
+          for (int64_t u = 0; u < q.kw; ++u) {
+            const T* src = pad_t.data() + u * (W2p + 1);
+            for (int64_t i = 0; i < n; ++i) mt[i] += src[i];
+          }
+        }
+        // the affine map (c the NNGP, nt the NTK; mt stays 0 for the raw input's zero
+        // NTK), the nonlinearity with its angle once for both kinds, and the pool
+        const T* s2row = s2.data() + oh2 * n;
+        for (int64_t i = 0; i < n; ++i) {
+          T mean = m[i] * inv_kw, mean_t = mt[i] * inv_kw;
+          T c = w_var * mean + bias;
+          T nt = (q.standard ? fan_in * mean + w_var * mean_t : w_var * mean_t + c) + ntk_one;
+          T ac = std::fabs(c);
+          T s = exact ? s1[i] * s2row[i] : std::sqrt(s1[i] * s2row[i]);
+          s = (s - ac <= s * snap) ? ac : s;
+          T d = (s - ac) * (s + ac);
+          T sq = std::sqrt(d > 0 ? d : T(0));
+          T theta = Atan2NonNeg(sq, c);
+          T kdot = k0 - factor * theta;
+          part_n[i] += keep[i] * (factor * sq + kdot * c);
+          part_t[i] += keep[i] * (nt * kdot);
+        }
+      }
+      // a row's partial sums (Ho2 terms in the dtype) into the double accumulators
+      for (int64_t i = 0; i < n; ++i) {
+        acc_n[i] += double(part_n[i]);
+        acc_t[i] += double(part_t[i]);
+        part_n[i] = part_t[i] = T(0);
+      }
+    }
+    double sn = 0, st = 0;
+    for (int64_t i = 0; i < n; ++i) { sn += acc_n[i]; st += acc_t[i]; }
+    const double count = double(Ho) * Ho2 * Wo * Wo2;
+    out_nngp[p] = T(sn / count);
+    out_ntk[p] = has_ntk ? T(st / count) : T(0);
+  }
+}
+
+template <typename A, typename B>
+bool SameShape(const A& a, const B& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+template <ffi::DataType DT>
+ffi::Error TailImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT, 3> v1,
+                    ffi::Buffer<DT, 3> v2, ffi::ResultBuffer<DT, 1> out_nngp,
+                    ffi::ResultBuffer<DT, 1> out_ntk, int64_t kh, int64_t kw, int64_t lo_h,
+                    int64_t lo_w, int64_t ntk_mode, int64_t standard, int64_t has_bias,
+                    double w_var, double b_var, double fan_in, double a, double b) {
+  auto d = x.dimensions();
+  auto e1 = v1.dimensions();
+  auto e2 = v2.dimensions();
+  const int64_t P = d[0], H = d[1], H2 = d[2], W = d[3], W2 = d[4];
+  const int64_t Ho = e1[1], Wo = e1[2], Ho2 = e2[1], Wo2 = e2[2];
+  if (e1[0] != P || e2[0] != P || out_nngp->dimensions()[0] != P ||
+      out_ntk->dimensions()[0] != P || kh < 1 || kw < 1 || lo_h < 0 || lo_w < 0 ||
+      (ntk_mode == 2 && !SameShape(xt.dimensions(), d)))
+    return ffi::Error::InvalidArgument("kernelcli tail: inconsistent shapes");
+  Params q{kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias, w_var, b_var, fan_in, a, b};
+  Tail(x.typed_data(), xt.typed_data(), v1.typed_data(), v2.typed_data(),
+       out_nngp->typed_data(), out_ntk->typed_data(), P, H, H2, W, W2, Ho, Ho2, Wo, Wo2,
+       q);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+#define KERNELCLI_TAIL_BINDING(DT)                                                  \
+  ffi::Ffi::Bind()                                                                  \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Arg<ffi::Buffer<DT, 3>>()                                                    \
+      .Arg<ffi::Buffer<DT, 3>>()                                                    \
+      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Attr<int64_t>("kh")                                                          \
+      .Attr<int64_t>("kw")                                                          \
+      .Attr<int64_t>("lo_h")                                                        \
+      .Attr<int64_t>("lo_w")                                                        \
+      .Attr<int64_t>("ntk_mode")                                                    \
+      .Attr<int64_t>("standard")                                                    \
+      .Attr<int64_t>("has_bias")                                                    \
+      .Attr<double>("w_var")                                                        \
+      .Attr<double>("b_var")                                                        \
+      .Attr<double>("fan_in")                                                       \
+      .Attr<double>("a")                                                            \
+      .Attr<double>("b")
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_tail_f32, TailImpl<ffi::F32>,
+                              KERNELCLI_TAIL_BINDING(ffi::F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_tail_f64, TailImpl<ffi::F64>,
+                              KERNELCLI_TAIL_BINDING(ffi::F64));

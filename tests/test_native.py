@@ -1,0 +1,131 @@
+"""The native plan (``compute.engine: native``): the CPU plan with the pair pass's tail
+(convolution, ABReLU-family nonlinearity, global average pool) as one C++ custom call.
+It gives the CPU plan's kernels to rounding (1e-12 in float64, 1e-5 in float32, as the
+two plans of ``test_engine_plans`` agree), the CPU plan's bits where the tail does not
+apply, and it is refused (exit 2) where it cannot be built or run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kernelcli
+from conftest import load_case
+from helpers_cli import run_cli
+from kernelcli.errors import ConfigError
+from kernelcli.kernels import build_kernel_fn, resolve_engine
+from kernelcli.kernels import _native
+from kernelcli.run import kernel_matrix
+from kernelcli.spec import check_architecture
+
+KINDS = ("nngp", "ntk")
+AGREE = {"float64": 1e-12, "float32": 1e-5}
+
+pytestmark = pytest.mark.skipif(_native.unavailable() is not None,
+                                reason=f"the native plan: {_native.unavailable()}")
+
+
+def _net(conv=None, act="relu", param="ntk", depth=1):
+    conv = {"conv": {"filter": [3, 3], "padding": "SAME", "W_std": 1.7, "b_std": 0.1,
+                     **(conv or {})}}
+    return {"layers": [conv, act] * depth + ["global_avg_pool",
+                                             {"dense": {"W_std": 1.2, "b_std": 0.3}}],
+            "parameterization": param}
+
+
+NETS = {
+    "seed": _net(),
+    "valid": _net({"padding": "VALID"}),
+    "filter_5x3": _net({"filter": [5, 3]}),
+    "filter_1x1": _net({"filter": [1, 1]}),
+    "no_bias": _net({"b_std": None}),
+    "leaky_relu": _net(act={"leaky_relu": {"alpha": 0.1}}),
+    "abs": _net(act="abs"),
+    "standard": _net(param="standard"),
+    "standard_no_bias": _net({"b_std": None}, param="standard"),
+    "depth_3": _net(depth=3),  # a run of blocks: the loop, then the tail
+}
+
+
+def _agree(a, b, dtype, label):
+    for kind, x, y in zip(KINDS, a, b):
+        err = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
+        assert err <= AGREE[dtype], f"{label} {kind}: rel diff {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(NETS))
+def test_the_native_plan_gives_the_cpu_plans_kernels(name, dtype):
+    x = np.random.default_rng(3).standard_normal((6, 7, 5, 3))
+    x2 = np.random.default_rng(4).standard_normal((4, 7, 5, 3))
+    kfn = kernelcli.kernel_fn(NETS[name])
+    for args in ((x, None), (x, x2)):
+        cpu = kfn(*args, KINDS, dtype=dtype, engine="cpu")
+        native = kfn(*args, KINDS, dtype=dtype, engine="native")
+        assert not all(np.array_equal(a, b) for a, b in zip(cpu, native))  # it ran
+        _agree(cpu, native, dtype, f"{name} {dtype}")
+        if args[1] is None:
+            for k in native:
+                np.testing.assert_array_equal(k, k.T)
+
+
+def test_the_nngp_alone_is_the_same_as_with_the_ntk():
+    x = np.random.default_rng(5).standard_normal((5, 6, 6, 2))
+    kfn = kernelcli.kernel_fn(NETS["seed"])
+    both = kfn(x, None, KINDS, dtype="float64", engine="native")
+    alone = kfn(x, None, "nngp", dtype="float64", engine="native")
+    np.testing.assert_array_equal(alone, both[0])
+
+
+@pytest.mark.parametrize("name", ["cnn1_gap", "cnn3_gap"])
+def test_the_native_plan_on_the_fixtures_with_the_tail(name, reference_kernels):
+    c = load_case(name)
+    arch = c.config.architecture
+    check_architecture(arch, c.x1.shape[1:])
+    native = build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", engine="native")
+    out = kernel_matrix(native, c.x1, c.x2)
+    ref = reference_kernels(name, "float64")
+    _agree([np.asarray(ref[k]) for k in KINDS], [out[k] for k in KINDS], "float64", name)
+    if c.x2 is None:  # symmetric and positive semi-definite
+        for k in KINDS:
+            assert np.min(np.linalg.eigvalsh(out[k])) > -1e-10 * np.max(np.abs(out[k]))
+
+
+def test_without_the_tail_the_native_plan_is_the_cpu_plan_bit_for_bit(reference_kernels):
+    c = load_case("cnn1_flatten")
+    arch = c.config.architecture
+    check_architecture(arch, c.x1.shape[1:])
+    native = build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", engine="native")
+    out = kernel_matrix(native, c.x1, c.x2)
+    ref = reference_kernels("cnn1_flatten", "float64")
+    for k in KINDS:
+        np.testing.assert_array_equal(out[k], ref[k])
+
+
+def test_native_is_resolved_on_cpus_only():
+    assert resolve_engine("native", "cpu") == "native"
+    with pytest.raises(ConfigError) as info:
+        resolve_engine("native", "gpu")
+    assert info.value.exit_code == 2
+    assert str(info.value) == ("compute.engine: 'native' runs on CPUs only; the devices "
+                               "here are gpu: use auto, cpu or accelerator")
+
+
+def test_without_a_compiler_native_is_refused_naming_the_key(tmp_path):
+    import yaml
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((6, 4, 4, 2)))
+    doc = {"name": "n", "data": {"x1": "x.npy"}, "architecture": NETS["seed"],
+           "compute": {"engine": "native"}, "output": {"run_dir": "run"}}
+    (tmp_path / "n.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    from helpers_cli import cli_env
+
+    proc = run_cli("compute", tmp_path / "n.yaml", cwd=tmp_path,
+                   env=cli_env(PATH=str(empty), KERNELCLI_CACHE_DIR="off"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "Error: compute.engine: 'native' cannot run here: no C++ compiler (g++ or c++) "
+        "on PATH to build it; use auto, cpu or accelerator")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "n.yaml", "x.npy"]
