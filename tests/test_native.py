@@ -129,3 +129,38 @@ def test_without_a_compiler_native_is_refused_naming_the_key(tmp_path):
         "Error: compute.engine: 'native' cannot run here: no C++ compiler (g++ or c++) "
         "on PATH to build it; use auto, cpu or accelerator")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "n.yaml", "x.npy"]
+
+
+@pytest.mark.usefixtures("keep_process_state")
+def test_a_stopped_native_run_resumes_to_the_uninterrupted_runs_bits(tmp_path):
+    import signal
+
+    import h5py
+    import yaml
+
+    from kernelcli.errors import Interrupted
+    from kernelcli.run import Stop, compute, resume
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).standard_normal((40, 8, 8, 3)))
+    runs = {}
+    for name in ("whole", "stopped"):
+        doc = {"name": name, "data": {"x1": "x.npy"}, "architecture": NETS["seed"],
+               "compute": {"engine": "native", "block": 8},
+               "output": {"run_dir": f"run_{name}"}}
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+        runs[name] = (cfg, tmp_path / f"run_{name}")
+    compute(runs["whole"][0])
+    stop = Stop()
+
+    def progress(p):
+        if p.blocks_done >= 2:
+            stop.request(signal.SIGTERM)
+
+    with pytest.raises(Interrupted):
+        compute(runs["stopped"][0], progress=progress, stop=stop)
+    resume(runs["stopped"][1])
+    with h5py.File(runs["whole"][1] / "kernels.h5") as a, \
+            h5py.File(runs["stopped"][1] / "kernels.h5") as b:
+        for kind in KINDS:
+            np.testing.assert_array_equal(a[kind][...], b[kind][...])
