@@ -1,5 +1,6 @@
-"""The native plan (``compute.engine: native``): the CPU plan with the pair pass's tail
-(convolution, ABReLU-family nonlinearity, global average pool) as one C++ custom call.
+"""The native plan (``compute.engine: native``): the CPU plan with the pair pass's
+convolution + ABReLU-family nonlinearity on full covariances (and the global average
+pool after them) as one C++ custom call.
 It gives the CPU plan's kernels to rounding (1e-12 in float64, 1e-5 in float32, as the
 two plans of ``test_engine_plans`` agree), the CPU plan's bits where the tail does not
 apply, and it is refused (exit 2) where it cannot be built or run."""
@@ -43,7 +44,13 @@ NETS = {
     "abs": _net(act="abs"),
     "standard": _net(param="standard"),
     "standard_no_bias": _net({"b_std": None}, param="standard"),
-    "depth_3": _net(depth=3),  # a run of blocks: the loop, then the tail
+    "depth_3": _net(depth=3),  # a run of blocks (native layers in a loop), then the tail
+    # native layers (their full output covariances) before another pool
+    "layers_then_avg_pool": {"layers": [{"conv": {"filter": [3, 3], "padding": "VALID"}},
+                                        "relu", {"conv": {"filter": [3, 3]}},
+                                        {"leaky_relu": {"alpha": 0.2}},
+                                        {"avg_pool": {"window": [2, 2]}}, "flatten",
+                                        "dense"]},
 }
 
 
@@ -77,8 +84,8 @@ def test_the_nngp_alone_is_the_same_as_with_the_ntk():
     np.testing.assert_array_equal(alone, both[0])
 
 
-@pytest.mark.parametrize("name", ["cnn1_gap", "cnn3_gap"])
-def test_the_native_plan_on_the_fixtures_with_the_tail(name, reference_kernels):
+@pytest.mark.parametrize("name", ["cnn1_gap", "cnn3_gap", "residual", "standard_param"])
+def test_the_native_plan_on_the_fixtures(name, reference_kernels):
     c = load_case(name)
     arch = c.config.architecture
     check_architecture(arch, c.x1.shape[1:])

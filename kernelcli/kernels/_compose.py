@@ -146,14 +146,16 @@ def _apply(layer, state: State, variances, standard: bool, exact: bool, out: boo
     return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
 
 
-def _block(conv, act, standard: bool, exact: bool, batched: bool = False):
+def _block(conv, act, standard: bool, exact: bool, batched: bool = False,
+           native: bool = False):
     """One (convolution, nonlinearity) pair as ``(state, va, vb, spare) -> (state, v)``
     (``conv``: a layer whose kernel map ``fuses``).
 
     ``va``, ``vb``: the nonlinearity's per-input variances; ``None`` in the
     per-input pass, where they are the convolved input diagonal (a joint shift
     maps the diagonal to itself) and are returned as ``v``. On a full covariance
-    the two layers run row by row (``conv_pointwise``), writing into ``spare``.
+    the two layers run row by row (``conv_pointwise``), writing into ``spare``; in
+    the native plan's pair pass, where ``_native.layer_applies``, one custom call.
     """
     pointwise = kernel_map(act).pointwise(act, exact)
     if batched:
@@ -162,6 +164,8 @@ def _block(conv, act, standard: bool, exact: bool, batched: bool = False):
     def run(state: State, va, vb, spare):
         self_pair = va is None
         if state.full:
+            if native and not self_pair and _native.layer_applies(conv, act, state):
+                return _native.layer(state, conv, act, va, vb, standard), va
             if self_pair:
                 diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
                 va = vb = _linear.conv(diag, conv, standard).nngp
@@ -225,7 +229,7 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
         if m:  # a run of identical blocks: one loop over layers
             at = variances.run(m) if isinstance(variances, PairVariances) else None
             state, spare, recs = repeat_layers(
-                state, m, _block(layer, after, standard, exact, batched), at, spare)
+                state, m, _block(layer, after, standard, exact, batched, native), at, spare)
             if recs is not None:
                 variances.runs.append((len(variances.recorded), m))
                 variances.recorded.extend(recs[t] for t in range(m))
@@ -237,7 +241,8 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 v1, v2 = variances(state)
             else:
                 v1 = v2 = None
-            state, v = _block(layer, after, standard, exact, batched)(state, v1, v2, spare)
+            state, v = _block(layer, after, standard, exact, batched, native)(state, v1, v2,
+                                                                              spare)
             if v1 is None:
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too

@@ -1,5 +1,6 @@
-"""The native plan's custom call: convolution, ABReLU-family nonlinearity and global
-average pool as one C++ loop (``native/tail.cc``), built on first use.
+"""The native plan's custom calls: convolution and ABReLU-family nonlinearity, with or
+without the global average pool after them, as one C++ loop (``native/tail.cc``),
+built on first use.
 
 Why: on the CPU plan XLA evaluates the nonlinearity's angle once per output kind, does
 not vectorise a pool summed inside the nonlinearity's loop, and streams every
@@ -13,8 +14,8 @@ The library is compiled by the system's C++ compiler (``g++`` or ``c++`` on ``PA
 against the XLA FFI headers jaxlib ships, ``-march=native``, in a private temporary
 folder that is removed once the library is loaded (the process keeps its mapping):
 nothing is written anywhere else, and nothing compiled on one machine runs on another.
-It is built once per process (about 3 s) and registered with XLA under two target
-names, one per dtype. Without a compiler the plan cannot be had: :func:`unavailable`
+It is built once per process (about 3 s) and registered with XLA under four target
+names: the pooled tail and the layer alone, per dtype. Without a compiler the plan cannot be had: :func:`unavailable`
 says why, and asking for it is refused (exit 2) before any work.
 """
 
@@ -38,7 +39,9 @@ from ._state import State
 
 SOURCE = Path(__file__).with_name("native") / "tail.cc"
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC", "-w")
-TARGETS = {np.dtype(np.float32): "kernelcli_tail_f32", np.dtype(np.float64): "kernelcli_tail_f64"}
+# (dtype, pooled) -> the XLA target: the tail with the global pool, or the layer alone
+TARGETS = {(np.dtype(t), pooled): f"kernelcli_{'tail' if pooled else 'layer'}_{name}"
+           for t, name in ((np.float32, "f32"), (np.float64, "f64")) for pooled in (True, False)}
 _BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
 
 
@@ -97,23 +100,37 @@ def abrelu_params(layer) -> Optional[tuple]:
     return None
 
 
-def applies(conv, act, pool, state: State) -> bool:
-    """Whether ``conv, act, pool`` on ``state`` is the tail the custom call computes:
-    a stride-1 SAME or VALID convolution of a full image covariance, an ABReLU-family
-    nonlinearity, a global average pool."""
-    return (isinstance(conv, Conv) and isinstance(pool, GlobalAvgPool)
-            and abrelu_params(act) is not None and state.full
+def layer_applies(conv, act, state: State) -> bool:
+    """Whether ``conv, act`` on ``state`` is what the custom call computes: a stride-1
+    SAME or VALID convolution of a full image covariance, then an ABReLU-family
+    nonlinearity."""
+    return (isinstance(conv, Conv) and abrelu_params(act) is not None and state.full
             and len(state.spatial_shape) == 2 and tuple(conv.strides) == (1, 1)
             and conv.padding in ("SAME", "VALID")
-            and not (state.ntk is not None and isinstance(state.ntk, float)
-                     and state.ntk != 0.0)
-            and np.dtype(state.nngp.dtype) in TARGETS)
+            and not (isinstance(state.ntk, float) and state.ntk != 0.0)
+            and (np.dtype(state.nngp.dtype), True) in TARGETS)
+
+
+def applies(conv, act, pool, state: State) -> bool:
+    """Whether ``conv, act, pool`` on ``state`` is the pooled tail: the layer of
+    :func:`layer_applies`, then a global average pool."""
+    return isinstance(pool, GlobalAvgPool) and layer_applies(conv, act, state)
 
 
 def tail(state: State, conv: Conv, act, v1, v2, standard: bool) -> State:
     """``global_avg_pool(act(conv(state)))`` by the custom call (``applies`` holds):
     ``v1`` ``(P, Ho, Wo)``, ``v2`` ``(P, Ho', Wo')`` the nonlinearity's per-input
     variances, as ``_fused.conv_pointwise`` takes them."""
+    return _call(state, conv, act, v1, v2, standard, pooled=True)
+
+
+def layer(state: State, conv: Conv, act, v1, v2, standard: bool) -> State:
+    """``act(conv(state))`` by the custom call (``layer_applies`` holds): the output's
+    full covariances, as ``_fused.conv_pointwise`` gives them in a pair pass."""
+    return _call(state, conv, act, v1, v2, standard, pooled=False)
+
+
+def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool) -> State:
     import jax
 
     a, b = abrelu_params(act)
@@ -124,8 +141,11 @@ def tail(state: State, conv: Conv, act, v1, v2, standard: bool) -> State:
     if v1.shape[1:] != sizes or v2.shape[1:] != sizes:
         raise ValueError(f"native tail: variances {v1.shape}, {v2.shape} for outputs {sizes}")
     mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
-    out = jax.ShapeDtypeStruct(x.shape[:1], x.dtype)
-    call = jax.ffi.ffi_call(TARGETS[np.dtype(x.dtype)], (out, out), vmap_method="sequential")
+    p = x.shape[0]
+    shape = (p,) if pooled else (p, sizes[0], sizes[0], sizes[1], sizes[1])
+    out = (jax.ShapeDtypeStruct(shape, x.dtype),
+           jax.ShapeDtypeStruct(shape if mode else (0,) * len(shape), x.dtype))
+    call = jax.ffi.ffi_call(TARGETS[np.dtype(x.dtype), pooled], out, vmap_method="sequential")
     nngp, ntk = call(
         x, state.ntk if mode == 2 else x, v1, v2,
         kh=np.int64(kh), kw=np.int64(kw),
@@ -137,5 +157,8 @@ def tail(state: State, conv: Conv, act, v1, v2, standard: bool) -> State:
         b_var=np.float64(0.0 if conv.b_std is None else conv.b_std ** 2),
         fan_in=np.float64(state.channels * math.prod(conv.filter)), a=np.float64(a),
         b=np.float64(b))
-    return state.replace(nngp=nngp, ntk=None if mode == 0 else ntk, spatial=False,
-                         full=False, channels=conv.width)
+    ntk = None if mode == 0 else ntk
+    if pooled:
+        return state.replace(nngp=nngp, ntk=ntk, spatial=False, full=False,
+                             channels=conv.width)
+    return state.replace(nngp=nngp, ntk=ntk, channels=conv.width)

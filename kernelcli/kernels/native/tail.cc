@@ -84,7 +84,11 @@ struct Params {
 // streams over the flat output plane (entry (ow, ow2) at ow * W2p + ow2; the columns
 // ow2 >= Wo2 are scratch, masked out of the pool). Every loop runs over a whole plane:
 // short per-row loops cost more in their set-up than in their arithmetic.
-template <typename T>
+//
+// kPool: the global average pool of the nonlinearity's output, (P,) per kind; else
+// the output covariances themselves, (P, Ho, Ho2, Wo, Wo2) per kind (a layer inside
+// the network, whose next convolution reads them).
+template <typename T, bool kPool>
 void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out_ntk,
           int64_t P, int64_t H, int64_t H2, int64_t W, int64_t W2, int64_t Ho,
           int64_t Ho2, int64_t Wo, int64_t Wo2, const Params& q) {
@@ -174,10 +178,25 @@ void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out
           T sq = std::sqrt(d > 0 ? d : T(0));
           T theta = Atan2NonNeg(sq, c);
           T kdot = k0 - factor * theta;
-          part_n[i] += keep[i] * (factor * sq + kdot * c);
-          part_t[i] += keep[i] * (nt * kdot);
+          if (kPool) {
+            part_n[i] += keep[i] * (factor * sq + kdot * c);
+            part_t[i] += keep[i] * (nt * kdot);
+          } else {
+            part_n[i] = factor * sq + kdot * c;
+            part_t[i] = nt * kdot;
+          }
+        }
+        if (!kPool) {  // the plane's valid columns, row by row
+          T* dn = out_nngp + ((p * Ho + oh) * Ho2 + oh2) * Wo * Wo2;
+          T* dt = has_ntk ? out_ntk + ((p * Ho + oh) * Ho2 + oh2) * Wo * Wo2 : nullptr;
+          for (int64_t r = 0; r < Wo; ++r) {
+            std::copy(part_n.begin() + r * W2p, part_n.begin() + r * W2p + Wo2, dn + r * Wo2);
+            if (has_ntk)
+              std::copy(part_t.begin() + r * W2p, part_t.begin() + r * W2p + Wo2, dt + r * Wo2);
+          }
         }
       }
+      if (!kPool) continue;
       // a row's partial sums (Ho2 terms in the dtype) into the double accumulators
       for (int64_t i = 0; i < n; ++i) {
         acc_n[i] += double(part_n[i]);
@@ -185,6 +204,7 @@ void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out
         part_n[i] = part_t[i] = T(0);
       }
     }
+    if (!kPool) continue;
     double sn = 0, st = 0;
     for (int64_t i = 0; i < n; ++i) { sn += acc_n[i]; st += acc_t[i]; }
     const double count = double(Ho) * Ho2 * Wo * Wo2;
@@ -201,38 +221,44 @@ bool SameShape(const A& a, const B& b) {
   return true;
 }
 
-template <ffi::DataType DT>
+template <ffi::DataType DT, size_t kRank>
 ffi::Error TailImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT, 3> v1,
-                    ffi::Buffer<DT, 3> v2, ffi::ResultBuffer<DT, 1> out_nngp,
-                    ffi::ResultBuffer<DT, 1> out_ntk, int64_t kh, int64_t kw, int64_t lo_h,
+                    ffi::Buffer<DT, 3> v2, ffi::ResultBuffer<DT, kRank> out_nngp,
+                    ffi::ResultBuffer<DT, kRank> out_ntk, int64_t kh, int64_t kw, int64_t lo_h,
                     int64_t lo_w, int64_t ntk_mode, int64_t standard, int64_t has_bias,
                     double w_var, double b_var, double fan_in, double a, double b) {
+  constexpr bool kPool = kRank == 1;
   auto d = x.dimensions();
   auto e1 = v1.dimensions();
   auto e2 = v2.dimensions();
   const int64_t P = d[0], H = d[1], H2 = d[2], W = d[3], W2 = d[4];
   const int64_t Ho = e1[1], Wo = e1[2], Ho2 = e2[1], Wo2 = e2[2];
-  if (e1[0] != P || e2[0] != P || out_nngp->dimensions()[0] != P ||
-      out_ntk->dimensions()[0] != P || kh < 1 || kw < 1 || lo_h < 0 || lo_w < 0 ||
-      (ntk_mode == 2 && !SameShape(xt.dimensions(), d)))
-    return ffi::Error::InvalidArgument("kernelcli tail: inconsistent shapes");
+  const int64_t want[5] = {P, Ho, Ho2, Wo, Wo2};
+  bool ok = e1[0] == P && e2[0] == P && kh >= 1 && kw >= 1 && lo_h >= 0 && lo_w >= 0 &&
+            (ntk_mode != 2 || SameShape(xt.dimensions(), d));
+  for (size_t i = 0; i < kRank; ++i) {
+    ok = ok && out_nngp->dimensions()[i] == want[i];
+    ok = ok && (ntk_mode == 0 || out_ntk->dimensions()[i] == want[i]);
+  }
+  if (!ok) return ffi::Error::InvalidArgument("kernelcli tail: inconsistent shapes");
   Params q{kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias, w_var, b_var, fan_in, a, b};
-  Tail(x.typed_data(), xt.typed_data(), v1.typed_data(), v2.typed_data(),
-       out_nngp->typed_data(), out_ntk->typed_data(), P, H, H2, W, W2, Ho, Ho2, Wo, Wo2,
-       q);
+  Tail<ffi::NativeType<DT>, kPool>(x.typed_data(), xt.typed_data(), v1.typed_data(),
+                                   v2.typed_data(), out_nngp->typed_data(),
+                                   out_ntk->typed_data(), P, H, H2, W, W2, Ho, Ho2, Wo,
+                                   Wo2, q);
   return ffi::Error::Success();
 }
 
 }  // namespace
 
-#define KERNELCLI_TAIL_BINDING(DT)                                                  \
+#define KERNELCLI_TAIL_BINDING(DT, RANK)                                            \
   ffi::Ffi::Bind()                                                                  \
       .Arg<ffi::Buffer<DT, 5>>()                                                    \
       .Arg<ffi::Buffer<DT, 5>>()                                                    \
       .Arg<ffi::Buffer<DT, 3>>()                                                    \
       .Arg<ffi::Buffer<DT, 3>>()                                                    \
-      .Ret<ffi::Buffer<DT, 1>>()                                                    \
-      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Ret<ffi::Buffer<DT, RANK>>()                                                 \
+      .Ret<ffi::Buffer<DT, RANK>>()                                                 \
       .Attr<int64_t>("kh")                                                          \
       .Attr<int64_t>("kw")                                                          \
       .Attr<int64_t>("lo_h")                                                        \
@@ -246,7 +272,13 @@ ffi::Error TailImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT,
       .Attr<double>("a")                                                            \
       .Attr<double>("b")
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_tail_f32, TailImpl<ffi::F32>,
-                              KERNELCLI_TAIL_BINDING(ffi::F32));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_tail_f64, TailImpl<ffi::F64>,
-                              KERNELCLI_TAIL_BINDING(ffi::F64));
+// the pooled tail (conv -> nonlinearity -> global average pool) and the layer
+// (conv -> nonlinearity, the full output covariances), per dtype
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_tail_f32, (TailImpl<ffi::F32, 1>),
+                              KERNELCLI_TAIL_BINDING(ffi::F32, 1));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_tail_f64, (TailImpl<ffi::F64, 1>),
+                              KERNELCLI_TAIL_BINDING(ffi::F64, 1));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_layer_f32, (TailImpl<ffi::F32, 5>),
+                              KERNELCLI_TAIL_BINDING(ffi::F32, 5));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_layer_f64, (TailImpl<ffi::F64, 5>),
+                              KERNELCLI_TAIL_BINDING(ffi::F64, 5));
