@@ -12,11 +12,11 @@ Two execution plans compute the same kernels (``compute.engine``,
   boundary per layer and no host round trips (runs of repeated layers are a
   ``fori_loop`` of static trip count; their variances a dynamic slice): a GPU
   then runs a few large kernels per layer instead of thousands of tiny ones.
-* ``native`` (asked for, never ``auto``'s choice yet): the ``cpu`` plan, with the
-  tail convolution -> ABReLU-family nonlinearity -> global average pool of the pair
-  pass as one C++ custom call built on first use (``_native``): the angle once for
-  both kinds, the pool summed as each row is produced. CPUs only; it needs a C++
-  compiler.
+* ``native`` (asked for, never ``auto``'s choice yet): the ``cpu`` plan, with each
+  convolution + ABReLU-family nonlinearity of the pair pass on a full covariance (and
+  a global average pool right after one) as a C++ custom call built on first use
+  (``_native``): the angle once for both kinds, every intermediate in cache, the pool
+  summed as each row is produced. CPUs only; it needs a C++ compiler.
 """
 
 from __future__ import annotations
