@@ -1,0 +1,210 @@
+"""The seed network hand-fused in C beside kernelcli's route (issue 26 point 2).
+
+    python bench/fused_c.py                 # check, then time at roofline's N (24)
+    python bench/fused_c.py --rounds 3 --reps 5 --check-n 8
+
+``bench/fused_c/seed.c`` computes cnn1_gap's NNGP and NTK per pair (conv, ReLU,
+global average pool, dense) in one loop per pair that writes no covariance: the same
+formulas as kernelcli (``kernels/_linear_spatial.channel_gram``, ``_fused``'s row
+window, ``_nonlinear.abrelu``, ``_angle.atan2_nonneg``), float32 and float64. This
+script compiles it with gcc into a temporary directory, loads it with ctypes, checks
+it against ``kernel_matrix`` on the same images (max relative difference), then times
+it per pair of the triangle on 1 and 2 threads (two Python threads, each calling the
+C function on half the pairs; ctypes releases the GIL), alternating in the same run
+with kernelcli's route (``kc_case.py --mode tri`` in a fresh process, as
+``engine_ab.py``), and prints one markdown table with the fraction of
+``roofline.py``'s limit. A benchmark only: kernelcli does not use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+from cases import CONFIGS, INPUT_SHAPE, KINDS, make_inputs  # noqa: E402
+from roofline import ROOF_N, counts, limits  # noqa: E402
+
+SOURCE = BENCH / "fused_c" / "seed.c"
+CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno",
+          "-shared", "-fPIC"]
+CASE = "cnn1_gap"
+
+
+def build(tmp: str, extra=()) -> ctypes.CDLL:
+    lib = os.path.join(tmp, "seed.so")
+    subprocess.run(["gcc", *CFLAGS, *extra, "-o", lib, str(SOURCE)], check=True)
+    dll = ctypes.CDLL(lib)
+    for sfx in ("f32", "f64"):
+        fn = getattr(dll, f"seed_pairs_{sfx}")
+        fn.restype = ctypes.c_int
+        fn.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 6 + [ctypes.c_void_p] * 2
+                       + [ctypes.c_int] + [ctypes.c_double] * 4 + [ctypes.c_void_p] * 2)
+    return dll
+
+
+def network():
+    """The conv's and the dense layer's constants from cnn1_gap.yaml (and a check that
+    the layers are the ones seed.c computes)."""
+    from kernelcli.spec import load_config
+
+    layers = load_config(CONFIGS / f"{CASE}.yaml").architecture.layers
+    names = [type(layer).__name__ for layer in layers]
+    conv, dense = layers[0], layers[-1]
+    assert names[0] == "Conv" and names[-1] == "Dense" and len(layers) == 4, names
+    assert conv.strides == (1, 1) and conv.filter[0] == conv.filter[1] and \
+        conv.padding in ("SAME", "VALID"), conv
+    sq = lambda b: 0.0 if b is None else b ** 2  # noqa: E731
+    return dict(k=conv.filter[0], same=int(conv.padding == "SAME"),
+                consts=(conv.W_std ** 2, sq(conv.b_std), dense.W_std ** 2, sq(dense.b_std)))
+
+
+class Fused:
+    def __init__(self, dll, x: np.ndarray, net: dict):
+        self.x = np.ascontiguousarray(x)
+        self.fn = getattr(dll, "seed_pairs_f32" if x.dtype == np.float32 else "seed_pairs_f64")
+        self.net = net
+
+    def pairs(self, pi: np.ndarray, pj: np.ndarray):
+        pi, pj = (np.ascontiguousarray(a, np.int32) for a in (pi, pj))
+        nngp, ntk = (np.empty(len(pi), self.x.dtype) for _ in range(2))
+        n, h, w, c = self.x.shape
+        rc = self.fn(self.x.ctypes.data, n, h, w, c, self.net["k"], self.net["same"],
+                     pi.ctypes.data, pj.ctypes.data, len(pi), *self.net["consts"],
+                     nngp.ctypes.data, ntk.ctypes.data)
+        assert rc == 0, "seed.c: out of memory"
+        return nngp, ntk
+
+    def threaded(self, pi, pj, threads: int):
+        parts = [(pi[t::threads], pj[t::threads]) for t in range(threads)]
+        if threads == 1:
+            return [self.pairs(*parts[0])]
+        out = [None] * threads
+
+        def run(t):
+            out[t] = self.pairs(*parts[t])
+        ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return out
+
+
+def triangle(n: int):
+    i, j = np.tril_indices(n)
+    return i.astype(np.int32), j.astype(np.int32)
+
+
+def check(dll, net, n: int) -> dict:
+    """Max relative difference to kernelcli's kernel_matrix on the same n images."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.run import kernel_matrix
+    from kernelcli.spec import load_config
+
+    arch = load_config(CONFIGS / f"{CASE}.yaml").architecture
+    out = {}
+    for dtype in ("float32", "float64"):
+        x = make_inputs(n).astype(dtype)
+        kfn = build_kernel_fn(arch, input_shape=INPUT_SHAPE, kinds=KINDS, dtype=dtype)
+        ref = kernel_matrix(kfn, x)
+        i, j = triangle(n)
+        got = Fused(dll, x, net).pairs(i, j)
+        for kind, g in zip(KINDS, got):
+            r = np.asarray(ref[kind], np.float64)[i, j]
+            out[(dtype, kind)] = float(np.max(np.abs(g - r) / np.abs(r)))
+    return out
+
+
+def time_fused(f: Fused, pi, pj, threads: int, reps: int):
+    """Best (wall, CPU) seconds per pair over ``reps`` calls (after one warm-up)."""
+    f.threaded(pi, pj, threads)
+    best = (np.inf, np.inf)
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        f.threaded(pi, pj, threads)
+        t, c = time.perf_counter() - t0, time.process_time() - c0
+        best = (min(best[0], t / len(pi)), min(best[1], c / len(pi)))
+    return best
+
+
+def time_kernelcli(dtype: str, n: int, reps: int):
+    env = {**os.environ, "KERNELCLI_CACHE_DIR": "off"}
+    r = subprocess.run([sys.executable, str(BENCH / "kc_case.py"), CASE, "--n", str(n),
+                        "--mode", "tri", "--dtype", dtype, "--reps", str(reps)],
+                       env=env, capture_output=True, text=True, check=True)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    return min(got["seconds"]) / got["entries"], min(got["cpu_seconds"]) / got["entries"]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=ROOF_N[CASE])
+    p.add_argument("--check-n", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--dtypes", default="float32,float64")
+    p.add_argument("--cflags", default="", help="extra gcc flags (e.g. -ffast-math)")
+    a = p.parse_args(argv)
+    dtypes = a.dtypes.split(",")
+    net = network()
+    with tempfile.TemporaryDirectory() as tmp:
+        dll = build(tmp, a.cflags.split())
+        print(f"gcc {' '.join(CFLAGS + a.cflags.split())}; load average at start: "
+              f"{os.getloadavg()[0]:.2f}", flush=True)
+        if a.check_n:
+            for (dtype, kind), err in check(dll, net, a.check_n).items():
+                print(f"check N={a.check_n} {dtype} {kind}: max relative difference to "
+                      f"kernel_matrix {err:.2e}", flush=True)
+        ncores = len(os.sched_getaffinity(0))
+        lim = {c: limits(c) for c in sorted({1, ncores})}
+        pi, pj = triangle(a.n)
+        best = {}
+        for r in range(a.rounds):
+            for dtype in dtypes:
+                f = Fused(dll, make_inputs(a.n).astype(dtype), net)
+                runs = {("kernelcli", ncores): lambda: time_kernelcli(dtype, a.n, a.reps)}
+                for threads in sorted({1, ncores}):
+                    runs[("fused C", threads)] = (
+                        lambda t=threads: time_fused(f, pi, pj, t, a.reps))
+                for key, call in runs.items():
+                    w, c = call()
+                    old = best.get((dtype,) + key, (np.inf, np.inf))
+                    best[(dtype,) + key] = (min(old[0], w), min(old[1], c))
+                    print(f"round {r} {dtype} {key[0]} {key[1]} thread(s): "
+                          f"{w * 1e3:.4f} ms/pair wall, {c * 1e3:.4f} CPU", flush=True)
+    print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
+    print(f"| dtype | route | threads | wall ms / pair | CPU ms / pair | roofline ms / pair "
+          f"(cores) | of roofline | kernelcli / this (wall) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for dtype in dtypes:
+        cnt = counts(CASE, dtype, a.n)
+        kc = best[(dtype, "kernelcli", ncores)][0]
+        for (dt, route, threads), (w, c) in best.items():
+            if dt != dtype:
+                continue
+            fma, copy = lim[threads][f"gemm_{dtype}"], lim[threads]["copy"]
+            roof = max(cnt["gram_flops"] / fma + cnt["elementwise_flops"] / (fma / 2),
+                       cnt["fused_bytes"] / copy)
+            print(f"| {dtype} | {route} | {threads} | {w * 1e3:.4f} | {c * 1e3:.4f} | "
+                  f"{roof * 1e3:.4f} ({threads}) | {roof / w:.0%} | {kc / w:.2f} |")
+    print(json.dumps({"limits": lim, "best": {" ".join(map(str, k)): v
+                                              for k, v in best.items()}}))
+
+
+if __name__ == "__main__":
+    main()
