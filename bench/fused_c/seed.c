@@ -17,6 +17,17 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* Liberties that change the rounding (off by default, for what-if timings only):
+ * SEED_ONE_SQRT: float32 forms sqrt(v1 v2) as the product of per-position roots (as
+ * float64 does), one square root per entry fewer; SEED_RECIP_C: the Gram's / C as a
+ * multiplication by 1 / C. */
+#ifndef SEED_ONE_SQRT
+#define SEED_ONE_SQRT 0
+#endif
+#ifndef SEED_RECIP_C
+#define SEED_RECIP_C 0
+#endif
+
 /* kernelcli/kernels/_angle.py, float32: atan(t) ~= t P(t^2) on [0, 1]. */
 static inline float atan_ratio_f32(float small, float big) {
     float t = small / big, u = t * t;

@@ -45,21 +45,26 @@ static void CAT(prep, SFX)(const REAL *x, int H, int W, int C, int k, int lo, in
         }
 }
 
-/* One row of the ReLU's map and the pool's sums: conv means m[Wo] of output row
- * (ho, Ho, wo, :) -> acc_n[Wo] += NNGP', acc_t[Wo] += NTK' (the first layer's NTK is
- * its NNGP). p1 = v1[ho, wo], p2 = v2[Ho, :] (float64: r1, r2 their square roots).
- * kernelcli/kernels/_nonlinear.abrelu with a = 0, b = 1 and _angle.atan2_nonneg. */
-static inline void CAT(relu_row, SFX)(int n, const REAL *restrict m, REAL w2, REAL b2,
-                                      REAL p1, const REAL *restrict p2, REAL r1,
-                                      const REAL *restrict r2, REAL *restrict acc_n,
-                                      REAL *restrict acc_t) {
+/* One output row (ho, Ho, wo, :) of the conv and the ReLU, and the pool's sums: the
+ * w window's mean m = mean_t a[t, q + t] (a: the h-window mean's row wo, zero border,
+ * row stride wp), the conv's affine map, then the ReLU's map: acc_n[q] += NNGP',
+ * acc_t[q] += NTK' (the first layer's NTK is its NNGP). p1 = v1[ho, wo], p2 = v2[Ho, :]
+ * (float64: r1, r2 their square roots). kernelcli/kernels/_nonlinear.abrelu with
+ * a = 0, b = 1 and _angle.atan2_nonneg. Inlined with k a constant (see seed_pairs). */
+static inline __attribute__((always_inline)) void CAT(relu_row, SFX)(
+        int n, int k, int wp, const REAL *restrict ar, REAL w2, REAL b2, REAL p1,
+        const REAL *restrict p2, REAL r1, const REAL *restrict r2, REAL *restrict acc_n,
+        REAL *restrict acc_t) {
     const REAL factor = (REAL)(1.0 / (2.0 * M_PI));
     const REAL half_pi = (REAL)(M_PI / 2), pi = (REAL)M_PI;
     const REAL snap = EXACT ? (REAL)0x1p-50 : (REAL)0x1p-21;
+    const REAL inv_k = (REAL)(1.0 / k);
     for (int q = 0; q < n; q++) {
-        REAL c = w2 * m[q] + b2;
+        REAL m = ar[q];
+        for (int t = 1; t < k; t++) m += ar[t * wp + t + q];
+        REAL c = w2 * (m * inv_k) + b2;
         REAL ac = FABS(c);
-#if EXACT
+#if EXACT || SEED_ONE_SQRT
         REAL s = r1 * r2[q];
         (void)p1; (void)p2;
 #else
@@ -80,6 +85,67 @@ static inline void CAT(relu_row, SFX)(int n, const REAL *restrict m, REAL w2, RE
     }
 }
 
+/* The h window's mean of nt (<= k) Gram planes: one pass. */
+static inline __attribute__((always_inline)) void CAT(h_mean, SFX)(
+        size_t len, int nt, const REAL *const *gp, REAL inv_k, REAL *restrict a) {
+    for (size_t e = 0; e < len; e++) {
+        REAL s = gp[0][e];
+        for (int t = 1; t < nt; t++) s += gp[t][e];
+        a[e] = s * inv_k;
+    }
+}
+
+/* The output rows (ho, ho + dd) of one diagonal, k inlined as a constant. */
+static inline __attribute__((always_inline)) void CAT(diagonal_rows, SFX)(
+        int k, int lo, int h0, int h1, int o0, int o1, int dd, int Wo, int Wp,
+        const REAL *g, REAL *a, REAL cw2, REAL cb2, const REAL *v1, const REAL *v2,
+        const REAL *r1, const REAL *r2, REAL *acc_n, REAL *acc_t) {
+    const REAL inv_k = (REAL)(1.0 / k);
+    const size_t plane = (size_t)Wp * Wp;
+    for (int ho = o0; ho < o1; ho++) {
+        const REAL *gp[k];
+        int nt = 0;
+        for (int t = 0; t < k; t++) {
+            int h = ho - lo + t;
+            if (h >= h0 && h < h1) gp[nt++] = g + (size_t)h * plane; /* else a zero tap */
+        }
+        if (nt == k) CAT(h_mean, SFX)(plane, k, gp, inv_k, a);
+        else if (nt > 0) CAT(h_mean, SFX)(plane, nt, gp, inv_k, a);
+        else for (size_t e = 0; e < plane; e++) a[e] = 0;
+        const REAL *p2 = v2 + (size_t)(ho + dd) * Wo, *q2 = r2 + (size_t)(ho + dd) * Wo;
+        for (int wo = 0; wo < Wo; wo++)
+            CAT(relu_row, SFX)(Wo, k, Wp, a + (size_t)wo * Wp, cw2, cb2, v1[ho * Wo + wo],
+                               p2, r1[ho * Wo + wo], q2, acc_n, acc_t);
+    }
+}
+
+/* The Gram planes (h, h + dd), h0 <= h < h1, of one diagonal: row w of plane h is
+ * sum_c x1[c, h, w] x2[c, h + dd, :] / C (channels in order), at (w + lo, lo) of a
+ * (W + 2 lo)^2 plane whose border stays zero. Inlined with C a constant. */
+static inline __attribute__((always_inline)) void CAT(gram_planes, SFX)(
+        int C, int H, int W, int lo, int Wp, int h0, int h1, int dd,
+        const REAL *restrict x1, const REAL *restrict x2, REAL *restrict g) {
+    const size_t plane = (size_t)Wp * Wp, hw = (size_t)H * W;
+    const REAL inv_c = (REAL)(1.0 / C);
+    (void)inv_c;
+    for (int h = h0; h < h1; h++) {
+        const REAL *y = x2 + (size_t)(h + dd) * W;
+        for (int w = 0; w < W; w++) {
+            REAL *restrict row = g + (size_t)h * plane + (size_t)(w + lo) * Wp + lo;
+            const REAL *xa = x1 + (size_t)h * W + w;
+            for (int q = 0; q < W; q++) {
+                REAL s = xa[0] * y[q];
+                for (int c = 1; c < C; c++) s += xa[c * hw] * y[c * hw + q];
+#if SEED_RECIP_C
+                row[q] = s * inv_c;
+#else
+                row[q] = s / (REAL)C;
+#endif
+            }
+        }
+    }
+}
+
 /* NNGP and NTK of the pairs (pi[p], pj[p]) of the n images x (n, H, W, C), SAME
  * (same = 1) or VALID k x k conv at stride 1, ReLU, global average pool, dense.
  * cw2, cb2: the conv's W_std^2, b_std^2; dw2, db2: the dense layer's. Returns 0, or
@@ -92,17 +158,15 @@ int CAT(seed_pairs, SFX)(const REAL *x, int n, int H, int W, int C, int k, int s
     const int lo = same ? (k - 1) / 2 : 0;
     const int Ho = same ? H : H - k + 1, Wo = same ? W : W - k + 1;
     const int Wp = W + 2 * lo;                 /* a Gram plane with its zero border */
-    const REAL inv_k = (REAL)(1.0 / k);
     size_t plane = (size_t)Wp * Wp;
     REAL *xt = malloc(sizeof(REAL) * (size_t)n * C * H * W);
     REAL *v = malloc(sizeof(REAL) * (size_t)n * Ho * Wo);
     REAL *rv = malloc(sizeof(REAL) * (size_t)n * Ho * Wo);
     REAL *g = calloc(plane * H, sizeof(REAL)); /* one diagonal's Gram planes */
     REAL *a = calloc(plane, sizeof(REAL));     /* their h-window mean */
-    REAL *m = malloc(sizeof(REAL) * Wo);
     REAL *acc_n = malloc(sizeof(REAL) * Wo), *acc_t = malloc(sizeof(REAL) * Wo);
-    if (!xt || !v || !rv || !g || !a || !m || !acc_n || !acc_t) {
-        free(xt); free(v); free(rv); free(g); free(a); free(m); free(acc_n); free(acc_t);
+    if (!xt || !v || !rv || !g || !a || !acc_n || !acc_t) {
+        free(xt); free(v); free(rv); free(g); free(a); free(acc_n); free(acc_t);
         return -1;
     }
     for (int i = 0; i < n; i++)
@@ -118,49 +182,18 @@ int CAT(seed_pairs, SFX)(const REAL *x, int n, int H, int W, int C, int k, int s
         for (int dd = -(H - 1); dd <= H - 1; dd++) {  /* input rows (h, h + dd) */
             int h0 = dd < 0 ? -dd : 0, h1 = dd > 0 ? H - dd : H;
             /* the Gram planes along this diagonal: sum_c x1[c,h,w] x2[c,h+dd,W] / C */
-            for (int h = h0; h < h1; h++) {
-                REAL *gp = g + (size_t)h * plane;
-                for (int w = 0; w < W; w++) {
-                    REAL *row = gp + (size_t)(w + lo) * Wp + lo;
-                    const REAL *y0 = x2 + (size_t)(h + dd) * W;
-                    REAL a0 = x1[h * W + w];
-                    for (int q = 0; q < W; q++) row[q] = a0 * y0[q];
-                    for (int c = 1; c < C; c++) {
-                        REAL ac = x1[(size_t)c * H * W + h * W + w];
-                        const REAL *yc = y0 + (size_t)c * H * W;
-                        for (int q = 0; q < W; q++) row[q] += ac * yc[q];
-                    }
-                    for (int q = 0; q < W; q++) row[q] = row[q] / (REAL)C;
-                }
-            }
-            /* output rows (ho, ho + dd): the mean of the k planes (ho - lo + t) */
+            if (C == 3)
+                CAT(gram_planes, SFX)(3, H, W, lo, Wp, h0, h1, dd, x1, x2, g);
+            else
+                CAT(gram_planes, SFX)(C, H, W, lo, Wp, h0, h1, dd, x1, x2, g);
+            /* output rows (ho, ho + dd): the mean of their k planes (ho - lo + t) */
             int o0 = dd < 0 ? -dd : 0, o1 = dd > 0 ? Ho - dd : Ho;
-            for (int ho = o0; ho < o1; ho++) {
-                int first = 1;
-                for (int t = 0; t < k; t++) {
-                    int h = ho - lo + t;
-                    if (h < h0 || h >= h1) continue;   /* a zero tap */
-                    const REAL *gp = g + (size_t)h * plane;
-                    if (first) for (size_t e = 0; e < plane; e++) a[e] = gp[e];
-                    else for (size_t e = 0; e < plane; e++) a[e] += gp[e];
-                    first = 0;
-                }
-                if (first) for (size_t e = 0; e < plane; e++) a[e] = 0;
-                for (size_t e = 0; e < plane; e++) a[e] *= inv_k;
-                const REAL *p2 = v2 + (size_t)(ho + dd) * Wo, *q2 = r2 + (size_t)(ho + dd) * Wo;
-                for (int wo = 0; wo < Wo; wo++) {
-                    /* the w window: m[Wo] = mean_t a[wo + t, Wo + t] (zero border) */
-                    const REAL *ar = a + (size_t)wo * Wp;
-                    for (int q = 0; q < Wo; q++) m[q] = ar[q];
-                    for (int t = 1; t < k; t++) {
-                        const REAL *at = ar + (size_t)t * Wp + t;
-                        for (int q = 0; q < Wo; q++) m[q] += at[q];
-                    }
-                    for (int q = 0; q < Wo; q++) m[q] *= inv_k;
-                    CAT(relu_row, SFX)(Wo, m, cw2, cb2, v1[ho * Wo + wo], p2,
-                                       r1[ho * Wo + wo], q2, acc_n, acc_t);
-                }
-            }
+            if (k == 3)
+                CAT(diagonal_rows, SFX)(3, lo, h0, h1, o0, o1, dd, Wo, Wp, g, a, cw2, cb2,
+                                        v1, v2, r1, r2, acc_n, acc_t);
+            else
+                CAT(diagonal_rows, SFX)(k, lo, h0, h1, o0, o1, dd, Wo, Wp, g, a, cw2, cb2,
+                                        v1, v2, r1, r2, acc_n, acc_t);
         }
         for (int q = 0; q < Wo; q++) { tot_n += acc_n[q]; tot_t += acc_t[q]; }
         double count = (double)Ho * Ho * Wo * Wo;
@@ -169,7 +202,7 @@ int CAT(seed_pairs, SFX)(const REAL *x, int n, int H, int W, int C, int k, int s
         out_nngp[p] = nngp;
         out_ntk[p] = dw2 * pool_t + nngp;
     }
-    free(xt); free(v); free(rv); free(g); free(a); free(m); free(acc_n); free(acc_t);
+    free(xt); free(v); free(rv); free(g); free(a); free(acc_n); free(acc_t);
     return 0;
 }
 
