@@ -42,8 +42,8 @@ CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno"
 CASE = "cnn1_gap"
 
 
-def build(tmp: str, extra=()) -> ctypes.CDLL:
-    lib = os.path.join(tmp, "seed.so")
+def build(tmp: str, extra=(), name: str = "seed") -> ctypes.CDLL:
+    lib = os.path.join(tmp, f"{name}.so")  # one name per build: dlopen keeps the first
     subprocess.run(["gcc", *CFLAGS, *extra, "-o", lib, str(SOURCE)], check=True)
     dll = ctypes.CDLL(lib)
     for sfx in ("f32", "f64"):
@@ -158,29 +158,37 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--dtypes", default="float32,float64")
-    p.add_argument("--cflags", default="", help="extra gcc flags (e.g. -ffast-math)")
+    p.add_argument("--variant", action="append", default=[], metavar="CFLAGS",
+                   help="also check and time a build with these extra gcc flags "
+                        "(e.g. '-ffast-math', '-DSEED_ONE_SQRT=1 -DSEED_RECIP_C=1')")
     a = p.parse_args(argv)
     dtypes = a.dtypes.split(",")
     net = network()
     with tempfile.TemporaryDirectory() as tmp:
-        dll = build(tmp, a.cflags.split())
-        print(f"gcc {' '.join(CFLAGS + a.cflags.split())}; load average at start: "
-              f"{os.getloadavg()[0]:.2f}", flush=True)
-        if a.check_n:
+        builds = {"": build(tmp)}
+        for i, v in enumerate(a.variant):
+            builds[v] = build(tmp, v.split(), f"variant{i}")
+        print(f"gcc {' '.join(CFLAGS)}; load average at start: {os.getloadavg()[0]:.2f}",
+              flush=True)
+        for v, dll in builds.items():
+            if not a.check_n:
+                break
             for (dtype, kind), err in check(dll, net, a.check_n).items():
-                print(f"check N={a.check_n} {dtype} {kind}: max relative difference to "
-                      f"kernel_matrix {err:.2e}", flush=True)
+                print(f"check{' ' + v if v else ''} N={a.check_n} {dtype} {kind}: max "
+                      f"relative difference to kernel_matrix {err:.2e}", flush=True)
         ncores = len(os.sched_getaffinity(0))
         lim = {c: limits(c) for c in sorted({1, ncores})}
         pi, pj = triangle(a.n)
         best = {}
         for r in range(a.rounds):
             for dtype in dtypes:
-                f = Fused(dll, make_inputs(a.n).astype(dtype), net)
+                x = make_inputs(a.n).astype(dtype)
                 runs = {("kernelcli", ncores): lambda: time_kernelcli(dtype, a.n, a.reps)}
-                for threads in sorted({1, ncores}):
-                    runs[("fused C", threads)] = (
-                        lambda t=threads: time_fused(f, pi, pj, t, a.reps))
+                for v, dll in builds.items():
+                    f = Fused(dll, x, net)
+                    for threads in sorted({1, ncores}):
+                        runs[("fused C" + (f" {v}" if v else ""), threads)] = (
+                            lambda f=f, t=threads: time_fused(f, pi, pj, t, a.reps))
                 for key, call in runs.items():
                     w, c = call()
                     old = best.get((dtype,) + key, (np.inf, np.inf))
