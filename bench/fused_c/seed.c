@@ -20,7 +20,11 @@
 /* Liberties that change the rounding (off by default, for what-if timings only):
  * SEED_ONE_SQRT: float32 forms sqrt(v1 v2) as the product of per-position roots (as
  * float64 does), one square root per entry fewer; SEED_RECIP_C: the Gram's / C as a
- * multiplication by 1 / C. */
+ * multiplication by 1 / C; SEED_LINEAR_ONLY (a wrong result: the profile's split) the
+ * ReLU's map left out, the conv's output summed as it is. */
+#ifndef SEED_LINEAR_ONLY
+#define SEED_LINEAR_ONLY 0
+#endif
 #ifndef SEED_ONE_SQRT
 #define SEED_ONE_SQRT 0
 #endif

@@ -63,6 +63,11 @@ static inline __attribute__((always_inline)) void CAT(relu_row, SFX)(
         REAL m = ar[q];
         for (int t = 1; t < k; t++) m += ar[t * wp + t + q];
         REAL c = w2 * (m * inv_k) + b2;
+#if SEED_LINEAR_ONLY
+        acc_n[q] += c; acc_t[q] += c; (void)p1; (void)p2; (void)r1; (void)r2;
+        (void)factor; (void)half_pi; (void)pi; (void)snap;
+        continue;
+#endif
         REAL ac = FABS(c);
 #if EXACT || SEED_ONE_SQRT
         REAL s = r1 * r2[q];
