@@ -196,8 +196,8 @@ def main(argv=None) -> None:
                     print(f"round {r} {dtype} {key[0]} {key[1]} thread(s): "
                           f"{w * 1e3:.4f} ms/pair wall, {c * 1e3:.4f} CPU", flush=True)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
-    print(f"| dtype | route | threads | wall ms / pair | CPU ms / pair | roofline ms / pair "
-          f"(cores) | of roofline | kernelcli / this (wall) |")
+    print("| dtype | route | threads | wall ms / pair | CPU ms / pair | roofline ms / pair "
+          "(cores) | of roofline | kernelcli / this (wall) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for dtype in dtypes:
         cnt = counts(CASE, dtype, a.n)
