@@ -2,6 +2,8 @@
 
     python bench/fused_c.py                 # check, then time at roofline's N (24)
     python bench/fused_c.py --rounds 3 --reps 5 --check-n 8
+    python bench/fused_c.py --variant=-ffast-math      # also a build with these flags
+    python bench/fused_c.py --layer 4                  # one conv + ReLU layer, 4 pairs
 
 ``bench/fused_c/seed.c`` computes cnn1_gap's NNGP and NTK per pair (conv, ReLU,
 global average pool, dense) in one loop per pair that writes no covariance: the same
@@ -13,7 +15,9 @@ it per pair of the triangle on 1 and 2 threads (two Python threads, each calling
 C function on half the pairs; ctypes releases the GIL), alternating in the same run
 with kernelcli's route (``kc_case.py --mode tri`` in a fresh process, as
 ``engine_ab.py``), and prints one markdown table with the fraction of
-``roofline.py``'s limit. A benchmark only: kernelcli does not use it.
+``roofline.py``'s limit. ``--layer`` times instead one conv + ReLU layer on full
+covariances (``layer_pairs`` in the same file) against ``_fused.conv_pointwise``
+jitted alone. A benchmark only: kernelcli does not use it.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ def build(tmp: str, extra=(), name: str = "seed") -> ctypes.CDLL:
     subprocess.run(["gcc", *CFLAGS, *extra, "-o", lib, str(SOURCE)], check=True)
     dll = ctypes.CDLL(lib)
     for sfx in ("f32", "f64"):
+        fn = getattr(dll, f"layer_pairs_{sfx}")
+        fn.restype = ctypes.c_int
+        fn.argtypes = ([ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 2
+                       + [ctypes.c_double] * 2 + [ctypes.c_void_p] * 2)
         fn = getattr(dll, f"seed_pairs_{sfx}")
         fn.restype = ctypes.c_int
         fn.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 6 + [ctypes.c_void_p] * 2
@@ -151,6 +159,85 @@ def time_kernelcli(dtype: str, n: int, reps: int):
     return min(got["seconds"]) / got["entries"], min(got["cpu_seconds"]) / got["entries"]
 
 
+def layer(dll, net: dict, pairs: int, rounds: int, reps: int, dtypes) -> None:
+    """One conv + ReLU layer on full covariances (the deeper pooling nets' per-layer
+    block): ``layer_pairs`` in C (1 thread, and 2 threads on half the pairs each)
+    against ``kernels._fused.conv_pointwise`` with ``abrelu`` jitted alone (XLA's own
+    threads), on ``pairs`` pairs of real input covariances (``channel_gram``), the NTK
+    twice the NNGP; max relative difference and best wall / CPU ms per pair."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    from kernelcli.kernels._diagonal import conv_mean
+    from kernelcli.kernels._fused import conv_pointwise
+    from kernelcli.kernels._linear_spatial import channel_gram
+    from kernelcli.kernels._nonlinear import abrelu
+    from kernelcli.kernels._state import State
+    from kernelcli.spec import load_config
+
+    conv = load_config(CONFIGS / f"{CASE}.yaml").architecture.layers[0]
+    w2, b2 = net["consts"][:2]
+    print("\n| dtype | layer route | threads | wall ms / pair | CPU ms / pair | max diff / max "
+          "entry, NNGP / NTK |\n|---|---|---:|---:|---:|---:|")
+    for dtype in dtypes:
+        x = make_inputs(2 * pairs, 1).astype(dtype)
+        x1, x2 = x[:pairs], x[pairs:]
+        kn = np.asarray(channel_gram(jnp.asarray(x1), jnp.asarray(x2)))
+        kt = 2 * kn
+        v1, v2 = (np.asarray(w2 * conv_mean(jnp.asarray(np.mean(a * a, -1)), conv) + b2,
+                             dtype) for a in (x1, x2))
+        exact = dtype == "float64"
+
+        def xla(kn, kt, v1, v2):
+            st = State(nngp=kn, ntk=kt, full=True, spatial=True, channels=3)
+            out = conv_pointwise(st, conv, lambda s, a, b: abrelu(s, a, b, 0.0, 1.0, exact),
+                                 v1, v2, standard=False)
+            return out.nngp, out.ntk
+        f = jax.jit(xla)
+        args = [jnp.asarray(a) for a in (kn, kt, v1, v2)]
+        ref = [np.asarray(r) for r in f(*args)]
+        fn = getattr(dll, "layer_pairs_f32" if dtype == "float32" else "layer_pairs_f64")
+
+        def c_call(sl):
+            on, ot = np.empty_like(kn[sl]), np.empty_like(kn[sl])
+            parts = [np.ascontiguousarray(a[sl]) for a in (kn, kt, v1, v2)]
+            rc = fn(parts[0].ctypes.data, parts[1].ctypes.data, len(parts[0]), 32, 32,
+                    net["k"], net["same"], parts[2].ctypes.data, parts[3].ctypes.data,
+                    w2, b2, on.ctypes.data, ot.ctypes.data)
+            assert rc == 0, rc
+            return on, ot
+
+        got = c_call(slice(None))
+        # against each array's largest entry: the NTK's kdot cancels near angle pi, where
+        # an entry's own relative difference says only how close to zero it is
+        errs = [float(np.max(np.abs(g - r)) / np.max(np.abs(r))) for g, r in zip(got, ref)]
+
+        def two():
+            ts = [threading.Thread(target=c_call, args=(slice(t, None, 2),)) for t in (0, 1)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        runs = {("kernelcli conv_pointwise (XLA)", "XLA"):
+                lambda: jax.block_until_ready(f(*args)),
+                ("fused C", 1): lambda: c_call(slice(None)), ("fused C", 2): two}
+        best = {}
+        for _ in range(rounds):
+            for key, call in runs.items():
+                call()
+                for _ in range(reps):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    call()
+                    w, c = (time.perf_counter() - t0) / pairs, (time.process_time() - c0) / pairs
+                    old = best.get(key, (np.inf, np.inf))
+                    best[key] = (min(old[0], w), min(old[1], c))
+        for (route, threads), (w, c) in best.items():
+            err = f"{errs[0]:.1e} / {errs[1]:.1e}" if route == "fused C" else "reference"
+            print(f"| {dtype} | {route} | {threads} | {w * 1e3:.3f} | {c * 1e3:.3f} | {err} |",
+                  flush=True)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=ROOF_N[CASE])
@@ -161,9 +248,18 @@ def main(argv=None) -> None:
     p.add_argument("--variant", action="append", default=[], metavar="CFLAGS",
                    help="also check and time a build with these extra gcc flags "
                         "(e.g. '-ffast-math', '-DSEED_ONE_SQRT=1 -DSEED_RECIP_C=1')")
+    p.add_argument("--layer", type=int, default=0, metavar="PAIRS",
+                   help="instead: one conv + ReLU layer on full covariances of PAIRS "
+                        "pairs, C against kernelcli's conv_pointwise jitted alone")
     a = p.parse_args(argv)
     dtypes = a.dtypes.split(",")
     net = network()
+    if a.layer:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"load average at start: {os.getloadavg()[0]:.2f}")
+            layer(build(tmp), net, a.layer, a.rounds, a.reps, dtypes)
+            print(f"load average at end: {os.getloadavg()[0]:.2f}")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         builds = {"": build(tmp)}
         for i, v in enumerate(a.variant):

@@ -211,5 +211,94 @@ int CAT(seed_pairs, SFX)(const REAL *x, int n, int H, int W, int C, int k, int s
     return 0;
 }
 
+/* One conv + ReLU layer on full covariances (the per-layer block of cnn5_gap and
+ * cnn21_gap; kernelcli/kernels/_fused.conv_pointwise with abrelu): kn, kt the input
+ * NNGP and NTK of npairs pairs, (H, H, W, W) each ([h, H', w, W'] as kernelcli lays
+ * them out), v1, v2 the ReLU's variances (npairs, Ho, Wo) of each pair's two inputs;
+ * on, ot the outputs (Ho, Ho, Wo, Wo) per pair. The conv's NTK: w2 * mean(ntk) + its
+ * NNGP; the ReLU's: ntk * kdot. k = 3 only (the bench nets' filter). Returns 0, -1
+ * when memory runs out, -2 for another k. */
+int CAT(layer_pairs, SFX)(const REAL *kn, const REAL *kt, int npairs, int H, int W, int k,
+                          int same, const REAL *v1s, const REAL *v2s, double cw2_,
+                          double cb2_, REAL *on, REAL *ot) {
+    if (k != 3) return -2;
+    const REAL cw2 = (REAL)cw2_, cb2 = (REAL)cb2_;
+    const int lo = same ? (k - 1) / 2 : 0;
+    const int Ho = same ? H : H - k + 1, Wo = same ? W : W - k + 1, Wp = W + 2 * lo;
+    const REAL inv_k = (REAL)(1.0 / k);
+    const REAL factor = (REAL)(1.0 / (2.0 * M_PI));
+    const REAL half_pi = (REAL)(M_PI / 2), pi = (REAL)M_PI;
+    const REAL snap = EXACT ? (REAL)0x1p-50 : (REAL)0x1p-21;
+    const size_t plane = (size_t)Wp * Wp, in_plane = (size_t)W * W;
+    REAL *an = calloc(plane, sizeof(REAL)), *at = calloc(plane, sizeof(REAL));
+    REAL *r1 = malloc(sizeof(REAL) * Ho * Wo), *r2 = malloc(sizeof(REAL) * Ho * Wo);
+    if (!an || !at || !r1 || !r2) { free(an); free(at); free(r1); free(r2); return -1; }
+    for (int p = 0; p < npairs; p++) {
+        const REAL *n_in = kn + (size_t)p * H * H * in_plane;
+        const REAL *t_in = kt + (size_t)p * H * H * in_plane;
+        const REAL *v1 = v1s + (size_t)p * Ho * Wo, *v2 = v2s + (size_t)p * Ho * Wo;
+        for (int e = 0; e < Ho * Wo; e++) {
+            r1[e] = SQRT(v1[e] > 0 ? v1[e] : 0);
+            r2[e] = SQRT(v2[e] > 0 ? v2[e] : 0);
+        }
+        for (int ho = 0; ho < Ho; ho++)
+            for (int Hq = 0; Hq < Ho; Hq++) {
+                /* the h window's mean of both kinds, into the planes' interiors */
+                int first = 1;
+                for (int t = 0; t < k; t++) {
+                    int h = ho - lo + t, hh = Hq - lo + t;
+                    if (h < 0 || h >= H || hh < 0 || hh >= H) continue;  /* a zero tap */
+                    const REAL *gn = n_in + ((size_t)h * H + hh) * in_plane;
+                    const REAL *gt = t_in + ((size_t)h * H + hh) * in_plane;
+                    for (int w = 0; w < W; w++) {
+                        REAL *dn = an + (size_t)(w + lo) * Wp + lo, *dt = at + (size_t)(w + lo) * Wp + lo;
+                        const REAL *sn = gn + (size_t)w * W, *st = gt + (size_t)w * W;
+                        if (first) for (int q = 0; q < W; q++) { dn[q] = sn[q]; dt[q] = st[q]; }
+                        else for (int q = 0; q < W; q++) { dn[q] += sn[q]; dt[q] += st[q]; }
+                    }
+                    first = 0;
+                }
+                for (int w = 0; w < W; w++) {
+                    REAL *dn = an + (size_t)(w + lo) * Wp + lo, *dt = at + (size_t)(w + lo) * Wp + lo;
+                    if (first) for (int q = 0; q < W; q++) { dn[q] = 0; dt[q] = 0; }
+                    else for (int q = 0; q < W; q++) { dn[q] *= inv_k; dt[q] *= inv_k; }
+                }
+                const REAL *p2 = v2 + (size_t)Hq * Wo, *q2 = r2 + (size_t)Hq * Wo;
+                for (int wo = 0; wo < Wo; wo++) {
+                    const REAL *arn = an + (size_t)wo * Wp, *art = at + (size_t)wo * Wp;
+                    REAL *restrict out_n = on + (((size_t)p * Ho + ho) * Ho + Hq) * Wo * Wo + (size_t)wo * Wo;
+                    REAL *restrict out_t = ot + (((size_t)p * Ho + ho) * Ho + Hq) * Wo * Wo + (size_t)wo * Wo;
+                    const REAL p1 = v1[ho * Wo + wo], q1 = r1[ho * Wo + wo];
+                    for (int q = 0; q < Wo; q++) {
+                        REAL mn = (arn[q] + arn[Wp + 1 + q]) + arn[2 * Wp + 2 + q];
+                        REAL mt = (art[q] + art[Wp + 1 + q]) + art[2 * Wp + 2 + q];
+                        REAL c = cw2 * (mn * inv_k) + cb2;
+                        REAL tk = cw2 * (mt * inv_k) + c;
+                        REAL ac = FABS(c);
+#if EXACT || SEED_ONE_SQRT
+                        REAL s = q1 * q2[q];
+#else
+                        REAL s = SQRT(p1 * p2[q]);
+#endif
+                        s = (s - ac <= s * snap) ? ac : s;
+                        REAL d = (s - ac) * (s + ac);
+                        REAL sq = SQRT(d > 0 ? d : 0);
+                        REAL big = ac > sq ? ac : sq, small = ac < sq ? ac : sq;
+                        big = big > 0 ? big : 1;
+                        REAL a = ATAN_RATIO(small, big);
+                        a = sq > ac ? half_pi - a : a;
+                        a = c < 0 ? pi - a : a;
+                        REAL kdot = (REAL)0.5 - factor * a;
+                        out_n[q] = factor * sq + kdot * c;
+                        out_t[q] = tk * kdot;
+                    }
+                    (void)p1; (void)q1; (void)p2; (void)q2;
+                }
+            }
+    }
+    free(an); free(at); free(r1); free(r2);
+    return 0;
+}
+
 #undef CAT
 #undef CAT_
