@@ -162,8 +162,8 @@ def time_kernelcli(dtype: str, n: int, reps: int):
 def layer(dll, net: dict, pairs: int, rounds: int, reps: int, dtypes) -> None:
     """One conv + ReLU layer on full covariances (the deeper pooling nets' per-layer
     block): ``layer_pairs`` in C (1 thread, and 2 threads on half the pairs each)
-    against ``kernels._fused.conv_pointwise`` with ``abrelu`` jitted alone (XLA's own
-    threads), on ``pairs`` pairs of real input covariances (``channel_gram``), the NTK
+    against ``kernels._fused.conv_pointwise`` with ``abrelu`` compiled alone with the
+    route's options, one pair per call as the route's chunk (XLA's own threads), on ``pairs`` pairs of real input covariances (``channel_gram``), the NTK
     twice the NNGP; max relative difference and best wall / CPU ms per pair."""
     import jax
     import jax.numpy as jnp
@@ -174,6 +174,7 @@ def layer(dll, net: dict, pairs: int, rounds: int, reps: int, dtypes) -> None:
     from kernelcli.kernels._linear_spatial import channel_gram
     from kernelcli.kernels._nonlinear import abrelu
     from kernelcli.kernels._state import State
+    from kernelcli.kernels._xla import compiler_options
     from kernelcli.spec import load_config
 
     conv = load_config(CONFIGS / f"{CASE}.yaml").architecture.layers[0]
@@ -194,9 +195,11 @@ def layer(dll, net: dict, pairs: int, rounds: int, reps: int, dtypes) -> None:
             out = conv_pointwise(st, conv, lambda s, a, b: abrelu(s, a, b, 0.0, 1.0, exact),
                                  v1, v2, standard=False)
             return out.nngp, out.ntk
-        f = jax.jit(xla)
-        args = [jnp.asarray(a) for a in (kn, kt, v1, v2)]
-        ref = [np.asarray(r) for r in f(*args)]
+        # as the route compiles it (the classic emitter on full covariances) and calls it:
+        # one pair per call (a 4 MiB covariance is over the 512 KiB chunk)
+        args = [[jnp.asarray(a[i:i + 1]) for a in (kn, kt, v1, v2)] for i in range(pairs)]
+        f = jax.jit(xla).lower(*args[0]).compile(compiler_options(True))
+        ref = [np.concatenate(r) for r in zip(*[f(*a) for a in args])]
         fn = getattr(dll, "layer_pairs_f32" if dtype == "float32" else "layer_pairs_f64")
 
         def c_call(sl):
@@ -214,13 +217,15 @@ def layer(dll, net: dict, pairs: int, rounds: int, reps: int, dtypes) -> None:
         errs = [float(np.max(np.abs(g - r)) / np.max(np.abs(r))) for g, r in zip(got, ref)]
 
         def two():
-            ts = [threading.Thread(target=c_call, args=(slice(t, None, 2),)) for t in (0, 1)]
+            half = pairs // 2  # contiguous halves: no copies of the inputs
+            ts = [threading.Thread(target=c_call, args=(sl,))
+                  for sl in (slice(0, half), slice(half, None))]
             for t in ts:
                 t.start()
             for t in ts:
                 t.join()
         runs = {("kernelcli conv_pointwise (XLA)", "XLA"):
-                lambda: jax.block_until_ready(f(*args)),
+                lambda: [jax.block_until_ready(f(*a)) for a in args],
                 ("fused C", 1): lambda: c_call(slice(None)), ("fused C", 2): two}
         best = {}
         for _ in range(rounds):
