@@ -88,7 +88,10 @@ struct Params {
 // kPool: the global average pool of the nonlinearity's output, (P,) per kind; else
 // the output covariances themselves, (P, Ho, Ho2, Wo, Wo2) per kind (a layer inside
 // the network, whose next convolution reads them).
-template <typename T, bool kPool>
+//
+// kThree: a 3 x 3 filter, whose taps are summed inline (no pass per tap, no window
+// buffer): the same sums in the same order.
+template <typename T, bool kPool, bool kThree>
 void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out_ntk,
           int64_t P, int64_t H, int64_t H2, int64_t W, int64_t W2, int64_t Ho,
           int64_t Ho2, int64_t Wo, int64_t Wo2, const Params& q) {
@@ -107,6 +110,7 @@ void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out
   std::vector<T> row(plane), row_t(plane), pad(Wp * W2p + q.kw), pad_t(Wp * W2p + q.kw);
   std::vector<T> m(n), mt(n), s1(n), s2(Ho2 * n), keep(n), part_n(n), part_t(n);
   std::vector<double> acc_n(n), acc_t(n);
+  std::vector<T> zero(plane);  // the plane a tap outside the input reads
   for (int64_t i = 0; i < n; ++i) keep[i] = (i % W2p) < Wo2 ? T(1) : T(0);  // scratch: 0
   for (int64_t p = 0; p < P; ++p) {
     const T* xp = x + p * H * H2 * plane;
@@ -130,45 +134,73 @@ void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out
         for (int64_t c = 0; c < W2p; ++c) s1[r * W2p + c] = v;
       }
       for (int64_t oh2 = 0; oh2 < Ho2; ++oh2) {
-        // the first axis pair's window: the taps' planes summed in order, then the mean
-        for (int64_t i = 0; i < plane; ++i) row[i] = T(0);
-        if (ntk_in) for (int64_t i = 0; i < plane; ++i) row_t[i] = T(0);
-        for (int64_t t = 0; t < q.kh; ++t) {
-          int64_t ih = oh - q.lo_h + t, ih2 = oh2 - q.lo_h + t;
-          if (ih < 0 || ih >= H || ih2 < 0 || ih2 >= H2) continue;  // reads zeros
-          const T* src = xp + (ih * H2 + ih2) * plane;
-          for (int64_t i = 0; i < plane; ++i) row[i] += src[i];
-          if (ntk_in) {
-            const T* srct = xtp + (ih * H2 + ih2) * plane;
-            for (int64_t i = 0; i < plane; ++i) row_t[i] += srct[i];
+        // the first axis pair's window: the taps' planes summed in order (a tap outside
+        // the input reads the zero plane), then the mean, into the padded buffer
+        const T* src[3] = {zero.data(), zero.data(), zero.data()};
+        const T* srct[3] = {zero.data(), zero.data(), zero.data()};
+        if (kThree) {
+          for (int64_t t = 0; t < 3; ++t) {
+            int64_t ih = oh - q.lo_h + t, ih2 = oh2 - q.lo_h + t;
+            if (ih < 0 || ih >= H || ih2 < 0 || ih2 >= H2) continue;
+            src[t] = xp + (ih * H2 + ih2) * plane;
+            if (ntk_in) srct[t] = xtp + (ih * H2 + ih2) * plane;
           }
-        }
-        for (int64_t r = 0; r < copy_rows; ++r) {
-          T* dst = pad.data() + (r + q.lo_w) * W2p + q.lo_w;
-          for (int64_t c = 0; c < copy_cols; ++c) dst[c] = row[r * W2 + c] * inv_kh;
-          if (ntk_in) {
-            T* dstt = pad_t.data() + (r + q.lo_w) * W2p + q.lo_w;
-            for (int64_t c = 0; c < copy_cols; ++c) dstt[c] = row_t[r * W2 + c] * inv_kh;
+          for (int64_t r = 0; r < copy_rows; ++r) {
+            T* dst = pad.data() + (r + q.lo_w) * W2p + q.lo_w;
+            const int64_t o = r * W2;
+            for (int64_t c = 0; c < copy_cols; ++c)
+              dst[c] = ((src[0][o + c] + src[1][o + c]) + src[2][o + c]) * inv_kh;
+            if (ntk_in) {
+              T* dstt = pad_t.data() + (r + q.lo_w) * W2p + q.lo_w;
+              for (int64_t c = 0; c < copy_cols; ++c)
+                dstt[c] = ((srct[0][o + c] + srct[1][o + c]) + srct[2][o + c]) * inv_kh;
+            }
           }
-        }
-        // the second axis pair's window: tap u of entry i reads pad[i + u (W2p + 1)]
-        for (int64_t i = 0; i < n; ++i) m[i] = T(0);
-        for (int64_t u = 0; u < q.kw; ++u) {
-          const T* src = pad.data() + u * (W2p + 1);
-          for (int64_t i = 0; i < n; ++i) m[i] += src[i];
-        }
-        if (ntk_in) {
-          for (int64_t i = 0; i < n; ++i) mt[i] = T(0);
+        } else {
+          for (int64_t i = 0; i < plane; ++i) row[i] = T(0);
+          if (ntk_in) for (int64_t i = 0; i < plane; ++i) row_t[i] = T(0);
+          for (int64_t t = 0; t < q.kh; ++t) {
+            int64_t ih = oh - q.lo_h + t, ih2 = oh2 - q.lo_h + t;
+            if (ih < 0 || ih >= H || ih2 < 0 || ih2 >= H2) continue;  // reads zeros
+            const T* from = xp + (ih * H2 + ih2) * plane;
+            for (int64_t i = 0; i < plane; ++i) row[i] += from[i];
+            if (ntk_in) {
+              const T* fromt = xtp + (ih * H2 + ih2) * plane;
+              for (int64_t i = 0; i < plane; ++i) row_t[i] += fromt[i];
+            }
+          }
+          for (int64_t r = 0; r < copy_rows; ++r) {
+            T* dst = pad.data() + (r + q.lo_w) * W2p + q.lo_w;
+            for (int64_t c = 0; c < copy_cols; ++c) dst[c] = row[r * W2 + c] * inv_kh;
+            if (ntk_in) {
+              T* dstt = pad_t.data() + (r + q.lo_w) * W2p + q.lo_w;
+              for (int64_t c = 0; c < copy_cols; ++c) dstt[c] = row_t[r * W2 + c] * inv_kh;
+            }
+          }
+          // the second axis pair's window: tap u of entry i reads pad[i + u (W2p + 1)]
+          for (int64_t i = 0; i < n; ++i) m[i] = T(0);
           for (int64_t u = 0; u < q.kw; ++u) {
-            const T* src = pad_t.data() + u * (W2p + 1);
-            for (int64_t i = 0; i < n; ++i) mt[i] += src[i];
+            const T* from = pad.data() + u * (W2p + 1);
+            for (int64_t i = 0; i < n; ++i) m[i] += from[i];
+          }
+          if (ntk_in) {
+            for (int64_t i = 0; i < n; ++i) mt[i] = T(0);
+            for (int64_t u = 0; u < q.kw; ++u) {
+              const T* from = pad_t.data() + u * (W2p + 1);
+              for (int64_t i = 0; i < n; ++i) mt[i] += from[i];
+            }
           }
         }
         // the affine map (c the NNGP, nt the NTK; mt stays 0 for the raw input's zero
         // NTK), the nonlinearity with its angle once for both kinds, and the pool
         const T* s2row = s2.data() + oh2 * n;
+        const T* pn = pad.data();
+        const T* ptn = pad_t.data();  // all zeros for the raw input's zero NTK
+        const int64_t d = W2p + 1;
         for (int64_t i = 0; i < n; ++i) {
-          T mean = m[i] * inv_kw, mean_t = mt[i] * inv_kw;
+          // kThree: the second axis pair's three taps, pad[i + u (W2p + 1)], inline
+          T mean = (kThree ? (pn[i] + pn[i + d]) + pn[i + 2 * d] : m[i]) * inv_kw;
+          T mean_t = (kThree ? (ptn[i] + ptn[i + d]) + ptn[i + 2 * d] : mt[i]) * inv_kw;
           T c = w_var * mean + bias;
           T nt = (q.standard ? fan_in * mean + w_var * mean_t : w_var * mean_t + c) + ntk_one;
           T ac = std::fabs(c);
@@ -242,10 +274,10 @@ ffi::Error TailImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT,
   }
   if (!ok) return ffi::Error::InvalidArgument("kernelcli tail: inconsistent shapes");
   Params q{kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias, w_var, b_var, fan_in, a, b};
-  Tail<ffi::NativeType<DT>, kPool>(x.typed_data(), xt.typed_data(), v1.typed_data(),
-                                   v2.typed_data(), out_nngp->typed_data(),
-                                   out_ntk->typed_data(), P, H, H2, W, W2, Ho, Ho2, Wo,
-                                   Wo2, q);
+  auto run = kh == 3 && kw == 3 ? Tail<ffi::NativeType<DT>, kPool, true>
+                                 : Tail<ffi::NativeType<DT>, kPool, false>;
+  run(x.typed_data(), xt.typed_data(), v1.typed_data(), v2.typed_data(),
+      out_nngp->typed_data(), out_ntk->typed_data(), P, H, H2, W, W2, Ho, Ho2, Wo, Wo2, q);
   return ffi::Error::Success();
 }
 
