@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+import jax
 import numpy as np
 
 from ..spec import ABRelu, Conv, GlobalAvgPool, Relu
@@ -61,8 +62,6 @@ def _load() -> Optional[str]:
     cxx = _compiler()
     if cxx is None:
         return "no C++ compiler (g++ or c++) on PATH to build it"
-    import jax
-
     folder = tempfile.mkdtemp(prefix="kernelcli-native-")
     try:
         out = Path(folder) / "libkernelcli_tail.so"
@@ -131,8 +130,6 @@ def layer(state: State, conv: Conv, act, v1, v2, standard: bool) -> State:
 
 
 def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool) -> State:
-    import jax
-
     a, b = abrelu_params(act)
     x = state.nngp
     (h, _), (w, _) = state.nngp.shape[1:3], state.nngp.shape[3:5]

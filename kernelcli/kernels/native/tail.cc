@@ -1,15 +1,17 @@
-// The native plan's fused tail: convolution -> ABReLU-family nonlinearity -> global
-// average pool, for a batch of pairs' full covariances, as one XLA custom call.
+// The native plan's custom calls: convolution -> ABReLU-family nonlinearity, on a batch
+// of pairs' full covariances, writing the output covariances (a layer) or their global
+// average pool (the tail before a global pool), as one XLA custom call each.
 //
 // Why C++: XLA:CPU evaluates the nonlinearity's angle once per output kind (no
 // multi-output fusion there), does not vectorise a reduction fused with the
 // nonlinearity's chain, and streams every intermediate (H W)^2 array through memory
 // (BENCHMARKS.md, issue 26). Here each output row pair (h, h') is windowed, mapped and
-// summed into the pool in one pass over cache-resident rows: the angle once per entry,
-// nothing (H W)^2 written. The formulas and their order are kernelcli's own
+// written or summed into the pool in one pass over cache-resident planes: the angle
+// once per entry. The formulas and their order are kernelcli's own
 // (kernels/_fused._conv_row, _linear.affine, _nonlinear.abrelu, _angle.atan2_nonneg);
-// only the pool's sum differs (a double accumulator per column, summed at the end).
-// Python checks every shape and attribute before the call (kernels/_native_tail.py).
+// only the pool's sum differs (per lane in the dtype over a row, then in double).
+// Python checks every shape and attribute before the call (kernels/_native.py); the
+// handler checks the shapes again and refuses a mismatch.
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
