@@ -6,7 +6,6 @@ and the next predict runs. A stop never requested changes nothing."""
 from __future__ import annotations
 
 import signal
-import threading
 
 import h5py
 import numpy as np
@@ -17,6 +16,7 @@ from kernelcli.run import Stop, compute, predict
 
 from helpers_cli import error_line, invoke, snapshot
 from test_ownership import hold_lock
+from test_predict_overlap import StopAt  # requested at its at-th question, from any thread
 from test_train_test import write_cfg, write_data
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
@@ -39,23 +39,6 @@ def runs(tmp_path_factory):
                           kernel={"dtype": "float64", "test_diagonal": landmarks is None}))
         out[name] = folder / f"run_{name}"
     return out
-
-
-class StopAt(Stop):
-    """Requested (as SIGTERM) by whoever asks it the ``at``-th time, from any thread:
-    a request that arrives mid-solve at a known pass."""
-
-    def __init__(self, at: int):
-        super().__init__()
-        self.at, self.asked = at, 0
-        self._count = threading.Lock()
-
-    def __call__(self) -> bool:
-        with self._count:
-            self.asked += 1
-            if self.asked == self.at:
-                self.request(signal.SIGTERM)
-        return super().__call__()
 
 
 def _interrupted(run, stop, **kwargs) -> None:
