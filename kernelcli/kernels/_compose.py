@@ -197,7 +197,7 @@ def _native_tail_at(layers: Sequence, k: int, state: State) -> bool:
 
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
             out: bool = False, seen=None, batched: bool = False,
-            native: bool = False) -> State:
+            native: bool = False, inputs=None) -> State:
     """Apply ``layers`` in order, keeping the full covariance only where
     ``full_needed(layers, out)`` says (``out``: whether the output must be full;
     a branch's input is cut at once when the branch needs only its diagonal).
@@ -206,7 +206,9 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     ``batched``: the accelerator plan's layers (``_batched``): each one pass over the
     whole batch, no row or slab loops. ``native``: the native plan's pair pass, whose
     tail (convolution, ABReLU-family nonlinearity, global average pool: ``_native``) is
-    one custom call; the per-input pass and every other layer run as the CPU plan's."""
+    one custom call; the per-input pass and every other layer run as the CPU plan's.
+    ``inputs``: the pair's two inputs, whose covariance ``state`` is, for a native first
+    layer that makes it itself (``_native.reads_images``)."""
     need = full_needed(layers, out)
     native = native and isinstance(variances, PairVariances)
     state = _layout(state, need[0])
@@ -215,13 +217,23 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     while k < len(layers):
         before = state
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
+        images = inputs if native and k == 0 and _native.reads_images(layer, inputs) else None
         if native and _native_tail_at(layers, k, state):
             v1, v2 = variances(state)
-            state = _native.tail(state, layer, after, v1, v2, standard)
+            state = _native.tail(state, layer, after, v1, v2, standard, images)
             if seen is not None:
                 seen(state)
             spare = None
             k += 3
+            continue
+        if images is not None and _native.layer_applies(layer, after, state):
+            v1, v2 = variances(state)
+            state = _layout(_native.layer(state, layer, after, v1, v2, standard, images),
+                            need[k + 2])
+            if seen is not None:
+                seen(state)
+            spare = None
+            k += 2
             continue
         m = repeats(layers, k, state)
         if m and native and _native_tail_at(layers, k + 2 * (m - 1), state):

@@ -116,20 +116,31 @@ def applies(conv, act, pool, state: State) -> bool:
     return isinstance(pool, GlobalAvgPool) and layer_applies(conv, act, state)
 
 
-def tail(state: State, conv: Conv, act, v1, v2, standard: bool) -> State:
+def reads_images(conv, images) -> bool:
+    """Whether the first layer's call can make the input's covariance itself from the
+    two images ``images`` (a 3 x 3 convolution of 3-channel images): 9 multiply-adds an
+    entry instead of reading the covariance XLA would write, 4 MiB a pair at 32 x 32."""
+    return (images is not None and isinstance(conv, Conv) and tuple(conv.filter) == (3, 3)
+            and images[0].ndim == 4 and images[0].shape[-1] == 3)
+
+
+def tail(state: State, conv: Conv, act, v1, v2, standard: bool, images=None) -> State:
     """``global_avg_pool(act(conv(state)))`` by the custom call (``applies`` holds):
     ``v1`` ``(P, Ho, Wo)``, ``v2`` ``(P, Ho', Wo')`` the nonlinearity's per-input
-    variances, as ``_fused.conv_pointwise`` takes them."""
-    return _call(state, conv, act, v1, v2, standard, pooled=True)
+    variances, as ``_fused.conv_pointwise`` takes them; ``images``: the pair's two
+    inputs, where ``state`` is their covariance and :func:`reads_images` holds."""
+    return _call(state, conv, act, v1, v2, standard, pooled=True, images=images)
 
 
-def layer(state: State, conv: Conv, act, v1, v2, standard: bool) -> State:
+def layer(state: State, conv: Conv, act, v1, v2, standard: bool, images=None) -> State:
     """``act(conv(state))`` by the custom call (``layer_applies`` holds): the output's
-    full covariances, as ``_fused.conv_pointwise`` gives them in a pair pass."""
-    return _call(state, conv, act, v1, v2, standard, pooled=False)
+    full covariances, as ``_fused.conv_pointwise`` gives them in a pair pass;
+    ``images`` as for :func:`tail`."""
+    return _call(state, conv, act, v1, v2, standard, pooled=False, images=images)
 
 
-def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool) -> State:
+def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool,
+          images=None) -> State:
     a, b = abrelu_params(act)
     x = state.nngp
     (h, _), (w, _) = state.nngp.shape[1:3], state.nngp.shape[3:5]
@@ -143,8 +154,11 @@ def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool) -
     out = (jax.ShapeDtypeStruct(shape, x.dtype),
            jax.ShapeDtypeStruct(shape if mode else (0,) * len(shape), x.dtype))
     call = jax.ffi.ffi_call(TARGETS[np.dtype(x.dtype), pooled], out, vmap_method="sequential")
+    args = (x, state.ntk if mode == 2 else x)
+    if images is not None:  # the covariance left to XLA's dead-code pass
+        args = tuple(i.astype(x.dtype)[..., None] for i in images)
     nngp, ntk = call(
-        x, state.ntk if mode == 2 else x, v1, v2,
+        *args, v1, v2, from_images=np.int64(images is not None),
         kh=np.int64(kh), kw=np.int64(kw),
         lo_h=np.int64(pads(h, kh, 1, conv.padding)[0]),
         lo_w=np.int64(pads(w, kw, 1, conv.padding)[0]),

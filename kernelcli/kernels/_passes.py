@@ -80,19 +80,21 @@ class LayerPass:
             state = state.replace(nngp=channel_gram(xa, xb))
         if seen is not None:
             seen(state)
-        return self.forward(self.arch.layers, state, variances, seen=seen)
+        # the native plan's first layer may make the input's covariance from the images
+        inputs = (xa, xb) if self.native and state.full else None
+        return self.forward(self.arch.layers, state, variances, seen=seen, inputs=inputs)
 
-    def forward(self, layers, state, variances, skipped: int = 0, seen=None):
+    def forward(self, layers, state, variances, skipped: int = 0, seen=None, inputs=None):
         """The outputs of ``layers`` (the body, its first ``skipped`` layers already
         applied) from ``state``: with readouts, one pass over the body that applies the
         head after each readout's layers, the state kept full where the body ahead or
         the head needs it (``full_needs``; the head's output is dropped once read).
-        ``seen``: as for ``forward``."""
+        ``seen``, ``inputs``: as for ``forward``."""
         ro = self.arch.readouts
         if ro is None:
             return self.outputs(forward(layers, state, variances, self.standard,
                                         self.exact, seen=seen, batched=self.batched,
-                                        native=self.native))
+                                        native=self.native, inputs=inputs))
         out, start = {}, 0
         for after, full in zip(ro.after, self.readout_full):
             stop = after - skipped

@@ -74,7 +74,7 @@ inline T Atan2NonNeg(T y, T x) {
 }
 
 struct Params {
-  int64_t kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias;
+  int64_t kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias, from_images;
   double w_var, b_var, fan_in, a, b;
 };
 
@@ -112,11 +112,24 @@ void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out
   std::vector<T> row(plane), row_t(plane), pad(Wp * W2p + q.kw), pad_t(Wp * W2p + q.kw);
   std::vector<T> m(n), mt(n), s1(n), s2(Ho2 * n), keep(n), part_n(n), part_t(n);
   std::vector<double> acc_n(n), acc_t(n);
-  std::vector<T> zero(plane);  // the plane a tap outside the input reads
+  // the plane (or image row) a tap outside the input reads
+  std::vector<T> zero(std::max(plane, 3 * std::max(W, W2)));
+  // from_images (3 x 3 filter, 3 channels, the network's first layer): the input's
+  // covariance planes are made here from the images, x (P, H, W, 3) and xt
+  // (P, H2, W2, 3), instead of read; x2t holds the second image channel-major per row
+  const bool images = q.from_images != 0;
+  std::vector<T> x2t(images ? H2 * 3 * W2 : 0);
+  const T inv_c = T(1.0 / 3);
   for (int64_t i = 0; i < n; ++i) keep[i] = (i % W2p) < Wo2 ? T(1) : T(0);  // scratch: 0
   for (int64_t p = 0; p < P; ++p) {
-    const T* xp = x + p * H * H2 * plane;
+    const T* xp = images ? x + p * H * W * 3 : x + p * H * H2 * plane;
     const T* xtp = ntk_in ? xt + p * H * H2 * plane : nullptr;
+    if (images) {
+      const T* y = xt + p * H2 * W2 * 3;
+      for (int64_t r = 0; r < H2; ++r)
+        for (int64_t ch = 0; ch < 3; ++ch)
+          for (int64_t c = 0; c < W2; ++c) x2t[(r * 3 + ch) * W2 + c] = y[(r * W2 + c) * 3 + ch];
+    }
     const T* v1p = v1 + p * Ho * Wo;
     const T* v2p = v2 + p * Ho2 * Wo2;
     // the second input's variance term per flat entry, for every oh2 (0 in scratch
@@ -140,7 +153,30 @@ void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out
         // the input reads the zero plane), then the mean, into the padded buffer
         const T* src[3] = {zero.data(), zero.data(), zero.data()};
         const T* srct[3] = {zero.data(), zero.data(), zero.data()};
-        if (kThree) {
+        if (kThree && images) {
+          // tap t's plane: sum over the 3 channels of x[ih, w, ch] xt[ih2, w2, ch], / 3
+          const T* a[3] = {zero.data(), zero.data(), zero.data()};
+          const T* b[3] = {zero.data(), zero.data(), zero.data()};
+          for (int64_t t = 0; t < 3; ++t) {
+            int64_t ih = oh - q.lo_h + t, ih2 = oh2 - q.lo_h + t;
+            if (ih < 0 || ih >= H || ih2 < 0 || ih2 >= H2) continue;
+            a[t] = xp + ih * W * 3;
+            b[t] = x2t.data() + ih2 * 3 * W2;
+          }
+          for (int64_t r = 0; r < copy_rows; ++r) {
+            T* dst = pad.data() + (r + q.lo_w) * W2p + q.lo_w;
+            const T a00 = a[0][r * 3], a01 = a[0][r * 3 + 1], a02 = a[0][r * 3 + 2];
+            const T a10 = a[1][r * 3], a11 = a[1][r * 3 + 1], a12 = a[1][r * 3 + 2];
+            const T a20 = a[2][r * 3], a21 = a[2][r * 3 + 1], a22 = a[2][r * 3 + 2];
+            const T *b0 = b[0], *b1 = b[1], *b2 = b[2];
+            for (int64_t c = 0; c < copy_cols; ++c) {
+              T g0 = ((a00 * b0[c] + a01 * b0[W2 + c]) + a02 * b0[2 * W2 + c]) * inv_c;
+              T g1 = ((a10 * b1[c] + a11 * b1[W2 + c]) + a12 * b1[2 * W2 + c]) * inv_c;
+              T g2 = ((a20 * b2[c] + a21 * b2[W2 + c]) + a22 * b2[2 * W2 + c]) * inv_c;
+              dst[c] = ((g0 + g1) + g2) * inv_kh;
+            }
+          }
+        } else if (kThree) {
           for (int64_t t = 0; t < 3; ++t) {
             int64_t ih = oh - q.lo_h + t, ih2 = oh2 - q.lo_h + t;
             if (ih < 0 || ih >= H || ih2 < 0 || ih2 >= H2) continue;
@@ -260,22 +296,30 @@ ffi::Error TailImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT,
                     ffi::Buffer<DT, 3> v2, ffi::ResultBuffer<DT, kRank> out_nngp,
                     ffi::ResultBuffer<DT, kRank> out_ntk, int64_t kh, int64_t kw, int64_t lo_h,
                     int64_t lo_w, int64_t ntk_mode, int64_t standard, int64_t has_bias,
-                    double w_var, double b_var, double fan_in, double a, double b) {
+                    double w_var, double b_var, double fan_in, double a, double b,
+                    int64_t from_images) {
   constexpr bool kPool = kRank == 1;
   auto d = x.dimensions();
+  auto dt = xt.dimensions();
   auto e1 = v1.dimensions();
   auto e2 = v2.dimensions();
-  const int64_t P = d[0], H = d[1], H2 = d[2], W = d[3], W2 = d[4];
+  // from_images: x (P, H, W, 3, 1) and xt (P, H2, W2, 3, 1) are the two images
+  const bool images = from_images != 0;
+  const int64_t P = d[0], H = d[1], H2 = images ? dt[1] : d[2], W = images ? d[2] : d[3],
+                W2 = images ? dt[2] : d[4];
   const int64_t Ho = e1[1], Wo = e1[2], Ho2 = e2[1], Wo2 = e2[2];
   const int64_t want[5] = {P, Ho, Ho2, Wo, Wo2};
   bool ok = e1[0] == P && e2[0] == P && kh >= 1 && kw >= 1 && lo_h >= 0 && lo_w >= 0 &&
-            (ntk_mode != 2 || SameShape(xt.dimensions(), d));
+            (ntk_mode != 2 || SameShape(xt.dimensions(), d)) &&
+            (!images || (kh == 3 && kw == 3 && ntk_mode != 2 && d[3] == 3 && dt[3] == 3 &&
+                         d[4] == 1 && dt[4] == 1 && dt[0] == P));
   for (size_t i = 0; i < kRank; ++i) {
     ok = ok && out_nngp->dimensions()[i] == want[i];
     ok = ok && (ntk_mode == 0 || out_ntk->dimensions()[i] == want[i]);
   }
   if (!ok) return ffi::Error::InvalidArgument("kernelcli tail: inconsistent shapes");
-  Params q{kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias, w_var, b_var, fan_in, a, b};
+  Params q{kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias, from_images,
+           w_var, b_var, fan_in, a, b};
   auto run = kh == 3 && kw == 3 ? Tail<ffi::NativeType<DT>, kPool, true>
                                  : Tail<ffi::NativeType<DT>, kPool, false>;
   run(x.typed_data(), xt.typed_data(), v1.typed_data(), v2.typed_data(),
@@ -304,7 +348,8 @@ ffi::Error TailImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT,
       .Attr<double>("b_var")                                                        \
       .Attr<double>("fan_in")                                                       \
       .Attr<double>("a")                                                            \
-      .Attr<double>("b")
+      .Attr<double>("b")                                                            \
+      .Attr<int64_t>("from_images")
 
 // the pooled tail (conv -> nonlinearity -> global average pool) and the layer
 // (conv -> nonlinearity, the full output covariances), per dtype
