@@ -115,6 +115,9 @@ class Main(click.Group):
         except RuntimeError as exc:  # XLA's RESOURCE_EXHAUSTED outside a run's tiles
             from ..run import is_out_of_memory, out_of_memory_error
 
+            if str(exc) == "can't start new thread":  # no memory left for a thread's stack
+                fail(f"out of memory (a thread could not be started); "
+                     f"{_LOWER.get(ctx.invoked_subcommand, _LOWER[None])}", 1)
             if not is_out_of_memory(exc):
                 raise
             fail(str(out_of_memory_error(memory="either")), 1)  # which one is not known here
