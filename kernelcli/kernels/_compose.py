@@ -147,7 +147,7 @@ def _apply(layer, state: State, variances, standard: bool, exact: bool, out: boo
 
 
 def _block(conv, act, standard: bool, exact: bool, batched: bool = False,
-           native: bool = False):
+           native: bool = False, images=None):
     """One (convolution, nonlinearity) pair as ``(state, va, vb, spare) -> (state, v)``
     (``conv``: a layer whose kernel map ``fuses``).
 
@@ -155,7 +155,8 @@ def _block(conv, act, standard: bool, exact: bool, batched: bool = False,
     per-input pass, where they are the convolved input diagonal (a joint shift
     maps the diagonal to itself) and are returned as ``v``. On a full covariance
     the two layers run row by row (``conv_pointwise``), writing into ``spare``; in
-    the native plan's pair pass, where ``_native.layer_applies``, one custom call.
+    the native plan's pair pass, where ``_native.layer_applies``, one custom call
+    (``images``: as ``forward``'s ``inputs``, for the first layer).
     """
     pointwise = kernel_map(act).pointwise(act, exact)
     if batched:
@@ -165,7 +166,7 @@ def _block(conv, act, standard: bool, exact: bool, batched: bool = False,
         self_pair = va is None
         if state.full:
             if native and not self_pair and _native.layer_applies(conv, act, state):
-                return _native.layer(state, conv, act, va, vb, standard), va
+                return _native.layer(state, conv, act, va, vb, standard, images), va
             if self_pair:
                 diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
                 va = vb = _linear.conv(diag, conv, standard).nngp
@@ -226,15 +227,6 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
             spare = None
             k += 3
             continue
-        if images is not None and _native.layer_applies(layer, after, state):
-            v1, v2 = variances(state)
-            state = _layout(_native.layer(state, layer, after, v1, v2, standard, images),
-                            need[k + 2])
-            if seen is not None:
-                seen(state)
-            spare = None
-            k += 2
-            continue
         m = repeats(layers, k, state)
         if m and native and _native_tail_at(layers, k + 2 * (m - 1), state):
             m = m - 1 if m > 2 else 0  # the run's last block is the native tail's
@@ -253,8 +245,8 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 v1, v2 = variances(state)
             else:
                 v1 = v2 = None
-            state, v = _block(layer, after, standard, exact, batched, native)(state, v1, v2,
-                                                                              spare)
+            state, v = _block(layer, after, standard, exact, batched, native,
+                              images)(state, v1, v2, spare)
             if v1 is None:
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too
