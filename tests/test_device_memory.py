@@ -196,7 +196,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 def test_xla_out_of_memory_is_the_out_of_memory_error_naming_how_to_resume(tmp_path):
     """A real RESOURCE_EXHAUSTED: XLA's CPU allocator fails under an address-space limit
     that the planning (estimate: compiles, allocates no pair batch) stays under and the
-    pair batch (about 1.5 GiB of covariances) does not. No GPU is needed for the
+    pair batch (about 1.3 GiB of covariances) does not. No GPU is needed for the
     mapping: XLA:GPU raises the same error class and status."""
     np.save(tmp_path / "x.npy",
             np.random.default_rng(0).standard_normal((24, 32, 32, 3)).astype(np.float32))
@@ -210,7 +210,12 @@ def test_xla_out_of_memory_is_the_out_of_memory_error_naming_how_to_resume(tmp_p
     peak = int(est.stderr.rsplit("VMPEAK ", 1)[1].split()[0])
     batch = json.loads(est.stdout)["peak_bytes_per_device"]
     assert batch > GiB
-    limit = peak + batch // 3
+    # Mid-way between the two: when the pair pass's worker thread starts, the process
+    # holds about 0.4 GiB more address space in some runs than in others (2 of 8: 1.89
+    # against 1.49 GiB), freed before the batch; a limit a third of a batch over the
+    # planning's peak left that thread's 8 MiB stack no room about one run in five (the
+    # one-line thread error, not XLA's).
+    limit = peak + 2 * batch // 3
     out = subprocess.run([sys.executable, "-c", _CONFINED, str(limit), KERNELCLI, "compute",
                           str(cfg), "--quiet"], capture_output=True, text=True, env=env,
                          timeout=600)
