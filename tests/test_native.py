@@ -45,6 +45,17 @@ NETS = {
     "standard": _net(param="standard"),
     "standard_no_bias": _net({"b_std": None}, param="standard"),
     "depth_3": _net(depth=3),  # a run of blocks (native layers in a loop), then the tail
+    # the chain with its own parameters per layer, after a native 1 x 1 layer (whose
+    # output NTK the chain reads)
+    "mixed_chain": {"layers": [{"conv": {"filter": [3, 3], "W_std": 1.7, "b_std": 0.1}}, "relu",
+                               {"conv": {"filter": [3, 3], "W_std": 1.1, "b_std": None}},
+                               {"leaky_relu": {"alpha": 0.3}},
+                               {"conv": {"filter": [3, 3], "W_std": 2.0, "b_std": 0.5}}, "abs",
+                               "global_avg_pool", "dense"]},
+    "after_1x1": {"layers": [{"conv": {"filter": [1, 1], "width": 3}}, "relu",
+                             {"conv": {"filter": [3, 3]}}, "relu", {"conv": {"filter": [3, 3]}},
+                             "relu", "global_avg_pool", "dense"],
+                  "parameterization": "standard"},
     # native layers (their full output covariances) before another pool
     "layers_then_avg_pool": {"layers": [{"conv": {"filter": [3, 3], "padding": "VALID"}},
                                         "relu", {"conv": {"filter": [3, 3]}},
@@ -74,6 +85,29 @@ def test_the_native_plan_gives_the_cpu_plans_kernels(name, dtype):
         if args[1] is None:
             for k in native:
                 np.testing.assert_array_equal(k, k.T)
+
+
+@pytest.mark.parametrize("name", ["depth_3", "mixed_chain", "after_1x1"])
+def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name, monkeypatch):
+    """Chains of 3 x 3 SAME blocks before the global pool are one custom call, whose
+    first layer makes its input from 3-channel images or reads the covariance (here 2
+    channels), and gives the CPU plan's kernels."""
+    calls = []
+
+    def spy(state, layers, *args, **kwargs):
+        calls.append(len(layers) // 2)
+        return chain(state, layers, *args, **kwargs)
+
+    chain = _native.chain
+    monkeypatch.setattr(_native, "chain", spy)
+    for channels in (3, 2):
+        x = np.random.default_rng(6).standard_normal((5, 6, 7, channels))
+        x2 = np.random.default_rng(7).standard_normal((3, 6, 7, channels))
+        kfn = kernelcli.kernel_fn(NETS[name])
+        cpu = kfn(x, x2, KINDS, dtype="float64", engine="cpu")
+        native = kfn(x, x2, KINDS, dtype="float64", engine="native")
+        _agree(cpu, native, "float64", f"{name} {channels} channels")
+    assert set(calls) == {2 if name == "after_1x1" else 3}
 
 
 def test_the_nngp_alone_is_the_same_as_with_the_ntk():

@@ -219,6 +219,15 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
         before = state
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
         images = inputs if native and k == 0 and _native.reads_images(layer, inputs) else None
+        chain = _native.chain_length(layers, k, state) if native else 0
+        if chain:  # the blocks and the pool after them: one custom call
+            state = _native.chain(state, layers[k:k + 2 * chain],
+                                  [variances(state) for _ in range(chain)], standard, images)
+            if seen is not None:
+                seen(state)
+            spare = None
+            k += 2 * chain + 1
+            continue
         if native and _native_tail_at(layers, k, state):
             v1, v2 = variances(state)
             state = _native.tail(state, layer, after, v1, v2, standard, images)

@@ -43,6 +43,9 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-f
 # (dtype, pooled) -> the XLA target: the tail with the global pool, or the layer alone
 TARGETS = {(np.dtype(t), pooled): f"kernelcli_{'tail' if pooled else 'layer'}_{name}"
            for t, name in ((np.float32, "f32"), (np.float64, "f64")) for pooled in (True, False)}
+# dtype -> the XLA target of the chain: 3 x 3 SAME layers, then the global pool
+CHAIN_TARGETS = {np.dtype(t): f"kernelcli_chain_{name}"
+                 for t, name in ((np.float32, "f32"), (np.float64, "f64"))}
 _BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
 
 
@@ -77,7 +80,7 @@ def _load() -> Optional[str]:
         lib = ctypes.CDLL(str(out))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    for name in TARGETS.values():
+    for name in (*TARGETS.values(), *CHAIN_TARGETS.values()):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)),
                                     platform="cpu")
     return None
@@ -114,6 +117,30 @@ def applies(conv, act, pool, state: State) -> bool:
     """Whether ``conv, act, pool`` on ``state`` is the pooled tail: the layer of
     :func:`layer_applies`, then a global average pool."""
     return isinstance(pool, GlobalAvgPool) and layer_applies(conv, act, state)
+
+
+def _chain_block(conv, act) -> bool:
+    return (isinstance(conv, Conv) and abrelu_params(act) is not None
+            and tuple(conv.filter) == (3, 3) and tuple(conv.strides) == (1, 1)
+            and conv.padding == "SAME")
+
+
+def chain_length(layers, k: int, state: State) -> int:
+    """How many (convolution, nonlinearity) blocks from ``layers[k]`` the chain's
+    custom call runs with the global average pool after them: 3 x 3 stride-1 SAME
+    convolutions, each followed by an ABReLU-family nonlinearity, on a full covariance
+    of two equally sized inputs, the pool right after the last; 0 when that is not
+    what follows ``k``."""
+    if not (k + 1 < len(layers) and layer_applies(layers[k], layers[k + 1], state)):
+        return 0
+    shape = state.nngp.shape
+    if shape[1] != shape[2] or shape[3] != shape[4]:
+        return 0
+    m = 0
+    while k + 2 * m + 1 < len(layers) and _chain_block(layers[k + 2 * m], layers[k + 2 * m + 1]):
+        m += 1
+    return m if m and k + 2 * m < len(layers) and isinstance(layers[k + 2 * m],
+                                                             GlobalAvgPool) else 0
 
 
 def reads_images(conv, images) -> bool:
@@ -173,3 +200,37 @@ def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool,
         return state.replace(nngp=nngp, ntk=ntk, spatial=False, full=False,
                              channels=conv.width)
     return state.replace(nngp=nngp, ntk=ntk, channels=conv.width)
+
+
+def chain(state: State, layers, variances, standard: bool, images=None) -> State:
+    """``global_avg_pool`` of the ``m`` blocks ``layers`` (``2 m`` layers, where
+    :func:`chain_length` is ``m``) by the chain's custom call; ``variances``: the
+    ``m`` nonlinearities' ``(v1, v2)``, each ``(P, H, W)``; ``images`` as for
+    :func:`tail`. No covariance between the layers is written."""
+    convs, acts = layers[0::2], layers[1::2]
+    x = state.nngp
+    h, w = x.shape[1], x.shape[3]
+    widths = [state.channels] + [c.width for c in convs[:-1]]
+    params = [abrelu_params(a) for a in acts]
+    mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
+    out = (jax.ShapeDtypeStruct((x.shape[0],), x.dtype),
+           jax.ShapeDtypeStruct((x.shape[0],) if mode else (0,), x.dtype))
+    call = jax.ffi.ffi_call(CHAIN_TARGETS[np.dtype(x.dtype)], out, vmap_method="sequential")
+    args = (x, state.ntk if mode == 2 else x)
+    if images is not None:  # the covariance left to XLA's dead-code pass
+        args = tuple(i.astype(x.dtype)[..., None] for i in images)
+    v1 = jax.numpy.stack([a for a, _ in variances])
+    v2 = jax.numpy.stack([b for _, b in variances])
+    if v1.shape[1:] != (x.shape[0], h, w) or v2.shape != v1.shape:
+        raise ValueError(f"native chain: variances {v1.shape}, {v2.shape} for {x.shape}")
+    f64 = functools.partial(np.asarray, dtype=np.float64)
+    nngp, ntk = call(
+        *args, v1, v2, lo=np.int64(pads(h, 3, 1, "SAME")[0]), ntk_mode=np.int64(mode),
+        standard=np.int64(bool(standard)), from_images=np.int64(images is not None),
+        has_bias=np.asarray([c.b_std is not None for c in convs], dtype=np.int64),
+        w_var=f64([c.W_std ** 2 for c in convs]),
+        b_var=f64([0.0 if c.b_std is None else c.b_std ** 2 for c in convs]),
+        fan_in=f64([9 * c for c in widths]), a=f64([a for a, _ in params]),
+        b=f64([b for _, b in params]))
+    return state.replace(nngp=nngp, ntk=None if mode == 0 else ntk, spatial=False,
+                         full=False, channels=convs[-1].width)
