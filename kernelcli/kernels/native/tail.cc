@@ -95,13 +95,8 @@ struct Unit {
         snap(sizeof(T) == 8 ? T(std::ldexp(1.0, -50)) : T(std::ldexp(1.0, -21))),
         standard(standard_) {}
 
-  inline void operator()(T mean, T mean_t, T s, T& out_n, T& out_t) const {
-    if (standard)
-      Map<true>(mean, mean_t, s, out_n, out_t);
-    else
-      Map<false>(mean, mean_t, s, out_n, out_t);
-  }
-
+  // kStandard: the layer's `standard` as a template argument; a branch on it inside a
+  // loop keeps the compiler from vectorising the loop
   template <bool kStandard>
   inline void Map(T mean, T mean_t, T s, T& out_n, T& out_t) const {
     T c = w_var * mean + bias;
@@ -132,7 +127,7 @@ struct Unit {
 //
 // kThree: a 3 x 3 filter, whose taps are summed inline (no pass per tap, no window
 // buffer): the same sums in the same order.
-template <typename T, bool kPool, bool kThree>
+template <typename T, bool kPool, bool kThree, bool kStandard>
 void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out_ntk,
           int64_t P, int64_t H, int64_t H2, int64_t W, int64_t W2, int64_t Ho,
           int64_t Ho2, int64_t Wo, int64_t Wo2, const Params& q) {
@@ -275,7 +270,8 @@ void Tail(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out
           T mean = (kThree ? (pn[i] + pn[i + d]) + pn[i + 2 * d] : m[i]) * inv_kw;
           T mean_t = (kThree ? (ptn[i] + ptn[i + d]) + ptn[i + 2 * d] : mt[i]) * inv_kw;
           T on, ot;
-          unit(mean, mean_t, exact ? s1[i] * s2row[i] : std::sqrt(s1[i] * s2row[i]), on, ot);
+          unit.template Map<kStandard>(
+              mean, mean_t, exact ? s1[i] * s2row[i] : std::sqrt(s1[i] * s2row[i]), on, ot);
           if (kPool) {
             part_n[i] += keep[i] * on;
             part_t[i] += keep[i] * ot;
@@ -348,8 +344,9 @@ ffi::Error TailImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT,
   if (!ok) return ffi::Error::InvalidArgument("kernelcli tail: inconsistent shapes");
   Params q{kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias, from_images,
            w_var, b_var, fan_in, a, b};
-  auto run = kh == 3 && kw == 3 ? Tail<ffi::NativeType<DT>, kPool, true>
-                                 : Tail<ffi::NativeType<DT>, kPool, false>;
+  using T = ffi::NativeType<DT>;
+  auto run = kh == 3 && kw == 3 ? (standard ? Tail<T, kPool, true, true> : Tail<T, kPool, true, false>)
+                                : (standard ? Tail<T, kPool, false, true> : Tail<T, kPool, false, false>);
   run(x.typed_data(), xt.typed_data(), v1.typed_data(), v2.typed_data(),
       out_nngp->typed_data(), out_ntk->typed_data(), P, H, H2, W, W2, Ho, Ho2, Wo, Wo2, q);
   return ffi::Error::Success();
