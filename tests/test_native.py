@@ -89,17 +89,20 @@ def test_the_native_plan_gives_the_cpu_plans_kernels(name, dtype):
 
 @pytest.mark.parametrize("name", ["depth_3", "mixed_chain", "after_1x1"])
 def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name, monkeypatch):
-    """Chains of 3 x 3 SAME blocks before the global pool are one custom call, whose
-    first layer makes its input from 3-channel images or reads the covariance (here 2
-    channels), and gives the CPU plan's kernels."""
+    """Chains of 3 x 3 SAME blocks before the global pool are one custom call in the
+    pair pass and one in the per-input pass (which makes the variances the pair pass
+    reads), whose first layer makes its input from 3-channel images or reads the
+    covariance (here 2 channels), and gives the CPU plan's kernels."""
     calls = []
 
-    def spy(state, layers, *args, **kwargs):
-        calls.append(len(layers) // 2)
-        return chain(state, layers, *args, **kwargs)
+    def spying(real, label):
+        def spy(state, layers, *args, **kwargs):
+            calls.append((label, len(layers) // 2))
+            return real(state, layers, *args, **kwargs)
+        return spy
 
-    chain = _native.chain
-    monkeypatch.setattr(_native, "chain", spy)
+    monkeypatch.setattr(_native, "chain", spying(_native.chain, "pairs"))
+    monkeypatch.setattr(_native, "self_chain", spying(_native.self_chain, "inputs"))
     for channels in (3, 2):
         x = np.random.default_rng(6).standard_normal((5, 6, 7, channels))
         x2 = np.random.default_rng(7).standard_normal((3, 6, 7, channels))
@@ -107,7 +110,8 @@ def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name,
         cpu = kfn(x, x2, KINDS, dtype="float64", engine="cpu")
         native = kfn(x, x2, KINDS, dtype="float64", engine="native")
         _agree(cpu, native, "float64", f"{name} {channels} channels")
-    assert set(calls) == {2 if name == "after_1x1" else 3}
+    m = 2 if name == "after_1x1" else 3
+    assert set(calls) == {("pairs", m), ("inputs", m)}
 
 
 def test_the_nngp_alone_is_the_same_as_with_the_ntk():

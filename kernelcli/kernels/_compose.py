@@ -29,7 +29,7 @@ from ._fused import conv_pointwise
 from ._linear_spatial import to_full
 from ._maps import is_pointwise, kernel_map
 from ._repeat import repeat_layers, repeats
-from ._state import PairVariances, State, diagonal, to_diagonal
+from ._state import PairVariances, SelfVariances, State, diagonal, to_diagonal
 
 
 SLAB_BYTES = 128 << 10  # one slab of a covariance: fits a core's L2 cache
@@ -211,6 +211,7 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     ``inputs``: the pair's two inputs, whose covariance ``state`` is, for a native first
     layer that makes it itself (``_native.reads_images``)."""
     need = full_needed(layers, out)
+    chains = native and isinstance(variances, (PairVariances, SelfVariances))
     native = native and isinstance(variances, PairVariances)
     state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
@@ -218,11 +219,16 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     while k < len(layers):
         before = state
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
-        images = inputs if native and k == 0 and _native.reads_images(layer, inputs) else None
-        chain = _native.chain_length(layers, k, state) if native else 0
+        images = inputs if chains and k == 0 and _native.reads_images(layer, inputs) else None
+        chain = _native.chain_length(layers, k, state) if chains else 0
         if chain:  # the blocks and the pool after them: one custom call
-            state = _native.chain(state, layers[k:k + 2 * chain],
-                                  [variances(state) for _ in range(chain)], standard, images)
+            blocks = layers[k:k + 2 * chain]
+            if native:
+                state = _native.chain(state, blocks, [variances(state) for _ in range(chain)],
+                                      standard, images)
+            else:  # the per-input pass: the chain records the variances it makes
+                state, made = _native.self_chain(state, blocks, standard, images)
+                variances.recorded.extend(made)
             if seen is not None:
                 seen(state)
             spare = None

@@ -43,9 +43,11 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-f
 # (dtype, pooled) -> the XLA target: the tail with the global pool, or the layer alone
 TARGETS = {(np.dtype(t), pooled): f"kernelcli_{'tail' if pooled else 'layer'}_{name}"
            for t, name in ((np.float32, "f32"), (np.float64, "f64")) for pooled in (True, False)}
-# dtype -> the XLA target of the chain: 3 x 3 SAME layers, then the global pool
-CHAIN_TARGETS = {np.dtype(t): f"kernelcli_chain_{name}"
-                 for t, name in ((np.float32, "f32"), (np.float64, "f64"))}
+# (dtype, self) -> the XLA target of the chain (3 x 3 SAME layers, then the global
+# pool) on pairs, or on each input with itself (the per-input pass)
+CHAIN_TARGETS = {(np.dtype(t), self): f"kernelcli_{'self' if self else 'chain'}_{name}"
+                 for t, name in ((np.float32, "f32"), (np.float64, "f64"))
+                 for self in (False, True)}
 _BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
 
 
@@ -207,30 +209,49 @@ def chain(state: State, layers, variances, standard: bool, images=None) -> State
     :func:`chain_length` is ``m``) by the chain's custom call; ``variances``: the
     ``m`` nonlinearities' ``(v1, v2)``, each ``(P, H, W)``; ``images`` as for
     :func:`tail`. No covariance between the layers is written."""
+    x = state.nngp
+    v1 = jax.numpy.stack([a for a, _ in variances])
+    v2 = jax.numpy.stack([b for _, b in variances])
+    if v1.shape[1:] != (x.shape[0], x.shape[1], x.shape[3]) or v2.shape != v1.shape:
+        raise ValueError(f"native chain: variances {v1.shape}, {v2.shape} for {x.shape}")
+    return _chain_call(state, layers, standard, images, (v1, v2))[0]
+
+
+def self_chain(state: State, layers, standard: bool, images=None):
+    """:func:`chain` for each input with itself (the per-input pass, ``state`` the
+    inputs' own covariances): ``(state, variances)``, the ``m`` nonlinearities'
+    per-input variances ``(P, H, W)`` made on the way, as the per-input pass records
+    them."""
+    state, v = _chain_call(state, layers, standard, images, None)
+    return state, [v[i] for i in range(v.shape[0])]
+
+
+def _chain_call(state: State, layers, standard: bool, images, variances):
     convs, acts = layers[0::2], layers[1::2]
     x = state.nngp
-    h, w = x.shape[1], x.shape[3]
+    p, h, w = x.shape[0], x.shape[1], x.shape[3]
     widths = [state.channels] + [c.width for c in convs[:-1]]
     params = [abrelu_params(a) for a in acts]
     mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
-    out = (jax.ShapeDtypeStruct((x.shape[0],), x.dtype),
-           jax.ShapeDtypeStruct((x.shape[0],) if mode else (0,), x.dtype))
-    call = jax.ffi.ffi_call(CHAIN_TARGETS[np.dtype(x.dtype)], out, vmap_method="sequential")
+    out = [jax.ShapeDtypeStruct((p,), x.dtype),
+           jax.ShapeDtypeStruct((p,) if mode else (0,), x.dtype)]
+    if variances is None:
+        out.append(jax.ShapeDtypeStruct((len(convs), p, h, w), x.dtype))
+    target = CHAIN_TARGETS[np.dtype(x.dtype), variances is None]
+    call = jax.ffi.ffi_call(target, tuple(out), vmap_method="sequential")
     args = (x, state.ntk if mode == 2 else x)
     if images is not None:  # the covariance left to XLA's dead-code pass
         args = tuple(i.astype(x.dtype)[..., None] for i in images)
-    v1 = jax.numpy.stack([a for a, _ in variances])
-    v2 = jax.numpy.stack([b for _, b in variances])
-    if v1.shape[1:] != (x.shape[0], h, w) or v2.shape != v1.shape:
-        raise ValueError(f"native chain: variances {v1.shape}, {v2.shape} for {x.shape}")
     f64 = functools.partial(np.asarray, dtype=np.float64)
-    nngp, ntk = call(
-        *args, v1, v2, lo=np.int64(pads(h, 3, 1, "SAME")[0]), ntk_mode=np.int64(mode),
-        standard=np.int64(bool(standard)), from_images=np.int64(images is not None),
+    got = call(
+        *args, *(variances or ()), lo=np.int64(pads(h, 3, 1, "SAME")[0]),
+        ntk_mode=np.int64(mode), standard=np.int64(bool(standard)),
+        from_images=np.int64(images is not None),
         has_bias=np.asarray([c.b_std is not None for c in convs], dtype=np.int64),
         w_var=f64([c.W_std ** 2 for c in convs]),
         b_var=f64([0.0 if c.b_std is None else c.b_std ** 2 for c in convs]),
         fan_in=f64([9 * c for c in widths]), a=f64([a for a, _ in params]),
         b=f64([b for _, b in params]))
-    return state.replace(nngp=nngp, ntk=None if mode == 0 else ntk, spatial=False,
-                         full=False, channels=convs[-1].width)
+    state = state.replace(nngp=got[0], ntk=None if mode == 0 else got[1], spatial=False,
+                          full=False, channels=convs[-1].width)
+    return state, (got[2] if variances is None else None)

@@ -97,9 +97,11 @@ struct Unit {
 
   // kStandard: the layer's `standard` as a template argument; a branch on it inside a
   // loop keeps the compiler from vectorising the loop
+  inline T Affine(T mean) const { return w_var * mean + bias; }
+
   template <bool kStandard>
   inline void Map(T mean, T mean_t, T s, T& out_n, T& out_t) const {
-    T c = w_var * mean + bias;
+    T c = Affine(mean);
     T nt = (kStandard ? fan_in * mean + w_var * mean_t : w_var * mean_t + c) + ntk_one;
     T ac = std::fabs(c);
     s = (s - ac <= s * snap) ? ac : s;
@@ -411,8 +413,12 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
   }
 }
 
-template <typename T, bool kNtk>
-void Chain(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* out_ntk,
+// kSelf: each input with itself (x and xt the same input; the per-input pass): the
+// variances are not given but made, and written to v1 (L, P, H, W): layer l's
+// pre-activation variance at (oh, ow) is its plane (oh, oh)'s entry (ow, ow), so the
+// diagonal d = 0 runs first, each plane's own diagonal entries taken before its map.
+template <typename T, bool kNtk, bool kSelf>
+void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
            int64_t P, int64_t H, int64_t W, const ChainParams& q) {
   const bool images = q.from_images != 0;
   const int64_t L = q.layers, lo = q.lo;
@@ -420,7 +426,7 @@ void Chain(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* ou
   const int64_t n = W * Wq;                 // the flat output plane
   const int64_t plane = (W + 2) * Wq + 3;   // a padded plane, with the last tap's reach
   const int64_t shift = lo * Wq + lo, dd = Wq + 1;
-  const T inv_c = T(1.0 / 3);
+  const T inv_c = T(1.0 / 3), third = T(1.0 / 3);
   std::vector<Unit<T>> units;
   for (int64_t l = 0; l < L; ++l)
     units.emplace_back(q.standard != 0, q.has_bias[l] != 0, q.w_var[l], q.b_var[l],
@@ -434,7 +440,7 @@ void Chain(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* ou
   for (int64_t p = 0; p < P; ++p) {
     // the variances' roots per layer and position: sqrt(v1 v2) as their product in
     // both dtypes (one square root per entry fewer in the loop)
-    for (int64_t i = 0; i < L * H * W; ++i) {
+    for (int64_t i = 0; i < (kSelf ? 0 : L * H * W); ++i) {
       T a = v1[(i / (H * W)) * P * H * W + p * H * W + i % (H * W)];
       T b = v2[(i / (H * W)) * P * H * W + p * H * W + i % (H * W)];
       r1[i] = std::sqrt(a > 0 ? a : T(0));
@@ -449,7 +455,8 @@ void Chain(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* ou
           for (int64_t c = 0; c < W; ++c) x2t[(r * 3 + ch) * W + c] = y[(r * W + c) * 3 + ch];
     }
     for (int64_t i = 0; i < n; ++i) acc_n[i] = acc_t[i] = 0.0;
-    for (int64_t d = -(H - 1); d <= H - 1; ++d) {
+    for (int64_t k = 0; k < 2 * H - 1; ++k) {  // d = 0 first, then -(H - 1) .. -1, 1 .. H - 1
+      const int64_t d = k == 0 ? 0 : (k <= H - 1 ? k - H : k - H + 1);
       const int64_t len = H - (d < 0 ? -d : d), h0 = d > 0 ? d : 0, h20 = d < 0 ? -d : 0;
       T* in_n = buf_a.data();
       T* in_t = buf_a.data() + H * plane;
@@ -494,6 +501,19 @@ void Chain(const T* x, const T* xt, const T* v1, const T* v2, T* out_nngp, T* ou
           if (ip + 1 >= 0 && ip + 1 < len) t1 = in_n + (ip + 1) * plane, u1 = in_t + (ip + 1) * plane;
           if (ip + 2 < len) t2 = in_n + (ip + 2) * plane, u2 = in_t + (ip + 2) * plane;
           if (l == 0 && zero_t0) u0 = u1 = u2 = zero.data();
+          if (kSelf && d == 0) {  // this plane's diagonal: the layer's variances at row oh
+            T* vout = v1 + ((l * P + p) * H + oh) * W;
+            T* root = r1.data() + (l * H + oh) * W;
+            for (int64_t ow = 0; ow < W; ++ow) {
+              const int64_t i = ow * Wq + ow;
+              T g0 = ((t0[i] + t1[i]) + t2[i]) * third;
+              T g1 = ((t0[i + dd] + t1[i + dd]) + t2[i + dd]) * third;
+              T g2 = ((t0[i + 2 * dd] + t1[i + 2 * dd]) + t2[i + 2 * dd]) * third;
+              T v = unit.Affine(((g0 + g1) + g2) * third);
+              vout[ow] = v;
+              root[ow] = r2[(l * H + oh) * W + ow] = std::sqrt(v > 0 ? v : T(0));
+            }
+          }
           for (int64_t r = 0; r < W; ++r) {
             const T a = R1[oh * W + r];
             for (int64_t c = 0; c < Wq; ++c)
@@ -551,9 +571,39 @@ ffi::Error ChainImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT
   ChainParams q{L, lo, ntk_mode, standard, from_images, has_bias.begin(), w_var.begin(),
                 b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
   using T = ffi::NativeType<DT>;
-  auto run = ntk_mode != 0 ? Chain<T, true> : Chain<T, false>;
-  run(x.typed_data(), xt.typed_data(), v1.typed_data(), v2.typed_data(),
+  auto run = ntk_mode != 0 ? Chain<T, true, false> : Chain<T, false, false>;
+  run(x.typed_data(), xt.typed_data(), const_cast<T*>(v1.typed_data()), v2.typed_data(),
       out_nngp->typed_data(), out_ntk->typed_data(), P, H, W, q);
+  return ffi::Error::Success();
+}
+
+
+// the per-input pass's chain: each input with itself; v (L, P, H, W) its variances
+template <ffi::DataType DT>
+ffi::Error SelfImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::ResultBuffer<DT, 1> out_nngp,
+                    ffi::ResultBuffer<DT, 1> out_ntk, ffi::ResultBuffer<DT, 4> v, int64_t lo,
+                    int64_t ntk_mode, int64_t standard, int64_t from_images,
+                    ffi::Span<const int64_t> has_bias, ffi::Span<const double> w_var,
+                    ffi::Span<const double> b_var, ffi::Span<const double> fan_in,
+                    ffi::Span<const double> a, ffi::Span<const double> b) {
+  auto d = x.dimensions();
+  auto e = v->dimensions();
+  const bool images = from_images != 0;
+  const int64_t L = e[0], P = e[1], H = e[2], W = e[3];
+  bool ok = L >= 1 && lo >= 0 && lo <= 2 && d[0] == P && SameShape(xt.dimensions(), d) &&
+            (images ? (d[1] == H && d[2] == W && d[3] == 3 && d[4] == 1 && ntk_mode != 2)
+                    : (d[1] == H && d[2] == H && d[3] == W && d[4] == W)) &&
+            int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
+            int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
+            int64_t(a.size()) == L && int64_t(b.size()) == L &&
+            out_nngp->dimensions()[0] == P && (ntk_mode == 0 || out_ntk->dimensions()[0] == P);
+  if (!ok) return ffi::Error::InvalidArgument("kernelcli self chain: inconsistent shapes");
+  ChainParams q{L, lo, ntk_mode, standard, from_images, has_bias.begin(), w_var.begin(),
+                b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
+  using T = ffi::NativeType<DT>;
+  auto run = ntk_mode != 0 ? Chain<T, true, true> : Chain<T, false, true>;
+  run(x.typed_data(), xt.typed_data(), v->typed_data(), nullptr, out_nngp->typed_data(),
+      out_ntk->typed_data(), P, H, W, q);
   return ffi::Error::Success();
 }
 
@@ -616,3 +666,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_f32, ChainImpl<ffi::F32>,
                               KERNELCLI_CHAIN_BINDING(ffi::F32));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_f64, ChainImpl<ffi::F64>,
                               KERNELCLI_CHAIN_BINDING(ffi::F64));
+
+#define KERNELCLI_SELF_BINDING(DT)                                                  \
+  ffi::Ffi::Bind()                                                                  \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Ret<ffi::Buffer<DT, 4>>()                                                    \
+      .Attr<int64_t>("lo")                                                          \
+      .Attr<int64_t>("ntk_mode")                                                    \
+      .Attr<int64_t>("standard")                                                    \
+      .Attr<int64_t>("from_images")                                                 \
+      .Attr<ffi::Span<const int64_t>>("has_bias")                                   \
+      .Attr<ffi::Span<const double>>("w_var")                                       \
+      .Attr<ffi::Span<const double>>("b_var")                                       \
+      .Attr<ffi::Span<const double>>("fan_in")                                      \
+      .Attr<ffi::Span<const double>>("a")                                           \
+      .Attr<ffi::Span<const double>>("b")
+
+// the chain of each input with itself (the per-input pass), per dtype
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_f32, SelfImpl<ffi::F32>,
+                              KERNELCLI_SELF_BINDING(ffi::F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_f64, SelfImpl<ffi::F64>,
+                              KERNELCLI_SELF_BINDING(ffi::F64));
