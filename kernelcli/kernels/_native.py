@@ -1,22 +1,25 @@
-"""The native plan's custom calls: convolution and ABReLU-family nonlinearity, with or
-without the global average pool after them, as one C++ loop (``native/tail.cc``),
-built on first use.
+"""The native plan's custom calls, C++ loops built on first use (``native/``):
+convolution and ABReLU-family nonlinearity, with or without the global average pool
+after them (``layer.cc``); and chains of 3 x 3 SAME blocks ending in the global
+average pool, on pairs or on each input with itself (``chain.cc``).
 
 Why: on the CPU plan XLA evaluates the nonlinearity's angle once per output kind, does
 not vectorise a pool summed inside the nonlinearity's loop, and streams every
-``(H W)^2`` intermediate through memory (BENCHMARKS.md, issue 26); the seed's
-network (conv + ReLU + global pool) spends nearly all its time in that tail. The C++
-loop windows each output row pair, maps it and adds it to the pool while it is in
-cache. It applies only where its formulas are kernelcli's exactly (:func:`applies`);
-every other layer runs the CPU plan's own code.
+``(H W)^2`` intermediate through memory (BENCHMARKS.md, issue 26). The C++ loops window
+each output row pair, map it and add it to the pool while it is in cache; a chain
+runs its layers one covariance diagonal at a time, so no covariance between its
+layers is written at all. They apply only where their formulas are kernelcli's
+exactly (:func:`applies`, :func:`layer_applies`, :func:`chain_length`); every other
+layer runs the CPU plan's own code.
 
 The library is compiled by the system's C++ compiler (``g++`` or ``c++`` on ``PATH``)
 against the XLA FFI headers jaxlib ships, ``-march=native``, in a private temporary
 folder that is removed once the library is loaded (the process keeps its mapping):
 nothing is written anywhere else, and nothing compiled on one machine runs on another.
-It is built once per process (about 3 s) and registered with XLA under four target
-names: the pooled tail and the layer alone, per dtype. Without a compiler the plan cannot be had: :func:`unavailable`
-says why, and asking for it is refused (exit 2) before any work.
+It is built once per process (a few seconds) and registered with XLA under eight
+target names (:data:`TARGETS`, :data:`CHAIN_TARGETS`). Without a compiler the plan
+cannot be had: :func:`unavailable` says why, and asking for it is refused (exit 2)
+before any work.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from ..spec import ABRelu, Conv, GlobalAvgPool, Relu
 from ._spatial import out_size, pads
 from ._state import State
 
-SOURCE = Path(__file__).with_name("native") / "tail.cc"
+SOURCES = tuple(Path(__file__).with_name("native") / f for f in ("layer.cc", "chain.cc"))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC", "-w")
 # (dtype, pooled) -> the XLA target: the tail with the global pool, or the layer alone
 TARGETS = {(np.dtype(t), pooled): f"kernelcli_{'tail' if pooled else 'layer'}_{name}"
@@ -69,8 +72,8 @@ def _load() -> Optional[str]:
         return "no C++ compiler (g++ or c++) on PATH to build it"
     folder = tempfile.mkdtemp(prefix="kernelcli-native-")
     try:
-        out = Path(folder) / "libkernelcli_tail.so"
-        cmd = [cxx, *FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", str(out)]
+        out = Path(folder) / "libkernelcli_native.so"
+        cmd = [cxx, *FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", str(out)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=_BUILD_SECONDS,
                                   stdin=subprocess.DEVNULL)

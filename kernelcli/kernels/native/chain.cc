@@ -1,0 +1,307 @@
+// The chain: L (3 x 3 SAME convolution -> ABReLU-family nonlinearity) layers and the
+// global average pool, for networks like the seed's, cnn5_gap and cnn21_gap, with no
+// (H W)^2 covariance written between layers.
+//
+// Why it can stay in cache: a stride-1 convolution's window on a covariance sums the
+// taps (ih, ih2) = (oh - lo + t, oh2 - lo + t), so output row pair (oh, oh2) reads only
+// input row pairs on its own diagonal oh - oh2. Each of the 2 H - 1 diagonals is an
+// independent chain of at most H planes: the L layers run one diagonal at a time,
+// ping-ponging between two diagonals' worth of planes (2 x H planes per kind: 0.3 MiB
+// at 32 x 32 in float32, a core's L2), and only the pool's per-lane sums leave it.
+//
+// A plane is stored zero-bordered (row stride W + 2, lo zero rows and columns before):
+// the layer's output entry (ow, ow2), at flat index i = ow (W + 2) + ow2, writes to
+// i + lo (W + 3), and its 3 x 3 window reads i + u (W + 3) of the three tap planes, so
+// the whole chain is flat loops over planes. The scratch columns ow2 >= W are written
+// as 0: the zero border the next layer reads. The sums and the map are the layer's
+// (layer.cc's Tail with kThree): the same formulas in the same order; the pool's sum
+// runs per lane in the dtype along a diagonal, then in double.
+#include "map.h"
+
+namespace {
+
+struct ChainParams {
+  int64_t layers, lo, ntk_mode, standard, from_images;
+  const int64_t* has_bias;
+  const double *w_var, *b_var, *fan_in, *a, *b;
+};
+
+// One output plane of a chain's layer: the 3 x 3 window of the tap planes t (NNGP) and
+// u (NTK), the map, and either the plane (zero in scratch columns) or its sum into the
+// pool's lanes. Its own function, not inlined, its pointers restrict and the layer's
+// constants a copy: else the compiler's runtime aliasing check sends the loop to its
+// scalar version.
+template <typename T, bool kNtk, bool kLast, bool kStandard>
+__attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t dd, const T* __restrict t0,
+                const T* __restrict t1, const T* __restrict t2, const T* __restrict u0,
+                const T* __restrict u1, const T* __restrict u2, const T* __restrict roots,
+                const T* __restrict keep, T* __restrict out_n, T* __restrict out_t) {
+  const T third = T(1.0 / 3);
+  for (int64_t i = 0; i < n; ++i) {
+    T g0 = ((t0[i] + t1[i]) + t2[i]) * third;
+    T g1 = ((t0[i + dd] + t1[i + dd]) + t2[i + dd]) * third;
+    T g2 = ((t0[i + 2 * dd] + t1[i + 2 * dd]) + t2[i + 2 * dd]) * third;
+    T mean = ((g0 + g1) + g2) * third;
+    T mean_t = T(0);
+    if (kNtk) {
+      T e0 = ((u0[i] + u1[i]) + u2[i]) * third;
+      T e1 = ((u0[i + dd] + u1[i + dd]) + u2[i + dd]) * third;
+      T e2 = ((u0[i + 2 * dd] + u1[i + 2 * dd]) + u2[i + 2 * dd]) * third;
+      mean_t = ((e0 + e1) + e2) * third;
+    }
+    T vn, vt;
+    unit.template Map<kStandard>(mean, mean_t, roots[i], vn, vt);
+    if (kLast) {
+      out_n[i] += keep[i] * vn;
+      if (kNtk) out_t[i] += keep[i] * vt;
+    } else {
+      out_n[i] = keep[i] * vn;
+      if (kNtk) out_t[i] = keep[i] * vt;
+    }
+  }
+}
+
+// kSelf: each input with itself (x and xt the same input; the per-input pass): the
+// variances are not given but made, and written to v1 (L, P, H, W): layer l's
+// pre-activation variance at (oh, ow) is its plane (oh, oh)'s entry (ow, ow), so the
+// diagonal d = 0 runs first, each plane's own diagonal entries taken before its map.
+template <typename T, bool kNtk, bool kSelf>
+void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
+           int64_t P, int64_t H, int64_t W, const ChainParams& q) {
+  const bool images = q.from_images != 0;
+  const int64_t L = q.layers, lo = q.lo;
+  const int64_t Wq = W + 2;                 // a padded plane's row stride
+  const int64_t n = W * Wq;                 // the flat output plane
+  const int64_t plane = (W + 2) * Wq + 3;   // a padded plane, with the last tap's reach
+  const int64_t shift = lo * Wq + lo, dd = Wq + 1;
+  const T inv_c = T(1.0 / 3), third = T(1.0 / 3);
+  std::vector<Unit<T>> units;
+  for (int64_t l = 0; l < L; ++l)
+    units.emplace_back(q.standard != 0, q.has_bias[l] != 0, q.w_var[l], q.b_var[l],
+                       q.fan_in[l], q.a[l], q.b[l]);
+  // two diagonals' planes per kind (ping-pong), each zero outside what is written
+  std::vector<T> buf_a(2 * H * plane), buf_b(2 * H * plane), zero(plane);
+  std::vector<T> ss(n), keep(n), part_n(n), part_t(n), r1(L * H * W), r2(L * H * W);
+  std::vector<double> acc_n(n), acc_t(n);
+  std::vector<T> x2t(images ? H * 3 * W : 0);
+  for (int64_t i = 0; i < n; ++i) keep[i] = (i % Wq) < W ? T(1) : T(0);
+  for (int64_t p = 0; p < P; ++p) {
+    // the variances' roots per layer and position: sqrt(v1 v2) as their product in
+    // both dtypes (one square root per entry fewer in the loop)
+    for (int64_t i = 0; i < (kSelf ? 0 : L * H * W); ++i) {
+      T a = v1[(i / (H * W)) * P * H * W + p * H * W + i % (H * W)];
+      T b = v2[(i / (H * W)) * P * H * W + p * H * W + i % (H * W)];
+      r1[i] = std::sqrt(a > 0 ? a : T(0));
+      r2[i] = std::sqrt(b > 0 ? b : T(0));
+    }
+    const T* xp = images ? x + p * H * W * 3 : x + p * H * H * W * W;
+    const T* xtp = q.ntk_mode == 2 ? xt + p * H * H * W * W : nullptr;
+    if (images) {  // the second image channel-major per row
+      const T* y = xt + p * H * W * 3;
+      for (int64_t r = 0; r < H; ++r)
+        for (int64_t ch = 0; ch < 3; ++ch)
+          for (int64_t c = 0; c < W; ++c) x2t[(r * 3 + ch) * W + c] = y[(r * W + c) * 3 + ch];
+    }
+    for (int64_t i = 0; i < n; ++i) acc_n[i] = acc_t[i] = 0.0;
+    for (int64_t k = 0; k < 2 * H - 1; ++k) {  // d = 0 first, then -(H - 1) .. -1, 1 .. H - 1
+      const int64_t d = k == 0 ? 0 : (k <= H - 1 ? k - H : k - H + 1);
+      const int64_t len = H - (d < 0 ? -d : d), h0 = d > 0 ? d : 0, h20 = d < 0 ? -d : 0;
+      T* in_n = buf_a.data();
+      T* in_t = buf_a.data() + H * plane;
+      T* nx_n = buf_b.data();
+      T* nx_t = buf_b.data() + H * plane;
+      // the first layer's input planes on this diagonal, zero-bordered
+      for (int64_t pos = 0; pos < len; ++pos) {
+        T* dst = in_n + pos * plane + shift;
+        const int64_t ih = h0 + pos, ih2 = h20 + pos;
+        if (images) {
+          const T* a = xp + ih * W * 3;
+          const T* b = x2t.data() + ih2 * 3 * W;
+          for (int64_t r = 0; r < W; ++r) {
+            const T a0 = a[r * 3], a1 = a[r * 3 + 1], a2 = a[r * 3 + 2];
+            for (int64_t c = 0; c < W; ++c)
+              dst[r * Wq + c] = ((a0 * b[c] + a1 * b[W + c]) + a2 * b[2 * W + c]) * inv_c;
+          }
+        } else {
+          const T* src = xp + (ih * H + ih2) * W * W;
+          for (int64_t r = 0; r < W; ++r)
+            std::copy(src + r * W, src + (r + 1) * W, dst + r * Wq);
+          if (xtp) {
+            const T* srct = xtp + (ih * H + ih2) * W * W;
+            T* dstt = in_t + pos * plane + shift;
+            for (int64_t r = 0; r < W; ++r)
+              std::copy(srct + r * W, srct + (r + 1) * W, dstt + r * Wq);
+          }
+        }
+      }
+      const bool zero_t0 = q.ntk_mode != 2;  // the raw input's NTK: exactly zero
+      for (int64_t l = 0; l < L; ++l) {
+        const Unit<T>& unit = units[l];
+        const bool last = l == L - 1;
+        const T* R1 = r1.data() + l * H * W;
+        const T* R2 = r2.data() + l * H * W;
+        for (int64_t pos = 0; pos < len; ++pos) {
+          const int64_t oh = h0 + pos, oh2 = h20 + pos;
+          const T *t0 = zero.data(), *t1 = zero.data(), *t2 = zero.data();
+          const T *u0 = zero.data(), *u1 = zero.data(), *u2 = zero.data();
+          const int64_t ip = pos - lo;  // tap t reads position ip + t
+          if (ip >= 0) t0 = in_n + ip * plane, u0 = in_t + ip * plane;
+          if (ip + 1 >= 0 && ip + 1 < len) t1 = in_n + (ip + 1) * plane, u1 = in_t + (ip + 1) * plane;
+          if (ip + 2 < len) t2 = in_n + (ip + 2) * plane, u2 = in_t + (ip + 2) * plane;
+          if (l == 0 && zero_t0) u0 = u1 = u2 = zero.data();
+          if (kSelf && d == 0) {  // this plane's diagonal: the layer's variances at row oh
+            T* vout = v1 + ((l * P + p) * H + oh) * W;
+            T* root = r1.data() + (l * H + oh) * W;
+            for (int64_t ow = 0; ow < W; ++ow) {
+              const int64_t i = ow * Wq + ow;
+              T g0 = ((t0[i] + t1[i]) + t2[i]) * third;
+              T g1 = ((t0[i + dd] + t1[i + dd]) + t2[i + dd]) * third;
+              T g2 = ((t0[i + 2 * dd] + t1[i + 2 * dd]) + t2[i + 2 * dd]) * third;
+              T v = unit.Affine(((g0 + g1) + g2) * third);
+              vout[ow] = v;
+              root[ow] = r2[(l * H + oh) * W + ow] = std::sqrt(v > 0 ? v : T(0));
+            }
+          }
+          for (int64_t r = 0; r < W; ++r) {
+            const T a = R1[oh * W + r];
+            for (int64_t c = 0; c < Wq; ++c)
+              ss[r * Wq + c] = c < W ? a * R2[oh2 * W + c] : T(0);
+          }
+          T* on = nx_n + pos * plane + shift;
+          T* ot = nx_t + pos * plane + shift;
+          auto plane_fn = last ? (unit.standard ? ChainPlane<T, kNtk, true, true>
+                                                : ChainPlane<T, kNtk, true, false>)
+                               : (unit.standard ? ChainPlane<T, kNtk, false, true>
+                                                : ChainPlane<T, kNtk, false, false>);
+          plane_fn(unit, n, dd, t0, t1, t2, u0, u1, u2, ss.data(), keep.data(),
+                   last ? part_n.data() : on, last ? part_t.data() : ot);
+        }
+        std::swap(in_n, nx_n);
+        std::swap(in_t, nx_t);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        acc_n[i] += double(part_n[i]);
+        acc_t[i] += double(part_t[i]);
+        part_n[i] = part_t[i] = T(0);
+      }
+    }
+    double sn = 0, st = 0;
+    for (int64_t i = 0; i < n; ++i) { sn += acc_n[i]; st += acc_t[i]; }
+    const double count = double(H) * H * W * W;
+    out_nngp[p] = T(sn / count);
+    if (kNtk) out_ntk[p] = T(st / count);
+  }
+}
+
+template <ffi::DataType DT>
+ffi::Error ChainImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT, 4> v1,
+                     ffi::Buffer<DT, 4> v2, ffi::ResultBuffer<DT, 1> out_nngp,
+                     ffi::ResultBuffer<DT, 1> out_ntk, int64_t lo, int64_t ntk_mode,
+                     int64_t standard, int64_t from_images, ffi::Span<const int64_t> has_bias,
+                     ffi::Span<const double> w_var, ffi::Span<const double> b_var,
+                     ffi::Span<const double> fan_in, ffi::Span<const double> a,
+                     ffi::Span<const double> b) {
+  auto d = x.dimensions();
+  auto e = v1.dimensions();
+  const bool images = from_images != 0;
+  const int64_t L = e[0], P = e[1], H = e[2], W = e[3];
+  // from_images: x and xt (P, H, W, 3, 1) are the two images; else (P, H, H, W, W)
+  bool ok = L >= 1 && SameShape(v2.dimensions(), e) && lo >= 0 && lo <= 2 && d[0] == P &&
+            SameShape(xt.dimensions(), d) &&
+            (images ? (d[1] == H && d[2] == W && d[3] == 3 && d[4] == 1 && ntk_mode != 2)
+                    : (d[1] == H && d[2] == H && d[3] == W && d[4] == W)) &&
+            int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
+            int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
+            int64_t(a.size()) == L && int64_t(b.size()) == L &&
+            out_nngp->dimensions()[0] == P &&
+            (ntk_mode == 0 || out_ntk->dimensions()[0] == P);
+  if (!ok) return ffi::Error::InvalidArgument("kernelcli chain: inconsistent shapes");
+  ChainParams q{L, lo, ntk_mode, standard, from_images, has_bias.begin(), w_var.begin(),
+                b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
+  using T = ffi::NativeType<DT>;
+  auto run = ntk_mode != 0 ? Chain<T, true, false> : Chain<T, false, false>;
+  run(x.typed_data(), xt.typed_data(), const_cast<T*>(v1.typed_data()), v2.typed_data(),
+      out_nngp->typed_data(), out_ntk->typed_data(), P, H, W, q);
+  return ffi::Error::Success();
+}
+
+
+// the per-input pass's chain: each input with itself; v (L, P, H, W) its variances
+template <ffi::DataType DT>
+ffi::Error SelfImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::ResultBuffer<DT, 1> out_nngp,
+                    ffi::ResultBuffer<DT, 1> out_ntk, ffi::ResultBuffer<DT, 4> v, int64_t lo,
+                    int64_t ntk_mode, int64_t standard, int64_t from_images,
+                    ffi::Span<const int64_t> has_bias, ffi::Span<const double> w_var,
+                    ffi::Span<const double> b_var, ffi::Span<const double> fan_in,
+                    ffi::Span<const double> a, ffi::Span<const double> b) {
+  auto d = x.dimensions();
+  auto e = v->dimensions();
+  const bool images = from_images != 0;
+  const int64_t L = e[0], P = e[1], H = e[2], W = e[3];
+  bool ok = L >= 1 && lo >= 0 && lo <= 2 && d[0] == P && SameShape(xt.dimensions(), d) &&
+            (images ? (d[1] == H && d[2] == W && d[3] == 3 && d[4] == 1 && ntk_mode != 2)
+                    : (d[1] == H && d[2] == H && d[3] == W && d[4] == W)) &&
+            int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
+            int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
+            int64_t(a.size()) == L && int64_t(b.size()) == L &&
+            out_nngp->dimensions()[0] == P && (ntk_mode == 0 || out_ntk->dimensions()[0] == P);
+  if (!ok) return ffi::Error::InvalidArgument("kernelcli self chain: inconsistent shapes");
+  ChainParams q{L, lo, ntk_mode, standard, from_images, has_bias.begin(), w_var.begin(),
+                b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
+  using T = ffi::NativeType<DT>;
+  auto run = ntk_mode != 0 ? Chain<T, true, true> : Chain<T, false, true>;
+  run(x.typed_data(), xt.typed_data(), v->typed_data(), nullptr, out_nngp->typed_data(),
+      out_ntk->typed_data(), P, H, W, q);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+#define KERNELCLI_CHAIN_BINDING(DT)                                                 \
+  ffi::Ffi::Bind()                                                                  \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Arg<ffi::Buffer<DT, 4>>()                                                    \
+      .Arg<ffi::Buffer<DT, 4>>()                                                    \
+      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Attr<int64_t>("lo")                                                          \
+      .Attr<int64_t>("ntk_mode")                                                    \
+      .Attr<int64_t>("standard")                                                    \
+      .Attr<int64_t>("from_images")                                                 \
+      .Attr<ffi::Span<const int64_t>>("has_bias")                                   \
+      .Attr<ffi::Span<const double>>("w_var")                                       \
+      .Attr<ffi::Span<const double>>("b_var")                                       \
+      .Attr<ffi::Span<const double>>("fan_in")                                      \
+      .Attr<ffi::Span<const double>>("a")                                           \
+      .Attr<ffi::Span<const double>>("b")
+
+// the chain of 3 x 3 SAME layers and the global average pool, per dtype
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_f32, ChainImpl<ffi::F32>,
+                              KERNELCLI_CHAIN_BINDING(ffi::F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_f64, ChainImpl<ffi::F64>,
+                              KERNELCLI_CHAIN_BINDING(ffi::F64));
+
+#define KERNELCLI_SELF_BINDING(DT)                                                  \
+  ffi::Ffi::Bind()                                                                  \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+      .Ret<ffi::Buffer<DT, 4>>()                                                    \
+      .Attr<int64_t>("lo")                                                          \
+      .Attr<int64_t>("ntk_mode")                                                    \
+      .Attr<int64_t>("standard")                                                    \
+      .Attr<int64_t>("from_images")                                                 \
+      .Attr<ffi::Span<const int64_t>>("has_bias")                                   \
+      .Attr<ffi::Span<const double>>("w_var")                                       \
+      .Attr<ffi::Span<const double>>("b_var")                                       \
+      .Attr<ffi::Span<const double>>("fan_in")                                      \
+      .Attr<ffi::Span<const double>>("a")                                           \
+      .Attr<ffi::Span<const double>>("b")
+
+// the chain of each input with itself (the per-input pass), per dtype
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_f32, SelfImpl<ffi::F32>,
+                              KERNELCLI_SELF_BINDING(ffi::F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_f64, SelfImpl<ffi::F64>,
+                              KERNELCLI_SELF_BINDING(ffi::F64));

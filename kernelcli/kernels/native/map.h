@@ -1,0 +1,116 @@
+// What the native plan's custom calls share (layer.cc, chain.cc): the angle, one layer's
+// map of one covariance entry, and a shape check. The formulas and their order are
+// kernelcli's own (kernels/_linear.affine, _nonlinear.abrelu, _angle.atan2_nonneg).
+#pragma once
+
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// float32: atan(t) ~= t P(t^2) on [0, 1] (_angle._ATAN_COEFFS)
+constexpr float kAtan32[7] = {0.99999562f, -0.33316001f, 0.19796881f, -0.13195862f,
+                              0.0789991f, -0.03310461f, 0.00665807f};
+// float64: fdlibm's atan (_angle._FDLIBM_AT, _ATAN_HALF, _ATAN_ONE)
+constexpr double kAt64[11] = {3.33333333333329318027e-01, -1.99999999998764832476e-01,
+                              1.42857142725034663711e-01, -1.11111104054623557880e-01,
+                              9.09088713343650656196e-02, -7.69187620504482999495e-02,
+                              6.66107313738753120669e-02, -5.83357013379057348645e-02,
+                              4.97687799461593236017e-02, -3.65315727442169155270e-02,
+                              1.62858201153657823623e-02};
+constexpr double kHalfHi = 4.63647609000806093515e-01, kHalfLo = 2.26987774529616870924e-17;
+constexpr double kOneHi = 7.85398163397448278999e-01, kOneLo = 3.06161699786838301793e-17;
+
+inline float AtanRatio(float small, float big) {
+  float t = small / big;
+  float u = t * t;
+  float p = kAtan32[6];
+  for (int i = 5; i >= 0; --i) p = p * u + kAtan32[i];
+  return t * p;
+}
+
+inline double AtanRatio(double small, double big) {
+  bool mid = small >= 0.4375 * big;
+  bool upper = small >= 0.6875 * big;
+  double num = upper ? small - big : (mid ? 2 * small - big : small);
+  double den = upper ? small + big : (mid ? 2 * big + small : big);
+  double r = num / den;
+  double z = r * r;
+  double p = kAt64[10];
+  for (int i = 9; i >= 0; --i) p = p * z + kAt64[i];
+  double a = r - r * (z * p);
+  double hi = upper ? kOneHi : (mid ? kHalfHi : 0.0);
+  double lo = upper ? kOneLo : (mid ? kHalfLo : 0.0);
+  return hi + (a + lo);
+}
+
+// atan2(y, x) for y >= 0, in [0, pi] (_angle.atan2_nonneg)
+template <typename T>
+inline T Atan2NonNeg(T y, T x) {
+  T ax = std::fabs(x);
+  T big = ax > y ? ax : y;
+  T small = ax < y ? ax : y;
+  big = big > 0 ? big : T(1);
+  T a = AtanRatio(small, big);
+  a = y > ax ? T(kPi / 2) - a : a;
+  return x < 0 ? T(kPi) - a : a;
+}
+
+struct Params {
+  int64_t kh, kw, lo_h, lo_w, ntk_mode, standard, has_bias, from_images;
+  double w_var, b_var, fan_in, a, b;
+};
+
+// One layer's affine map and ABReLU-family map of one covariance entry, the angle once
+// for both kinds (_linear.affine, _nonlinear.abrelu): `mean`, `mean_t` the window's
+// NNGP and NTK means, `s` sqrt(v1 v2) of the two inputs' variances (as the caller
+// computes it).
+template <typename T>
+struct Unit {
+  T w_var, bias, fan_in, ntk_one, factor, k0, snap;
+  bool standard;
+
+  Unit(bool standard_, bool has_bias, double w_var_, double b_var, double fan_in_, double a,
+       double b)
+      : w_var(T(w_var_)), bias(has_bias ? T(b_var) : T(0)), fan_in(T(fan_in_)),
+        ntk_one((standard_ && has_bias) ? T(1) : T(0)),
+        factor(T((a - b) * (a - b) / (2 * kPi))), k0(T((a * a + b * b) / 2)),
+        snap(sizeof(T) == 8 ? T(std::ldexp(1.0, -50)) : T(std::ldexp(1.0, -21))),
+        standard(standard_) {}
+
+  // kStandard: the layer's `standard` as a template argument; a branch on it inside a
+  // loop keeps the compiler from vectorising the loop
+  inline T Affine(T mean) const { return w_var * mean + bias; }
+
+  template <bool kStandard>
+  inline void Map(T mean, T mean_t, T s, T& out_n, T& out_t) const {
+    T c = Affine(mean);
+    T nt = (kStandard ? fan_in * mean + w_var * mean_t : w_var * mean_t + c) + ntk_one;
+    T ac = std::fabs(c);
+    s = (s - ac <= s * snap) ? ac : s;
+    T d = (s - ac) * (s + ac);
+    T sq = std::sqrt(d > 0 ? d : T(0));
+    T theta = Atan2NonNeg(sq, c);
+    T kdot = k0 - factor * theta;
+    out_n = factor * sq + kdot * c;
+    out_t = nt * kdot;
+  }
+};
+
+template <typename A, typename B>
+bool SameShape(const A& a, const B& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+}  // namespace
