@@ -56,6 +56,12 @@ NETS = {
                              {"conv": {"filter": [3, 3]}}, "relu", {"conv": {"filter": [3, 3]}},
                              "relu", "global_avg_pool", "dense"],
                   "parameterization": "standard"},
+    # chains ending in a 2 x 2 pool of stride 2 (an odd size loses its last row), as
+    # Myrtle's networks have them
+    "myrtle_like": {"layers": [{"conv": {"filter": [3, 3]}}, "relu", {"conv": {"filter": [3, 3]}},
+                               {"leaky_relu": {"alpha": 0.2}}, {"avg_pool": {"window": [2, 2]}},
+                               {"conv": {"filter": [3, 3], "W_std": 1.3}}, "relu",
+                               {"avg_pool": {"window": [2, 2]}}, "flatten", "dense"]},
     # native layers (their full output covariances) before another pool
     "layers_then_avg_pool": {"layers": [{"conv": {"filter": [3, 3], "padding": "VALID"}},
                                         "relu", {"conv": {"filter": [3, 3]}},
@@ -87,10 +93,13 @@ def test_the_native_plan_gives_the_cpu_plans_kernels(name, dtype):
                 np.testing.assert_array_equal(k, k.T)
 
 
-@pytest.mark.parametrize("name", ["depth_3", "mixed_chain", "after_1x1"])
+CHAINS = {"depth_3": [3], "mixed_chain": [3], "after_1x1": [2], "myrtle_like": [2, 1]}
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
 def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name, monkeypatch):
-    """Chains of 3 x 3 SAME blocks before the global pool are one custom call in the
-    pair pass and one in the per-input pass (which makes the variances the pair pass
+    """Chains of 3 x 3 SAME blocks before the global pool or a 2 x 2 pool are one custom
+    call in the pair pass and one in the per-input pass (which makes the variances the pair pass
     reads), whose first layer makes its input from 3-channel images or reads the
     covariance (here 2 channels), and gives the CPU plan's kernels."""
     calls = []
@@ -110,8 +119,7 @@ def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name,
         cpu = kfn(x, x2, KINDS, dtype="float64", engine="cpu")
         native = kfn(x, x2, KINDS, dtype="float64", engine="native")
         _agree(cpu, native, "float64", f"{name} {channels} channels")
-    m = 2 if name == "after_1x1" else 3
-    assert set(calls) == {("pairs", m), ("inputs", m)}
+    assert set(calls) == {(label, m) for label in ("pairs", "inputs") for m in CHAINS[name]}
 
 
 def test_the_nngp_alone_is_the_same_as_with_the_ntk():

@@ -222,17 +222,18 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
         images = inputs if chains and k == 0 and _native.reads_images(layer, inputs) else None
         chain = _native.chain_length(layers, k, state) if chains else 0
         if chain:  # the blocks and the pool after them: one custom call
-            blocks = layers[k:k + 2 * chain]
+            blocks = layers[k:k + 2 * chain + 1]
             if native:
                 state = _native.chain(state, blocks, [variances(state) for _ in range(chain)],
                                       standard, images)
             else:  # the per-input pass: the chain records the variances it makes
                 state, made = _native.self_chain(state, blocks, standard, images)
                 variances.recorded.extend(made)
+            k += 2 * chain + 1
+            state = _layout(state, need[k])
             if seen is not None:
                 seen(state)
             spare = None
-            k += 2 * chain + 1
             continue
         if native and _native_tail_at(layers, k, state):
             v1, v2 = variances(state)

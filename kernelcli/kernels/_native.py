@@ -17,7 +17,7 @@ against the XLA FFI headers jaxlib ships, ``-march=native``, in a private tempor
 folder that is removed once the library is loaded (the process keeps its mapping):
 nothing is written anywhere else, and nothing compiled on one machine runs on another.
 It is built once per process (its two sources side by side: 10-15 s on two cores) and
-registered with XLA under eight target names (:data:`TARGETS`, :data:`CHAIN_TARGETS`).
+registered with XLA under twelve target names (:data:`TARGETS`, :data:`CHAIN_TARGETS`).
 Without a compiler the plan cannot be had: :func:`unavailable` says why, and asking for
 it is refused (exit 2) before any work.
 """
@@ -37,7 +37,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from ..spec import ABRelu, Conv, GlobalAvgPool, Relu
+from ..spec import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu
 from ._spatial import out_size, pads
 from ._state import State
 
@@ -46,11 +46,14 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-fPIC", "-w")
 # (dtype, pooled) -> the XLA target: the tail with the global pool, or the layer alone
 TARGETS = {(np.dtype(t), pooled): f"kernelcli_{'tail' if pooled else 'layer'}_{name}"
            for t, name in ((np.float32, "f32"), (np.float64, "f64")) for pooled in (True, False)}
-# (dtype, self) -> the XLA target of the chain (3 x 3 SAME layers, then the global
-# pool) on pairs, or on each input with itself (the per-input pass)
-CHAIN_TARGETS = {(np.dtype(t), self): f"kernelcli_{'self' if self else 'chain'}_{name}"
-                 for t, name in ((np.float32, "f32"), (np.float64, "f64"))
-                 for self in (False, True)}
+# (dtype, self, pooled) -> the XLA target of the chain (3 x 3 SAME layers, then the
+# global pool, or a 2 x 2 pool when not ``pooled``) on pairs, or on each input with
+# itself (the per-input pass)
+CHAIN_TARGETS = {
+    (np.dtype(t), self, pooled):
+        f"kernelcli_{'self' if self else 'chain'}{'' if pooled else '_pool'}_{name}"
+    for t, name in ((np.float32, "f32"), (np.float64, "f64"))
+    for self in (False, True) for pooled in (True, False)}
 _BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
 
 
@@ -151,22 +154,33 @@ def _chain_block(conv, act) -> bool:
             and conv.padding == "SAME")
 
 
+def _chain_end(layer) -> Optional[bool]:
+    """Whether ``layer`` ends a chain with the global average pool (``True``) or with a
+    2 x 2 average pool of stride 2, VALID (``False``); ``None``: it cannot end one."""
+    if isinstance(layer, GlobalAvgPool):
+        return True
+    if (isinstance(layer, AvgPool) and tuple(layer.window) == (2, 2)
+            and tuple(layer.strides) == (2, 2) and layer.padding == "VALID"):
+        return False
+    return None
+
+
 def chain_length(layers, k: int, state: State) -> int:
     """How many (convolution, nonlinearity) blocks from ``layers[k]`` the chain's
-    custom call runs with the global average pool after them: 3 x 3 stride-1 SAME
-    convolutions, each followed by an ABReLU-family nonlinearity, on a full covariance
-    of two equally sized inputs, the pool right after the last; 0 when that is not
-    what follows ``k``."""
+    custom call runs with the pool after them: 3 x 3 stride-1 SAME convolutions, each
+    followed by an ABReLU-family nonlinearity, on a full covariance of two equally
+    sized inputs (at least 2 x 2), then a global average pool or a 2 x 2 average pool
+    of stride 2 (VALID); 0 when that is not what follows ``k``."""
     if not (k + 1 < len(layers) and layer_applies(layers[k], layers[k + 1], state)):
         return 0
     shape = state.nngp.shape
-    if shape[1] != shape[2] or shape[3] != shape[4]:
+    if shape[1] != shape[2] or shape[3] != shape[4] or min(shape[1], shape[3]) < 2:
         return 0
     m = 0
     while k + 2 * m + 1 < len(layers) and _chain_block(layers[k + 2 * m], layers[k + 2 * m + 1]):
         m += 1
-    return m if m and k + 2 * m < len(layers) and isinstance(layers[k + 2 * m],
-                                                             GlobalAvgPool) else 0
+    return m if m and k + 2 * m < len(layers) and _chain_end(layers[k + 2 * m]) is not None \
+        else 0
 
 
 def reads_images(conv, images) -> bool:
@@ -229,7 +243,7 @@ def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool,
 
 
 def chain(state: State, layers, variances, standard: bool, images=None) -> State:
-    """``global_avg_pool`` of the ``m`` blocks ``layers`` (``2 m`` layers, where
+    """The ``m`` blocks and the pool ``layers`` (``2 m + 1`` layers, where
     :func:`chain_length` is ``m``) by the chain's custom call; ``variances``: the
     ``m`` nonlinearities' ``(v1, v2)``, each ``(P, H, W)``; ``images`` as for
     :func:`tail`. No covariance between the layers is written."""
@@ -251,17 +265,18 @@ def self_chain(state: State, layers, standard: bool, images=None):
 
 
 def _chain_call(state: State, layers, standard: bool, images, variances):
-    convs, acts = layers[0::2], layers[1::2]
+    convs, acts, pooled = layers[0:-1:2], layers[1:-1:2], _chain_end(layers[-1])
     x = state.nngp
     p, h, w = x.shape[0], x.shape[1], x.shape[3]
     widths = [state.channels] + [c.width for c in convs[:-1]]
     params = [abrelu_params(a) for a in acts]
     mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
-    out = [jax.ShapeDtypeStruct((p,), x.dtype),
-           jax.ShapeDtypeStruct((p,) if mode else (0,), x.dtype)]
+    shape = (p,) if pooled else (p, h // 2, h // 2, w // 2, w // 2)
+    out = [jax.ShapeDtypeStruct(shape, x.dtype),
+           jax.ShapeDtypeStruct(shape if mode else (0,) * len(shape), x.dtype)]
     if variances is None:
         out.append(jax.ShapeDtypeStruct((len(convs), p, h, w), x.dtype))
-    target = CHAIN_TARGETS[np.dtype(x.dtype), variances is None]
+    target = CHAIN_TARGETS[np.dtype(x.dtype), variances is None, pooled]
     call = jax.ffi.ffi_call(target, tuple(out), vmap_method="sequential")
     args = (x, state.ntk if mode == 2 else x)
     if images is not None:  # the covariance left to XLA's dead-code pass
@@ -276,6 +291,6 @@ def _chain_call(state: State, layers, standard: bool, images, variances):
         b_var=f64([0.0 if c.b_std is None else c.b_std ** 2 for c in convs]),
         fan_in=f64([9 * c for c in widths]), a=f64([a for a, _ in params]),
         b=f64([b for _, b in params]))
-    state = state.replace(nngp=got[0], ntk=None if mode == 0 else got[1], spatial=False,
-                          full=False, channels=convs[-1].width)
+    state = state.replace(nngp=got[0], ntk=None if mode == 0 else got[1],
+                          spatial=not pooled, full=not pooled, channels=convs[-1].width)
     return state, (got[2] if variances is None else None)

@@ -20,8 +20,12 @@
 
 namespace {
 
+// pool2: the chain ends in a 2 x 2 average pool of stride 2 (VALID), whose output
+// covariances (P, H / 2, H / 2, W / 2, W / 2) are written (each plane of the last
+// layer adds its 2 x 2 sums to its output plane: the pool's window mixes diagonals);
+// else in the global average pool, (P,).
 struct ChainParams {
-  int64_t layers, lo, ntk_mode, standard, from_images;
+  int64_t layers, lo, ntk_mode, standard, from_images, pool2;
   const int64_t* has_bias;
   const double *w_var, *b_var, *fan_in, *a, *b;
 };
@@ -84,6 +88,9 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
   std::vector<T> ss(n), keep(n), part_n(n), part_t(n), r1(L * H * W), r2(L * H * W);
   std::vector<double> acc_n(n), acc_t(n);
   std::vector<T> x2t(images ? H * 3 * W : 0);
+  const bool pool2 = q.pool2 != 0;
+  const int64_t Hh = H / 2, Wh = W / 2, pooled = Hh * Hh * Wh * Wh;
+  std::vector<T> last_n(pool2 ? n : 0), last_t(pool2 ? n : 0);
   for (int64_t i = 0; i < n; ++i) keep[i] = (i % Wq) < W ? T(1) : T(0);
   for (int64_t p = 0; p < P; ++p) {
     // the variances' roots per layer and position: sqrt(v1 v2) as their product in
@@ -93,6 +100,12 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
       T b = v2[(i / (H * W)) * P * H * W + p * H * W + i % (H * W)];
       r1[i] = std::sqrt(a > 0 ? a : T(0));
       r2[i] = std::sqrt(b > 0 ? b : T(0));
+    }
+    T* pool_n = pool2 ? out_nngp + p * pooled : nullptr;
+    T* pool_t = pool2 && kNtk ? out_ntk + p * pooled : nullptr;
+    if (pool2) {
+      std::fill(pool_n, pool_n + pooled, T(0));
+      if (kNtk) std::fill(pool_t, pool_t + pooled, T(0));
     }
     const T* xp = images ? x + p * H * W * 3 : x + p * H * H * W * W;
     const T* xtp = q.ntk_mode == 2 ? xt + p * H * H * W * W : nullptr;
@@ -173,8 +186,24 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
                                                 : ChainPlane<T, kNtk, true, false>)
                                : (unit.standard ? ChainPlane<T, kNtk, false, true>
                                                 : ChainPlane<T, kNtk, false, false>);
-          plane_fn(unit, n, dd, t0, t1, t2, u0, u1, u2, ss.data(), keep.data(),
-                   last ? part_n.data() : on, last ? part_t.data() : ot);
+          if (last && pool2) {
+            plane_fn = unit.standard ? ChainPlane<T, kNtk, false, true>
+                                     : ChainPlane<T, kNtk, false, false>;
+            on = last_n.data(), ot = last_t.data();
+          } else if (last) {
+            on = part_n.data(), ot = part_t.data();
+          }
+          plane_fn(unit, n, dd, t0, t1, t2, u0, u1, u2, ss.data(), keep.data(), on, ot);
+          if (last && pool2 && oh < 2 * Hh && oh2 < 2 * Hh) {  // into output plane (oh / 2, oh2 / 2)
+            const int64_t o = ((oh / 2) * Hh + oh2 / 2) * Wh * Wh;
+            for (int64_t pw = 0; pw < Wh; ++pw)
+              for (int64_t pw2 = 0; pw2 < Wh; ++pw2) {
+                const int64_t i = 2 * pw * Wq + 2 * pw2;
+                pool_n[o + pw * Wh + pw2] += (last_n[i] + last_n[i + 1]) + (last_n[i + Wq] + last_n[i + Wq + 1]);
+                if (kNtk)
+                  pool_t[o + pw * Wh + pw2] += (last_t[i] + last_t[i + 1]) + (last_t[i + Wq] + last_t[i + Wq + 1]);
+              }
+          }
         }
         std::swap(in_n, nx_n);
         std::swap(in_t, nx_t);
@@ -185,6 +214,11 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
         part_n[i] = part_t[i] = T(0);
       }
     }
+    if (pool2) {  // the 16 terms' sums to their mean
+      for (int64_t i = 0; i < pooled; ++i) pool_n[i] *= T(1.0 / 16);
+      if (kNtk) for (int64_t i = 0; i < pooled; ++i) pool_t[i] *= T(1.0 / 16);
+      continue;
+    }
     double sn = 0, st = 0;
     for (int64_t i = 0; i < n; ++i) { sn += acc_n[i]; st += acc_t[i]; }
     const double count = double(H) * H * W * W;
@@ -193,31 +227,52 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
   }
 }
 
-template <ffi::DataType DT>
+// The output's shape: (P,) after the global pool (kRank 1), (P, H / 2, H / 2, W / 2,
+// W / 2) after the 2 x 2 pool (kRank 5).
+template <size_t kRank, typename R>
+bool PooledShape(const R& out, int64_t P, int64_t H, int64_t W) {
+  const int64_t want[5] = {P, H / 2, H / 2, W / 2, W / 2};
+  if (kRank == 5 && (H < 2 || W < 2)) return false;
+  for (size_t i = 0; i < kRank; ++i)
+    if (out.dimensions()[i] != want[i]) return false;
+  return true;
+}
+
+// x (P, H, H, W, W), or from_images x and xt (P, H, W, 3, 1) the two images
+template <typename D>
+bool InputShape(const D& d, const D& dt, bool images, int64_t ntk_mode, int64_t P,
+                int64_t H, int64_t W) {
+  return d[0] == P && SameShape(dt, d) &&
+         (images ? (d[1] == H && d[2] == W && d[3] == 3 && d[4] == 1 && ntk_mode != 2)
+                 : (d[1] == H && d[2] == H && d[3] == W && d[4] == W));
+}
+
+template <typename S, typename F>
+bool PerLayer(int64_t L, const S& has_bias, const F& w_var, const F& b_var, const F& fan_in,
+              const F& a, const F& b) {
+  return L >= 1 && int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
+         int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
+         int64_t(a.size()) == L && int64_t(b.size()) == L;
+}
+
+template <ffi::DataType DT, size_t kRank>
 ffi::Error ChainImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT, 4> v1,
-                     ffi::Buffer<DT, 4> v2, ffi::ResultBuffer<DT, 1> out_nngp,
-                     ffi::ResultBuffer<DT, 1> out_ntk, int64_t lo, int64_t ntk_mode,
+                     ffi::Buffer<DT, 4> v2, ffi::ResultBuffer<DT, kRank> out_nngp,
+                     ffi::ResultBuffer<DT, kRank> out_ntk, int64_t lo, int64_t ntk_mode,
                      int64_t standard, int64_t from_images, ffi::Span<const int64_t> has_bias,
                      ffi::Span<const double> w_var, ffi::Span<const double> b_var,
                      ffi::Span<const double> fan_in, ffi::Span<const double> a,
                      ffi::Span<const double> b) {
-  auto d = x.dimensions();
   auto e = v1.dimensions();
-  const bool images = from_images != 0;
   const int64_t L = e[0], P = e[1], H = e[2], W = e[3];
-  // from_images: x and xt (P, H, W, 3, 1) are the two images; else (P, H, H, W, W)
-  bool ok = L >= 1 && SameShape(v2.dimensions(), e) && lo >= 0 && lo <= 2 && d[0] == P &&
-            SameShape(xt.dimensions(), d) &&
-            (images ? (d[1] == H && d[2] == W && d[3] == 3 && d[4] == 1 && ntk_mode != 2)
-                    : (d[1] == H && d[2] == H && d[3] == W && d[4] == W)) &&
-            int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
-            int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
-            int64_t(a.size()) == L && int64_t(b.size()) == L &&
-            out_nngp->dimensions()[0] == P &&
-            (ntk_mode == 0 || out_ntk->dimensions()[0] == P);
+  bool ok = SameShape(v2.dimensions(), e) && lo >= 0 && lo <= 2 &&
+            InputShape(x.dimensions(), xt.dimensions(), from_images != 0, ntk_mode, P, H, W) &&
+            PerLayer(L, has_bias, w_var, b_var, fan_in, a, b) &&
+            PooledShape<kRank>(*out_nngp, P, H, W) &&
+            (ntk_mode == 0 || PooledShape<kRank>(*out_ntk, P, H, W));
   if (!ok) return ffi::Error::InvalidArgument("kernelcli chain: inconsistent shapes");
-  ChainParams q{L, lo, ntk_mode, standard, from_images, has_bias.begin(), w_var.begin(),
-                b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
+  ChainParams q{L, lo, ntk_mode, standard, from_images, kRank == 5, has_bias.begin(),
+                w_var.begin(), b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
   using T = ffi::NativeType<DT>;
   auto run = ntk_mode != 0 ? Chain<T, true, false> : Chain<T, false, false>;
   run(x.typed_data(), xt.typed_data(), const_cast<T*>(v1.typed_data()), v2.typed_data(),
@@ -225,29 +280,25 @@ ffi::Error ChainImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT
   return ffi::Error::Success();
 }
 
-
 // the per-input pass's chain: each input with itself; v (L, P, H, W) its variances
-template <ffi::DataType DT>
-ffi::Error SelfImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::ResultBuffer<DT, 1> out_nngp,
-                    ffi::ResultBuffer<DT, 1> out_ntk, ffi::ResultBuffer<DT, 4> v, int64_t lo,
-                    int64_t ntk_mode, int64_t standard, int64_t from_images,
-                    ffi::Span<const int64_t> has_bias, ffi::Span<const double> w_var,
-                    ffi::Span<const double> b_var, ffi::Span<const double> fan_in,
-                    ffi::Span<const double> a, ffi::Span<const double> b) {
-  auto d = x.dimensions();
+template <ffi::DataType DT, size_t kRank>
+ffi::Error SelfImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt,
+                    ffi::ResultBuffer<DT, kRank> out_nngp, ffi::ResultBuffer<DT, kRank> out_ntk,
+                    ffi::ResultBuffer<DT, 4> v, int64_t lo, int64_t ntk_mode, int64_t standard,
+                    int64_t from_images, ffi::Span<const int64_t> has_bias,
+                    ffi::Span<const double> w_var, ffi::Span<const double> b_var,
+                    ffi::Span<const double> fan_in, ffi::Span<const double> a,
+                    ffi::Span<const double> b) {
   auto e = v->dimensions();
-  const bool images = from_images != 0;
   const int64_t L = e[0], P = e[1], H = e[2], W = e[3];
-  bool ok = L >= 1 && lo >= 0 && lo <= 2 && d[0] == P && SameShape(xt.dimensions(), d) &&
-            (images ? (d[1] == H && d[2] == W && d[3] == 3 && d[4] == 1 && ntk_mode != 2)
-                    : (d[1] == H && d[2] == H && d[3] == W && d[4] == W)) &&
-            int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
-            int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
-            int64_t(a.size()) == L && int64_t(b.size()) == L &&
-            out_nngp->dimensions()[0] == P && (ntk_mode == 0 || out_ntk->dimensions()[0] == P);
+  bool ok = lo >= 0 && lo <= 2 &&
+            InputShape(x.dimensions(), xt.dimensions(), from_images != 0, ntk_mode, P, H, W) &&
+            PerLayer(L, has_bias, w_var, b_var, fan_in, a, b) &&
+            PooledShape<kRank>(*out_nngp, P, H, W) &&
+            (ntk_mode == 0 || PooledShape<kRank>(*out_ntk, P, H, W));
   if (!ok) return ffi::Error::InvalidArgument("kernelcli self chain: inconsistent shapes");
-  ChainParams q{L, lo, ntk_mode, standard, from_images, has_bias.begin(), w_var.begin(),
-                b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
+  ChainParams q{L, lo, ntk_mode, standard, from_images, kRank == 5, has_bias.begin(),
+                w_var.begin(), b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
   using T = ffi::NativeType<DT>;
   auto run = ntk_mode != 0 ? Chain<T, true, true> : Chain<T, false, true>;
   run(x.typed_data(), xt.typed_data(), v->typed_data(), nullptr, out_nngp->typed_data(),
@@ -257,14 +308,7 @@ ffi::Error SelfImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::ResultBuff
 
 }  // namespace
 
-#define KERNELCLI_CHAIN_BINDING(DT)                                                 \
-  ffi::Ffi::Bind()                                                                  \
-      .Arg<ffi::Buffer<DT, 5>>()                                                    \
-      .Arg<ffi::Buffer<DT, 5>>()                                                    \
-      .Arg<ffi::Buffer<DT, 4>>()                                                    \
-      .Arg<ffi::Buffer<DT, 4>>()                                                    \
-      .Ret<ffi::Buffer<DT, 1>>()                                                    \
-      .Ret<ffi::Buffer<DT, 1>>()                                                    \
+#define KERNELCLI_ATTRS                                                             \
       .Attr<int64_t>("lo")                                                          \
       .Attr<int64_t>("ntk_mode")                                                    \
       .Attr<int64_t>("standard")                                                    \
@@ -276,32 +320,38 @@ ffi::Error SelfImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::ResultBuff
       .Attr<ffi::Span<const double>>("a")                                           \
       .Attr<ffi::Span<const double>>("b")
 
-// the chain of 3 x 3 SAME layers and the global average pool, per dtype
-XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_f32, ChainImpl<ffi::F32>,
-                              KERNELCLI_CHAIN_BINDING(ffi::F32));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_f64, ChainImpl<ffi::F64>,
-                              KERNELCLI_CHAIN_BINDING(ffi::F64));
-
-#define KERNELCLI_SELF_BINDING(DT)                                                  \
+#define KERNELCLI_CHAIN_BINDING(DT, RANK)                                           \
   ffi::Ffi::Bind()                                                                  \
       .Arg<ffi::Buffer<DT, 5>>()                                                    \
       .Arg<ffi::Buffer<DT, 5>>()                                                    \
-      .Ret<ffi::Buffer<DT, 1>>()                                                    \
-      .Ret<ffi::Buffer<DT, 1>>()                                                    \
-      .Ret<ffi::Buffer<DT, 4>>()                                                    \
-      .Attr<int64_t>("lo")                                                          \
-      .Attr<int64_t>("ntk_mode")                                                    \
-      .Attr<int64_t>("standard")                                                    \
-      .Attr<int64_t>("from_images")                                                 \
-      .Attr<ffi::Span<const int64_t>>("has_bias")                                   \
-      .Attr<ffi::Span<const double>>("w_var")                                       \
-      .Attr<ffi::Span<const double>>("b_var")                                       \
-      .Attr<ffi::Span<const double>>("fan_in")                                      \
-      .Attr<ffi::Span<const double>>("a")                                           \
-      .Attr<ffi::Span<const double>>("b")
+      .Arg<ffi::Buffer<DT, 4>>()                                                    \
+      .Arg<ffi::Buffer<DT, 4>>()                                                    \
+      .Ret<ffi::Buffer<DT, RANK>>()                                                 \
+      .Ret<ffi::Buffer<DT, RANK>>() KERNELCLI_ATTRS
 
-// the chain of each input with itself (the per-input pass), per dtype
-XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_f32, SelfImpl<ffi::F32>,
-                              KERNELCLI_SELF_BINDING(ffi::F32));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_f64, SelfImpl<ffi::F64>,
-                              KERNELCLI_SELF_BINDING(ffi::F64));
+#define KERNELCLI_SELF_BINDING(DT, RANK)                                            \
+  ffi::Ffi::Bind()                                                                  \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Arg<ffi::Buffer<DT, 5>>()                                                    \
+      .Ret<ffi::Buffer<DT, RANK>>()                                                 \
+      .Ret<ffi::Buffer<DT, RANK>>()                                                 \
+      .Ret<ffi::Buffer<DT, 4>>() KERNELCLI_ATTRS
+
+// the chain on pairs and on each input with itself (the per-input pass), ending in the
+// global pool or the 2 x 2 pool, per dtype
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_f32, (ChainImpl<ffi::F32, 1>),
+                              KERNELCLI_CHAIN_BINDING(ffi::F32, 1));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_f64, (ChainImpl<ffi::F64, 1>),
+                              KERNELCLI_CHAIN_BINDING(ffi::F64, 1));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_pool_f32, (ChainImpl<ffi::F32, 5>),
+                              KERNELCLI_CHAIN_BINDING(ffi::F32, 5));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_chain_pool_f64, (ChainImpl<ffi::F64, 5>),
+                              KERNELCLI_CHAIN_BINDING(ffi::F64, 5));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_f32, (SelfImpl<ffi::F32, 1>),
+                              KERNELCLI_SELF_BINDING(ffi::F32, 1));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_f64, (SelfImpl<ffi::F64, 1>),
+                              KERNELCLI_SELF_BINDING(ffi::F64, 1));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_pool_f32, (SelfImpl<ffi::F32, 5>),
+                              KERNELCLI_SELF_BINDING(ffi::F32, 5));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(kernelcli_self_pool_f64, (SelfImpl<ffi::F64, 5>),
+                              KERNELCLI_SELF_BINDING(ffi::F64, 5));
