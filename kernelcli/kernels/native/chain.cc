@@ -1,6 +1,6 @@
 // The chain: L (3 x 3 SAME convolution -> ABReLU-family nonlinearity) layers and the
-// global average pool, for networks like the seed's, cnn5_gap and cnn21_gap, with no
-// (H W)^2 covariance written between layers.
+// global average pool (the seed's network, cnn5_gap, cnn21_gap) or a 2 x 2 average pool
+// (Myrtle's networks), with no (H W)^2 covariance written between layers.
 //
 // Why it can stay in cache: a stride-1 convolution's window on a covariance sums the
 // taps (ih, ih2) = (oh - lo + t, oh2 - lo + t), so output row pair (oh, oh2) reads only
