@@ -4,6 +4,7 @@ raised in the caller, a stop or Ctrl-C ending the pass with no lane left running
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -109,18 +110,14 @@ def test_a_stop_ends_the_pass_at_the_next_block(kernels):
 
 
 class SigintAt(Counted):
-    """Never requested; the ``at``-th question sends the caller's thread SIGINT (Ctrl-C
-    reaches the caller, waiting for its lanes) and every later one takes 10 ms (a block
-    long enough for the caller to see the signal first). To the main thread itself: a
-    signal sent to the process goes to any thread that does not block it (under xdist,
-    one of execnet's), and the main thread then only wakes when its lanes are done and
-    may run the handler inside a finalizer, where the KeyboardInterrupt is lost (seen in
-    one loop of the signal tests)."""
+    """Never requested; the ``at``-th question sends the process SIGINT (Ctrl-C reaches
+    the caller, waiting for its lanes) and every later one takes 10 ms (a block long
+    enough for the caller to see the signal first)."""
 
     def __call__(self) -> bool:
         asked = self.ask()
         if asked == self.at:
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
         if asked > self.at:
             time.sleep(0.01)
         return False
