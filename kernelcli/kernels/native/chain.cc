@@ -30,6 +30,18 @@ struct ChainParams {
   const double *w_var, *b_var, *fan_in, *a, *b;
 };
 
+// The 3 x 3 window's mean at flat entry i of the tap planes t0, t1, t2 (the first
+// axis pair's taps summed, then the second's at i, i + dd, i + 2 dd): the layer's sums
+// in its order (layer.cc's Tail with kThree).
+template <typename T>
+inline T Window3(const T* t0, const T* t1, const T* t2, int64_t i, int64_t dd) {
+  const T third = T(1.0 / 3);
+  T g0 = ((t0[i] + t1[i]) + t2[i]) * third;
+  T g1 = ((t0[i + dd] + t1[i + dd]) + t2[i + dd]) * third;
+  T g2 = ((t0[i + 2 * dd] + t1[i + 2 * dd]) + t2[i + 2 * dd]) * third;
+  return ((g0 + g1) + g2) * third;
+}
+
 // One output plane of a chain's layer: the 3 x 3 window of the tap planes t (NNGP) and
 // u (NTK), the map, and either the plane (zero in scratch columns) or its sum into the
 // pool's lanes. Its own function, not inlined, its pointers restrict and the layer's
@@ -40,19 +52,9 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
                 const T* __restrict t1, const T* __restrict t2, const T* __restrict u0,
                 const T* __restrict u1, const T* __restrict u2, const T* __restrict roots,
                 const T* __restrict keep, T* __restrict out_n, T* __restrict out_t) {
-  const T third = T(1.0 / 3);
   for (int64_t i = 0; i < n; ++i) {
-    T g0 = ((t0[i] + t1[i]) + t2[i]) * third;
-    T g1 = ((t0[i + dd] + t1[i + dd]) + t2[i + dd]) * third;
-    T g2 = ((t0[i + 2 * dd] + t1[i + 2 * dd]) + t2[i + 2 * dd]) * third;
-    T mean = ((g0 + g1) + g2) * third;
-    T mean_t = T(0);
-    if (kNtk) {
-      T e0 = ((u0[i] + u1[i]) + u2[i]) * third;
-      T e1 = ((u0[i + dd] + u1[i + dd]) + u2[i + dd]) * third;
-      T e2 = ((u0[i + 2 * dd] + u1[i + 2 * dd]) + u2[i + 2 * dd]) * third;
-      mean_t = ((e0 + e1) + e2) * third;
-    }
+    T mean = Window3(t0, t1, t2, i, dd);
+    T mean_t = kNtk ? Window3(u0, u1, u2, i, dd) : T(0);
     T vn, vt;
     unit.template Map<kStandard>(mean, mean_t, roots[i], vn, vt);
     if (kLast) {
@@ -78,7 +80,7 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
   const int64_t n = W * Wq;                 // the flat output plane
   const int64_t plane = (W + 2) * Wq + 3;   // a padded plane, with the last tap's reach
   const int64_t shift = lo * Wq + lo, dd = Wq + 1;
-  const T inv_c = T(1.0 / 3), third = T(1.0 / 3);
+  const T inv_c = T(1.0 / 3);
   std::vector<Unit<T>> units;
   for (int64_t l = 0; l < L; ++l)
     units.emplace_back(q.standard != 0, q.has_bias[l] != 0, q.w_var[l], q.b_var[l],
@@ -166,11 +168,7 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
             T* vout = v1 + ((l * P + p) * H + oh) * W;
             T* root = r1.data() + (l * H + oh) * W;
             for (int64_t ow = 0; ow < W; ++ow) {
-              const int64_t i = ow * Wq + ow;
-              T g0 = ((t0[i] + t1[i]) + t2[i]) * third;
-              T g1 = ((t0[i + dd] + t1[i + dd]) + t2[i + dd]) * third;
-              T g2 = ((t0[i + 2 * dd] + t1[i + 2 * dd]) + t2[i + 2 * dd]) * third;
-              T v = unit.Affine(((g0 + g1) + g2) * third);
+              T v = unit.Affine(Window3(t0, t1, t2, ow * Wq + ow, dd));
               vout[ow] = v;
               root[ow] = r2[(l * H + oh) * W + ow] = std::sqrt(v > 0 ? v : T(0));
             }
@@ -180,19 +178,15 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
             for (int64_t c = 0; c < Wq; ++c)
               ss[r * Wq + c] = c < W ? a * R2[oh2 * W + c] : T(0);
           }
-          T* on = nx_n + pos * plane + shift;
-          T* ot = nx_t + pos * plane + shift;
-          auto plane_fn = last ? (unit.standard ? ChainPlane<T, kNtk, true, true>
+          // the plane goes to the next layer's input, to the pool's lanes (the global
+          // pool) or to a scratch plane (the 2 x 2 pool's sums, below)
+          const bool sums = last && !pool2;
+          T* on = sums ? part_n.data() : last ? last_n.data() : nx_n + pos * plane + shift;
+          T* ot = sums ? part_t.data() : last ? last_t.data() : nx_t + pos * plane + shift;
+          auto plane_fn = sums ? (unit.standard ? ChainPlane<T, kNtk, true, true>
                                                 : ChainPlane<T, kNtk, true, false>)
                                : (unit.standard ? ChainPlane<T, kNtk, false, true>
                                                 : ChainPlane<T, kNtk, false, false>);
-          if (last && pool2) {
-            plane_fn = unit.standard ? ChainPlane<T, kNtk, false, true>
-                                     : ChainPlane<T, kNtk, false, false>;
-            on = last_n.data(), ot = last_t.data();
-          } else if (last) {
-            on = part_n.data(), ot = part_t.data();
-          }
           plane_fn(unit, n, dd, t0, t1, t2, u0, u1, u2, ss.data(), keep.data(), on, ot);
           if (last && pool2 && oh < 2 * Hh && oh2 < 2 * Hh) {  // into output plane (oh / 2, oh2 / 2)
             const int64_t o = ((oh / 2) * Hh + oh2 / 2) * Wh * Wh;
