@@ -54,11 +54,16 @@ def _means(run) -> dict:
         return {k: f[k]["mean"][...] for k in ("nngp", "ntk")}
 
 
-@pytest.mark.parametrize("solver", ["cholesky", "cg"])
-def test_a_stop_requested_before_the_solve_ends_it_with_nothing_written(runs, solver):
+def _requested() -> Stop:
+    """A stop already requested (SIGTERM), as the CLI's is after a signal."""
     stop = Stop()
     stop.request(signal.SIGTERM)
-    _interrupted(runs["full"], stop, solver=solver)
+    return stop
+
+
+@pytest.mark.parametrize("solver", ["cholesky", "cg"])
+def test_a_stop_requested_before_the_solve_ends_it_with_nothing_written(runs, solver):
+    _interrupted(runs["full"], _requested(), solver=solver)
 
 
 def test_a_stop_mid_cg_ends_at_the_next_pass_and_the_next_predict_runs(runs):
@@ -76,9 +81,7 @@ def test_a_stop_mid_cg_ends_at_the_next_pass_and_the_next_predict_runs(runs):
 
 @pytest.mark.parametrize("bytes_", [None, 8 * 40 * 12 - 1], ids=["nystrom", "falkon"])
 def test_a_stop_ends_a_landmark_solve_with_nothing_written(runs, bytes_):
-    stop = Stop()
-    stop.request(signal.SIGTERM)
-    _interrupted(runs["m12"], stop, available_bytes=bytes_)
+    _interrupted(runs["m12"], _requested(), available_bytes=bytes_)
 
 
 def test_a_landmark_predict_is_refused_while_another_process_holds_the_run(runs):
