@@ -123,6 +123,17 @@ class SigintAt(Counted):
         return False
 
 
+@pytest.fixture
+def default_sigint():
+    """Python's own SIGINT handler (``KeyboardInterrupt``), as a terminal or a notebook
+    has it: a process started in the background by a non-interactive shell inherits
+    SIGINT ignored, and Python then leaves it ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("default_sigint")
 def test_ctrl_c_in_the_caller_ends_every_lane_before_it_returns(kernels):
     op = H5KernelOperator(kernels, "k32", block_rows=1, stop=SigintAt(3))
     with pytest.raises(KeyboardInterrupt):
