@@ -60,9 +60,20 @@ def pytest_configure(config):
     configure_host_devices()  # before the first jax call starts the backend
     if "KERNELCLI_CACHE_DIR" not in os.environ:
         os.environ["KERNELCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernelcli-test-cache-")
+        config._kernelcli_cache_dir = os.environ["KERNELCLI_CACHE_DIR"]  # ours to remove
     from kernelcli.cli._setup import enable_compile_cache
 
     enable_compile_cache()
+
+
+def pytest_unconfigure(config):
+    """The session's compilation cache goes with the process that made it (the xdist
+    controller; its workers inherit the folder through the environment)."""
+    import shutil
+
+    folder = getattr(config, "_kernelcli_cache_dir", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 FIXTURES_DIR = Path(__file__).parent / "fixtures"

@@ -140,11 +140,13 @@ def load_config_text(architecture_yaml: str):
     import tempfile
     from pathlib import Path
 
-    folder = Path(tempfile.mkdtemp(prefix="engine-"))
-    np.save(folder / "x.npy", np.zeros((2, 6, 6, 2)))
-    doc = {"name": "s", "data": {"x1": "x.npy"}, "architecture": yaml.safe_load(architecture_yaml)}
-    (folder / "s.yaml").write_text(yaml.safe_dump(doc))
-    return load_config(folder / "s.yaml").architecture
+    with tempfile.TemporaryDirectory(prefix="engine-") as name:
+        folder = Path(name)
+        np.save(folder / "x.npy", np.zeros((2, 6, 6, 2)))
+        doc = {"name": "s", "data": {"x1": "x.npy"},
+               "architecture": yaml.safe_load(architecture_yaml)}
+        (folder / "s.yaml").write_text(yaml.safe_dump(doc))
+        return load_config(folder / "s.yaml").architecture
 
 
 def conv(w_std=1.5):
