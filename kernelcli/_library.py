@@ -78,8 +78,9 @@ class KernelFunction:
       devices: the jax devices to spread the work over (default: all local ones).
       augment: ``None`` (the plain kernel), ``"hflip"``, ``"vflip"`` or a list of them:
         the kernel averaged over that flip group, as ``kernel.augment`` in a config.
-      engine: ``"auto"`` (the accelerator plan on a GPU, the CPU plan on CPUs),
-        ``"cpu"``, ``"native"`` or ``"accelerator"``, as ``compute.engine`` in a config.
+      engine: ``"auto"`` (the accelerator plan on a GPU; on CPUs the native plan where
+        it helps and a C++ compiler is there, else the CPU plan), ``"cpu"``,
+        ``"native"`` or ``"accelerator"``, as ``compute.engine`` in a config.
       stop: a :class:`kernelcli.run.Stop` another thread (or a signal handler of the
         caller's) may request: the call then raises
         :class:`kernelcli.errors.Interrupted` at its next safe point, as ``compute``
@@ -123,7 +124,7 @@ class KernelFunction:
         flips = parse_augment(list(augment) if isinstance(augment, tuple) else augment,
                               "augment")
         kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype, flips,
-                           _resolved(engine, devices))
+                           _resolved(engine, devices, self.architecture.layers, a1.shape[1:]))
         out = kernel_matrix(kfn, a1, a2, memory=budget, devices=devices, stop=stop)
 
         def pick(suffix=""):
@@ -147,14 +148,15 @@ class KernelFunction:
         return self._built[key]
 
 
-def _resolved(engine: str, devices) -> str:
-    """``engine`` resolved for the platform of the devices the call computes on."""
+def _resolved(engine: str, devices, layers, input_shape) -> str:
+    """``engine`` resolved for the platform of the devices the call computes on and
+    the network (``layers`` on inputs of ``input_shape``)."""
     import jax
 
     from .kernels import resolve_engine
 
     platform = (list(devices)[0] if devices else jax.local_devices()[0]).platform
-    return resolve_engine(engine, platform)
+    return resolve_engine(engine, platform, layers, input_shape)
 
 
 def kernel_fn(architecture) -> KernelFunction:

@@ -63,7 +63,9 @@ def pytest_configure(config):
         config._kernelcli_cache_dir = os.environ["KERNELCLI_CACHE_DIR"]  # ours to remove
     from kernelcli.cli._setup import enable_compile_cache
 
-    enable_compile_cache()
+    folder = enable_compile_cache()
+    if folder is not None:  # processes Ray starts from a test find it too (and the native library)
+        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(folder))
 
 
 def pytest_unconfigure(config):

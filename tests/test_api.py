@@ -14,6 +14,7 @@ import pytest
 import kernelcli
 from kernelcli import stax
 from kernelcli.errors import ConfigError, DataError, RunDirError
+from kernelcli.kernels import _native
 from conftest import FIXTURE_CASES, FIXTURES_DIR, load_case
 from helpers_cli import GAP_NET, images, write_config
 
@@ -154,17 +155,18 @@ def test_bad_calls_name_the_argument(call, message):
     assert str(exc.value).startswith(message)
 
 
-def test_engine_picks_the_plan_and_both_give_the_same_kernels():
-    """``engine`` as ``compute.engine``: auto is the CPU plan here, and the accelerator
-    plan forced on a CPU gives the same kernels to float32 rounding."""
+def test_engine_picks_the_plan_and_all_give_the_same_kernels():
+    """``engine`` as ``compute.engine``: auto is the native plan here (a CPU with a
+    compiler, a convolution and relu), and the CPU and accelerator plans give the same
+    kernels to float32 rounding."""
     kfn = kernelcli.kernel_fn(FIXTURES_DIR / "cnn1_gap.yaml")
     x = images(5, seed=3)
     auto = kfn(x, engine="auto")
-    cpu = kfn(x, engine="cpu")
-    accelerator = kfn(x, engine="accelerator")
-    assert all(np.array_equal(a, c) for a, c in zip(auto, cpu))
-    for a, c in zip(accelerator, cpu):
-        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-7)
+    resolved = kfn(x, engine="cpu" if _native.unavailable() else "native")
+    assert all(np.array_equal(a, c) for a, c in zip(auto, resolved))
+    for other in ("cpu", "accelerator"):
+        for a, c in zip(kfn(x, engine=other), auto):
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-7)
 
 
 def test_stax_refuses_what_kernelcli_cannot_compute():

@@ -200,8 +200,8 @@ def test_xla_out_of_memory_is_the_out_of_memory_error_naming_how_to_resume(tmp_p
     mapping: XLA:GPU raises the same error class and status."""
     np.save(tmp_path / "x.npy",
             np.random.default_rng(0).standard_normal((24, 32, 32, 3)).astype(np.float32))
-    cfg = write_config(tmp_path, "oom", layers=GAP2_NET,
-                       compute={"memory": "64GiB", "devices": 1})
+    cfg = write_config(tmp_path, "oom", layers=GAP2_NET,  # XLA's own buffers: the cpu plan
+                       compute={"memory": "64GiB", "devices": 1, "engine": "cpu"})
     # one chunk for the whole batch: its buffers are allocated at once
     env = dict(cli_env(), KERNELCLI_CHUNK_BYTES=str(GiB), KERNELCLI_CACHE_DIR="off")
     est = subprocess.run([sys.executable, "-c", _MEASURE_VM, "estimate", str(cfg), "--json"],

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import FIXTURE_CASES, fast_subset, load_case
 from kernelcli.errors import ConfigError
-from kernelcli.kernels import _native, build_kernel_fn, resolve_engine
+from kernelcli.kernels import _native, _plans, build_kernel_fn, resolve_engine
 from kernelcli.kernels._linear_spatial import GRAM_CHANNELS
 from kernelcli.run import kernel_matrix
 from kernelcli.run._job import config_fingerprint
@@ -63,6 +63,29 @@ def test_resolve_engine(name, platform, plan):
     assert resolve_engine(name, platform) == plan
 
 
+CONV3 = {"conv": {"filter": [3, 3], "padding": "SAME"}}
+GAP = [CONV3, "relu", "global_avg_pool"]
+
+
+@pytest.mark.parametrize("layers, shape, helps", [
+    (GAP, (6, 6, 2), True),
+    ([{"conv": {"filter": [3, 3], "padding": "VALID"}}, {"abrelu": {"a": -0.5, "b": 1.0}},
+      "global_avg_pool"], (6, 6, 2), True),
+    ([CONV3, "relu", "flatten", {"dense": {}}], (6, 6, 2), False),  # diagonals only
+    ([CONV3, "erf", "global_avg_pool"], (6, 6, 2), False),  # not ABReLU's family
+    ([{"conv": {"filter": [3, 3], "strides": [2, 2]}}, "relu", "global_avg_pool"], (6, 6, 2),
+     False),
+    ([{"conv": {"filter": [3], "padding": "SAME"}}, "relu", "global_avg_pool"], (6, 2), False),
+    ([{"dense": {}}, "relu", {"dense": {}}], (5,), False),
+])
+def test_auto_is_native_on_cpus_where_it_helps(layers, shape, helps):
+    arch = arch_of(layers)
+    assert _plans.native_helps(arch.layers, shape) is helps
+    native = helps and _native.unavailable() is None
+    assert resolve_engine("auto", "cpu", arch.layers, shape) == ("native" if native else "cpu")
+    assert resolve_engine("auto", "gpu", arch.layers, shape) == "accelerator"
+
+
 def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
     from kernelcli.run._job import prepare
 
@@ -71,7 +94,8 @@ def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
                      stored_plan=stored_plan) as job:
             return job.kfn.engine, job.manifest()["plan"]["engine"]
 
-    assert engine({}) == ("cpu", "cpu")  # auto on CPU devices
+    auto = "cpu" if _native.unavailable() else "native"  # auto on CPU devices, conv + relu
+    assert engine({}) == (auto, auto)
     assert engine({"engine": "accelerator"}) == ("accelerator", "accelerator")
     assert engine({"engine": "accelerator"}, {"engine": "cpu"}) == ("cpu", "cpu")
     assert engine({"engine": "cpu"}, {"engine": "accelerator"}) == ("accelerator",

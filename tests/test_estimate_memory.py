@@ -20,8 +20,11 @@ defaults (baseline-dominated).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,7 +74,21 @@ CASES = {
     "flatten_32x32": dict(n=256, hw=32, layers=FLATTEN_NET, chunk=32 * MiB),
     # defaults: tens of MiB per device, the process baseline dominates
     "pooling_16x16_defaults": dict(n=24, hw=16, layers=GAP2_NET, chunk=None),
+    # the native plan (auto's choice here): no covariance between layers, the baseline's
+    "pooling_16x16_native": dict(n=40, hw=16, layers=GAP2_NET, chunk=None, engine="native"),
 }
+
+
+def own_cache(folder: Path) -> dict:
+    """The environment of a run with a compilation cache of its own (so it compiles
+    afresh) that holds the native library already (a compiler's memory is not the
+    run's: the library is built once per machine)."""
+    from kernelcli.kernels import native_unavailable
+
+    assert native_unavailable() is None  # built (or found) in the session's cache
+    shutil.copytree(Path(os.environ["KERNELCLI_CACHE_DIR"]) / "kernelcli-native",
+                    folder / "kernelcli-native")
+    return {"KERNELCLI_CACHE_DIR": str(folder)}
 
 
 @pytest.mark.slow
@@ -80,11 +97,15 @@ CASES = {
 def test_estimated_process_peak_is_within_25_percent_of_the_measured_peak(tmp_path, case):
     c = CASES[case]
     np.save(tmp_path / "x.npy", images(c["n"], c["hw"], c["hw"], 3, seed=5))
-    cfg = write_config(tmp_path, case, layers=c["layers"], run_dir="run")
-    env = cli_env(**NO_CACHE, **({} if c["chunk"] is None else {"KERNELCLI_CHUNK_BYTES": c["chunk"]}))
-    plan = estimate_json(cfg, env)
+    engine = c.get("engine", "cpu")
+    cfg = write_config(tmp_path, case, layers=c["layers"], run_dir="run",
+                       compute={"engine": engine})
+    chunk = {} if c["chunk"] is None else {"KERNELCLI_CHUNK_BYTES": c["chunk"]}
+    caches = ((own_cache(tmp_path / "a"), own_cache(tmp_path / "b")) if engine == "native"
+              else (NO_CACHE, NO_CACHE))
+    plan = estimate_json(cfg, cli_env(**caches[0], **chunk))
     estimate = plan["process_peak_bytes_estimate"]
-    peak, _ = run_measured(["compute", cfg, "--quiet"], env)
+    peak, _ = run_measured(["compute", cfg, "--quiet"], cli_env(**caches[1], **chunk))
     numbers = (f"{case}: estimated {estimate / MiB:.0f} MiB (per device "
                f"{plan['peak_bytes_per_device'] / MiB:.0f} MiB x {plan['devices']} devices, "
                f"pair batch {plan['pair_batch']}, block {plan['block']}), measured "
@@ -99,7 +120,8 @@ def test_estimate_does_not_count_the_memory_of_the_process_that_started_it(tmp_p
     """The same estimate whether kernelcli is started by a small process or by one holding
     1 GiB (a notebook, a workflow manager, pytest)."""
     np.save(tmp_path / "x.npy", images(10, seed=6))
-    cfg = write_config(tmp_path, "small", layers=GAP2_NET, run_dir="run")
+    cfg = write_config(tmp_path, "small", layers=GAP2_NET, run_dir="run",
+                       compute={"engine": "cpu"})
     env = cli_env(**NO_CACHE)
     small = estimate_json(cfg, env)["process_peak_bytes_estimate"]
     big = estimate_json(cfg, env, ballast_mib=1024)["process_peak_bytes_estimate"]

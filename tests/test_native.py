@@ -7,12 +7,14 @@ apply, and it is refused (exit 2) where it cannot be built or run."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 import kernelcli
 from conftest import load_case
-from helpers_cli import run_cli
+from helpers_cli import cli_env, run_cli
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn, resolve_engine
 from kernelcli.kernels import _native
@@ -173,8 +175,6 @@ def test_without_a_compiler_native_is_refused_naming_the_key(tmp_path):
     (tmp_path / "n.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     empty = tmp_path / "bin"
     empty.mkdir()
-    from helpers_cli import cli_env
-
     proc = run_cli("compute", tmp_path / "n.yaml", cwd=tmp_path,
                    env=cli_env(PATH=str(empty), KERNELCLI_CACHE_DIR="off"))
     assert proc.returncode == 2, proc.stderr
@@ -182,6 +182,14 @@ def test_without_a_compiler_native_is_refused_naming_the_key(tmp_path):
         "Error: compute.engine: 'native' cannot run here: no C++ compiler (g++ or c++) "
         "on PATH to build it; use auto, cpu or accelerator")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "n.yaml", "x.npy"]
+    # auto takes the CPU plan there (and says so in the run it records)
+    doc["compute"] = {}
+    (tmp_path / "n.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = run_cli("compute", tmp_path / "n.yaml", cwd=tmp_path,
+                   env=cli_env(PATH=str(empty), KERNELCLI_CACHE_DIR="off"))
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["plan"]["engine"] == "cpu"
 
 
 @pytest.mark.usefixtures("keep_process_state")
@@ -212,6 +220,22 @@ def test_a_stopped_native_run_resumes_to_the_uninterrupted_runs_bits(tmp_path):
 
     with pytest.raises(Interrupted):
         compute(runs["stopped"][0], progress=progress, stop=stop)
+    # where the native plan cannot run, the run is not continued with another plan
+    def files():  # but the lock, which resume takes
+        return {p: p.read_bytes() for p in runs["stopped"][1].rglob("*")
+                if p.is_file() and p.name != ".kernelcli.lock"}
+
+    before = files()
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = run_cli("resume", runs["stopped"][1], cwd=tmp_path,
+                   env=cli_env(PATH=str(empty), KERNELCLI_CACHE_DIR="off"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"Error: {runs['stopped'][1]}: the run computes with the native plan (plan.engine "
+        f"in its manifest.json), which cannot run here: no C++ compiler (g++ or c++) on "
+        f"PATH to build it; continue it where a C++ compiler is on PATH")
+    assert files() == before
     resume(runs["stopped"][1])
     with h5py.File(runs["whole"][1] / "kernels.h5") as a, \
             h5py.File(runs["stopped"][1] / "kernels.h5") as b:

@@ -12,25 +12,18 @@ layers is written at all. They apply only where their formulas are kernelcli's
 exactly (:func:`applies`, :func:`layer_applies`, :func:`chain_length`); every other
 layer runs the CPU plan's own code.
 
-The library is compiled by the system's C++ compiler (``g++`` or ``c++`` on ``PATH``)
-against the XLA FFI headers jaxlib ships, ``-march=native``, in a private temporary
-folder that is removed once the library is loaded (the process keeps its mapping):
-nothing is written anywhere else, and nothing compiled on one machine runs on another.
-It is built once per process (its two sources side by side: 10-15 s on two cores) and
-registered with XLA under twelve target names (:data:`TARGETS`, :data:`CHAIN_TARGETS`).
-Without a compiler the plan cannot be had: :func:`unavailable` says why, and asking for
-it is refused (exit 2) before any work.
+The library is built on first use in a process (``_native_build``: by the system's C++
+compiler, ``-march=native``; kept between processes in JAX's compilation cache when that
+is on) and registered with XLA under twelve target names (:data:`TARGETS`,
+:data:`CHAIN_TARGETS`). Without a compiler the plan cannot be had: :func:`unavailable`
+says why; asking for it is refused (exit 2) before any work, and ``auto`` does not
+choose it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
-import platform
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -38,11 +31,10 @@ import jax
 import numpy as np
 
 from ..spec import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu
+from . import _native_build
 from ._spatial import out_size, pads
 from ._state import State
 
-SOURCES = tuple(Path(__file__).with_name("native") / f for f in ("layer.cc", "chain.cc"))
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-fPIC", "-w")
 # (dtype, pooled) -> the XLA target: the tail with the global pool, or the layer alone
 TARGETS = {(np.dtype(t), pooled): f"kernelcli_{'tail' if pooled else 'layer'}_{name}"
            for t, name in ((np.float32, "f32"), (np.float64, "f64")) for pooled in (True, False)}
@@ -54,65 +46,28 @@ CHAIN_TARGETS = {
         f"kernelcli_{'self' if self else 'chain'}{'' if pooled else '_pool'}_{name}"
     for t, name in ((np.float32, "f32"), (np.float64, "f64"))
     for self in (False, True) for pooled in (True, False)}
-_BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
-
-
-def _compiler() -> Optional[str]:
-    for name in ("g++", "c++"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
 
 
 @functools.lru_cache(maxsize=1)
 def _load() -> Optional[str]:
-    """Build, load and register the library once per process: ``None``, or why not."""
-    if platform.system() != "Linux":
-        return f"the native plan is built for Linux only (this is {platform.system()})"
-    cxx = _compiler()
-    if cxx is None:
-        return "no C++ compiler (g++ or c++) on PATH to build it"
-    folder = tempfile.mkdtemp(prefix="kernelcli-native-")
-    try:
-        out = Path(folder) / "libkernelcli_native.so"
-        objects = [Path(folder) / f"{src.stem}.o" for src in SOURCES]
-        # the sources compiled side by side (each one core), then linked
-        failed = _build([[cxx, *FLAGS, "-I", jax.ffi.include_dir(), "-c", str(src), "-o",
-                          str(obj)] for src, obj in zip(SOURCES, objects)], cxx)
-        failed = failed or _build([[cxx, "-shared", *map(str, objects), "-o", str(out)]], cxx)
-        if failed:
-            return failed
-        lib = ctypes.CDLL(str(out))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    """Build (or find kept), load and register the library once per process: ``None``,
+    or why not."""
+    lib, why = _native_build.load((*TARGETS.values(), *CHAIN_TARGETS.values()),
+                                  _kept_folder())
+    if lib is None:
+        return why
     for name in (*TARGETS.values(), *CHAIN_TARGETS.values()):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)),
                                     platform="cpu")
     return None
 
 
-def _build(commands, cxx: str) -> Optional[str]:
-    """Run the compiler ``commands`` at once: ``None``, or why the build failed."""
-    procs = []
-    try:
-        for cmd in commands:
-            procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                          text=True))
-        for proc in procs:
-            err = proc.communicate(timeout=_BUILD_SECONDS)[1]
-            if proc.returncode != 0:
-                last = (err.strip().splitlines() or ["no message"])[-1]
-                return f"its build with {cxx} failed: {last}"
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"its build with {cxx} failed: {exc}"
-    finally:
-        for proc in procs:  # none left running (after a failure or an interrupt)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return None
+def _kept_folder() -> Optional[Path]:
+    """JAX's persistent compilation cache folder, when it is on."""
+    if not jax.config.jax_enable_compilation_cache:
+        return None
+    folder = jax.config.jax_compilation_cache_dir
+    return Path(folder) if folder else None
 
 
 def unavailable() -> Optional[str]:

@@ -12,32 +12,61 @@ Two execution plans compute the same kernels (``compute.engine``,
   boundary per layer and no host round trips (runs of repeated layers are a
   ``fori_loop`` of static trip count; their variances a dynamic slice): a GPU
   then runs a few large kernels per layer instead of thousands of tiny ones.
-* ``native`` (asked for, never ``auto``'s choice yet): the ``cpu`` plan, with each
-  convolution + ABReLU-family nonlinearity of the pair pass on a full covariance (and
-  a global average pool right after one) as a C++ custom call built on first use
-  (``_native``): the angle once for both kinds, every intermediate in cache, the pool
-  summed as each row is produced. CPUs only; it needs a C++ compiler.
+* ``native``: the ``cpu`` plan, with each convolution + ABReLU-family nonlinearity of
+  a full covariance (and a global average pool right after one, and chains of 3 x 3
+  blocks ending in a pool) as a C++ custom call built on first use (``_native``): the
+  angle once for both kinds, every intermediate in cache, the pool summed as each row
+  is produced. CPUs only; it needs a C++ compiler.
+
+``auto`` picks ``native`` on CPUs where it has something to do (:func:`native_helps`)
+and it can be built here; else ``cpu`` on CPUs, ``accelerator`` anywhere else. A run
+records the plan it resolved to and keeps it (resume, extend, shards, Ray's workers),
+since the two CPU plans' last bits differ.
 """
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
+import numpy as np
+
 from ..errors import ConfigError
-from ..spec import ENGINES
+from ..spec import ENGINES, Conv
+from . import _native
+from ._compose import any_full
 
 # the plans themselves: every engine a config may name but the one that picks for it
 PLANS = tuple(e for e in ENGINES if e != "auto")
 
 
-def resolve_engine(name: str, platform: str) -> str:
+def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
+                   input_shape: Optional[Sequence[int]] = None) -> str:
     """The plan ``compute.engine: name`` means on devices of JAX platform ``platform``
-    (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ...): ``"auto"`` is
-    ``"accelerator"`` anywhere but on CPUs; the others are kept (``"native"`` on CPUs
-    only: a configuration error elsewhere)."""
-    if name == "native" and str(platform).lower() != "cpu":
+    (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ...) for a network of
+    ``layers`` on inputs of ``input_shape``: ``"auto"`` is ``"accelerator"`` anywhere
+    but on CPUs, and there ``"native"`` where :func:`native_helps` and the native
+    library builds (or is kept), else ``"cpu"``; the others are kept (``"native"`` on
+    CPUs only: a configuration error elsewhere)."""
+    cpu = str(platform).lower() == "cpu"
+    if name == "native" and not cpu:
         raise ConfigError(f"compute.engine: 'native' runs on CPUs only; the devices here "
                           f"are {platform}: use auto, cpu or accelerator")
     if name == "auto":
-        return "cpu" if str(platform).lower() == "cpu" else "accelerator"
+        if not cpu:
+            return "accelerator"
+        helps = layers is not None and native_helps(layers, input_shape)
+        return "native" if helps and _native.unavailable() is None else "cpu"
     if name not in PLANS:
         raise ValueError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")
     return name
+
+
+def native_helps(layers: Sequence, input_shape: Sequence[int]) -> bool:
+    """Whether the native plan has a custom call for a network of ``layers`` on inputs
+    of ``input_shape`` (images, ``(H, W, C)``): a stride-1 SAME or VALID convolution
+    followed by an ABReLU-family nonlinearity, in a network that keeps full
+    covariances. (Only where this holds does building the library pay.)"""
+    return (len(input_shape) == 3 and any_full(layers)
+            and any(isinstance(c, Conv) and _native.abrelu_params(a) is not None
+                    and set(np.atleast_1d(c.strides)) == {1} and c.padding in ("SAME", "VALID")
+                    for c, a in zip(layers, layers[1:])))

@@ -44,7 +44,9 @@ def build_for_engine(spec: tuple, engine: str, platform: str):
     an existing run recorded) resolved for ``platform``."""
     from ..kernels import build_kernel_fn, resolve_engine
 
-    return build_kernel_fn(*spec[:5], engine=resolve_engine(engine, platform), chunk=spec[5])
+    arch, shape = spec[:2]
+    return build_kernel_fn(*spec[:5], engine=resolve_engine(engine, platform, arch.layers, shape),
+                           chunk=spec[5])
 
 
 def _block_pairs(block):

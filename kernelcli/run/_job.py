@@ -190,6 +190,19 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
                         backend, stop, check_values)
 
 
+def _native_here(run_dir) -> None:
+    """A run that computes with the native plan continues only where that plan can run
+    (its tiles' last bits are the plan's; another plan's would not be the uninterrupted
+    run's)."""
+    from ..kernels import native_unavailable
+
+    why = native_unavailable()
+    if why is not None:
+        raise RunDirError(f"{run_dir}: the run computes with the native plan (plan.engine "
+                          f"in its manifest.json), which cannot run here: {why}; continue it "
+                          f"where a C++ compiler is on PATH")
+
+
 def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension,
              backend, stop, check_values) -> Job:
     check(stop)
@@ -201,6 +214,8 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         stored = stored_plan or {}
         # an existing run keeps the plan it started with (one without the key: "cpu")
         engine = stored.get("engine", "cpu") if stored_plan is not None else cfg.compute.engine
+        if stored_plan is not None and engine == "native":
+            _native_here(cfg.output.run_dir)
         spec = kernel_spec(cfg, inputs.x1.example_shape, stored.get("chunk"))
         if backend is None:
             backend = open_backend(cfg.compute, stop)

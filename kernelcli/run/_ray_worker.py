@@ -29,8 +29,9 @@ class KernelWorker:
     """One actor per GPU (``num_gpus=1``), or per CPU slot on a CPU-only cluster.
 
     ``spec``: ``(architecture, input_shape, kinds, dtype, augment)``; ``engine``:
-    ``compute.engine`` as configured ("auto" resolves on this worker's platform), or
-    the plan an existing run recorded; ``memory``: ``compute.memory`` (``None``: from
+    for the first actor ``compute.engine`` as configured ("auto" resolves on its node),
+    or the plan an existing run recorded; for the others the plan the first resolved
+    to; ``memory``: ``compute.memory`` (``None``: from
     this worker's free memory, shared by ``share`` actors of its node).
     """
 

@@ -1,0 +1,190 @@
+"""Building the native plan's library (``native/``), and keeping it between processes.
+
+The sources are compiled by the system's C++ compiler (``g++`` or ``c++`` on ``PATH``)
+against the XLA FFI headers jaxlib ships, with ``-march=native``: side by side, then
+linked (10-15 s on two cores). Nothing compiled for one machine may run on another, so
+a kept library is named by a key over everything its code depends on: the sources, the
+flags, the compiler (its path and ``--version``), jaxlib's headers and version, and the
+CPU (model and feature flags, for ``-march=native``).
+
+Where it is kept: in ``kernelcli-native/`` inside JAX's persistent compilation cache,
+when that cache is on (the CLI switches it on: ``KERNELCLI_CACHE_DIR``), since a
+compiled XLA program there is trusted in the same way; otherwise nowhere (each process
+builds in a private temporary folder, removed once the library is loaded). A kept
+library is loaded only from a folder and a file this user owns that no one else may
+write, and only if it is a regular file. One is written under a temporary name and
+renamed, so processes building at once each leave a whole library, and a library that
+fails to load (damaged) is built again and replaced. No other file is touched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+import jax
+
+SOURCES = tuple(Path(__file__).with_name("native") / f for f in ("layer.cc", "chain.cc"))
+HEADERS = tuple(Path(__file__).with_name("native") / f for f in ("map.h",))
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-fPIC", "-w")
+KEPT = "kernelcli-native"  # the folder inside JAX's compilation cache
+_BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
+_NAME = "libkernelcli_native.so"
+
+
+def compiler() -> Optional[str]:
+    for name in ("g++", "c++"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def load(symbols: Sequence[str], folder: Optional[Path]):
+    """``(library, None)`` with every name in ``symbols``, or ``(None, why not)``; kept
+    in (and loaded from) ``folder`` when it is given and safe to use."""
+    if platform.system() != "Linux":
+        return None, f"the native plan is built for Linux only (this is {platform.system()})"
+    cxx = compiler()
+    if cxx is None:
+        return None, "no C++ compiler (g++ or c++) on PATH to build it"
+    kept = _kept_path(folder, cxx)
+    if kept is not None and _trusted(kept, stat.S_ISREG):
+        lib = _open(kept, symbols)
+        if lib is not None:
+            return lib, None
+    where = None
+    if kept is not None:  # built beside its kept name: one filesystem, an atomic rename
+        try:
+            where = tempfile.mkdtemp(prefix=".build-", dir=kept.parent)
+        except OSError:
+            kept = None
+    where = where or tempfile.mkdtemp(prefix="kernelcli-native-")
+    try:
+        out = Path(where) / _NAME
+        failed = _build(cxx, Path(where), out)
+        if failed:
+            return None, failed
+        lib = _open(out, symbols)
+        if lib is None:
+            return None, f"its build with {cxx} gave a library that does not load"
+        if kept is not None:
+            try:
+                os.replace(out, kept)
+            except OSError:
+                pass  # loaded all the same; the next process builds again
+        return lib, None
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _kept_path(folder: Optional[Path], cxx: str) -> Optional[Path]:
+    """``folder/kernelcli-native/<key>.so``, the folder made (this user's only) if need
+    be; ``None`` when there is no folder or it cannot be used safely."""
+    if folder is None:
+        return None
+    home = Path(folder) / KEPT
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if not _trusted(home, stat.S_ISDIR):
+        return None
+    key = _key(cxx)
+    return None if key is None else home / f"{key}.so"
+
+
+def _trusted(path: Path, kind) -> bool:
+    """``path`` is a ``kind`` (file or folder, not a link) that this user owns and no one
+    else may write: safe to load code from."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return kind(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _key(cxx: str) -> Optional[str]:
+    """What the library's code depends on, hashed; ``None`` if the compiler cannot say
+    its version."""
+    try:
+        version = subprocess.run([cxx, "--version"], stdin=subprocess.DEVNULL,
+                                 capture_output=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    h = hashlib.sha256()
+    for part in (cxx.encode(), version, " ".join(FLAGS).encode(), _cpu(),
+                 jax.ffi.include_dir().encode(), jax.lib.__version__.encode(),
+                 platform.machine().encode()):
+        h.update(len(part).to_bytes(8, "little") + part)
+    for src in (*SOURCES, *HEADERS):
+        data = src.read_bytes()
+        h.update(src.name.encode() + len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()[:32]
+
+
+def _cpu() -> bytes:
+    """The CPU's model and feature flags (what ``-march=native`` compiles for)."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return platform.processor().encode()
+    wanted = (b"model name", b"flags", b"vendor_id", b"cpu family", b"model\t")
+    seen: dict = {}
+    for line in lines:
+        for w in wanted:
+            if line.startswith(w) and w not in seen:
+                seen[w] = line
+    return b"\n".join(seen.get(w, b"") for w in wanted)
+
+
+def _open(path: Path, symbols: Sequence[str]):
+    """The library at ``path`` with every symbol, or ``None`` (it does not load)."""
+    try:
+        lib = ctypes.CDLL(str(path))
+        for name in symbols:
+            getattr(lib, name)
+    except (OSError, AttributeError):
+        return None
+    return lib
+
+
+def _build(cxx: str, folder: Path, out: Path) -> Optional[str]:
+    """Compile the sources side by side (a core each), then link them into ``out``:
+    ``None``, or why the build failed."""
+    objects = [folder / f"{src.stem}.o" for src in SOURCES]
+    failed = _run([[cxx, *FLAGS, "-I", jax.ffi.include_dir(), "-c", str(src), "-o",
+                    str(obj)] for src, obj in zip(SOURCES, objects)], cxx)
+    return failed or _run([[cxx, "-shared", *map(str, objects), "-o", str(out)]], cxx)
+
+
+def _run(commands, cxx: str) -> Optional[str]:
+    """Run the compiler ``commands`` at once: ``None``, or why one failed."""
+    procs = []
+    try:
+        for cmd in commands:
+            procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                          text=True))
+        for proc in procs:
+            err = proc.communicate(timeout=_BUILD_SECONDS)[1]
+            if proc.returncode != 0:
+                last = (err.strip().splitlines() or ["no message"])[-1]
+                return f"its build with {cxx} failed: {last}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"its build with {cxx} failed: {exc}"
+    finally:
+        for proc in procs:  # none left running (after a failure or an interrupt)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return None

@@ -1,0 +1,61 @@
+"""The native library kept between processes (``kernelcli.kernels._native_build``): named
+by what its code depends on, loaded only from this user's own files, written whole,
+and built again where the kept one is damaged."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from kernelcli.kernels import _native, _native_build
+
+SYMBOLS = (*_native.TARGETS.values(), *_native.CHAIN_TARGETS.values())
+needs_compiler = pytest.mark.skipif(_native_build.compiler() is None,
+                                    reason="no C++ compiler here")
+
+
+def test_only_this_users_own_unshared_regular_files_are_trusted(tmp_path):
+    lib = tmp_path / "a.so"
+    lib.write_bytes(b"\x7fELF")
+    lib.chmod(0o644)
+    assert _native_build._trusted(lib, stat.S_ISREG)
+    lib.chmod(0o664)  # group may write
+    assert not _native_build._trusted(lib, stat.S_ISREG)
+    lib.chmod(0o646)  # anyone may write
+    assert not _native_build._trusted(lib, stat.S_ISREG)
+    lib.chmod(0o644)
+    (tmp_path / "link.so").symlink_to(lib)
+    assert not _native_build._trusted(tmp_path / "link.so", stat.S_ISREG)
+    os.mkfifo(tmp_path / "fifo.so")  # never opened: nothing to hang on
+    assert not _native_build._trusted(tmp_path / "fifo.so", stat.S_ISREG)
+    assert not _native_build._trusted(tmp_path / "missing.so", stat.S_ISREG)
+    assert not _native_build._trusted(tmp_path, stat.S_ISREG)
+
+
+@needs_compiler
+def test_the_kept_folder_is_made_private_and_a_shared_one_is_not_used(tmp_path):
+    cxx = _native_build.compiler()
+    kept = _native_build._kept_path(tmp_path, cxx)
+    assert kept.parent == tmp_path / "kernelcli-native"
+    assert stat.S_IMODE(kept.parent.stat().st_mode) & 0o077 == 0
+    assert kept.name == f"{_native_build._key(cxx)}.so" and len(kept.stem) == 32
+    kept.parent.chmod(0o777)
+    assert _native_build._kept_path(tmp_path, cxx) is None
+    assert _native_build._kept_path(None, cxx) is None
+
+
+@needs_compiler
+def test_a_damaged_kept_library_is_built_again_and_then_loaded_as_kept(tmp_path):
+    kept = _native_build._kept_path(tmp_path, _native_build.compiler())
+    kept.write_bytes(b"not a library")  # e.g. a disk that filled while it was copied
+    kept.chmod(0o600)
+    lib, why = _native_build.load(SYMBOLS, tmp_path)
+    assert why is None and lib is not None
+    assert kept.read_bytes()[:4] == b"\x7fELF"  # replaced, whole
+    assert sorted(p.name for p in kept.parent.iterdir()) == [kept.name]  # no build left
+    again = kept.stat()
+    lib, why = _native_build.load(SYMBOLS, tmp_path)
+    assert why is None
+    assert (kept.stat().st_ino, kept.stat().st_mtime_ns) == (again.st_ino, again.st_mtime_ns)
