@@ -41,10 +41,11 @@ def main(argv=None):
                         "the covariances that must be alive")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--out", default=None, help=".npy path for the (2, N, N) kernels")
-    p.add_argument("--engine", default=os.environ.get("KC_BENCH_ENGINE", "cpu"),
-                   choices=("cpu", "native", "accelerator"),
-                   help="the execution plan (default: KC_BENCH_ENGINE, else cpu), so "
-                        "engine_ab.py's --variant 'native:KC_BENCH_ENGINE=native' times it")
+    p.add_argument("--engine", default=os.environ.get("KC_BENCH_ENGINE", "auto"),
+                   choices=("auto", "cpu", "native", "accelerator"),
+                   help="the execution plan (default: KC_BENCH_ENGINE, else auto: the plan "
+                        "compute takes here), so engine_ab.py's --variant "
+                        "'cpu:KC_BENCH_ENGINE=cpu' times another beside it")
     p.add_argument("--library", action="store_true",
                    help="leave jax's one CPU device, as a library user's process does "
                         "(default: one host device per core, as `kernelcli compute`)")
@@ -57,12 +58,14 @@ def main(argv=None):
         configure_host_devices()  # one XLA host device per core, as `kernelcli compute`
     import jax
     from jax import monitoring
-    from kernelcli.kernels import build_kernel_fn
+    from kernelcli.kernels import build_kernel_fn, resolve_engine
     from kernelcli.run import kernel_matrix
     from kernelcli.spec import check_architecture, load_config
 
     cfg = load_config(CONFIGS / f"{a.case}.yaml")
     check_architecture(cfg.architecture, INPUT_SHAPE)
+    a.engine = resolve_engine(a.engine, jax.devices()[0].platform, cfg.architecture.layers,
+                              INPUT_SHAPE)
     kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,
                           dtype=a.dtype, engine=a.engine)
     if a.mode == "memory":
