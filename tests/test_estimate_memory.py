@@ -20,16 +20,14 @@ defaults (baseline-dominated).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers_cli import FLATTEN_NET, GAP2_NET, KERNELCLI, cli_env, images, write_config
+from helpers_cli import (FLATTEN_NET, GAP2_NET, KERNELCLI, cli_env, fresh_cache, images,
+                         write_config)
 
 MiB = 1 << 20
 
@@ -79,21 +77,8 @@ CASES = {
 }
 
 
-def own_cache(folder: Path) -> dict:
-    """The environment of a run with a compilation cache of its own (so it compiles
-    afresh) that holds the native library already (a compiler's memory is not the
-    run's: the library is built once per machine)."""
-    from kernelcli.kernels import native_unavailable
-
-    assert native_unavailable() is None  # built (or found) in the session's cache
-    shutil.copytree(Path(os.environ["KERNELCLI_CACHE_DIR"]) / "kernelcli-native",
-                    folder / "kernelcli-native")
-    return {"KERNELCLI_CACHE_DIR": str(folder)}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.slow
 def test_estimated_process_peak_is_within_25_percent_of_the_measured_peak(tmp_path, case):
     c = CASES[case]
     np.save(tmp_path / "x.npy", images(c["n"], c["hw"], c["hw"], 3, seed=5))
@@ -101,7 +86,7 @@ def test_estimated_process_peak_is_within_25_percent_of_the_measured_peak(tmp_pa
     cfg = write_config(tmp_path, case, layers=c["layers"], run_dir="run",
                        compute={"engine": engine})
     chunk = {} if c["chunk"] is None else {"KERNELCLI_CHUNK_BYTES": c["chunk"]}
-    caches = ((own_cache(tmp_path / "a"), own_cache(tmp_path / "b")) if engine == "native"
+    caches = ((fresh_cache(tmp_path / "a"), fresh_cache(tmp_path / "b")) if engine == "native"
               else (NO_CACHE, NO_CACHE))
     plan = estimate_json(cfg, cli_env(**caches[0], **chunk))
     estimate = plan["process_peak_bytes_estimate"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 import pytest
 
@@ -59,3 +60,17 @@ def test_a_damaged_kept_library_is_built_again_and_then_loaded_as_kept(tmp_path)
     lib, why = _native_build.load(SYMBOLS, tmp_path)
     assert why is None
     assert (kept.stat().st_ino, kept.stat().st_mtime_ns) == (again.st_ino, again.st_mtime_ns)
+
+
+def test_build_folders_killed_processes_left_are_swept_once_older_than_any_build(tmp_path):
+    old, fresh = tmp_path / ".build-old", tmp_path / ".build-now"
+    for folder in (old, fresh):
+        folder.mkdir()
+        (folder / "chain.o").write_bytes(b"half")
+    (tmp_path / ".build-file").write_bytes(b"not a folder")
+    (tmp_path / "other").mkdir()
+    past = time.time() - 2 * _native_build._STALE_SECONDS
+    os.utime(old, (past, past))
+    os.utime(tmp_path / "other", (past, past))
+    _native_build._sweep(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".build-file", ".build-now", "other"]

@@ -14,7 +14,8 @@ builds in a private temporary folder, removed once the library is loaded). A kep
 library is loaded only from a folder and a file this user owns that no one else may
 write, and only if it is a regular file. One is written under a temporary name and
 renamed, so processes building at once each leave a whole library, and a library that
-fails to load (damaged) is built again and replaced. No other file is touched.
+fails to load (damaged) is built again and replaced; a build folder that a killed process
+left is removed once it is older than any build. No other file is touched.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -37,6 +39,7 @@ HEADERS = tuple(Path(__file__).with_name("native") / f for f in ("map.h",))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-fPIC", "-w")
 KEPT = "kernelcli-native"  # the folder inside JAX's compilation cache
 _BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
+_STALE_SECONDS = 2 * _BUILD_SECONDS  # a build folder this old has no process left
 _NAME = "libkernelcli_native.so"
 
 
@@ -63,6 +66,7 @@ def load(symbols: Sequence[str], folder: Optional[Path]):
             return lib, None
     where = None
     if kept is not None:  # built beside its kept name: one filesystem, an atomic rename
+        _sweep(kept.parent)
         try:
             where = tempfile.mkdtemp(prefix=".build-", dir=kept.parent)
         except OSError:
@@ -100,6 +104,19 @@ def _kept_path(folder: Optional[Path], cxx: str) -> Optional[Path]:
         return None
     key = _key(cxx)
     return None if key is None else home / f"{key}.so"
+
+
+def _sweep(home: Path, age: float = _STALE_SECONDS) -> None:
+    """Remove the build folders (``.build-*``) older than ``age`` seconds that processes
+    killed while building left in ``home`` (this user's own folder: only kernelcli
+    writes there)."""
+    now = time.time()
+    for folder in home.glob(".build-*"):
+        try:
+            if stat.S_ISDIR(os.lstat(folder).st_mode) and now - os.lstat(folder).st_mtime > age:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _trusted(path: Path, kind) -> bool:
