@@ -12,6 +12,7 @@ the value and what is accepted -- never silently ignored, never a traceback.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Mapping, Optional
 
 from .errors import ConfigError
@@ -24,10 +25,10 @@ PACK_TILES = "KERNELCLI_PACK_TILES"
 
 #: name -> the module that uses it (as docs/environment.md's "read by" column says).
 VARIABLES = {
-    CACHE_DIR: "kernelcli/cli/_setup.py",
-    "JAX_COMPILATION_CACHE_DIR": "kernelcli/cli/_setup.py",
+    CACHE_DIR: "kernelcli/_env.py",
+    "JAX_COMPILATION_CACHE_DIR": "kernelcli/_env.py",
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "kernelcli/cli/_setup.py",
-    "XDG_CACHE_HOME": "kernelcli/cli/_setup.py",
+    "XDG_CACHE_HOME": "kernelcli/_env.py",
     "XLA_FLAGS": "kernelcli/run/_devices.py",
     CHUNK_BYTES: "kernelcli/kernels/_engine.py",
     FUSION_EMITTERS: "kernelcli/kernels/_xla.py",
@@ -103,3 +104,22 @@ def pack_tiles(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
         raise ConfigError(f"{PACK_TILES}: {value!r} is not a tile count; expected an integer "
                           f">= 0 (0: no packs), or unset it for the default")
     return n
+
+
+CACHE_OFF = ("off", "0", "none", "false", "no", "")
+
+
+def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+    """kernelcli's cache folder (the CLI's JAX compilation cache, and the native plan's
+    library in it), or ``None`` when switched off: ``KERNELCLI_CACHE_DIR`` (``off``,
+    ``0``, ``none``, ``false``, ``no`` or empty: off), else ``JAX_COMPILATION_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/kernelcli/jax`` (default ``~/.cache/kernelcli/jax``)."""
+    value = get(CACHE_DIR, environ)
+    if value is not None:
+        if value.strip().lower() in CACHE_OFF:
+            return None
+        return Path(value).expanduser()
+    if get("JAX_COMPILATION_CACHE_DIR", environ):
+        return Path(get("JAX_COMPILATION_CACHE_DIR", environ)).expanduser()
+    base = get("XDG_CACHE_HOME", environ) or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "kernelcli" / "jax"

@@ -107,47 +107,28 @@ class _ProcessState:
 #
 # Compiled programs kept on disk, so ``resume``, the processes of a job array
 # (``--shard``) and repeated runs of the same configuration load them instead of
-# compiling again (seconds per program). Where the folder is:
-#
-# - ``KERNELCLI_CACHE_DIR=PATH``: that folder;
-# - ``KERNELCLI_CACHE_DIR=off`` (also ``0``, ``none``, ``false``, empty): no cache;
-# - unset: ``JAX_COMPILATION_CACHE_DIR`` if the user set it, else
-#   ``$XDG_CACHE_HOME/kernelcli/jax`` (default ``~/.cache/kernelcli/jax``).
+# compiling again (seconds per program). The folder is ``_env.cache_dir()``'s:
+# ``KERNELCLI_CACHE_DIR`` (or off), else ``JAX_COMPILATION_CACHE_DIR``, else
+# ``$XDG_CACHE_HOME/kernelcli/jax``.
 #
 # The settings go into the environment when jax is not imported yet (the CLI imports
 # it later), so Ray workers started by this process inherit them too; when jax is
 # already imported (the CLI called in-process, e.g. from a test) they go to jax.config.
 
-CACHE_ENV = _env.CACHE_DIR
 JAX_DIR = "JAX_COMPILATION_CACHE_DIR"
 MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
-OFF = ("off", "0", "none", "false", "no", "")
 
 # Every program counts: kernelcli's small per-input programs compile in 0.2-1 s, under
 # jax's default threshold of 1 s, and they are on the path to the first tile.
 MIN_COMPILE_SECS = "0"
 
 
-def cache_dir(environ=None) -> Optional[Path]:
-    """The folder the CLI's compilation cache uses, or None when it is switched off
-    (see the comment above for the order of the variables)."""
-    value = _env.get(CACHE_ENV, environ)
-    if value is not None:
-        if value.strip().lower() in OFF:
-            return None
-        return Path(value).expanduser()
-    if _env.get(JAX_DIR, environ):
-        return Path(_env.get(JAX_DIR, environ)).expanduser()
-    base = _env.get("XDG_CACHE_HOME", environ) or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "kernelcli" / "jax"
-
-
 def enable_compile_cache() -> Optional[Path]:
     """Switch JAX's persistent compilation cache on for this process (and the processes
-    it starts) in :func:`cache_dir`, or off when ``KERNELCLI_CACHE_DIR=off``. Returns
+    it starts) in :func:`kernelcli._env.cache_dir`, or off when ``KERNELCLI_CACHE_DIR=off``. Returns
     the folder (None: off). A folder that cannot be created leaves the cache off: the
     cache only saves time, a run never fails for it."""
-    path = cache_dir()
+    path = _env.cache_dir()
     if path is not None:
         try:
             path.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,8 @@ layers is written at all. They apply only where their formulas are kernelcli's
 exactly (:func:`applies`, :func:`layer_applies`, :func:`chain_length`); every other
 layer runs the CPU plan's own code.
 
-The library is built on first use in a process (``_native_build``: by the system's C++
-compiler, ``-march=native``; kept between processes in JAX's compilation cache when that
-is on) and registered with XLA under twelve target names (:data:`TARGETS`,
+The library is built on first use (``_native_build``: by the system's C++ compiler,
+``-march=native``) and kept in kernelcli's cache folder for later processes and registered with XLA under twelve target names (:data:`TARGETS`,
 :data:`CHAIN_TARGETS`). Without a compiler the plan cannot be had: :func:`unavailable`
 says why; asking for it is refused (exit 2) before any work, and ``auto`` does not
 choose it.
@@ -30,6 +29,7 @@ from typing import Optional
 import jax
 import numpy as np
 
+from .. import _env
 from ..spec import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu
 from . import _native_build
 from ._spatial import out_size, pads
@@ -63,11 +63,10 @@ def _load() -> Optional[str]:
 
 
 def _kept_folder() -> Optional[Path]:
-    """JAX's persistent compilation cache folder, when it is on."""
-    if not jax.config.jax_enable_compilation_cache:
-        return None
-    folder = jax.config.jax_compilation_cache_dir
-    return Path(folder) if folder else None
+    """kernelcli's cache folder (``KERNELCLI_CACHE_DIR``; the CLI's compilation cache),
+    unless it is switched off: the CLI's runs, a library's calls and Ray's workers on
+    one machine share one library."""
+    return _env.cache_dir()
 
 
 def unavailable() -> Optional[str]:

@@ -7,10 +7,10 @@ a kept library is named by a key over everything its code depends on: the source
 flags, the compiler (its path and ``--version``), jaxlib's headers and version, and the
 CPU (model and feature flags, for ``-march=native``).
 
-Where it is kept: in ``kernelcli-native/`` inside JAX's persistent compilation cache,
-when that cache is on (the CLI switches it on: ``KERNELCLI_CACHE_DIR``), since a
-compiled XLA program there is trusted in the same way; otherwise nowhere (each process
-builds in a private temporary folder, removed once the library is loaded). A kept
+Where it is kept: in ``kernelcli-native/`` inside kernelcli's cache folder (the CLI's
+compilation cache, ``KERNELCLI_CACHE_DIR``; default ``~/.cache/kernelcli/jax``), whose
+compiled XLA programs are trusted in the same way; with the cache switched off, nowhere
+(each process builds in a private temporary folder, removed once the library is loaded). A kept
 library is loaded only from a folder and a file this user owns that no one else may
 write, and only if it is a regular file. One is written under a temporary name and
 renamed, so processes building at once each leave a whole library, and a library that

@@ -1,6 +1,6 @@
 """The kernels' execution plans, and which one ``compute.engine`` means.
 
-Two execution plans compute the same kernels (``compute.engine``,
+Three execution plans compute the same kernels (``compute.engine``,
 :func:`resolve_engine`; they agree to rounding, not bit for bit):
 
 * ``cpu``: a call's pairs in cache-sized chunks (a ``lax.map``), full covariances
