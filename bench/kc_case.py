@@ -64,8 +64,11 @@ def main(argv=None):
 
     cfg = load_config(CONFIGS / f"{a.case}.yaml")
     check_architecture(cfg.architecture, INPUT_SHAPE)
-    a.engine = resolve_engine(a.engine, jax.devices()[0].platform, cfg.architecture.layers,
-                              INPUT_SHAPE)
+    platform = jax.devices()[0].platform
+    try:
+        a.engine = resolve_engine(a.engine, platform, cfg.architecture.layers, INPUT_SHAPE)
+    except TypeError:  # a checkout from before auto weighed the network (roofline.py --old)
+        a.engine = resolve_engine(a.engine, platform)
     kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,
                           dtype=a.dtype, engine=a.engine)
     if a.mode == "memory":
