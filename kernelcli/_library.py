@@ -124,7 +124,8 @@ class KernelFunction:
         flips = parse_augment(list(augment) if isinstance(augment, tuple) else augment,
                               "augment")
         kfn = self._kernel(a1.shape[1:], tuple(k for k in _KINDS if k in kinds), dtype, flips,
-                           _resolved(engine, devices, self.architecture.layers, a1.shape[1:]))
+                           _resolved(engine, devices, self.architecture.layers, a1.shape[1:],
+                                     stop))
         out = kernel_matrix(kfn, a1, a2, memory=budget, devices=devices, stop=stop)
 
         def pick(suffix=""):
@@ -148,7 +149,7 @@ class KernelFunction:
         return self._built[key]
 
 
-def _resolved(engine: str, devices, layers, input_shape) -> str:
+def _resolved(engine: str, devices, layers, input_shape, stop=None) -> str:
     """``engine`` resolved for the platform of the devices the call computes on and
     the network (``layers`` on inputs of ``input_shape``)."""
     import jax
@@ -156,7 +157,7 @@ def _resolved(engine: str, devices, layers, input_shape) -> str:
     from .kernels import resolve_engine
 
     platform = (list(devices)[0] if devices else jax.local_devices()[0]).platform
-    return resolve_engine(engine, platform, layers, input_shape)
+    return resolve_engine(engine, platform, layers, input_shape, stop)
 
 
 def kernel_fn(architecture) -> KernelFunction:

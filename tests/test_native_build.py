@@ -5,11 +5,15 @@ and built again where the kept one is damaged."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from helpers_cli import cli_env, finish, start_cli, wait_until, write_config
 from kernelcli.kernels import _native, _native_build
 
 SYMBOLS = (*_native.TARGETS.values(), *_native.CHAIN_TARGETS.values())
@@ -74,3 +78,42 @@ def test_build_folders_killed_processes_left_are_swept_once_older_than_any_build
     os.utime(tmp_path / "other", (past, past))
     _native_build._sweep(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".build-file", ".build-now", "other"]
+
+
+def compilers_of(folder: Path) -> list:
+    """Compiler processes still running on files of ``folder`` (by their command lines)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(str(folder).encode() in a for a in args) and b"--version" not in args:
+            found.append(args)
+    return found
+
+
+@needs_compiler
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_first_build_stops_it_at_once(tmp_path, signum):
+    """The library's build (10-50 s) is the first thing a run of auto's native plan does
+    on a new machine: a signal then ends it within a poll, the compilers killed and
+    their folder removed, and the command exits 128 + the signal's number."""
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((8, 6, 6, 3)))
+    cfg = write_config(tmp_path, "b", layers=[
+        {"conv": {"filter": [3, 3], "padding": "SAME"}}, "relu", "global_avg_pool",
+        {"dense": {}}])
+    cache = tmp_path / "cache"
+    proc = start_cli("compute", cfg, cwd=tmp_path, log_dir=tmp_path / "logs",
+                     env=cli_env(KERNELCLI_CACHE_DIR=str(cache)))
+    home = cache / "kernelcli-native"
+    assert wait_until(lambda: list(home.glob(".build-*/cc1.log")), proc, timeout=120)
+    assert compilers_of(home)
+    t = time.monotonic()
+    proc.send_signal(signum)
+    rc, _, err = finish(proc, timeout=60)
+    assert rc == 128 + signum, err
+    assert time.monotonic() - t < 5, err  # a build takes 10 s or more
+    assert compilers_of(home) == []
+    assert list(home.iterdir()) == []  # nothing kept, no build folder left

@@ -22,6 +22,7 @@ choose it.
 from __future__ import annotations
 
 import functools
+import threading
 import math
 from pathlib import Path
 from typing import Optional
@@ -30,6 +31,7 @@ import jax
 import numpy as np
 
 from .. import _env
+from .._stop import Stop
 from ..spec import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu
 from . import _native_build
 from ._spatial import out_size, pads
@@ -48,18 +50,24 @@ CHAIN_TARGETS = {
     for self in (False, True) for pooled in (True, False)}
 
 
-@functools.lru_cache(maxsize=1)
-def _load() -> Optional[str]:
+_LOAD = threading.Lock()
+_LOADED: list = []  # the outcome once known: like XLA's registry it fills, one per process
+
+
+def _load(stop: Optional[Stop] = None) -> Optional[str]:
     """Build (or find kept), load and register the library once per process: ``None``,
-    or why not."""
-    lib, why = _native_build.load((*TARGETS.values(), *CHAIN_TARGETS.values()),
-                                  _kept_folder())
-    if lib is None:
-        return why
-    for name in (*TARGETS.values(), *CHAIN_TARGETS.values()):
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)),
-                                    platform="cpu")
-    return None
+    or why not. A ``stop`` requested during a build raises ``Interrupted`` and leaves
+    the outcome unknown (a later call builds again)."""
+    with _LOAD:
+        if not _LOADED:
+            lib, why = _native_build.load((*TARGETS.values(), *CHAIN_TARGETS.values()),
+                                          _kept_folder(), stop)
+            if lib is not None:
+                for name in (*TARGETS.values(), *CHAIN_TARGETS.values()):
+                    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)),
+                                                platform="cpu")
+            _LOADED.append(why)
+        return _LOADED[0]
 
 
 def _kept_folder() -> Optional[Path]:
@@ -69,10 +77,10 @@ def _kept_folder() -> Optional[Path]:
     return _env.cache_dir()
 
 
-def unavailable() -> Optional[str]:
-    """Why the native plan cannot run in this process (building it on first use), or
-    ``None`` when it can."""
-    return _load()
+def unavailable(stop: Optional[Stop] = None) -> Optional[str]:
+    """Why the native plan cannot run in this process (building it on first use, which
+    a requested ``stop`` ends with ``Interrupted``), or ``None`` when it can."""
+    return _load(stop)
 
 
 def abrelu_params(layer) -> Optional[tuple]:

@@ -25,6 +25,7 @@ import hashlib
 import os
 import platform
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -34,12 +35,15 @@ from typing import Optional, Sequence
 
 import jax
 
+from .._stop import Stop, check
+
 SOURCES = tuple(Path(__file__).with_name("native") / f for f in ("layer.cc", "chain.cc"))
 HEADERS = tuple(Path(__file__).with_name("native") / f for f in ("map.h",))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-fPIC", "-w")
 KEPT = "kernelcli-native"  # the folder inside JAX's compilation cache
 _BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
 _STALE_SECONDS = 2 * _BUILD_SECONDS  # a build folder this old has no process left
+_POLL_SECONDS = 0.05  # how often a running build checks its stop
 _NAME = "libkernelcli_native.so"
 
 
@@ -51,9 +55,11 @@ def compiler() -> Optional[str]:
     return None
 
 
-def load(symbols: Sequence[str], folder: Optional[Path]):
+def load(symbols: Sequence[str], folder: Optional[Path], stop: Optional[Stop] = None):
     """``(library, None)`` with every name in ``symbols``, or ``(None, why not)``; kept
-    in (and loaded from) ``folder`` when it is given and safe to use."""
+    in (and loaded from) ``folder`` when it is given and safe to use. A ``stop``
+    requested while the compiler runs ends the build (the compiler killed, its folder
+    removed) with :class:`~kernelcli.errors.Interrupted`."""
     if platform.system() != "Linux":
         return None, f"the native plan is built for Linux only (this is {platform.system()})"
     cxx = compiler()
@@ -74,7 +80,7 @@ def load(symbols: Sequence[str], folder: Optional[Path]):
     where = where or tempfile.mkdtemp(prefix="kernelcli-native-")
     try:
         out = Path(where) / _NAME
-        failed = _build(cxx, Path(where), out)
+        failed = _build(cxx, Path(where), out, stop)
         if failed:
             return None, failed
         lib = _open(out, symbols)
@@ -175,33 +181,48 @@ def _open(path: Path, symbols: Sequence[str]):
     return lib
 
 
-def _build(cxx: str, folder: Path, out: Path) -> Optional[str]:
+def _build(cxx: str, folder: Path, out: Path, stop: Optional[Stop]) -> Optional[str]:
     """Compile the sources side by side (a core each), then link them into ``out``:
     ``None``, or why the build failed."""
     objects = [folder / f"{src.stem}.o" for src in SOURCES]
     failed = _run([[cxx, *FLAGS, "-I", jax.ffi.include_dir(), "-c", str(src), "-o",
-                    str(obj)] for src, obj in zip(SOURCES, objects)], cxx)
-    return failed or _run([[cxx, "-shared", *map(str, objects), "-o", str(out)]], cxx)
+                    str(obj)] for src, obj in zip(SOURCES, objects)], cxx, folder, stop)
+    return failed or _run([[cxx, "-shared", *map(str, objects), "-o", str(out)]], cxx,
+                          folder, stop)
 
 
-def _run(commands, cxx: str) -> Optional[str]:
-    """Run the compiler ``commands`` at once: ``None``, or why one failed."""
-    procs = []
+def _run(commands, cxx: str, folder: Path, stop: Optional[Stop]) -> Optional[str]:
+    """Run the compiler ``commands`` at once (their messages to files in ``folder``, so
+    a long one cannot fill a pipe), checking ``stop`` while they run: ``None``, or why
+    one failed."""
+    procs, logs = [], [folder / f"cc{i}.log" for i in range(len(commands))]
+    deadline = time.monotonic() + _BUILD_SECONDS
     try:
-        for cmd in commands:
-            procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                          text=True))
+        for cmd, log in zip(commands, logs):
+            with open(log, "wb") as err:
+                # a group of its own: the driver's own children (cc1plus, as) end with it
+                procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                              stdout=subprocess.DEVNULL, stderr=err,
+                                              start_new_session=True))
         for proc in procs:
-            err = proc.communicate(timeout=_BUILD_SECONDS)[1]
+            while proc.poll() is None:
+                check(stop)
+                if time.monotonic() > deadline:
+                    return f"its build with {cxx} failed: no result in {_BUILD_SECONDS} s"
+                time.sleep(_POLL_SECONDS)
+        for proc, log in zip(procs, logs):
             if proc.returncode != 0:
-                last = (err.strip().splitlines() or ["no message"])[-1]
+                text = log.read_bytes()[-4096:].decode("utf-8", "replace")
+                last = (text.strip().splitlines() or ["no message"])[-1]
                 return f"its build with {cxx} failed: {last}"
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
         return f"its build with {cxx} failed: {exc}"
     finally:
-        for proc in procs:  # none left running (after a failure or an interrupt)
+        for proc in procs:  # none left running (after a failure, a stop or an interrupt)
             if proc.poll() is None:
-                proc.kill()
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    proc.kill()
                 proc.wait()
     return None

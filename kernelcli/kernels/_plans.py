@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .._stop import Stop
 from ..errors import ConfigError
 from ..spec import ENGINES, Conv
 from . import _native
@@ -40,13 +41,15 @@ PLANS = tuple(e for e in ENGINES if e != "auto")
 
 
 def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
-                   input_shape: Optional[Sequence[int]] = None) -> str:
+                   input_shape: Optional[Sequence[int]] = None,
+                   stop: Optional[Stop] = None) -> str:
     """The plan ``compute.engine: name`` means on devices of JAX platform ``platform``
     (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ...) for a network of
     ``layers`` on inputs of ``input_shape``: ``"auto"`` is ``"accelerator"`` anywhere
     but on CPUs, and there ``"native"`` where :func:`native_helps` and the native
     library builds (or is kept), else ``"cpu"``; the others are kept (``"native"`` on
-    CPUs only: a configuration error elsewhere)."""
+    CPUs only: a configuration error elsewhere). Where the native library is to be
+    built, this builds it, and a requested ``stop`` ends that with ``Interrupted``."""
     cpu = str(platform).lower() == "cpu"
     if name == "native" and not cpu:
         raise ConfigError(f"compute.engine: 'native' runs on CPUs only; the devices here "
@@ -55,9 +58,11 @@ def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
         if not cpu:
             return "accelerator"
         helps = layers is not None and native_helps(layers, input_shape)
-        return "native" if helps and _native.unavailable() is None else "cpu"
+        return "native" if helps and _native.unavailable(stop) is None else "cpu"
     if name not in PLANS:
         raise ValueError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")
+    if name == "native":
+        _native.unavailable(stop)  # built here, where a stop is honoured
     return name
 
 

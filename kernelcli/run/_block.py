@@ -39,14 +39,15 @@ def kernel_spec(cfg, input_shape, chunk=None) -> tuple:
             tuple(cfg.kernel.augment), chunk)
 
 
-def build_for_engine(spec: tuple, engine: str, platform: str):
+def build_for_engine(spec: tuple, engine: str, platform: str, stop=None):
     """The kernel function of ``spec`` with ``engine`` (``compute.engine``, or the plan
-    an existing run recorded) resolved for ``platform``."""
+    an existing run recorded) resolved for ``platform``; ``stop`` is honoured while the
+    native plan's library is built."""
     from ..kernels import build_kernel_fn, resolve_engine
 
     arch, shape = spec[:2]
-    return build_kernel_fn(*spec[:5], engine=resolve_engine(engine, platform, arch.layers, shape),
-                           chunk=spec[5])
+    engine = resolve_engine(engine, platform, arch.layers, shape, stop)
+    return build_kernel_fn(*spec[:5], engine=engine, chunk=spec[5])
 
 
 def _block_pairs(block):

@@ -70,7 +70,7 @@ class LocalBackend:
 
     def plan_inputs(self, spec: tuple, engine: str) -> Planning:
         """The kernel function of ``spec`` for these devices, its costs and the budget."""
-        kfn = build_for_engine(spec, engine, self.platform)
+        kfn = build_for_engine(spec, engine, self.platform, self.stop)
         check(self.stop)
         budget, source, memory = memory_budget(self.memory, self.devices)
         return Planning(kfn, local_costs(kfn, self.stop), budget, source, memory,
