@@ -16,7 +16,7 @@ import pytest
 from helpers_cli import cli_env, finish, start_cli, wait_until, write_config
 from kernelcli.kernels import _native, _native_build
 
-SYMBOLS = (*_native.TARGETS.values(), *_native.CHAIN_TARGETS.values())
+SYMBOLS = _native.SYMBOLS
 needs_compiler = pytest.mark.skipif(_native_build.compiler() is None,
                                     reason="no C++ compiler here")
 

@@ -13,8 +13,8 @@ exactly (:func:`applies`, :func:`layer_applies`, :func:`chain_length`); every ot
 layer runs the CPU plan's own code.
 
 The library is built on first use (``_native_build``: by the system's C++ compiler,
-``-march=native``) and kept in kernelcli's cache folder for later processes and registered with XLA under twelve target names (:data:`TARGETS`,
-:data:`CHAIN_TARGETS`). Without a compiler the plan cannot be had: :func:`unavailable`
+``-march=native``), kept in kernelcli's cache folder for later processes, and
+registered with XLA under twelve target names (:data:`TARGETS`, :data:`CHAIN_TARGETS`). Without a compiler the plan cannot be had: :func:`unavailable`
 says why; asking for it is refused (exit 2) before any work, and ``auto`` does not
 choose it.
 """
@@ -48,6 +48,7 @@ CHAIN_TARGETS = {
         f"kernelcli_{'self' if self else 'chain'}{'' if pooled else '_pool'}_{name}"
     for t, name in ((np.float32, "f32"), (np.float64, "f64"))
     for self in (False, True) for pooled in (True, False)}
+SYMBOLS = (*TARGETS.values(), *CHAIN_TARGETS.values())  # what the library exports
 
 
 _LOAD = threading.Lock()
@@ -60,10 +61,9 @@ def _load(stop: Optional[Stop] = None) -> Optional[str]:
     the outcome unknown (a later call builds again)."""
     with _LOAD:
         if not _LOADED:
-            lib, why = _native_build.load((*TARGETS.values(), *CHAIN_TARGETS.values()),
-                                          _kept_folder(), stop)
+            lib, why = _native_build.load(SYMBOLS, _kept_folder(), stop)
             if lib is not None:
-                for name in (*TARGETS.values(), *CHAIN_TARGETS.values()):
+                for name in SYMBOLS:
                     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)),
                                                 platform="cpu")
             _LOADED.append(why)
@@ -93,13 +93,18 @@ def abrelu_params(layer) -> Optional[tuple]:
     return None
 
 
-def layer_applies(conv, act, state: State) -> bool:
-    """Whether ``conv, act`` on ``state`` is what the custom call computes: a stride-1
-    SAME or VALID convolution of a full image covariance, then an ABReLU-family
+def is_block(conv, act) -> bool:
+    """Whether ``conv, act`` is a layer pair the custom call computes on a full
+    covariance: a stride-1 SAME or VALID convolution, then an ABReLU-family
     nonlinearity."""
-    return (isinstance(conv, Conv) and abrelu_params(act) is not None and state.full
-            and len(state.spatial_shape) == 2 and tuple(conv.strides) == (1, 1)
-            and conv.padding in ("SAME", "VALID")
+    return (isinstance(conv, Conv) and abrelu_params(act) is not None
+            and set(np.atleast_1d(conv.strides)) == {1} and conv.padding in ("SAME", "VALID"))
+
+
+def layer_applies(conv, act, state: State) -> bool:
+    """Whether ``conv, act`` on ``state`` is what the custom call computes: the pair of
+    :func:`is_block` on a full image covariance."""
+    return (is_block(conv, act) and state.full and len(state.spatial_shape) == 2
             and not (isinstance(state.ntk, float) and state.ntk != 0.0)
             and (np.dtype(state.nngp.dtype), True) in TARGETS)
 

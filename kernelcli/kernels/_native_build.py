@@ -119,10 +119,11 @@ def _sweep(home: Path, age: float = _STALE_SECONDS) -> None:
     now = time.time()
     for folder in home.glob(".build-*"):
         try:
-            if stat.S_ISDIR(os.lstat(folder).st_mode) and now - os.lstat(folder).st_mtime > age:
-                shutil.rmtree(folder, ignore_errors=True)
+            st = os.lstat(folder)
         except OSError:
             continue
+        if stat.S_ISDIR(st.st_mode) and now - st.st_mtime > age:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _trusted(path: Path, kind) -> bool:

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import numpy as np
 
 from .._stop import Stop
 from ..errors import ConfigError
-from ..spec import ENGINES, Conv
+from ..spec import ENGINES
 from . import _native
 from ._compose import any_full
 
@@ -72,6 +71,4 @@ def native_helps(layers: Sequence, input_shape: Sequence[int]) -> bool:
     followed by an ABReLU-family nonlinearity, in a network that keeps full
     covariances. (Only where this holds does building the library pay.)"""
     return (len(input_shape) == 3 and any_full(layers)
-            and any(isinstance(c, Conv) and _native.abrelu_params(a) is not None
-                    and set(np.atleast_1d(c.strides)) == {1} and c.padding in ("SAME", "VALID")
-                    for c, a in zip(layers, layers[1:])))
+            and any(_native.is_block(c, a) for c, a in zip(layers, layers[1:])))
