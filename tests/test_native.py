@@ -1,6 +1,7 @@
 """The native plan (``compute.engine: native``): the CPU plan with the pair pass's
 convolution + ABReLU-family nonlinearity on full covariances (and the global average
-pool after them) as one C++ custom call.
+pool after them), and runs of 3 x 3 SAME blocks on spatial diagonals, as C++ custom
+calls.
 It gives the CPU plan's kernels to rounding (1e-12 in float64, 1e-5 in float32, as the
 two plans of ``test_engine_plans`` agree), the CPU plan's bits where the tail does not
 apply, and it is refused (exit 2) where it cannot be built or run."""
@@ -26,6 +27,9 @@ AGREE = {"float64": 1e-12, "float32": 1e-5}
 
 pytestmark = pytest.mark.skipif(_native.unavailable() is not None,
                                 reason=f"the native plan: {_native.unavailable()}")
+
+
+CONV3 = {"conv": {"filter": [3, 3]}}
 
 
 def _net(conv=None, act="relu", param="ntk", depth=1):
@@ -64,6 +68,21 @@ NETS = {
                                {"leaky_relu": {"alpha": 0.2}}, {"avg_pool": {"window": [2, 2]}},
                                {"conv": {"filter": [3, 3], "W_std": 1.3}}, "relu",
                                {"avg_pool": {"window": [2, 2]}}, "flatten", "dense"]},
+    # diagonal chains: 3 x 3 SAME blocks on spatial diagonals (no pooling after them),
+    # with their own parameters per layer; after a 2 x 2 pool; after a block the chain
+    # does not take (a 5 x 5 filter), whose output NTK it reads
+    "flatten": {"layers": [{"conv": {"filter": [3, 3], "W_std": 1.7, "b_std": 0.1}}, "relu",
+                           {"conv": {"filter": [3, 3], "W_std": 1.1, "b_std": None}},
+                           {"leaky_relu": {"alpha": 0.3}}, "flatten",
+                           {"dense": {"W_std": 1.2, "b_std": 0.3}}]},
+    "flatten_standard": {"layers": [CONV3, "abs", CONV3, "relu", "flatten", "dense"],
+                         "parameterization": "standard"},
+    "pool_then_diagonal": {"layers": [CONV3, "relu", {"avg_pool": {"window": [2, 2]}},
+                                      CONV3, "relu", {"conv": {"filter": [3, 3],
+                                                               "W_std": 2.0}}, "abs",
+                                      "flatten", "dense"]},
+    "after_5x5": {"layers": [{"conv": {"filter": [5, 5], "width": 3}}, "relu", CONV3, "relu",
+                             "flatten", "dense"]},
     # native layers (their full output covariances) before another pool
     "layers_then_avg_pool": {"layers": [{"conv": {"filter": [3, 3], "padding": "VALID"}},
                                         "relu", {"conv": {"filter": [3, 3]}},
@@ -95,25 +114,32 @@ def test_the_native_plan_gives_the_cpu_plans_kernels(name, dtype):
                 np.testing.assert_array_equal(k, k.T)
 
 
-CHAINS = {"depth_3": [3], "mixed_chain": [3], "after_1x1": [2], "myrtle_like": [2, 1]}
+# the blocks each custom call runs: chains before a pool, diagonal chains ("diag")
+CHAINS = {"depth_3": [3], "mixed_chain": [3], "after_1x1": [2], "myrtle_like": [2, 1],
+          "flatten": [("diag", 2)], "pool_then_diagonal": [1, ("diag", 2)],
+          "after_5x5": [("diag", 1)]}
 
 
 @pytest.mark.parametrize("name", sorted(CHAINS))
 def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name, monkeypatch):
-    """Chains of 3 x 3 SAME blocks before the global pool or a 2 x 2 pool are one custom
-    call in the pair pass and one in the per-input pass (which makes the variances the pair pass
-    reads), whose first layer makes its input from 3-channel images or reads the
-    covariance (here 2 channels), and gives the CPU plan's kernels."""
+    """Chains of 3 x 3 SAME blocks before the global pool or a 2 x 2 pool, and runs of
+    them on spatial diagonals, are one custom call in the pair pass and one in the
+    per-input pass (which makes the variances the pair pass reads); a chain's first
+    layer makes its input from 3-channel images or reads the covariance (here 2
+    channels); and they give the CPU plan's kernels."""
     calls = []
 
-    def spying(real, label):
+    def spying(real, label, kind=""):
         def spy(state, layers, *args, **kwargs):
-            calls.append((label, len(layers) // 2))
+            m = len(layers) // 2
+            calls.append((label, (kind, m) if kind else m))
             return real(state, layers, *args, **kwargs)
         return spy
 
     monkeypatch.setattr(_native, "chain", spying(_native.chain, "pairs"))
     monkeypatch.setattr(_native, "self_chain", spying(_native.self_chain, "inputs"))
+    monkeypatch.setattr(_native, "diag", spying(_native.diag, "pairs", "diag"))
+    monkeypatch.setattr(_native, "self_diag", spying(_native.self_diag, "inputs", "diag"))
     for channels in (3, 2):
         x = np.random.default_rng(6).standard_normal((5, 6, 7, channels))
         x2 = np.random.default_rng(7).standard_normal((3, 6, 7, channels))
@@ -132,7 +158,8 @@ def test_the_nngp_alone_is_the_same_as_with_the_ntk():
     np.testing.assert_array_equal(alone, both[0])
 
 
-@pytest.mark.parametrize("name", ["cnn1_gap", "cnn3_gap", "residual", "standard_param"])
+@pytest.mark.parametrize("name", ["cnn1_gap", "cnn3_gap", "residual", "standard_param",
+                                  "cnn1_flatten", "cnn3_flatten"])
 def test_the_native_plan_on_the_fixtures(name, reference_kernels):
     c = load_case(name)
     arch = c.config.architecture
@@ -146,15 +173,34 @@ def test_the_native_plan_on_the_fixtures(name, reference_kernels):
             assert np.min(np.linalg.eigvalsh(out[k])) > -1e-10 * np.max(np.abs(out[k]))
 
 
-def test_without_the_tail_the_native_plan_is_the_cpu_plan_bit_for_bit(reference_kernels):
-    c = load_case("cnn1_flatten")
+def test_without_a_custom_call_the_native_plan_is_the_cpu_plan_bit_for_bit():
+    c = load_case("erf_net")  # 3 x 3 SAME blocks, but erf is not ABReLU's family
     arch = c.config.architecture
     check_architecture(arch, c.x1.shape[1:])
     native = build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", engine="native")
     out = kernel_matrix(native, c.x1, c.x2)
-    ref = reference_kernels("cnn1_flatten", "float64")
+    cpu = kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", engine="cpu"),
+                        c.x1, c.x2)
     for k in KINDS:
-        np.testing.assert_array_equal(out[k], ref[k])
+        np.testing.assert_array_equal(out[k], cpu[k])
+
+
+def test_revision_1_takes_no_diagonal_chain_and_gives_its_runs_bits():
+    """A native run started before the diagonal chain (revision 1) resumes with that
+    revision's bits: its flatten network's blocks are the CPU plan's, bit for bit."""
+    c = load_case("cnn3_flatten")
+    arch = c.config.architecture
+    check_architecture(arch, c.x1.shape[1:])
+
+    def kernels(**plan):
+        return kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", **plan),
+                             c.x1, c.x2)
+
+    cpu, old = kernels(engine="cpu"), kernels(engine="native", native_revision=1)
+    new = kernels(engine="native")
+    for k in KINDS:
+        np.testing.assert_array_equal(old[k], cpu[k])
+        assert not np.array_equal(new[k], cpu[k])
 
 
 def test_native_is_resolved_on_cpus_only():

@@ -198,21 +198,22 @@ def _native_tail_at(layers: Sequence, k: int, state: State) -> bool:
 
 def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
             out: bool = False, seen=None, batched: bool = False,
-            native: bool = False, inputs=None) -> State:
+            native: int = 0, inputs=None) -> State:
     """Apply ``layers`` in order, keeping the full covariance only where
     ``full_needed(layers, out)`` says (``out``: whether the output must be full;
     a branch's input is cut at once when the branch needs only its diagonal).
     ``seen(state)``, when given, is called with the state after every layer
     (branches included): how the engine measures its largest covariance.
     ``batched``: the accelerator plan's layers (``_batched``): each one pass over the
-    whole batch, no row or slab loops. ``native``: the native plan's pair pass, whose
-    tail (convolution, ABReLU-family nonlinearity, global average pool: ``_native``) is
-    one custom call; the per-input pass and every other layer run as the CPU plan's.
+    whole batch, no row or slab loops. ``native``: the native plan's revision
+    (``_native.REVISION``; 0: another plan), whose custom calls (``_native``) take the
+    blocks, tails and chains they compute; every other layer runs as the CPU plan's.
     ``inputs``: the pair's two inputs, whose covariance ``state`` is, for a native first
     layer that makes it itself (``_native.reads_images``)."""
     need = full_needed(layers, out)
-    chains = native and isinstance(variances, (PairVariances, SelfVariances))
-    native = native and isinstance(variances, PairVariances)
+    chains = bool(native) and isinstance(variances, (PairVariances, SelfVariances))
+    diagonals = chains and native >= 2  # revision 2's diagonal chains
+    native = bool(native) and isinstance(variances, PairVariances)
     state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
     k = 0
@@ -221,15 +222,18 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
         images = inputs if chains and k == 0 and _native.reads_images(layer, inputs) else None
         chain = _native.chain_length(layers, k, state) if chains else 0
-        if chain:  # the blocks and the pool after them: one custom call
-            blocks = layers[k:k + 2 * chain + 1]
+        diag = 0 if chain or not diagonals else _native.diag_length(layers, k, state)
+        if chain or diag:  # the blocks (and the pool after a chain's): one custom call
+            blocks = layers[k:k + 2 * chain + 1] if chain else layers[k:k + 2 * diag]
             if native:
-                state = _native.chain(state, blocks, [variances(state) for _ in range(chain)],
-                                      standard, images)
+                got = [variances(state) for _ in range(chain or diag)]
+                state = (_native.chain(state, blocks, got, standard, images) if chain
+                         else _native.diag(state, blocks, got, standard))
             else:  # the per-input pass: the chain records the variances it makes
-                state, made = _native.self_chain(state, blocks, standard, images)
+                state, made = (_native.self_chain(state, blocks, standard, images) if chain
+                               else _native.self_diag(state, blocks, standard))
                 variances.recorded.extend(made)
-            k += 2 * chain + 1
+            k += len(blocks)
             state = _layout(state, need[k])
             if seen is not None:
                 seen(state)

@@ -79,12 +79,15 @@ class KernelFn:
       chunk: pairs per chunk of the CPU plan (``None``: from ``KERNELCLI_CHUNK_BYTES`` or
         the default); XLA compiles each chunk size's program differently, so its
         kernels differ in the last bits: a run records it and a resume passes it back.
+      native_revision: the native plan's revision (``None``: today's,
+        ``_native.REVISION``); an earlier one's custom calls take fewer layers, so its
+        bits are an earlier run's: a run records it and a resume passes it back.
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
                  kinds: Sequence[str] = KINDS, dtype: str = "float32",
                  augment: Sequence[str] = (), engine: str = "cpu",
-                 chunk: Optional[int] = None):
+                 chunk: Optional[int] = None, native_revision: Optional[int] = None):
         if engine not in PLANS:
             raise ValueError(f"engine {engine!r}: expected one of {', '.join(PLANS)} "
                              f"(resolve 'auto' with resolve_engine first)")
@@ -115,11 +118,14 @@ class KernelFn:
             if why is not None:
                 raise ConfigError(f"compute.engine: 'native' cannot run here: {why}; "
                                   f"use auto, cpu or accelerator")
+        # the native plan's revision (None: another plan)
+        self.native_revision = (int(native_revision or _native.REVISION)
+                                if engine == "native" else None)
         self._want_ntk = "ntk" in self.base_kinds
         self._net = LayerPass(arch, self.input_shape, self.base_kinds, self.group,
                               self.n_spatial, standard=arch.parameterization == "standard",
                               exact=self.dtype == np.float64, batched=self._batched,
-                              native=engine == "native")
+                              native=self.native_revision or 0)
         self.full_cov = spatial and any_full(evaluated)  # any layer's, branches included
         self.n_variances = count_variance_layers(evaluated)
         self.n_layers = sum(1 for _ in walk(evaluated))  # branches' layers included
@@ -388,10 +394,11 @@ class KernelFn:
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
                     kinds: Sequence[str] = KINDS,
                     dtype: str = "float32", augment: Sequence[str] = (),
-                    engine: str = "cpu", chunk: Optional[int] = None) -> KernelFn:
+                    engine: str = "cpu", chunk: Optional[int] = None,
+                    native_revision: Optional[int] = None) -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
     ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
     execution plan (``"cpu"``, ``"native"`` or ``"accelerator"``, see :func:`resolve_engine`);
-    ``chunk``: see :class:`KernelFn`."""
-    return KernelFn(arch, input_shape, kinds, dtype, augment, engine, chunk)
+    ``chunk``, ``native_revision``: see :class:`KernelFn`."""
+    return KernelFn(arch, input_shape, kinds, dtype, augment, engine, chunk, native_revision)
 

@@ -1,22 +1,24 @@
 """The native plan's custom calls, C++ loops built on first use (``native/``):
 convolution and ABReLU-family nonlinearity, with or without the global average pool
-after them (``layer.cc``); and chains of 3 x 3 SAME blocks ending in the global
-average pool, on pairs or on each input with itself (``chain.cc``).
+after them (``layer.cc``); chains of 3 x 3 SAME blocks ending in the global average
+pool, on pairs or on each input with itself (``chain.cc``); and runs of 3 x 3 SAME
+blocks on spatial diagonals, the state of networks without pooling (``diag.cc``).
 
 Why: on the CPU plan XLA evaluates the nonlinearity's angle once per output kind, does
 not vectorise a pool summed inside the nonlinearity's loop, and streams every
 ``(H W)^2`` intermediate through memory (BENCHMARKS.md, issue 26). The C++ loops window
 each output row pair, map it and add it to the pool while it is in cache; a chain
 runs its layers one covariance diagonal at a time, so no covariance between its
-layers is written at all. They apply only where their formulas are kernelcli's
-exactly (:func:`applies`, :func:`layer_applies`, :func:`chain_length`); every other
-layer runs the CPU plan's own code.
+layers is written at all; a diagonal chain runs all its layers on a pair's ``H x W``
+diagonal in L1. They apply only where their formulas are kernelcli's exactly
+(:func:`applies`, :func:`layer_applies`, :func:`chain_length`, :func:`diag_length`);
+every other layer runs the CPU plan's own code.
 
 The library is built on first use (``_native_build``: by the system's C++ compiler,
 ``-march=native``), kept in kernelcli's cache folder for later processes, and
-registered with XLA under twelve target names (:data:`TARGETS`, :data:`CHAIN_TARGETS`). Without a compiler the plan cannot be had: :func:`unavailable`
-says why; asking for it is refused (exit 2) before any work, and ``auto`` does not
-choose it.
+registered with XLA under the target names of :data:`SYMBOLS`. Without a compiler the
+plan cannot be had: :func:`unavailable` says why; asking for it is refused (exit 2)
+before any work, and ``auto`` does not choose it.
 """
 
 from __future__ import annotations
@@ -48,8 +50,20 @@ CHAIN_TARGETS = {
         f"kernelcli_{'self' if self else 'chain'}{'' if pooled else '_pool'}_{name}"
     for t, name in ((np.float32, "f32"), (np.float64, "f64"))
     for self in (False, True) for pooled in (True, False)}
-SYMBOLS = (*TARGETS.values(), *CHAIN_TARGETS.values())  # what the library exports
+# (dtype, self) -> the XLA target of the diagonal chain (3 x 3 SAME layers on a spatial
+# diagonal) on pairs, or on each input with itself
+DIAG_TARGETS = {(np.dtype(t), self): f"kernelcli_diag{'_self' if self else ''}_{name}"
+                for t, name in ((np.float32, "f32"), (np.float64, "f64"))
+                for self in (False, True)}
+# what the library exports
+SYMBOLS = (*TARGETS.values(), *CHAIN_TARGETS.values(), *DIAG_TARGETS.values())
 
+
+# The native plan's revision, which a run records (``plan.native``) and a resume keeps:
+# each revision took more layers into custom calls, so its last bits differ. 1: blocks,
+# tails and chains on full covariances (runs without the key); 2: also the diagonal
+# chain (``diag``).
+REVISION = 2
 
 _LOAD = threading.Lock()
 _LOADED: list = []  # the outcome once known: like XLA's registry it fills, one per process
@@ -150,6 +164,29 @@ def chain_length(layers, k: int, state: State) -> int:
         else 0
 
 
+def diag_length(layers, k: int, state: State) -> int:
+    """How many (convolution, nonlinearity) blocks from ``layers[k]`` the diagonal
+    chain's custom call runs: 3 x 3 stride-1 SAME convolutions, each followed by an
+    ABReLU-family nonlinearity, on a spatial diagonal ``(P, H, W)`` (a network without
+    pooling, or after its last pool); 0 where none starts at ``k``."""
+    if not (state.spatial and not state.full and len(state.spatial_shape) == 2
+            and not (isinstance(state.ntk, float) and state.ntk != 0.0)
+            and (np.dtype(state.nngp.dtype), False) in DIAG_TARGETS):
+        return 0
+    m = 0
+    while k + 2 * m + 1 < len(layers) and _chain_block(layers[k + 2 * m], layers[k + 2 * m + 1]):
+        m += 1
+    return m
+
+
+def helps(layers, full: bool) -> bool:
+    """Whether ``layers`` hold a layer pair some custom call here computes: a block of
+    :func:`is_block` in a network that keeps full covariances (``full``), or a 3 x 3
+    SAME block, which the diagonal chain computes on a network's diagonals."""
+    return any((full and is_block(c, a)) or _chain_block(c, a)
+               for c, a in zip(layers, layers[1:]))
+
+
 def reads_images(conv, images) -> bool:
     """Whether the first layer's call can make the input's covariance itself from the
     two images ``images`` (a 3 x 3 convolution of 3-channel images): 9 multiply-adds an
@@ -231,12 +268,61 @@ def self_chain(state: State, layers, standard: bool, images=None):
     return state, [v[i] for i in range(v.shape[0])]
 
 
+def diag(state: State, layers, variances, standard: bool) -> State:
+    """The ``m`` blocks ``layers`` (``2 m`` layers, where :func:`diag_length` is at least
+    ``m``) on a spatial diagonal by the diagonal chain's custom call; ``variances``: the
+    ``m`` nonlinearities' ``(v1, v2)``, each ``(P, H, W)``."""
+    v1 = jax.numpy.stack([a for a, _ in variances])
+    v2 = jax.numpy.stack([b for _, b in variances])
+    if v1.shape[1:] != state.nngp.shape or v2.shape != v1.shape:
+        raise ValueError(f"native diagonal: variances {v1.shape}, {v2.shape} for "
+                         f"{state.nngp.shape}")
+    return _diag_call(state, layers, standard, (v1, v2))[0]
+
+
+def self_diag(state: State, layers, standard: bool):
+    """:func:`diag` for each input with itself (the per-input pass): ``(state,
+    variances)``, the ``m`` nonlinearities' per-input variances ``(P, H, W)`` made on
+    the way, as the per-input pass records them."""
+    state, v = _diag_call(state, layers, standard, None)
+    return state, [v[i] for i in range(v.shape[0])]
+
+
+def _diag_call(state: State, layers, standard: bool, variances):
+    convs, acts = layers[0::2], layers[1::2]
+    x = state.nngp
+    widths = [state.channels] + [c.width for c in convs[:-1]]
+    mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
+    out = [jax.ShapeDtypeStruct(x.shape, x.dtype),
+           jax.ShapeDtypeStruct(x.shape if mode else (0, 0, 0), x.dtype)]
+    if variances is None:
+        out.append(jax.ShapeDtypeStruct((len(convs), *x.shape), x.dtype))
+    call = jax.ffi.ffi_call(DIAG_TARGETS[np.dtype(x.dtype), variances is None], tuple(out),
+                            vmap_method="sequential")
+    got = call(x, state.ntk if mode == 2 else x, *(variances or ()),
+               **_block_attrs(convs, acts, widths, mode, standard))
+    state = state.replace(nngp=got[0], ntk=None if mode == 0 else got[1],
+                          channels=convs[-1].width)
+    return state, (got[2] if variances is None else None)
+
+
+def _block_attrs(convs, acts, widths, mode: int, standard: bool) -> dict:
+    """The attributes of a chain's blocks, one entry per layer (both chains)."""
+    f64 = functools.partial(np.asarray, dtype=np.float64)
+    params = [abrelu_params(a) for a in acts]
+    return dict(ntk_mode=np.int64(mode), standard=np.int64(bool(standard)),
+                has_bias=np.asarray([c.b_std is not None for c in convs], dtype=np.int64),
+                w_var=f64([c.W_std ** 2 for c in convs]),
+                b_var=f64([0.0 if c.b_std is None else c.b_std ** 2 for c in convs]),
+                fan_in=f64([9 * c for c in widths]), a=f64([a for a, _ in params]),
+                b=f64([b for _, b in params]))
+
+
 def _chain_call(state: State, layers, standard: bool, images, variances):
     convs, acts, pooled = layers[0:-1:2], layers[1:-1:2], _chain_end(layers[-1])
     x = state.nngp
     p, h, w = x.shape[0], x.shape[1], x.shape[3]
     widths = [state.channels] + [c.width for c in convs[:-1]]
-    params = [abrelu_params(a) for a in acts]
     mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
     shape = (p,) if pooled else (p, h // 2, h // 2, w // 2, w // 2)
     out = [jax.ShapeDtypeStruct(shape, x.dtype),
@@ -248,16 +334,9 @@ def _chain_call(state: State, layers, standard: bool, images, variances):
     args = (x, state.ntk if mode == 2 else x)
     if images is not None:  # the covariance left to XLA's dead-code pass
         args = tuple(i.astype(x.dtype)[..., None] for i in images)
-    f64 = functools.partial(np.asarray, dtype=np.float64)
-    got = call(
-        *args, *(variances or ()), lo=np.int64(pads(h, 3, 1, "SAME")[0]),
-        ntk_mode=np.int64(mode), standard=np.int64(bool(standard)),
-        from_images=np.int64(images is not None),
-        has_bias=np.asarray([c.b_std is not None for c in convs], dtype=np.int64),
-        w_var=f64([c.W_std ** 2 for c in convs]),
-        b_var=f64([0.0 if c.b_std is None else c.b_std ** 2 for c in convs]),
-        fan_in=f64([9 * c for c in widths]), a=f64([a for a, _ in params]),
-        b=f64([b for _, b in params]))
+    got = call(*args, *(variances or ()), lo=np.int64(pads(h, 3, 1, "SAME")[0]),
+               from_images=np.int64(images is not None),
+               **_block_attrs(convs, acts, widths, mode, standard))
     state = state.replace(nngp=got[0], ntk=None if mode == 0 else got[1],
                           spatial=not pooled, full=not pooled, channels=convs[-1].width)
     return state, (got[2] if variances is None else None)

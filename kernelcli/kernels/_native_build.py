@@ -37,7 +37,7 @@ import jax
 
 from .._stop import Stop, check
 
-SOURCES = tuple(Path(__file__).with_name("native") / f for f in ("layer.cc", "chain.cc"))
+SOURCES = tuple(Path(__file__).with_name("native") / f for f in ("layer.cc", "chain.cc", "diag.cc"))
 HEADERS = tuple(Path(__file__).with_name("native") / f for f in ("map.h",))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-fPIC", "-w")
 KEPT = "kernelcli-native"  # the folder inside JAX's compilation cache

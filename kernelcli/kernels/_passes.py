@@ -56,12 +56,13 @@ class LayerPass:
     group, identity first; ``n_spatial``: the input's spatial axes; ``standard``:
     standard parameterization; ``exact``: float64's exact maps; ``batched``: the
     accelerator plan's layers (``_batched``), no row or slab loops; ``native``: the
-    native plan's custom call for its tail in the pair pass (``_native``).
+    native plan's revision, whose custom calls (``_native``) take their layers (0:
+    another plan).
     """
 
     def __init__(self, arch, input_shape: Sequence[int], base_kinds: Tuple[str, ...],
                  group, n_spatial: int, standard: bool, exact: bool, batched: bool,
-                 native: bool = False):
+                 native: int = 0):
         self.arch = arch
         self.base_kinds = base_kinds
         self.group = group

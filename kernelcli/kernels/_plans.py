@@ -13,10 +13,11 @@ Three execution plans compute the same kernels (``compute.engine``,
   ``fori_loop`` of static trip count; their variances a dynamic slice): a GPU
   then runs a few large kernels per layer instead of thousands of tiny ones.
 * ``native``: the ``cpu`` plan, with each convolution + ABReLU-family nonlinearity of
-  a full covariance (and a global average pool right after one, and chains of 3 x 3
-  blocks ending in a pool) as a C++ custom call built on first use (``_native``): the
-  angle once for both kinds, every intermediate in cache, the pool summed as each row
-  is produced. CPUs only; it needs a C++ compiler.
+  a full covariance (and a global average pool right after one, chains of 3 x 3
+  blocks ending in a pool, and runs of 3 x 3 blocks on spatial diagonals) as a C++
+  custom call built on first use (``_native``): the angle once for both kinds, every
+  intermediate in cache, the pool summed as each row is produced. CPUs only; it needs
+  a C++ compiler.
 
 ``auto`` picks ``native`` on CPUs where it has something to do (:func:`native_helps`)
 and it can be built here; else ``cpu`` on CPUs, ``accelerator`` anywhere else. A run
@@ -31,7 +32,7 @@ from typing import Optional, Sequence
 
 from .._stop import Stop
 from ..errors import ConfigError
-from ..spec import ENGINES
+from ..spec import ENGINES, bind_layers
 from . import _native
 from ._compose import any_full
 
@@ -68,7 +69,10 @@ def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
 def native_helps(layers: Sequence, input_shape: Sequence[int]) -> bool:
     """Whether the native plan has a custom call for a network of ``layers`` on inputs
     of ``input_shape`` (images, ``(H, W, C)``): a stride-1 SAME or VALID convolution
-    followed by an ABReLU-family nonlinearity, in a network that keeps full
-    covariances. (Only where this holds does building the library pay.)"""
-    return (len(input_shape) == 3 and any_full(layers)
-            and any(_native.is_block(c, a) for c, a in zip(layers, layers[1:])))
+    followed by an ABReLU-family nonlinearity in a network that keeps full
+    covariances, or a 3 x 3 SAME one on diagonals (``_native.helps``). (Only where
+    this holds does building the library pay.)"""
+    if len(input_shape) != 3:
+        return False
+    layers = bind_layers(layers, input_shape)  # one filter size and stride per axis
+    return _native.helps(layers, any_full(layers))

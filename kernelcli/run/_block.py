@@ -30,13 +30,14 @@ def stats_slices(n: int, rows: int = STATS_ROWS) -> list[tuple[int, int]]:
     return [(s, min(s + rows, n)) for s in range(0, n, rows)]
 
 
-def kernel_spec(cfg, input_shape, chunk=None) -> tuple:
+def kernel_spec(cfg, input_shape, chunk=None, native_revision=None) -> tuple:
     """What builds a run's kernel function anywhere (a Ray worker too): architecture,
-    input shape, kinds, dtype, augment, and the CPU plan's pairs per chunk (``None``
-    for a new run: ``KERNELCLI_CHUNK_BYTES`` or the default; an existing run's as its
-    manifest records it, since the chunk size changes the kernel's last bits)."""
+    input shape, kinds, dtype, augment, the CPU plan's pairs per chunk and the native
+    plan's revision (``None`` for a new run: ``KERNELCLI_CHUNK_BYTES`` or the default,
+    and today's revision; an existing run's as its manifest records them, since both
+    change the kernel's last bits)."""
     return (cfg.architecture, tuple(input_shape), tuple(cfg.kernel.kinds), cfg.kernel.dtype,
-            tuple(cfg.kernel.augment), chunk)
+            tuple(cfg.kernel.augment), chunk, native_revision)
 
 
 def build_for_engine(spec: tuple, engine: str, platform: str, stop=None):
@@ -47,7 +48,7 @@ def build_for_engine(spec: tuple, engine: str, platform: str, stop=None):
 
     arch, shape = spec[:2]
     engine = resolve_engine(engine, platform, arch.layers, shape, stop)
-    return build_kernel_fn(*spec[:5], engine=engine, chunk=spec[5])
+    return build_kernel_fn(*spec[:5], engine=engine, chunk=spec[5], native_revision=spec[6])
 
 
 def _block_pairs(block):

@@ -42,7 +42,7 @@ import numpy as np
 from .._stop import Stop, or_new, signal_name
 from ..errors import DataError, Interrupted, QuarantinedError, RunDirError
 from ..plan import make_geometry
-from ..store import Manifest, RunStore
+from ..store import COMPUTE_KEYS, Manifest, RunStore
 from ._writes import writes_run
 from ._block import STATS_ROWS
 from ._carry import carry_keys, set_aside, take_over
@@ -97,7 +97,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     new_cfg = extended_config(cfg, ext)
     if dry_run:
         return _dry_run(store, new_cfg, ext)
-    stored = {k: m["plan"][k] for k in ("block", "pair_batch", "chunk", "engine") if k in m["plan"]}
+    stored = {k: m["plan"][k] for k in COMPUTE_KEYS if k in m["plan"]}
     try:  # until the switch the run is the old one, finished: a stop changes nothing
         job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
                       extension=ext, stop=stop)

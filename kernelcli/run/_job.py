@@ -83,7 +83,8 @@ class Job:
             config_fingerprint=config_fingerprint(self.cfg, self.extension),
             data_fingerprints=self.fingerprints, geometry=self.plan.geometry,
             test_diagonal=self.cfg.kernel.test_diagonal, dtype=self.cfg.kernel.dtype,
-            engine=self.kfn.engine, chunk=self.kfn.chunk, extend=self.extension,
+            engine=self.kfn.engine, chunk=self.kfn.chunk,
+            native=self.kfn.native_revision, extend=self.extension,
             lineage=self.lineage,
             labels_file=None if labels is None else labels_name(labels))
 
@@ -190,12 +191,17 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
                         backend, stop, check_values)
 
 
-def _native_here(run_dir) -> None:
-    """A run that computes with the native plan continues only where that plan can run
-    (its tiles' last bits are the plan's; another plan's would not be the uninterrupted
-    run's)."""
-    from ..kernels import native_unavailable
+def _native_here(run_dir, revision: int) -> None:
+    """A run that computes with the native plan continues only where that plan, at the
+    run's revision, can run (its tiles' last bits are the plan's; another plan's would
+    not be the uninterrupted run's)."""
+    from ..kernels import NATIVE_REVISION, native_unavailable
 
+    if revision > NATIVE_REVISION:
+        raise RunDirError(f"{run_dir}: the run computes with revision {revision} of the "
+                          f"native plan (plan.native in its manifest.json), newer than this "
+                          f"kernelcli's ({NATIVE_REVISION}); continue it with the kernelcli "
+                          f"that started it")
     why = native_unavailable()
     if why is not None:
         raise RunDirError(f"{run_dir}: the run computes with the native plan (plan.engine "
@@ -214,9 +220,11 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         stored = stored_plan or {}
         # an existing run keeps the plan it started with (one without the key: "cpu")
         engine = stored.get("engine", "cpu") if stored_plan is not None else cfg.compute.engine
+        # a native run before the key is revision 1 (``_native.REVISION``)
+        revision = stored.get("native", 1) if stored_plan is not None else None
         if stored_plan is not None and engine == "native":
-            _native_here(cfg.output.run_dir)
-        spec = kernel_spec(cfg, inputs.x1.example_shape, stored.get("chunk"))
+            _native_here(cfg.output.run_dir, revision)
+        spec = kernel_spec(cfg, inputs.x1.example_shape, stored.get("chunk"), revision)
         if backend is None:
             backend = open_backend(cfg.compute, stop)
         # a Ray backend plans on a worker, for its platform

@@ -104,6 +104,7 @@ from ._side import TILES as TILES
 from ._side import labels_name as labels_name
 from ._side import preprocess_name as preprocess_name
 from ._manifest import MANIFEST as MANIFEST
+from ._run_manifest import COMPUTE_KEYS as COMPUTE_KEYS
 from ._run_manifest import FORMAT as MANIFEST_FORMAT
 from ._run_manifest import Manifest as Manifest
 from ._run_manifest import new_manifest as new_manifest
@@ -116,7 +117,8 @@ from ._sealed import h5_written_whole as h5_written_whole
 from ._untrusted import check_untrusted as check_untrusted
 
 __all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_files",
-           "run_lock", "stored_identity", "LABELS", "MANIFEST", "MANIFEST_FORMAT", "Manifest",
+           "run_lock", "stored_identity", "COMPUTE_KEYS", "LABELS", "MANIFEST", "MANIFEST_FORMAT",
+           "Manifest",
            "PREDICTIONS", "RESULT", "ResultFile", "TEST_DIAG", "TILES", "RunStore",
            "check_untrusted", "h5_written_whole", "labels_name",
            "new_manifest", "planned_tile_files", "preprocess_name", "result_attrs",

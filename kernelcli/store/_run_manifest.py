@@ -11,7 +11,8 @@ like any other: whatever it holds, the answer is a one-line
 on made-up values.
 
 Keys (``plan`` holds the geometry's fields, :data:`GEOMETRY_KEYS`, plus
-``test_diagonal``, ``dtype``, ``engine`` and, from runs that record it, ``chunk``)::
+``test_diagonal``, ``dtype``, ``engine`` and, from runs that record them, ``chunk`` and
+``native``, the native plan's revision)::
 
     format, kernelcli_version, name, config_text, config_dir, config_dir_from_run,
     config_fingerprint, data_fingerprints, plan,
@@ -40,12 +41,17 @@ _MAX_N = 1 << 40
 # The plan fields that record the geometry (beside them: test_diagonal, dtype, engine).
 GEOMETRY_KEYS = ("n1", "n2", "n_test", "symmetric", "block", "pair_batch", "kinds",
                  "pairs_total", "blocks_total")
+# The plan fields a tile's bits depend on besides its rows: the block edge, the pair
+# batch, the execution plan, the CPU plan's chunk and the native plan's revision. A
+# grown run (``kernelcli extend``) keeps them, as a resume does.
+COMPUTE_KEYS = ("block", "pair_batch", "chunk", "engine", "native")
 
 
 def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_from_run: str,
                  config_fingerprint: str, data_fingerprints: dict, geometry: Geometry,
                  test_diagonal: bool, dtype: str, engine: str, chunk: Optional[int] = None,
-                 extend=None, lineage=None, labels_file: Optional[str] = None) -> dict:
+                 native: Optional[int] = None, extend=None, lineage=None,
+                 labels_file: Optional[str] = None) -> dict:
     """The JSON object of a new run's manifest. ``extend`` (with ``lineage`` and
     ``labels_file``): keys of runs grown by ``kernelcli extend`` only, so the manifests
     of other runs keep their bytes."""
@@ -65,6 +71,8 @@ def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_fro
     }
     if chunk is not None:  # the CPU plan's pairs per chunk change the last bits: kept too
         out["plan"]["chunk"] = chunk
+    if native is not None and native > 1:  # the native plan's revision, likewise (absent: 1)
+        out["plan"]["native"] = native
     if extend is not None:
         out.update(extend=extend, lineage=list(lineage or ()))
         if labels_file is not None:
@@ -273,6 +281,8 @@ def _check(manifest: dict, run_dir) -> None:
                                f"one of {', '.join(_ENGINES)}")
     if "chunk" in p:  # runs before the key: the chunk of KERNELCLI_CHUNK_BYTES or the default
         _int(p, "chunk", 1, 1 << 31, where)
+    if "native" in p:  # the native plan's revision; runs before the key: 1
+        _int(p, "native", 2, 1 << 20, where)
 
 
 def _geometry(manifest: dict, run_dir) -> Geometry:

@@ -105,6 +105,43 @@ struct Unit {
   }
 };
 
+// The 3 x 3 window's mean at flat entry i of the tap planes t0, t1, t2 (the first
+// axis's taps summed, then the second's at i, i + dd, i + 2 dd): the layer's sums in
+// its order (layer.cc's Tail with kThree; _diagonal.conv_mean's on a diagonal).
+template <typename T>
+inline T Window3(const T* t0, const T* t1, const T* t2, int64_t i, int64_t dd) {
+  const T third = T(1.0 / 3);
+  T g0 = ((t0[i] + t1[i]) + t2[i]) * third;
+  T g1 = ((t0[i + dd] + t1[i + dd]) + t2[i + dd]) * third;
+  T g2 = ((t0[i + 2 * dd] + t1[i + 2 * dd]) + t2[i + 2 * dd]) * third;
+  return ((g0 + g1) + g2) * third;
+}
+
+// One output plane of a chain's layer (chain.cc, diag.cc): the 3 x 3 window of the tap
+// planes t (NNGP) and u (NTK), the map, and either the plane (zero in scratch columns)
+// or its sum into the pool's lanes. Its own function, not inlined, its pointers restrict and the layer's
+// constants a copy: else the compiler's runtime aliasing check sends the loop to its
+// scalar version.
+template <typename T, bool kNtk, bool kLast, bool kStandard>
+__attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t dd, const T* __restrict t0,
+                const T* __restrict t1, const T* __restrict t2, const T* __restrict u0,
+                const T* __restrict u1, const T* __restrict u2, const T* __restrict roots,
+                const T* __restrict keep, T* __restrict out_n, T* __restrict out_t) {
+  for (int64_t i = 0; i < n; ++i) {
+    T mean = Window3(t0, t1, t2, i, dd);
+    T mean_t = kNtk ? Window3(u0, u1, u2, i, dd) : T(0);
+    T vn, vt;
+    unit.template Map<kStandard>(mean, mean_t, roots[i], vn, vt);
+    if (kLast) {
+      out_n[i] += keep[i] * vn;
+      if (kNtk) out_t[i] += keep[i] * vt;
+    } else {
+      out_n[i] = keep[i] * vn;
+      if (kNtk) out_t[i] = keep[i] * vt;
+    }
+  }
+}
+
 template <typename A, typename B>
 bool SameShape(const A& a, const B& b) {
   if (a.size() != b.size()) return false;
