@@ -17,31 +17,40 @@ Bottom to top (each module imports only those above it in this list, or beside i
 
 Cancellation is a :class:`Stop` given to the call (``stop=``), threaded down the way
 ``progress`` is; nothing here holds run state at module level.
+
+The names below are loaded on first use (as ``kernelcli``'s own): a library call of
+``kernelcli.kernel_fn`` needs :func:`kernel_matrix` alone, and importing every command
+(the store, h5py, prediction) cost it 0.14 s of a first call (BENCHMARKS.md, issue 26
+point 4).
 """
 
-from .._stop import Stop
-from ._assemble import assemble
-from ._clean import clean
-from ._compute import compute
-from ._devices import configure_host_devices, is_out_of_memory, out_of_memory_error
-from ._estimate import estimate
-from ._extend import extend
-from ._executor import Progress
-from ._finish import RunSummary, run_summary
-from ._resume import resume
-from ._matrix import kernel_matrix
-from ._open import load_run_config
-from .regression import predict
-from ._results import (CleanResult, EstimateResult, ExtendResult, FlowRow, PredictChoice,
-                       PredictResult, PredictRow, RunResult, ShardProgress, StatusReport)
-from ._shards import parse_shard
-from ._status import status
-from ._verify import VerifyReport, verify
+import importlib
 
-__all__ = ["assemble", "clean", "CleanResult", "compute", "configure_host_devices", "estimate",
-           "EstimateResult", "extend", "ExtendResult", "FlowRow", "is_out_of_memory",
-           "kernel_matrix", "load_run_config", "out_of_memory_error", "parse_shard",
-           "predict", "PredictChoice", "PredictResult", "PredictRow", "Progress", "resume",
-           "RunResult", "RunSummary", "run_summary", "ShardProgress", "status", "StatusReport",
-           "Stop",
-           "VerifyReport", "verify"]
+# name -> the module that defines it
+_LAZY = {
+    "Stop": ".._stop",
+    "assemble": "._assemble", "clean": "._clean", "compute": "._compute",
+    "configure_host_devices": "._devices", "is_out_of_memory": "._devices",
+    "out_of_memory_error": "._devices", "estimate": "._estimate", "extend": "._extend",
+    "Progress": "._executor", "RunSummary": "._finish", "run_summary": "._finish",
+    "resume": "._resume", "kernel_matrix": "._matrix", "load_run_config": "._open",
+    "predict": ".regression", "parse_shard": "._shards", "status": "._status",
+    "VerifyReport": "._verify", "verify": "._verify",
+    **{name: "._results" for name in (
+        "CleanResult", "EstimateResult", "ExtendResult", "FlowRow", "PredictChoice",
+        "PredictResult", "PredictRow", "RunResult", "ShardProgress", "StatusReport")},
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
