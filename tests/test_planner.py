@@ -1,5 +1,6 @@
 """The planner: coverage of the kernel matrix, memory arithmetic, block choice."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -117,6 +118,21 @@ def test_auto_pair_batch_amortises_a_call_and_keeps_devices_busy():
     assert auto_pair_batch(costs(chunk=1), 8, 2, 1 << 62, pairs=4) == 2  # one per device
     assert auto_pair_batch(costs(chunk=1), 64, 2, 1 << 62, pairs=400) == 50
     assert auto_pair_batch(costs(chunk=128), 64, 2, 1 << 62, pairs=10) == 4
+
+
+def test_a_batch_is_whole_chunks_or_what_a_call_evaluates_anyway():
+    """The engine pads a call to whole chunks, a small one to ``min_call`` pairs: a
+    batch of about 2 chunks is 2 chunks, not 2 chunks and a padded third; a small data
+    set's block is one call of its real pairs, not several of padding."""
+    def small(chunk, min_call):
+        return dataclasses.replace(costs(chunk=chunk), min_call=min_call)
+
+    assert auto_pair_batch(small(32, 32), 32, 2, 1 << 62, pairs=528) == 64  # not 66
+    assert auto_pair_batch(small(32, 32), 8, 2, 1 << 62, pairs=28) == 28  # not 4 x 7
+    assert auto_pair_batch(small(32, 32), 16, 2, 1 << 62, pairs=120) == 32
+    assert auto_pair_batch(small(32, 32), 64, 2, 1 << 62, pairs=100) == 32  # 13 -> 32
+    assert auto_pair_batch(small(1, 1), 64, 2, 1 << 62, pairs=400) == 50  # a pair a chunk
+    assert auto_pair_batch(small(32, 32), 64, 1, 40) == 40  # never beyond the budget
 
 
 def test_plan_run_measures_the_memory_line_and_fits_the_budget():

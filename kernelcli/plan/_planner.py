@@ -50,7 +50,8 @@ ACCELERATOR_MAX_PAIR_BATCH = 4096
 class EngineCosts:
     """What the planner needs to know of the compiled kernel (measured by the run layer).
 
-    ``chunk``: pairs the engine evaluates at once inside a call; ``flat_input``: one
+    ``chunk``: pairs the engine evaluates at once inside a call; ``min_call``: the
+    fewest pairs a call evaluates (a smaller batch is padded up to it); ``flat_input``: one
     Gram matrix per call (a fully connected net); ``cov_elements``: covariance entries
     of one pair; ``layers``: layers of the architecture, those inside branches too;
     ``compiled_memory(rows, cols, pairs)``: bytes per device of one call at ``pairs``
@@ -66,6 +67,7 @@ class EngineCosts:
     itemsize: int
     compiled_memory: Callable[[int, int, int], int]
     engine: str = "cpu"
+    min_call: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,10 +294,16 @@ def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int,
     # Several (4) batches per device in a block's pairs, for the work queue to balance;
     # but never fewer than 4 pairs a batch when the block has them (a small data set):
     # a call on a few pairs costs about what one on a single pair does (BENCHMARKS.md).
-    # A batch smaller than a chunk is fine (the engine shrinks the chunk), one larger
-    # than the block would only evaluate padding.
+    # The engine pads a call to whole chunks, and a smaller one to ``min_call`` pairs:
+    # a batch is that (on a small data set, one device gets fewer batches of real
+    # pairs rather than several of padding; 4-7x the pairs at N 8 to 32 of a flatten
+    # network, issue 26 point 4), or the nearest number of whole chunks; never more
+    # than the block, which would only evaluate padding.
     per_device = max(-(-pairs // (4 * n_devices)), min(-(-pairs // n_devices), 4))
     want = min(64 * costs.chunk, per_device)
+    if want >= costs.chunk:
+        want = max(1, round(want / costs.chunk)) * costs.chunk
+    want = min(max(want, costs.min_call), max(pairs, 1))
     return int(max(1, min(fit, want)))
 
 

@@ -24,6 +24,30 @@ struct DiagParams {
   const double *w_var, *b_var, *fan_in, *a, *b;
 };
 
+// The roots' products sqrt(v1) sqrt(v2) of one row of W entries (pairs: the two inputs'
+// variances; as the chain takes sqrt(v1 v2)). Its own function with restrict pointers,
+// as ChainPlane, so the loop is vectorised.
+template <typename T>
+__attribute__((noinline)) void PairRoots(int64_t W, const T* __restrict va,
+                                         const T* __restrict vb, T* __restrict ss) {
+  for (int64_t w = 0; w < W; ++w)
+    ss[w] = std::sqrt(va[w] > 0 ? va[w] : T(0)) * std::sqrt(vb[w] > 0 ? vb[w] : T(0));
+}
+
+// Each input with itself: the layer's pre-activation variances v (the window's own
+// entries, affine) and their roots' products sqrt(v) sqrt(v), 0 in scratch columns.
+template <typename T>
+__attribute__((noinline)) void SelfRoots(const Unit<T> unit, int64_t n, int64_t Wq,
+                                         const T* __restrict t, const T* __restrict keep,
+                                         T* __restrict v, T* __restrict ss) {
+  for (int64_t i = 0; i < n; ++i) {
+    T x = unit.Affine(Window3(t, t + Wq, t + 2 * Wq, i, 1));
+    T r = std::sqrt(x > 0 ? x : T(0));
+    v[i] = x;
+    ss[i] = keep[i] * (r * r);
+  }
+}
+
 // kSelf: each input with itself (the per-input pass): the variances are not given but
 // made from the layer's own window, and written to v1 (L, P, H, W).
 template <typename T, bool kNtk, bool kSelf>
@@ -36,7 +60,7 @@ void Diag(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk, 
     units.emplace_back(q.standard != 0, q.has_bias[l] != 0, q.w_var[l], q.b_var[l],
                        q.fan_in[l], q.a[l], q.b[l]);
   std::vector<T> in_n(plane), in_t(plane), nx_n(plane), nx_t(plane), zero(plane);
-  std::vector<T> ss(n), keep(n);
+  std::vector<T> ss(n), keep(n), pre(kSelf ? n : 0);  // ss: 0 in scratch columns
   for (int64_t i = 0; i < n; ++i) keep[i] = (i % Wq) < W ? T(1) : T(0);
   const int64_t HW = H * W;
   for (int64_t p = 0; p < P; ++p) {
@@ -55,21 +79,14 @@ void Diag(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk, 
       const Unit<T>& unit = units[l];
       const T* u = (l == 0 && q.ntk_mode != 2) ? zero.data() : a_t;  // the raw input's 0
       if (kSelf) {  // the pre-activation variance is the window's own entry
+        SelfRoots(unit, n, Wq, a_n, keep.data(), pre.data(), ss.data());
         T* vout = v1 + (l * P + p) * HW;
-        for (int64_t i = 0; i < n; ++i) {
-          T v = unit.Affine(Window3(a_n, a_n + Wq, a_n + 2 * Wq, i, 1));
-          T r = std::sqrt(v > 0 ? v : T(0));
-          ss[i] = keep[i] * (r * r);
-          if (i % Wq < W) vout[(i / Wq) * W + i % Wq] = v;
-        }
-      } else {  // sqrt(v1 v2) as the product of the roots, as the chain takes it
+        for (int64_t h = 0; h < H; ++h)
+          std::copy(pre.data() + h * Wq, pre.data() + h * Wq + W, vout + h * W);
+      } else {
         const T* va = v1 + (l * P + p) * HW;
         const T* vb = v2 + (l * P + p) * HW;
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t w = 0; w < Wq; ++w) {
-            const T s1 = w < W ? va[h * W + w] : T(0), s2 = w < W ? vb[h * W + w] : T(0);
-            ss[h * Wq + w] = std::sqrt(s1 > 0 ? s1 : T(0)) * std::sqrt(s2 > 0 ? s2 : T(0));
-          }
+        for (int64_t h = 0; h < H; ++h) PairRoots(W, va + h * W, vb + h * W, ss.data() + h * Wq);
       }
       auto plane_fn = unit.standard ? ChainPlane<T, kNtk, false, true>
                                     : ChainPlane<T, kNtk, false, false>;
