@@ -25,9 +25,8 @@ namespace {
 // layer adds its 2 x 2 sums to its output plane: the pool's window mixes diagonals);
 // else in the global average pool, (P,).
 struct ChainParams {
-  int64_t layers, lo, ntk_mode, standard, from_images, pool2;
-  const int64_t* has_bias;
-  const double *w_var, *b_var, *fan_in, *a, *b;
+  int64_t lo, ntk_mode, from_images, pool2;
+  Blocks blocks;
 };
 
 // kSelf: each input with itself (x and xt the same input; the per-input pass): the
@@ -38,16 +37,13 @@ template <typename T, bool kNtk, bool kSelf>
 void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
            int64_t P, int64_t H, int64_t W, const ChainParams& q) {
   const bool images = q.from_images != 0;
-  const int64_t L = q.layers, lo = q.lo;
+  const int64_t L = q.blocks.layers, lo = q.lo;
   const int64_t Wq = W + 2;                 // a padded plane's row stride
   const int64_t n = W * Wq;                 // the flat output plane
   const int64_t plane = (W + 2) * Wq + 3;   // a padded plane, with the last tap's reach
   const int64_t shift = lo * Wq + lo, dd = Wq + 1;
   const T inv_c = T(1.0 / 3);
-  std::vector<Unit<T>> units;
-  for (int64_t l = 0; l < L; ++l)
-    units.emplace_back(q.standard != 0, q.has_bias[l] != 0, q.w_var[l], q.b_var[l],
-                       q.fan_in[l], q.a[l], q.b[l]);
+  const std::vector<Unit<T>> units = q.blocks.Units<T>();
   // two diagonals' planes per kind (ping-pong), each zero outside what is written
   std::vector<T> buf_a(2 * H * plane), buf_b(2 * H * plane), zero(plane);
   std::vector<T> ss(n), keep(n), part_n(n), part_t(n), r1(L * H * W), r2(L * H * W);
@@ -204,14 +200,6 @@ bool InputShape(const D& d, const D& dt, bool images, int64_t ntk_mode, int64_t 
                  : (d[1] == H && d[2] == H && d[3] == W && d[4] == W));
 }
 
-template <typename S, typename F>
-bool PerLayer(int64_t L, const S& has_bias, const F& w_var, const F& b_var, const F& fan_in,
-              const F& a, const F& b) {
-  return L >= 1 && int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
-         int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
-         int64_t(a.size()) == L && int64_t(b.size()) == L;
-}
-
 template <ffi::DataType DT, size_t kRank>
 ffi::Error ChainImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT, 4> v1,
                      ffi::Buffer<DT, 4> v2, ffi::ResultBuffer<DT, kRank> out_nngp,
@@ -222,14 +210,13 @@ ffi::Error ChainImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt, ffi::Buffer<DT
                      ffi::Span<const double> b) {
   auto e = v1.dimensions();
   const int64_t L = e[0], P = e[1], H = e[2], W = e[3];
+  ChainParams q{lo, ntk_mode, from_images, kRank == 5, {}};
   bool ok = SameShape(v2.dimensions(), e) && lo >= 0 && lo <= 2 &&
             InputShape(x.dimensions(), xt.dimensions(), from_images != 0, ntk_mode, P, H, W) &&
-            PerLayer(L, has_bias, w_var, b_var, fan_in, a, b) &&
+            ToBlocks(L, standard, has_bias, w_var, b_var, fan_in, a, b, q.blocks) &&
             PooledShape<kRank>(*out_nngp, P, H, W) &&
             (ntk_mode == 0 || PooledShape<kRank>(*out_ntk, P, H, W));
   if (!ok) return ffi::Error::InvalidArgument("kernelcli chain: inconsistent shapes");
-  ChainParams q{L, lo, ntk_mode, standard, from_images, kRank == 5, has_bias.begin(),
-                w_var.begin(), b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
   using T = ffi::NativeType<DT>;
   auto run = ntk_mode != 0 ? Chain<T, true, false> : Chain<T, false, false>;
   run(x.typed_data(), xt.typed_data(), const_cast<T*>(v1.typed_data()), v2.typed_data(),
@@ -248,14 +235,13 @@ ffi::Error SelfImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt,
                     ffi::Span<const double> b) {
   auto e = v->dimensions();
   const int64_t L = e[0], P = e[1], H = e[2], W = e[3];
+  ChainParams q{lo, ntk_mode, from_images, kRank == 5, {}};
   bool ok = lo >= 0 && lo <= 2 &&
             InputShape(x.dimensions(), xt.dimensions(), from_images != 0, ntk_mode, P, H, W) &&
-            PerLayer(L, has_bias, w_var, b_var, fan_in, a, b) &&
+            ToBlocks(L, standard, has_bias, w_var, b_var, fan_in, a, b, q.blocks) &&
             PooledShape<kRank>(*out_nngp, P, H, W) &&
             (ntk_mode == 0 || PooledShape<kRank>(*out_ntk, P, H, W));
   if (!ok) return ffi::Error::InvalidArgument("kernelcli self chain: inconsistent shapes");
-  ChainParams q{L, lo, ntk_mode, standard, from_images, kRank == 5, has_bias.begin(),
-                w_var.begin(), b_var.begin(), fan_in.begin(), a.begin(), b.begin()};
   using T = ffi::NativeType<DT>;
   auto run = ntk_mode != 0 ? Chain<T, true, true> : Chain<T, false, true>;
   run(x.typed_data(), xt.typed_data(), v->typed_data(), nullptr, out_nngp->typed_data(),
@@ -269,13 +255,7 @@ ffi::Error SelfImpl(ffi::Buffer<DT, 5> x, ffi::Buffer<DT, 5> xt,
       .Attr<int64_t>("lo")                                                          \
       .Attr<int64_t>("ntk_mode")                                                    \
       .Attr<int64_t>("standard")                                                    \
-      .Attr<int64_t>("from_images")                                                 \
-      .Attr<ffi::Span<const int64_t>>("has_bias")                                   \
-      .Attr<ffi::Span<const double>>("w_var")                                       \
-      .Attr<ffi::Span<const double>>("b_var")                                       \
-      .Attr<ffi::Span<const double>>("fan_in")                                      \
-      .Attr<ffi::Span<const double>>("a")                                           \
-      .Attr<ffi::Span<const double>>("b")
+      .Attr<int64_t>("from_images") KERNELCLI_BLOCK_ATTRS
 
 #define KERNELCLI_CHAIN_BINDING(DT, RANK)                                           \
   ffi::Ffi::Bind()                                                                  \

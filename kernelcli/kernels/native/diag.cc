@@ -18,12 +18,6 @@
 
 namespace {
 
-struct DiagParams {
-  int64_t layers, ntk_mode, standard;
-  const int64_t* has_bias;
-  const double *w_var, *b_var, *fan_in, *a, *b;
-};
-
 // The roots' products sqrt(v1) sqrt(v2) of one row of W entries (pairs: the two inputs'
 // variances; as the chain takes sqrt(v1 v2)). Its own function with restrict pointers,
 // as ChainPlane, so the loop is vectorised.
@@ -52,13 +46,10 @@ __attribute__((noinline)) void SelfRoots(const Unit<T> unit, int64_t n, int64_t 
 // made from the layer's own window, and written to v1 (L, P, H, W).
 template <typename T, bool kNtk, bool kSelf>
 void Diag(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk, int64_t P,
-          int64_t H, int64_t W, const DiagParams& q) {
+          int64_t H, int64_t W, int64_t ntk_mode, const Blocks& q) {
   const int64_t L = q.layers, Wq = W + 2, n = H * Wq, plane = (H + 2) * Wq + 3;
   const int64_t shift = Wq + 1;
-  std::vector<Unit<T>> units;
-  for (int64_t l = 0; l < L; ++l)
-    units.emplace_back(q.standard != 0, q.has_bias[l] != 0, q.w_var[l], q.b_var[l],
-                       q.fan_in[l], q.a[l], q.b[l]);
+  const std::vector<Unit<T>> units = q.Units<T>();
   std::vector<T> in_n(plane), in_t(plane), nx_n(plane), nx_t(plane), zero(plane);
   std::vector<T> ss(n), keep(n), pre(kSelf ? n : 0);  // ss: 0 in scratch columns
   for (int64_t i = 0; i < n; ++i) keep[i] = (i % Wq) < W ? T(1) : T(0);
@@ -68,7 +59,7 @@ void Diag(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk, 
     std::fill(in_t.begin(), in_t.end(), T(0));
     for (int64_t h = 0; h < H; ++h) {
       std::copy(x + p * HW + h * W, x + p * HW + (h + 1) * W, in_n.data() + shift + h * Wq);
-      if (q.ntk_mode == 2)
+      if (ntk_mode == 2)
         std::copy(xt + p * HW + h * W, xt + p * HW + (h + 1) * W, in_t.data() + shift + h * Wq);
     }
     T* a_n = in_n.data();
@@ -77,7 +68,7 @@ void Diag(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk, 
     T* b_t = nx_t.data();
     for (int64_t l = 0; l < L; ++l) {
       const Unit<T>& unit = units[l];
-      const T* u = (l == 0 && q.ntk_mode != 2) ? zero.data() : a_t;  // the raw input's 0
+      const T* u = (l == 0 && ntk_mode != 2) ? zero.data() : a_t;  // the raw input's 0
       if (kSelf) {  // the pre-activation variance is the window's own entry
         SelfRoots(unit, n, Wq, a_n, keep.data(), pre.data(), ss.data());
         T* vout = v1 + (l * P + p) * HW;
@@ -103,14 +94,6 @@ void Diag(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk, 
   }
 }
 
-template <typename S, typename F>
-bool PerLayer(int64_t L, const S& has_bias, const F& w_var, const F& b_var, const F& fan_in,
-              const F& a, const F& b) {
-  return L >= 1 && int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
-         int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
-         int64_t(a.size()) == L && int64_t(b.size()) == L;
-}
-
 // x and xt (P, H, W): the pair's diagonal, NNGP and NTK (xt is x again where ntk_mode is
 // not 2); the outputs the same shape, the NTK's (0, 0, 0) where ntk_mode is 0
 template <typename X, typename O>
@@ -128,17 +111,16 @@ ffi::Error DiagImpl(ffi::Buffer<DT, 3> x, ffi::Buffer<DT, 3> xt, ffi::Buffer<DT,
                     ffi::Span<const double> a, ffi::Span<const double> b) {
   auto d = x.dimensions(), e = v1.dimensions();
   const int64_t L = e[0], P = d[0], H = d[1], W = d[2];
+  Blocks q{};
   bool ok = DiagShapes(d, xt.dimensions(), out_nngp->dimensions(), out_ntk->dimensions(),
                        ntk_mode) &&
             SameShape(v2.dimensions(), e) && e[1] == P && e[2] == H && e[3] == W &&
-            PerLayer(L, has_bias, w_var, b_var, fan_in, a, b);
+            ToBlocks(L, standard, has_bias, w_var, b_var, fan_in, a, b, q);
   if (!ok) return ffi::Error::InvalidArgument("kernelcli diag: inconsistent shapes");
-  DiagParams q{L, ntk_mode, standard, has_bias.begin(), w_var.begin(), b_var.begin(),
-               fan_in.begin(), a.begin(), b.begin()};
   using T = ffi::NativeType<DT>;
   auto run = ntk_mode != 0 ? Diag<T, true, false> : Diag<T, false, false>;
   run(x.typed_data(), xt.typed_data(), const_cast<T*>(v1.typed_data()), v2.typed_data(),
-      out_nngp->typed_data(), out_ntk->typed_data(), P, H, W, q);
+      out_nngp->typed_data(), out_ntk->typed_data(), P, H, W, ntk_mode, q);
   return ffi::Error::Success();
 }
 
@@ -152,17 +134,16 @@ ffi::Error DiagSelfImpl(ffi::Buffer<DT, 3> x, ffi::Buffer<DT, 3> xt,
                         ffi::Span<const double> a, ffi::Span<const double> b) {
   auto d = x.dimensions(), e = v->dimensions();
   const int64_t L = e[0], P = d[0], H = d[1], W = d[2];
+  Blocks q{};
   bool ok = DiagShapes(d, xt.dimensions(), out_nngp->dimensions(), out_ntk->dimensions(),
                        ntk_mode) &&
             e[1] == P && e[2] == H && e[3] == W &&
-            PerLayer(L, has_bias, w_var, b_var, fan_in, a, b);
+            ToBlocks(L, standard, has_bias, w_var, b_var, fan_in, a, b, q);
   if (!ok) return ffi::Error::InvalidArgument("kernelcli self diag: inconsistent shapes");
-  DiagParams q{L, ntk_mode, standard, has_bias.begin(), w_var.begin(), b_var.begin(),
-               fan_in.begin(), a.begin(), b.begin()};
   using T = ffi::NativeType<DT>;
   auto run = ntk_mode != 0 ? Diag<T, true, true> : Diag<T, false, true>;
   run(x.typed_data(), xt.typed_data(), v->typed_data(), nullptr, out_nngp->typed_data(),
-      out_ntk->typed_data(), P, H, W, q);
+      out_ntk->typed_data(), P, H, W, ntk_mode, q);
   return ffi::Error::Success();
 }
 
@@ -170,13 +151,7 @@ ffi::Error DiagSelfImpl(ffi::Buffer<DT, 3> x, ffi::Buffer<DT, 3> xt,
 
 #define KERNELCLI_DIAG_ATTRS                                                        \
       .Attr<int64_t>("ntk_mode")                                                    \
-      .Attr<int64_t>("standard")                                                    \
-      .Attr<ffi::Span<const int64_t>>("has_bias")                                   \
-      .Attr<ffi::Span<const double>>("w_var")                                       \
-      .Attr<ffi::Span<const double>>("b_var")                                       \
-      .Attr<ffi::Span<const double>>("fan_in")                                      \
-      .Attr<ffi::Span<const double>>("a")                                           \
-      .Attr<ffi::Span<const double>>("b")
+      .Attr<int64_t>("standard") KERNELCLI_BLOCK_ATTRS
 
 #define KERNELCLI_DIAG_BINDING(DT)                                                  \
   ffi::Ffi::Bind()                                                                  \

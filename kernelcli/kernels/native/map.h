@@ -142,6 +142,42 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
   }
 }
 
+// A chain's blocks (chain.cc, diag.cc): each layer's parameters, one entry per layer, as
+// the calls' attributes (KERNELCLI_BLOCK_ATTRS) give them.
+struct Blocks {
+  int64_t layers;
+  bool standard;
+  const int64_t* has_bias;
+  const double *w_var, *b_var, *fan_in, *a, *b;
+
+  template <typename T>
+  std::vector<Unit<T>> Units() const {
+    std::vector<Unit<T>> out;
+    for (int64_t l = 0; l < layers; ++l)
+      out.emplace_back(standard, has_bias[l] != 0, w_var[l], b_var[l], fan_in[l], a[l], b[l]);
+    return out;
+  }
+};
+
+// The attributes as Blocks of L layers; false where a list's length is not L.
+template <typename S, typename F>
+bool ToBlocks(int64_t L, int64_t standard, const S& has_bias, const F& w_var, const F& b_var,
+              const F& fan_in, const F& a, const F& b, Blocks& out) {
+  out = Blocks{L, standard != 0, has_bias.begin(), w_var.begin(), b_var.begin(),
+               fan_in.begin(), a.begin(), b.begin()};
+  return L >= 1 && int64_t(has_bias.size()) == L && int64_t(w_var.size()) == L &&
+         int64_t(b_var.size()) == L && int64_t(fan_in.size()) == L &&
+         int64_t(a.size()) == L && int64_t(b.size()) == L;
+}
+
+#define KERNELCLI_BLOCK_ATTRS                                                       \
+      .Attr<ffi::Span<const int64_t>>("has_bias")                                   \
+      .Attr<ffi::Span<const double>>("w_var")                                       \
+      .Attr<ffi::Span<const double>>("b_var")                                       \
+      .Attr<ffi::Span<const double>>("fan_in")                                      \
+      .Attr<ffi::Span<const double>>("a")                                           \
+      .Attr<ffi::Span<const double>>("b")
+
 template <typename A, typename B>
 bool SameShape(const A& a, const B& b) {
   if (a.size() != b.size()) return false;
