@@ -150,6 +150,17 @@ def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name,
     assert set(calls) == {(label, m) for label in ("pairs", "inputs") for m in CHAINS[name]}
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 2), (1, 5, 1), (2, 9, 3), (4, 1, 2)])
+def test_the_diagonal_chain_on_single_rows_columns_and_pixels(shape):
+    """The diagonal chain's planes at their smallest: one row, one column, one pixel
+    (every window tap but the centre in the zero border)."""
+    x = np.random.default_rng(1).standard_normal((5,) + shape)
+    kfn = kernelcli.kernel_fn(NETS["flatten_standard"])
+    for dtype in ("float32", "float64"):
+        _agree(kfn(x, None, KINDS, dtype=dtype, engine="cpu"),
+               kfn(x, None, KINDS, dtype=dtype, engine="native"), dtype, f"{shape} {dtype}")
+
+
 def test_the_nngp_alone_is_the_same_as_with_the_ntk():
     x = np.random.default_rng(5).standard_normal((5, 6, 6, 2))
     kfn = kernelcli.kernel_fn(NETS["seed"])
