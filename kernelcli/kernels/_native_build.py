@@ -226,4 +226,32 @@ def _run(commands, cxx: str, folder: Path, stop: Optional[Stop]) -> Optional[str
                 except OSError:
                     proc.kill()
                 proc.wait()
+                _wait_group(proc.pid)
     return None
+
+
+def _wait_group(pgid: int, timeout: float = 2.0) -> None:
+    """Until no live process of group ``pgid`` is left, at most ``timeout`` seconds: a
+    killed driver is reaped at once, while its cc1plus, killed with it, may still be
+    tearing down its memory (a loop of the signal tests on a loaded machine found one
+    alive once the command had exited)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and _group_alive(pgid):
+        time.sleep(0.01)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is alive (not a zombie), from ``/proc``."""
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:  # no /proc: nothing to wait on
+        return False
+    for name in names:
+        try:
+            text = (Path("/proc") / name / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
