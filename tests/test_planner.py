@@ -122,12 +122,14 @@ def test_auto_pair_batch_amortises_a_call_and_keeps_devices_busy():
 
 def test_a_batch_is_whole_chunks_or_what_a_call_evaluates_anyway():
     """The engine pads a call to whole chunks, a small one to ``min_call`` pairs: a
-    batch of about 2 chunks is 2 chunks, not 2 chunks and a padded third; a small data
-    set's block is one call of its real pairs, not several of padding."""
+    batch is whole chunks (but not two, whose memory line would compile a one-chunk
+    program too: three); a small data set's block is one call of its real pairs, not
+    several of padding."""
     def small(chunk, min_call):
         return dataclasses.replace(costs(chunk=chunk), min_call=min_call)
 
-    assert auto_pair_batch(small(32, 32), 32, 2, 1 << 62, pairs=528) == 64  # not 66
+    assert auto_pair_batch(small(32, 32), 32, 2, 1 << 62, pairs=528) == 96  # not 66
+    assert auto_pair_batch(small(32, 32), 64, 2, 1 << 62, pairs=1200) == 160  # 150 -> 5
     assert auto_pair_batch(small(32, 32), 8, 2, 1 << 62, pairs=28) == 28  # not 4 x 7
     assert auto_pair_batch(small(32, 32), 16, 2, 1 << 62, pairs=120) == 32
     assert auto_pair_batch(small(32, 32), 64, 2, 1 << 62, pairs=100) == 32  # 13 -> 32

@@ -303,6 +303,11 @@ def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int,
     want = min(64 * costs.chunk, per_device)
     if want >= costs.chunk:
         want = max(1, round(want / costs.chunk)) * costs.chunk
+        if want == 2 * costs.chunk > 2:
+            # the memory line's half of two chunks is one, another program (XLA drops
+            # a one-step loop: kernels._memory_model), so a second compilation before
+            # the first pair; three chunks' half is answered from the same program
+            want = 3 * costs.chunk
     want = min(max(want, costs.min_call), max(pairs, 1))
     return int(max(1, min(fit, want)))
 
