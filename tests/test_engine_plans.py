@@ -112,7 +112,8 @@ def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
         assert engine({"engine": "cpu"}, {"engine": "native"}) == ("native", "native")
 
 
-@pytest.mark.skipif(_native.unavailable() is not None, reason="the native plan cannot run")
+@pytest.mark.skipif(_native.unavailable() is not None,
+                    reason=f"no native plan here to record: {_native.unavailable()}")
 def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
     """Each revision of the native plan takes more layers into its custom calls (so its
     last bits differ): a run records it (``plan.native``; absent in runs before the key,

@@ -79,9 +79,8 @@ class KernelFn:
       chunk: pairs per chunk of the CPU plan (``None``: from ``KERNELCLI_CHUNK_BYTES`` or
         the default); XLA compiles each chunk size's program differently, so its
         kernels differ in the last bits: a run records it and a resume passes it back.
-      native_revision: the native plan's revision (``None``: today's,
-        ``_native.REVISION``); an earlier one's custom calls take fewer layers, so its
-        bits are an earlier run's: a run records it and a resume passes it back.
+      native_revision: the native plan's revision (``None``: ``_native.REVISION``); an earlier
+        one's calls take fewer layers, so other bits: a run records it, a resume passes it.
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
@@ -118,7 +117,6 @@ class KernelFn:
             if why is not None:
                 raise ConfigError(f"compute.engine: 'native' cannot run here: {why}; "
                                   f"use auto, cpu or accelerator")
-        # the native plan's revision (None: another plan)
         self.native_revision = (int(native_revision or _native.REVISION)
                                 if engine == "native" else None)
         self._want_ntk = "ntk" in self.base_kinds
@@ -391,11 +389,10 @@ class KernelFn:
         return out if complete else None
 
 
-def build_kernel_fn(arch: Architecture, input_shape: Sequence[int],
-                    kinds: Sequence[str] = KINDS,
-                    dtype: str = "float32", augment: Sequence[str] = (),
-                    engine: str = "cpu", chunk: Optional[int] = None,
-                    native_revision: Optional[int] = None) -> KernelFn:
+def build_kernel_fn(arch: Architecture, input_shape: Sequence[int], kinds: Sequence[str] = KINDS,
+                    dtype: str = "float32", augment: Sequence[str] = (), engine: str = "cpu",
+                    chunk: Optional[int] = None, native_revision: Optional[int] = None
+                    ) -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
     ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
     execution plan (``"cpu"``, ``"native"`` or ``"accelerator"``, see :func:`resolve_engine`);

@@ -119,8 +119,7 @@ def layer_applies(conv, act, state: State) -> bool:
     """Whether ``conv, act`` on ``state`` is what the custom call computes: the pair of
     :func:`is_block` on a full image covariance."""
     return (is_block(conv, act) and state.full and len(state.spatial_shape) == 2
-            and not (isinstance(state.ntk, float) and state.ntk != 0.0)
-            and (np.dtype(state.nngp.dtype), True) in TARGETS)
+            and _ntk_mode(state) is not None and (np.dtype(state.nngp.dtype), True) in TARGETS)
 
 
 def applies(conv, act, pool, state: State) -> bool:
@@ -133,6 +132,31 @@ def _chain_block(conv, act) -> bool:
     return (isinstance(conv, Conv) and abrelu_params(act) is not None
             and tuple(conv.filter) == (3, 3) and tuple(conv.strides) == (1, 1)
             and conv.padding == "SAME")
+
+
+def _blocks_at(layers, k: int) -> int:
+    """How many 3 x 3 SAME blocks (:func:`_chain_block`) follow one another from
+    ``layers[k]``: what either chain can run in one call."""
+    m = 0
+    while k + 2 * m + 1 < len(layers) and _chain_block(layers[k + 2 * m], layers[k + 2 * m + 1]):
+        m += 1
+    return m
+
+
+def _ntk_mode(state: State) -> Optional[int]:
+    """How the calls take ``state``'s NTK: 0 none, 1 the raw input's (exactly zero), 2 an
+    array; ``None``: a nonzero constant, which they do not take."""
+    if state.ntk is None:
+        return 0
+    if isinstance(state.ntk, float):
+        return 1 if state.ntk == 0.0 else None
+    return 2
+
+
+def _stacked(variances):
+    """The blocks' ``(v1, v2)`` pairs as two ``(m, P, ...)`` stacks."""
+    return (jax.numpy.stack([a for a, _ in variances]),
+            jax.numpy.stack([b for _, b in variances]))
 
 
 def _chain_end(layer) -> Optional[bool]:
@@ -157,9 +181,7 @@ def chain_length(layers, k: int, state: State) -> int:
     shape = state.nngp.shape
     if shape[1] != shape[2] or shape[3] != shape[4] or min(shape[1], shape[3]) < 2:
         return 0
-    m = 0
-    while k + 2 * m + 1 < len(layers) and _chain_block(layers[k + 2 * m], layers[k + 2 * m + 1]):
-        m += 1
+    m = _blocks_at(layers, k)
     return m if m and k + 2 * m < len(layers) and _chain_end(layers[k + 2 * m]) is not None \
         else 0
 
@@ -170,13 +192,10 @@ def diag_length(layers, k: int, state: State) -> int:
     ABReLU-family nonlinearity, on a spatial diagonal ``(P, H, W)`` (a network without
     pooling, or after its last pool); 0 where none starts at ``k``."""
     if not (state.spatial and not state.full and len(state.spatial_shape) == 2
-            and not (isinstance(state.ntk, float) and state.ntk != 0.0)
+            and _ntk_mode(state) is not None
             and (np.dtype(state.nngp.dtype), False) in DIAG_TARGETS):
         return 0
-    m = 0
-    while k + 2 * m + 1 < len(layers) and _chain_block(layers[k + 2 * m], layers[k + 2 * m + 1]):
-        m += 1
-    return m
+    return _blocks_at(layers, k)
 
 
 def helps(layers, full: bool) -> bool:
@@ -219,7 +238,7 @@ def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool,
     sizes = (out_size(h, kh, 1, conv.padding), out_size(w, kw, 1, conv.padding))
     if v1.shape[1:] != sizes or v2.shape[1:] != sizes:
         raise ValueError(f"native tail: variances {v1.shape}, {v2.shape} for outputs {sizes}")
-    mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
+    mode = _ntk_mode(state)
     p = x.shape[0]
     shape = (p,) if pooled else (p, sizes[0], sizes[0], sizes[1], sizes[1])
     out = (jax.ShapeDtypeStruct(shape, x.dtype),
@@ -252,8 +271,7 @@ def chain(state: State, layers, variances, standard: bool, images=None) -> State
     ``m`` nonlinearities' ``(v1, v2)``, each ``(P, H, W)``; ``images`` as for
     :func:`tail`. No covariance between the layers is written."""
     x = state.nngp
-    v1 = jax.numpy.stack([a for a, _ in variances])
-    v2 = jax.numpy.stack([b for _, b in variances])
+    v1, v2 = _stacked(variances)
     if v1.shape[1:] != (x.shape[0], x.shape[1], x.shape[3]) or v2.shape != v1.shape:
         raise ValueError(f"native chain: variances {v1.shape}, {v2.shape} for {x.shape}")
     return _chain_call(state, layers, standard, images, (v1, v2))[0]
@@ -272,8 +290,7 @@ def diag(state: State, layers, variances, standard: bool) -> State:
     """The ``m`` blocks ``layers`` (``2 m`` layers, where :func:`diag_length` is at least
     ``m``) on a spatial diagonal by the diagonal chain's custom call; ``variances``: the
     ``m`` nonlinearities' ``(v1, v2)``, each ``(P, H, W)``."""
-    v1 = jax.numpy.stack([a for a, _ in variances])
-    v2 = jax.numpy.stack([b for _, b in variances])
+    v1, v2 = _stacked(variances)
     if v1.shape[1:] != state.nngp.shape or v2.shape != v1.shape:
         raise ValueError(f"native diagonal: variances {v1.shape}, {v2.shape} for "
                          f"{state.nngp.shape}")
@@ -291,8 +308,7 @@ def self_diag(state: State, layers, standard: bool):
 def _diag_call(state: State, layers, standard: bool, variances):
     convs, acts = layers[0::2], layers[1::2]
     x = state.nngp
-    widths = [state.channels] + [c.width for c in convs[:-1]]
-    mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
+    mode = _ntk_mode(state)
     out = [jax.ShapeDtypeStruct(x.shape, x.dtype),
            jax.ShapeDtypeStruct(x.shape if mode else (0, 0, 0), x.dtype)]
     if variances is None:
@@ -300,15 +316,17 @@ def _diag_call(state: State, layers, standard: bool, variances):
     call = jax.ffi.ffi_call(DIAG_TARGETS[np.dtype(x.dtype), variances is None], tuple(out),
                             vmap_method="sequential")
     got = call(x, state.ntk if mode == 2 else x, *(variances or ()),
-               **_block_attrs(convs, acts, widths, mode, standard))
+               **_block_attrs(state, convs, acts, mode, standard))
     state = state.replace(nngp=got[0], ntk=None if mode == 0 else got[1],
                           channels=convs[-1].width)
     return state, (got[2] if variances is None else None)
 
 
-def _block_attrs(convs, acts, widths, mode: int, standard: bool) -> dict:
-    """The attributes of a chain's blocks, one entry per layer (both chains)."""
+def _block_attrs(state: State, convs, acts, mode: int, standard: bool) -> dict:
+    """The attributes of a chain's blocks on ``state``, one entry per layer (both
+    chains)."""
     f64 = functools.partial(np.asarray, dtype=np.float64)
+    widths = [state.channels] + [c.width for c in convs[:-1]]
     params = [abrelu_params(a) for a in acts]
     return dict(ntk_mode=np.int64(mode), standard=np.int64(bool(standard)),
                 has_bias=np.asarray([c.b_std is not None for c in convs], dtype=np.int64),
@@ -322,8 +340,7 @@ def _chain_call(state: State, layers, standard: bool, images, variances):
     convs, acts, pooled = layers[0:-1:2], layers[1:-1:2], _chain_end(layers[-1])
     x = state.nngp
     p, h, w = x.shape[0], x.shape[1], x.shape[3]
-    widths = [state.channels] + [c.width for c in convs[:-1]]
-    mode = 0 if state.ntk is None else 1 if isinstance(state.ntk, float) else 2
+    mode = _ntk_mode(state)
     shape = (p,) if pooled else (p, h // 2, h // 2, w // 2, w // 2)
     out = [jax.ShapeDtypeStruct(shape, x.dtype),
            jax.ShapeDtypeStruct(shape if mode else (0,) * len(shape), x.dtype)]
@@ -336,7 +353,7 @@ def _chain_call(state: State, layers, standard: bool, images, variances):
         args = tuple(i.astype(x.dtype)[..., None] for i in images)
     got = call(*args, *(variances or ()), lo=np.int64(pads(h, 3, 1, "SAME")[0]),
                from_images=np.int64(images is not None),
-               **_block_attrs(convs, acts, widths, mode, standard))
+               **_block_attrs(state, convs, acts, mode, standard))
     state = state.replace(nngp=got[0], ntk=None if mode == 0 else got[1],
                           spatial=not pooled, full=not pooled, channels=convs[-1].width)
     return state, (got[2] if variances is None else None)

@@ -95,11 +95,14 @@ void Diag(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk, 
 }
 
 // x and xt (P, H, W): the pair's diagonal, NNGP and NTK (xt is x again where ntk_mode is
-// not 2); the outputs the same shape, the NTK's (0, 0, 0) where ntk_mode is 0
-template <typename X, typename O>
-bool DiagShapes(const X& x, const X& xt, const O& on, const O& ot, int64_t ntk_mode) {
+// not 2); the outputs the same shape, the NTK's (0, 0, 0) where ntk_mode is 0; v
+// (L, P, H, W) the layers' variances
+template <typename X, typename O, typename V>
+bool DiagShapes(const X& x, const X& xt, const O& on, const O& ot, const V& v,
+                int64_t ntk_mode) {
   return x.size() == 3 && SameShape(xt, x) && SameShape(on, x) &&
-         (ntk_mode == 0 || SameShape(ot, x)) && ntk_mode >= 0 && ntk_mode <= 2;
+         (ntk_mode == 0 || SameShape(ot, x)) && ntk_mode >= 0 && ntk_mode <= 2 &&
+         v.size() == 4 && v[1] == x[0] && v[2] == x[1] && v[3] == x[2];
 }
 
 template <ffi::DataType DT>
@@ -112,10 +115,9 @@ ffi::Error DiagImpl(ffi::Buffer<DT, 3> x, ffi::Buffer<DT, 3> xt, ffi::Buffer<DT,
   auto d = x.dimensions(), e = v1.dimensions();
   const int64_t L = e[0], P = d[0], H = d[1], W = d[2];
   Blocks q{};
-  bool ok = DiagShapes(d, xt.dimensions(), out_nngp->dimensions(), out_ntk->dimensions(),
+  bool ok = DiagShapes(d, xt.dimensions(), out_nngp->dimensions(), out_ntk->dimensions(), e,
                        ntk_mode) &&
-            SameShape(v2.dimensions(), e) && e[1] == P && e[2] == H && e[3] == W &&
-            ToBlocks(L, standard, has_bias, w_var, b_var, fan_in, a, b, q);
+            SameShape(v2.dimensions(), e) && ToBlocks(L, standard, has_bias, w_var, b_var, fan_in, a, b, q);
   if (!ok) return ffi::Error::InvalidArgument("kernelcli diag: inconsistent shapes");
   using T = ffi::NativeType<DT>;
   auto run = ntk_mode != 0 ? Diag<T, true, false> : Diag<T, false, false>;
@@ -135,9 +137,8 @@ ffi::Error DiagSelfImpl(ffi::Buffer<DT, 3> x, ffi::Buffer<DT, 3> xt,
   auto d = x.dimensions(), e = v->dimensions();
   const int64_t L = e[0], P = d[0], H = d[1], W = d[2];
   Blocks q{};
-  bool ok = DiagShapes(d, xt.dimensions(), out_nngp->dimensions(), out_ntk->dimensions(),
+  bool ok = DiagShapes(d, xt.dimensions(), out_nngp->dimensions(), out_ntk->dimensions(), e,
                        ntk_mode) &&
-            e[1] == P && e[2] == H && e[3] == W &&
             ToBlocks(L, standard, has_bias, w_var, b_var, fan_in, a, b, q);
   if (!ok) return ffi::Error::InvalidArgument("kernelcli self diag: inconsistent shapes");
   using T = ffi::NativeType<DT>;
