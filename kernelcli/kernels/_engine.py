@@ -133,7 +133,8 @@ class KernelFn:
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
         self.flat_input = is_flat_input(arch.layers, self.input_shape)
         self.cov_elements = self._max_cov_elements()
-        chunk_bytes = _env.chunk_bytes() or default_chunk_bytes(self.full_cov)
+        chunk_bytes = _env.chunk_bytes() or default_chunk_bytes(
+            spatial and not (self.full_cov or self.flat_input))
         per_pair = self.cov_elements * self.dtype.itemsize
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
         # accelerator: 1, no chunk loop at all (a call's pairs are one program step)

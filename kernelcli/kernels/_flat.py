@@ -6,8 +6,8 @@ entries, with no per-pair covariances at all.
 ``FlatRoute`` holds that route for a :class:`~kernelcli.kernels._passes.LayerPass`,
 which gives it the layers and its ``forward`` (the layers, and readouts' heads, to
 the outputs). A pair batch computes the Gram matrix of its block's inputs
-and the layers on the batch's entries of it; the per-input variances come from
-the same per-input pass as every other network. A batch that is a whole block
+and the layers on the batch's entries of it; the per-input pass (each input with
+itself, or with its flip) takes each row's dot product the same way. A batch that is a whole block
 (what the planner gives a flat network when it fits) takes the grid program
 instead: the layers on the whole Gram matrix, no index arrays, no gathers
 (fc2: about 1.7x faster than the same pairs gathered; BENCHMARKS.md).
@@ -44,6 +44,8 @@ class FlatRoute:
         first_flattens = kernel_map(layers[0]).flattens
         self._layers = layers[1:] if first_flattens else layers
         self._skipped = len(layers) - len(self._layers)
+        # images flattened by the first layer (vectors' input state is their dot already)
+        self.flattens_images = first_flattens and len(input_shape) >= 2
         self._d = int(np.prod(input_shape))
         self._want_ntk = want_ntk
         self._forward = forward
@@ -68,6 +70,15 @@ class FlatRoute:
         return self._run(self._state(self._gram(x1, x2)),
                          PairVariances(tuple(v[:, None] for v in v1),
                                        tuple(v[None, :] for v in v2)))
+
+    def rows(self, xa, xb, variances):
+        """Each input of ``xa`` with the same row of ``xb``: their dot product over
+        ``d`` in one reduction, then the layers. Not the input's per-pixel diagonal
+        that the flatten layer averages: XLA:CPU copied each channel of it apart
+        before summing, which cost fc2's per-input pass three times its time."""
+        d = self._d
+        dot = jnp.sum(xa.reshape(-1, d) * xb.reshape(-1, d), axis=1) / d
+        return self._run(self._state(dot), variances)
 
     def pairs(self, x1, v1, x2, v2, i, j):
         """The pairs ``(x1[i], x2[j])`` from entries of the block's Gram matrix

@@ -81,6 +81,8 @@ class LayerPass:
             state = state.replace(nngp=channel_gram(xa, xb))
         if seen is not None:
             seen(state)
+        if self.flat.flattens_images:  # ``state`` traced for its size (the chunk) only
+            return self.flat.rows(xa, xb, variances)
         # the native plan's first layer may make the input's covariance from the images
         inputs = (xa, xb) if self.native and state.full else None
         return self.forward(self.arch.layers, state, variances, seen=seen, inputs=inputs)

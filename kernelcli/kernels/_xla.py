@@ -14,19 +14,22 @@ import numpy as np
 from .. import _env
 
 
-def default_chunk_bytes(full_cov: bool = True) -> int:
+def default_chunk_bytes(diagonals: bool = False) -> int:
     """Covariance bytes of one chunk of pairs: on CPU 512 KiB, half of a core's 1 MiB
     L2 cache, so a chunk's intermediates stay in it (networks without pooling ran
     1.4-2.1x faster per pair than with 4 MiB chunks); elsewhere 4 MiB. A full
     ``(H*W)^2`` covariance larger than this is a chunk of one pair.
 
-    Networks that hold only spatial diagonals (``full_cov`` false: no pooling) take
-    128 KiB on CPU: a layer there keeps about six chunk-sized arrays alive at once
-    (both kinds in and out, the two inputs' variances), which then fit in L2 together;
-    32 pairs of 32x32 ran 1.2-1.4x faster per pair than 128 (BENCHMARKS.md, issue 26)."""
+    Networks whose pairs pass through spatial diagonals only (``diagonals``: no
+    pooling, and not a flat input's one Gram entry per pair) take 128 KiB on CPU: a
+    layer there keeps about six chunk-sized arrays alive at once (both kinds in and
+    out, the two inputs' variances), which then fit in L2 together; 32 pairs of 32x32
+    ran 1.2-1.4x faster per pair than 128 (BENCHMARKS.md, issue 26). A flat input's
+    chunk sizes its per-input calls (``KernelFn.stats_batch``), where a quarter of the
+    rows per call cost fc2 five times the time."""
     if jax.default_backend() != "cpu":
         return 4 << 20
-    return (512 << 10) if full_cov else (128 << 10)
+    return (128 << 10) if diagonals else (512 << 10)
 
 
 def compiler_options(full_cov: bool) -> dict:
