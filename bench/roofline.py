@@ -1,7 +1,7 @@
 """How close the CPU engine runs to what the machine can do (issue 26), as one table.
 
     python bench/roofline.py [--cases cnn1_gap,cnn5_gap,...] [--dtypes float32,float64]
-        [--old ROOT]
+        [--old ROOT [--old-reps 1]]
 
 For every bench case (``cases.CASES``, the seed's network ``cnn1_gap`` among them) and
 dtype: the floating-point operations and bytes one pair of the triangle must cost,
@@ -41,10 +41,13 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from cases import CASES, CONFIGS, INPUT_SHAPE, KINDS  # noqa: E402
 
-# Pairs per case for the timing: enough that the per-call overhead is under a few
-# percent of the call (a tri call over N inputs is N(N+1)/2 pairs).
-ROOF_N = {"cnn1_gap": 24, "cnn21_gap": 4, "cnn5_gap": 8, "myrtle5": 12,
-          "cnn21_flatten": 32, "cnn5_flatten": 128, "fc2": 2000}
+# Inputs per case for the timing: enough that a call's per-input pass (N inputs through
+# the layers, about N pairs' work beside the N(N+1)/2 pairs of a tri call: a share of
+# 2 / (N + 1)) and its per-call costs are a few percent of the call, as at the sizes
+# users run (10,000 images and more). At N = 4, cnn21_gap's per-input pass added 40%
+# of work the pair's count leaves out.
+ROOF_N = {"cnn1_gap": 48, "cnn21_gap": 16, "cnn5_gap": 32, "myrtle5": 48,
+          "cnn21_flatten": 256, "cnn5_flatten": 512, "fc2": 2000}
 
 # Floating-point operations per output entry of one kernel array (NNGP, or NTK), by
 # layer. A window layer (conv, conv_transpose, conv_local, avg_pool, sum_pool) sums
@@ -181,6 +184,8 @@ def main(argv=None) -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--old", default=None, metavar="ROOT",
                    help="also time the checkout at ROOT, each row old then new in turn")
+    p.add_argument("--old-reps", type=int, default=1,
+                   help="warm calls of the old checkout (its calls take 3-10x longer)")
     a = p.parse_args(argv)
     ncores = len(os.sched_getaffinity(0))
     lim = {c: limits(c) for c in sorted({1, ncores})}
@@ -202,7 +207,7 @@ def main(argv=None) -> None:
             fma = peak[f"gemm_{dtype}"]
             roof = max(c["gram_flops"] / fma + c["elementwise_flops"] / (fma / 2),
                        c["fused_bytes"] / peak["copy"])
-            t_old = measured(case, dtype, a.reps, a.old) if a.old else None
+            t_old = measured(case, dtype, a.old_reps, a.old) if a.old else None
             t = measured(case, dtype, a.reps)
             rows.append({"case": case, "dtype": dtype, **c, "roofline_s": roof,
                          "measured_s": t, "old_measured_s": t_old})
