@@ -6,7 +6,7 @@
 For every bench case (``cases.CASES``, the seed's network ``cnn1_gap`` among them) and
 dtype: the floating-point operations and bytes one pair of the triangle must cost,
 counted from the layer list (``pair_flops`` below documents the count per layer); this
-machine's limits, measured in fresh processes pinned to 1 and to all cores (a jitted
+machine's limits, measured before and after the timings (the better kept) in fresh processes pinned to 1 and to all cores (a jitted
 GEMM for the FMA rate; the copy bandwidth the better of a jitted ``x + 1`` and numpy's
 copy over 256 MiB, read and write counted); and
 kernelcli's measured time per pair on ``kernel_matrix(kfn, x)`` (``kc_case.py --mode
@@ -188,11 +188,24 @@ def main(argv=None) -> None:
                    help="warm calls of the old checkout (its calls take 3-10x longer)")
     a = p.parse_args(argv)
     ncores = len(os.sched_getaffinity(0))
-    lim = {c: limits(c) for c in sorted({1, ncores})}
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
-    for c, v in lim.items():
-        print(f"{c} core(s): GEMM float32 {v['gemm_float32'] / 1e9:.1f} GFLOP/s, float64 "
-              f"{v['gemm_float64'] / 1e9:.1f} GFLOP/s; copy {v['copy'] / 1e9:.1f} GB/s")
+    # the limits before and after the timings, the better of each kept: a neighbour's
+    # load during one measurement (a 2-core GEMM at half its rate, seen) would make
+    # the roofline look near
+    first = {c: limits(c) for c in sorted({1, ncores})}
+    timed = []
+    for case in a.cases.split(","):
+        for dtype in a.dtypes.split(","):
+            t_old = measured(case, dtype, a.old_reps, a.old) if a.old else None
+            timed.append((case, dtype, t_old, measured(case, dtype, a.reps)))
+            print(f"timed {case} {dtype}", file=sys.stderr, flush=True)
+    last = {c: limits(c) for c in sorted({1, ncores})}
+    lim = {c: {k: max(first[c][k], last[c][k]) for k in first[c]} for c in first}
+    for c in first:
+        for label, v in (("before", first[c]), ("after", last[c])):
+            print(f"{c} core(s), {label}: GEMM float32 {v['gemm_float32'] / 1e9:.1f} GFLOP/s, "
+                  f"float64 {v['gemm_float64'] / 1e9:.1f} GFLOP/s; copy {v['copy'] / 1e9:.1f} "
+                  f"GB/s")
     peak = lim[ncores]
     print()
     before = (" old ms / pair | old of limit |", "---:|---:|") if a.old else ("", "")
@@ -201,22 +214,19 @@ def main(argv=None) -> None:
           f"copy bandwidth, ms |")
     print(f"|---|---|---:|---:|---:|{before[1]}---:|---:|---:|")
     rows = []
-    for case in a.cases.split(","):
-        for dtype in a.dtypes.split(","):
-            c = counts(case, dtype, ROOF_N.get(case, CASES[case][0]))
-            fma = peak[f"gemm_{dtype}"]
-            roof = max(c["gram_flops"] / fma + c["elementwise_flops"] / (fma / 2),
-                       c["fused_bytes"] / peak["copy"])
-            t_old = measured(case, dtype, a.old_reps, a.old) if a.old else None
-            t = measured(case, dtype, a.reps)
-            rows.append({"case": case, "dtype": dtype, **c, "roofline_s": roof,
-                         "measured_s": t, "old_measured_s": t_old})
-            flops = c["gram_flops"] + c["elementwise_flops"]
-            old_cells = f" {t_old * 1e3:.4f} | {roof / t_old:.0%} |" if a.old else ""
-            print(f"| {case} | {dtype} | {flops / 1e6:,.2f} | "
-                  f"{c['fused_bytes'] / 1e6:.3f} / {c['streamed_bytes'] / 1e6:,.2f} | "
-                  f"{roof * 1e3:.4f} |{old_cells} {t * 1e3:.4f} | {roof / t:.0%} | "
-                  f"{c['streamed_bytes'] / peak['copy'] * 1e3:.4f} |", flush=True)
+    for case, dtype, t_old, t in timed:
+        c = counts(case, dtype, ROOF_N.get(case, CASES[case][0]))
+        fma = peak[f"gemm_{dtype}"]
+        roof = max(c["gram_flops"] / fma + c["elementwise_flops"] / (fma / 2),
+                   c["fused_bytes"] / peak["copy"])
+        rows.append({"case": case, "dtype": dtype, **c, "roofline_s": roof,
+                     "measured_s": t, "old_measured_s": t_old})
+        flops = c["gram_flops"] + c["elementwise_flops"]
+        old_cells = f" {t_old * 1e3:.4f} | {roof / t_old:.0%} |" if a.old else ""
+        print(f"| {case} | {dtype} | {flops / 1e6:,.2f} | "
+              f"{c['fused_bytes'] / 1e6:.3f} / {c['streamed_bytes'] / 1e6:,.2f} | "
+              f"{roof * 1e3:.4f} |{old_cells} {t * 1e3:.4f} | {roof / t:.0%} | "
+              f"{c['streamed_bytes'] / peak['copy'] * 1e3:.4f} |")
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     print(json.dumps({"limits": lim, "rows": rows}))
 
