@@ -126,7 +126,8 @@ def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name,
     them on spatial diagonals, are one custom call in the pair pass and one in the
     per-input pass (which makes the variances the pair pass reads); a chain's first
     layer makes its input from 3-channel images or reads the covariance (here 2
-    channels); and they give the CPU plan's kernels."""
+    channels); and from a covariance they give the CPU plan's kernels (from images: the
+    test above)."""
     calls = []
 
     def spying(real, label, kind=""):
@@ -140,13 +141,14 @@ def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name,
     monkeypatch.setattr(_native, "self_chain", spying(_native.self_chain, "inputs"))
     monkeypatch.setattr(_native, "diag", spying(_native.diag, "pairs", "diag"))
     monkeypatch.setattr(_native, "self_diag", spying(_native.self_diag, "inputs", "diag"))
-    for channels in (3, 2):
+    for channels in (3, 2):  # 3: from images, whose kernels the test above compares
         x = np.random.default_rng(6).standard_normal((5, 6, 7, channels))
         x2 = np.random.default_rng(7).standard_normal((3, 6, 7, channels))
         kfn = kernelcli.kernel_fn(NETS[name])
-        cpu = kfn(x, x2, KINDS, dtype="float64", engine="cpu")
         native = kfn(x, x2, KINDS, dtype="float64", engine="native")
-        _agree(cpu, native, "float64", f"{name} {channels} channels")
+        if channels == 2:
+            cpu = kfn(x, x2, KINDS, dtype="float64", engine="cpu")
+            _agree(cpu, native, "float64", f"{name} {channels} channels")
     assert set(calls) == {(label, m) for label in ("pairs", "inputs") for m in CHAINS[name]}
 
 
