@@ -137,6 +137,17 @@ def test_a_batch_is_whole_chunks_or_what_a_call_evaluates_anyway():
     assert auto_pair_batch(small(32, 32), 64, 1, 40) == 40  # never beyond the budget
 
 
+def test_a_small_data_sets_batches_cut_the_pairs_it_evaluates_evenly():
+    """A diagonal block's own diagonal comes from the per-input pass: its batches cut
+    the n (n - 1) / 2 pairs evaluated, not n (n + 1) / 2 (16 inputs: 8 batches of 15,
+    not 7 of 17 and a last one of a single pair padded to 17)."""
+    p = plan_run(16, 16, symmetric=True, costs=costs(chunk=1), budget_bytes=GiB, devices=2)
+    (block,) = p.blocks
+    assert (block.n_pairs, block.n_evaluated, p.pair_batch) == (136, 120, 15)
+    i, j = block.evaluated_pairs()
+    assert len(i) == block.n_evaluated and not np.any(i == j)
+
+
 def test_plan_run_measures_the_memory_line_and_fits_the_budget():
     seen = []
 

@@ -66,6 +66,20 @@ class Block:
         h, w = self.shape
         return h * (h + 1) // 2 if self.diagonal else h * w
 
+    @property
+    def n_evaluated(self) -> int:
+        """Pairs the engine evaluates pair by pair (:meth:`evaluated_pairs`): a diagonal
+        block's own diagonal, each input with itself, comes from the per-input pass."""
+        return self.n_pairs - (self.r1 - self.r0 if self.diagonal else 0)
+
+    def evaluated_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`local_pairs` less a diagonal block's ``i == j`` (:attr:`n_evaluated`)."""
+        i, j = self.local_pairs()
+        if self.diagonal:
+            keep = i != j
+            i, j = i[keep], j[keep]
+        return i, j
+
     def local_pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """Local indices ``(i, j)``, each int32 of shape ``(n_pairs,)``, in row-major order.
 

@@ -222,7 +222,10 @@ def plan_run(n1: int, n2: int, *, symmetric: bool, costs: EngineCosts, budget_by
     """
     if block is None:
         block = auto_block(costs, max(n1, n2))
-    largest = max(b.n_pairs for b in make_geometry(
+    # batches cut a block's evaluated pairs: a batch sized by a diagonal block's
+    # n (n + 1) / 2 left a last call of a pair or two, padded to a whole batch (13% of
+    # cnn21_gap's work at 16 inputs)
+    largest = max(b.n_evaluated for b in make_geometry(
         n1, n2, symmetric=symmetric, block=block, pair_batch=1, kinds=costs.kinds,
         itemsize=costs.itemsize, n_test=n_test).blocks)
     want = pair_batch or auto_pair_batch(costs, block, devices, 1 << 62, largest)

@@ -51,15 +51,6 @@ def build_for_engine(spec: tuple, engine: str, platform: str, stop=None):
     return build_kernel_fn(*spec[:5], engine=engine, chunk=spec[5], native_revision=spec[6])
 
 
-def _block_pairs(block):
-    """Local (i, j) pairs the engine evaluates: a diagonal block skips i == j."""
-    i, j = block.local_pairs()
-    if block.diagonal:
-        keep = i != j
-        i, j = i[keep], j[keep]
-    return i, j
-
-
 @dataclass
 class BlockInput:
     """Everything one block's computation needs, as plain arrays (picklable, so a Ray
@@ -89,7 +80,7 @@ def block_input(kfn, x1_src, x2_src, s1, s2, block, edge: int) -> BlockInput:
     x1 = pad_rows(x1_src.read(block.r0, block.r1, dtype=kfn.dtype), edge)
     x2 = pad_rows(x2_src.read(block.c0, block.c1, dtype=kfn.dtype), edge)
     b1 = s1.take(slice(block.r0, block.r1))
-    i, j = _block_pairs(block)
+    i, j = block.evaluated_pairs()
     diag = {k: np.asarray(b1.diag[k]) for k in kfn.kinds} if block.diagonal else None
     return BlockInput(block, x1, b1.pad(edge), x2,
                       s2.take(slice(block.c0, block.c1)).pad(edge), i, j, diag)

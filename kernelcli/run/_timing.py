@@ -90,8 +90,7 @@ def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> Timing:
                                                        bi.j, pb, devices))
         warm_pairs, _ = _timed(lambda: kfn.pair_values(bi.x1, bi.s1, bi.x2, bi.s2, bi.i,
                                                        bi.j, pb, devices))
-        evaluated = [blk.n_pairs - (blk.r1 - blk.r0 if blk.diagonal else 0)
-                     for blk in plan.blocks]
+        evaluated = [blk.n_evaluated for blk in plan.blocks]
         pair_rounds = sum(_rounds(-(-n // pb), d) for n in evaluated if n)
         pairs_seconds = pair_rounds * warm_pairs / sample_rounds
 
