@@ -134,6 +134,9 @@ def test_a_batch_is_whole_chunks_or_what_a_call_evaluates_anyway():
     assert auto_pair_batch(small(32, 32), 16, 2, 1 << 62, pairs=120) == 32
     assert auto_pair_batch(small(32, 32), 64, 2, 1 << 62, pairs=100) == 32  # 13 -> 32
     assert auto_pair_batch(small(1, 1), 64, 2, 1 << 62, pairs=400) == 50  # a pair a chunk
+    # a pair a chunk: calls a multiple of the devices, cut evenly (1128 = 18 x 63 less 6,
+    # not 17 x 64 + 40)
+    assert auto_pair_batch(small(1, 1), 48, 2, 1 << 62, pairs=1128) == 63
     assert auto_pair_batch(small(32, 32), 64, 1, 40) == 40  # never beyond the budget
 
 

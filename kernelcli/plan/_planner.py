@@ -312,6 +312,11 @@ def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int,
             # the first pair; three chunks' half is answered from the same program
             want = 3 * costs.chunk
     want = min(max(want, costs.min_call), max(pairs, 1))
+    if costs.chunk == 1 and want < pairs:
+        # a pair a chunk (pooling networks): the same number of calls for every device,
+        # cut evenly, so no device waits on another's last call and none pads much
+        calls = -(-(-(-pairs // want)) // n_devices) * n_devices
+        want = -(-pairs // calls)
     return int(max(1, min(fit, want)))
 
 
