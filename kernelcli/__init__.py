@@ -6,6 +6,8 @@ They are loaded on first use, so ``import kernelcli`` imports neither jax nor h5
 CLI sets up the host devices before jax is imported).
 """
 
+from ._lazy import lazy_names
+
 __version__ = "0.1.0"
 
 __all__ = ["compute", "estimate", "extend", "kernel_fn", "open_run", "resume", "stax"]
@@ -13,12 +15,4 @@ __all__ = ["compute", "estimate", "extend", "kernel_fn", "open_run", "resume", "
 _LAZY = {"kernel_fn": "._library", "open_run": "._library", "compute": ".run",
          "resume": ".run", "estimate": ".run", "extend": ".run", "stax": None}
 
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'kernelcli' has no attribute {name!r}")
-    import importlib
-
-    if _LAZY[name] is None:
-        return importlib.import_module(f".{name}", __name__)
-    return getattr(importlib.import_module(_LAZY[name], __name__), name)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -3,7 +3,7 @@
 numpy and h5py only; no jax, no click.
 """
 
-import importlib
+from .._lazy import lazy_names
 
 # Each name loaded on first use: checking rows (the library's in-memory calls) should
 # not import h5py, which the readers of files need (0.05 s of a first call's time).
@@ -19,14 +19,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

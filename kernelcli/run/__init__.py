@@ -24,7 +24,7 @@ The names below are loaded on first use (as ``kernelcli``'s own): a library call
 point 4).
 """
 
-import importlib
+from .._lazy import lazy_names
 
 # name -> the module that defines it
 _LAZY = {
@@ -43,14 +43,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
