@@ -17,7 +17,6 @@ device per core, as the CLI does), and float64 kernels scope JAX's 64-bit mode.
 from __future__ import annotations
 
 import importlib
-
 import os
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -99,7 +98,7 @@ class KernelFunction:
         # The modules a call computes with, loaded with the function (neural-tangents
         # loads its own at import; ``import kernelcli`` stays light for the CLI): 0.06 s
         # that a first call on 8 images otherwise paid (BENCHMARKS.md, issue 26 point 4).
-        for module in ("kernels", "run._matrix", "run._local"):
+        for module in ("kernels", "run._matrix"):
             importlib.import_module(f"{__package__}.{module}")
 
     def __repr__(self) -> str:

@@ -315,7 +315,8 @@ def auto_pair_batch(costs: EngineCosts, block: int, n_devices: int, fit: int,
     if costs.chunk == 1 and want < pairs:
         # a pair a chunk (pooling networks): the same number of calls for every device,
         # cut evenly, so no device waits on another's last call and none pads much
-        calls = -(-(-(-pairs // want)) // n_devices) * n_devices
+        calls = -(-pairs // want)
+        calls = -(-calls // n_devices) * n_devices
         want = -(-pairs // calls)
     return int(max(1, min(fit, want)))
 
