@@ -163,9 +163,10 @@ def test_the_diagonal_chain_on_single_rows_columns_and_pixels(shape):
                kfn(x, None, KINDS, dtype=dtype, engine="native"), dtype, f"{shape} {dtype}")
 
 
-def test_the_nngp_alone_is_the_same_as_with_the_ntk():
+@pytest.mark.parametrize("name", ["seed", "flatten"])
+def test_the_nngp_alone_is_the_same_as_with_the_ntk(name):
     x = np.random.default_rng(5).standard_normal((5, 6, 6, 2))
-    kfn = kernelcli.kernel_fn(NETS["seed"])
+    kfn = kernelcli.kernel_fn(NETS[name])
     both = kfn(x, None, KINDS, dtype="float64", engine="native")
     alone = kfn(x, None, "nngp", dtype="float64", engine="native")
     np.testing.assert_array_equal(alone, both[0])
@@ -214,6 +215,67 @@ def test_revision_1_takes_no_diagonal_chain_and_gives_its_runs_bits():
     for k in KINDS:
         np.testing.assert_array_equal(old[k], cpu[k])
         assert not np.array_equal(new[k], cpu[k])
+
+
+def test_from_revision_3_the_diagonal_chain_makes_the_input_diagonal_from_the_images(
+        monkeypatch):
+    """Revision 3's diagonal chain makes a flatten network's input diagonal from the two
+    images (in the pair pass, rows of the inputs' tables, as it reads the roots); a run
+    of revision 2 keeps its bits: the chain reads the diagonal XLA made. Both give the
+    CPU plan's kernels, and their own bits."""
+    made = []
+    real = _native._diag_call
+
+    def spy(state, layers, standard, tables, images=None):
+        made.append(("inputs" if tables is None else "pairs", images is not None))
+        return real(state, layers, standard, tables, images)
+
+    monkeypatch.setattr(_native, "_diag_call", spy)
+    c = load_case("cnn3_flatten")
+    arch = c.config.architecture
+    check_architecture(arch, c.x1.shape[1:])
+
+    def kernels(**plan):
+        return kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", **plan),
+                             c.x1, c.x2)
+
+    cpu = kernels(engine="cpu")
+    runs = {}
+    for revision in (2, 3):
+        made.clear()
+        runs[revision] = kernels(engine="native", native_revision=revision)
+        assert set(made) == {(side, revision == 3) for side in ("inputs", "pairs")}
+        _agree([cpu[k] for k in KINDS], [runs[revision][k] for k in KINDS], "float64",
+               f"revision {revision}")
+    assert not all(np.array_equal(runs[2][k], runs[3][k]) for k in KINDS)
+
+
+def test_the_diagonal_chain_refuses_rows_outside_its_tables():
+    """The pair pass's call reads each pair's rows of the tables it is given (the roots,
+    and the images where it makes the input's diagonal); a row outside them is an error,
+    never a read past their end."""
+    import jax
+    import jax.numpy as jnp
+
+    from kernelcli.kernels._state import State
+    from kernelcli.spec import Conv, Relu
+
+    layers = [Conv(filter=(3, 3), strides=(1, 1)), Relu()]
+    state = State(nngp=jnp.ones((2, 4, 5)), ntk=0.0, full=False, spatial=True, channels=2)
+    roots = ([jnp.ones((3, 4, 5))], [jnp.ones((4, 4, 5))])
+    images = (jnp.ones((3, 4, 5, 2)), jnp.ones((3, 4, 5, 2)))
+
+    def run(rows1, rows2, raw):
+        rows = (jnp.asarray(rows1, jnp.int32), jnp.asarray(rows2, jnp.int32))
+        got = _native.diag(state, layers, (*roots, *rows, images), True, raw)
+        return np.asarray(jax.block_until_ready(got.nngp))
+
+    np.testing.assert_array_equal(run([0, 2], [1, 3], False), run([2, 0], [3, 1], False))
+    assert np.all(np.isfinite(run([0, 2], [1, 2], True)))
+    for rows1, rows2, raw in (([0, 3], [0, 0], False), ([0, 0], [4, 0], False),
+                              ([-1, 0], [0, 0], False), ([0, 0], [0, 3], True)):
+        with pytest.raises(Exception, match="kernelcli diag: inconsistent shapes"):
+            run(rows1, rows2, raw)
 
 
 def test_native_is_resolved_on_cpus_only():

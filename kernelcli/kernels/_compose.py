@@ -209,10 +209,12 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     (``_native.REVISION``; 0: another plan), whose custom calls (``_native``) take the
     blocks, tails and chains they compute; every other layer runs as the CPU plan's.
     ``inputs``: the pair's two inputs, whose covariance ``state`` is, for a native first
-    layer that makes it itself (``_native.reads_images``)."""
+    layer that makes it itself (``_native.reads_images``; from revision 3 the diagonal
+    chain, ``_native.diag``)."""
     need = full_needed(layers, out)
     chains = bool(native) and isinstance(variances, (PairVariances, SelfVariances))
     diagonals = chains and native >= 2  # revision 2's diagonal chains
+    from_images = chains and native >= 3  # revision 3's: the input's diagonal made in them
     native = bool(native) and isinstance(variances, PairVariances)
     state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
@@ -220,18 +222,23 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
     while k < len(layers):
         before = state
         layer, after = layers[k], layers[k + 1] if k + 1 < len(layers) else None
-        images = inputs if chains and k == 0 and _native.reads_images(layer, inputs) else None
+        images = (inputs if chains and k == 0 and state.full
+                  and _native.reads_images(layer, inputs) else None)
         chain = _native.chain_length(layers, k, state) if chains else 0
         diag = 0 if chain or not diagonals else _native.diag_length(layers, k, state)
         if chain or diag:  # the blocks (and the pool after a chain's): one custom call
             blocks = layers[k:k + 2 * chain + 1] if chain else layers[k:k + 2 * diag]
-            if native:
-                got = [variances(state) for _ in range(chain or diag)]
-                state = (_native.chain(state, blocks, got, standard, images) if chain
-                         else _native.diag(state, blocks, got, standard))
-            else:  # the per-input pass: the chain records the variances it makes
+            if native and chain:
+                got = [variances(state) for _ in range(chain)]
+                state = _native.chain(state, blocks, got, standard, images)
+            elif native:
+                got = variances.tables(diag, state.nngp.shape[0], inputs)
+                state = _native.diag(state, blocks, got, standard, from_images and k == 0)
+            else:  # the per-input pass: the chain records what it makes (the diagonal
+                # chain: the variances' roots, all its pair pass reads of them)
+                raw = inputs if from_images and k == 0 else None
                 state, made = (_native.self_chain(state, blocks, standard, images) if chain
-                               else _native.self_diag(state, blocks, standard))
+                               else _native.self_diag(state, blocks, standard, raw))
                 variances.recorded.extend(made)
             k += len(blocks)
             state = _layout(state, need[k])

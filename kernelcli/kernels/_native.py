@@ -62,8 +62,9 @@ SYMBOLS = (*TARGETS.values(), *CHAIN_TARGETS.values(), *DIAG_TARGETS.values())
 # The native plan's revision, which a run records (``plan.native``) and a resume keeps:
 # each revision took more layers into custom calls, so its last bits differ. 1: blocks,
 # tails and chains on full covariances (runs without the key); 2: also the diagonal
-# chain (``diag``).
-REVISION = 2
+# chain (``diag``); 3: the diagonal chain also makes a network's input diagonal from
+# the images.
+REVISION = 3
 
 _LOAD = threading.Lock()
 _LOADED: list = []  # the outcome once known: like XLA's registry it fills, one per process
@@ -286,40 +287,67 @@ def self_chain(state: State, layers, standard: bool, images=None):
     return state, [v[i] for i in range(v.shape[0])]
 
 
-def diag(state: State, layers, variances, standard: bool) -> State:
+def diag(state: State, layers, variances, standard: bool, raw: bool = False) -> State:
     """The ``m`` blocks ``layers`` (``2 m`` layers, where :func:`diag_length` is at least
-    ``m``) on a spatial diagonal by the diagonal chain's custom call; ``variances``: the
-    ``m`` nonlinearities' ``(v1, v2)``, each ``(P, H, W)``."""
-    v1, v2 = _stacked(variances)
-    if v1.shape[1:] != state.nngp.shape or v2.shape != v1.shape:
-        raise ValueError(f"native diagonal: variances {v1.shape}, {v2.shape} for "
-                         f"{state.nngp.shape}")
-    return _diag_call(state, layers, standard, (v1, v2))[0]
+    ``m``) on a spatial diagonal by the diagonal chain's custom call; ``variances``: what
+    :func:`self_diag` recorded for the ``m`` nonlinearities, as ``PairVariances.tables``
+    gives them (each table ``(n, H, W)``), which the call reads each pair's rows from.
+    ``raw``: ``state`` is the raw input's diagonal, which the call makes from the images
+    that come with the tables, where they do (:func:`_images_for`)."""
+    v1s, v2s, rows1, rows2, images = variances
+    shape = state.nngp.shape
+    if (len(v1s) != len(layers) // 2 or len(v2s) != len(v1s)
+            or any(v.shape[1:] != shape[1:] for v in (*v1s, *v2s))
+            or rows1.shape != shape[:1] or rows2.shape != shape[:1]):
+        raise ValueError(f"native diagonal: variances {[v.shape for v in v1s]}, "
+                         f"{[v.shape for v in v2s]} for {shape}")
+    images = _images_for(state, images) if raw else None
+    return _diag_call(state, layers, standard, (rows1, rows2, *v1s, *v2s), images)[0]
 
 
-def self_diag(state: State, layers, standard: bool):
-    """:func:`diag` for each input with itself (the per-input pass): ``(state,
-    variances)``, the ``m`` nonlinearities' per-input variances ``(P, H, W)`` made on
-    the way, as the per-input pass records them."""
-    state, v = _diag_call(state, layers, standard, None)
+def self_diag(state: State, layers, standard: bool, images=None):
+    """:func:`diag` for each input with itself (the per-input pass): ``(state, roots)``,
+    per nonlinearity ``(P, H, W)``, recorded by the per-input pass where it records
+    variances: ``sqrt(max(v, 0))`` of each pre-activation variance ``v``, which is all
+    the chain reads of them, taken once per input here rather than twice per pair.
+    ``images``: the inputs ``(x, x)``, where ``state`` is their raw diagonal."""
+    images = _images_for(state, images)
+    state, v = _diag_call(state, layers, standard, None, images)
     return state, [v[i] for i in range(v.shape[0])]
 
 
-def _diag_call(state: State, layers, standard: bool, variances):
+def _images_for(state: State, images):
+    """``images`` (two ``(n, H, W, C)`` arrays) where the diagonal chain can make
+    ``state``, the raw input's diagonal ``(P, H, W)``, from them, else ``None``."""
+    if images is None or _ntk_mode(state) == 2:
+        return None
+    a, b = images
+    want = (*state.nngp.shape[1:], state.channels)
+    return images if a.ndim == b.ndim == 4 and a.shape[1:] == b.shape[1:] == want else None
+
+
+def _diag_call(state: State, layers, standard: bool, tables, images=None):
+    """The diagonal chain's call: on pairs, ``tables`` the pairs' rows and the variance
+    tables (:func:`diag`); ``None``: on each input with itself, which makes them.
+    ``images``: the two inputs' images the call makes ``state`` from (their rows the
+    tables'), else ``state`` is read."""
     convs, acts = layers[0::2], layers[1::2]
     x = state.nngp
     mode = _ntk_mode(state)
     out = [jax.ShapeDtypeStruct(x.shape, x.dtype),
            jax.ShapeDtypeStruct(x.shape if mode else (0, 0, 0), x.dtype)]
-    if variances is None:
+    if tables is None:
         out.append(jax.ShapeDtypeStruct((len(convs), *x.shape), x.dtype))
-    call = jax.ffi.ffi_call(DIAG_TARGETS[np.dtype(x.dtype), variances is None], tuple(out),
+    call = jax.ffi.ffi_call(DIAG_TARGETS[np.dtype(x.dtype), tables is None], tuple(out),
                             vmap_method="sequential")
-    got = call(x, state.ntk if mode == 2 else x, *(variances or ()),
+    args = (x, state.ntk if mode == 2 else x)
+    if images is not None:  # the input's diagonal left to XLA's dead-code pass
+        args = tuple(i.astype(x.dtype) for i in images)
+    got = call(*args, *(tables or ()), from_images=np.int64(images is not None),
                **_block_attrs(state, convs, acts, mode, standard))
     state = state.replace(nngp=got[0], ntk=None if mode == 0 else got[1],
                           channels=convs[-1].width)
-    return state, (got[2] if variances is None else None)
+    return state, (got[2] if tables is None else None)
 
 
 def _block_attrs(state: State, convs, acts, mode: int, standard: bool) -> dict:

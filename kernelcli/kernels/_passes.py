@@ -84,7 +84,7 @@ class LayerPass:
         if self.flat.flattens_images:  # ``state`` traced for its size (the chunk) only
             return self.flat.rows(xa, xb, variances)
         # the native plan's first layer may make the input's covariance from the images
-        inputs = (xa, xb) if self.native and state.full else None
+        inputs = (xa, xb) if self.native else None
         return self.forward(self.arch.layers, state, variances, seen=seen, inputs=inputs)
 
     def forward(self, layers, state, variances, skipped: int = 0, seen=None, inputs=None):
@@ -221,6 +221,6 @@ class Traced:
                   if self._net.batched else None)
 
         def chunk(a, b):
-            return self._net.run(x1[a], x2[b], PairVariances(v1, v2, a, b, stacks))
+            return self._net.run(x1[a], x2[b], PairVariances(v1, v2, a, b, stacks, (x1, x2)))
 
         return self._chunked(chunk, i, j)

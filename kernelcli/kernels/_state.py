@@ -114,11 +114,14 @@ class PairVariances:
     slice on the device): ``stacks`` is ``{first: (s1, s2)}``, the ``(m, n, ...)``
     stacks of ``v1[first:first + m]`` and ``v2[...]`` (:func:`stack_run`), made once
     per call outside the layers; a run without one is stacked where it is read.
+
+    ``images``: the two inputs' tables that ``rows1`` and ``rows2`` index, for the
+    native diagonal chain that makes the input's diagonal itself (:meth:`tables`).
     """
 
-    def __init__(self, v1, v2, rows1=None, rows2=None, stacks=None):
+    def __init__(self, v1, v2, rows1=None, rows2=None, stacks=None, images=None):
         self.v1, self.v2, self.rows1, self.rows2, self.k = v1, v2, rows1, rows2, 0
-        self.stacks = stacks
+        self.stacks, self.images = stacks, images
 
     def _take(self, k):
         def pick(v, rows):
@@ -129,6 +132,24 @@ class PairVariances:
     def __call__(self, state: State):
         self.k += 1
         return self._take(self.k - 1)
+
+    def tables(self, m: int, pairs: int, inputs=None):
+        """The next ``m`` layers' per-input records as the native diagonal chain reads
+        them (the variances' roots, which its per-input pass records), ungathered:
+        ``(v1s, v2s, rows1, rows2, images)``, each side's ``m`` tables, the row of each
+        of the ``pairs`` pairs in them (``int32``; laid out per pair: row ``p`` is pair
+        ``p``), and the two inputs' images read by the same rows: ``images`` where the
+        rows were given, else ``inputs`` (the pairs' own); ``None`` where neither is."""
+        first = self.k
+        self.k += m
+
+        def rows(r):
+            return (jnp.arange(pairs, dtype=jnp.int32) if r is None
+                    else jnp.asarray(r).astype(jnp.int32))
+
+        laid_out = self.rows1 is None and self.rows2 is None
+        return (self.v1[first:first + m], self.v2[first:first + m], rows(self.rows1),
+                rows(self.rows2), inputs if laid_out else self.images)
 
     def run(self, m: int):
         """The next ``m`` layers' variances as ``at(i) -> (va, vb)`` for a traced
