@@ -199,17 +199,19 @@ def test_without_a_custom_call_the_native_plan_is_the_cpu_plan_bit_for_bit():
         np.testing.assert_array_equal(out[k], cpu[k])
 
 
-def test_revision_1_takes_no_diagonal_chain_and_gives_its_runs_bits():
-    """A native run started before the diagonal chain (revision 1) resumes with that
-    revision's bits: its flatten network's blocks are the CPU plan's, bit for bit."""
+def flatten_fixture(**plan):
+    """The ``cnn3_flatten`` fixture's float64 kernels by the plan ``plan`` names."""
     c = load_case("cnn3_flatten")
     arch = c.config.architecture
     check_architecture(arch, c.x1.shape[1:])
+    return kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", **plan),
+                         c.x1, c.x2)
 
-    def kernels(**plan):
-        return kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", **plan),
-                             c.x1, c.x2)
 
+def test_revision_1_takes_no_diagonal_chain_and_gives_its_runs_bits():
+    """A native run started before the diagonal chain (revision 1) resumes with that
+    revision's bits: its flatten network's blocks are the CPU plan's, bit for bit."""
+    kernels = flatten_fixture
     cpu, old = kernels(engine="cpu"), kernels(engine="native", native_revision=1)
     new = kernels(engine="native")
     for k in KINDS:
@@ -231,14 +233,7 @@ def test_from_revision_3_the_diagonal_chain_makes_the_input_diagonal_from_the_im
         return real(state, layers, standard, tables, images)
 
     monkeypatch.setattr(_native, "_diag_call", spy)
-    c = load_case("cnn3_flatten")
-    arch = c.config.architecture
-    check_architecture(arch, c.x1.shape[1:])
-
-    def kernels(**plan):
-        return kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", **plan),
-                             c.x1, c.x2)
-
+    kernels = flatten_fixture
     cpu = kernels(engine="cpu")
     runs = {}
     for revision in (2, 3):
