@@ -63,7 +63,7 @@ def geometries(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=16, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(geometries())
 def test_a_same_window_is_a_valid_window_over_the_explicitly_padded_input(geometry):
     sizes, k, s, kind, head, engine = geometry
