@@ -309,7 +309,8 @@ def test_without_a_compiler_native_is_refused_naming_the_key(tmp_path):
 
 
 @pytest.mark.usefixtures("keep_process_state")
-def test_a_stopped_native_run_resumes_to_the_uninterrupted_runs_bits(tmp_path):
+@pytest.mark.parametrize("name", ["seed", "flatten"])  # chains; the diagonal chain
+def test_a_stopped_native_run_resumes_to_the_uninterrupted_runs_bits(tmp_path, name):
     import signal
 
     import h5py
@@ -320,13 +321,13 @@ def test_a_stopped_native_run_resumes_to_the_uninterrupted_runs_bits(tmp_path):
 
     np.save(tmp_path / "x.npy", np.random.default_rng(1).standard_normal((40, 8, 8, 3)))
     runs = {}
-    for name in ("whole", "stopped"):
-        doc = {"name": name, "data": {"x1": "x.npy"}, "architecture": NETS["seed"],
+    for run in ("whole", "stopped"):
+        doc = {"name": run, "data": {"x1": "x.npy"}, "architecture": NETS[name],
                "compute": {"engine": "native", "block": 8},
-               "output": {"run_dir": f"run_{name}"}}
-        cfg = tmp_path / f"{name}.yaml"
+               "output": {"run_dir": f"run_{run}"}}
+        cfg = tmp_path / f"{run}.yaml"
         cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-        runs[name] = (cfg, tmp_path / f"run_{name}")
+        runs[run] = (cfg, tmp_path / f"run_{run}")
     compute(runs["whole"][0])
     stop = Stop()
 
@@ -342,16 +343,17 @@ def test_a_stopped_native_run_resumes_to_the_uninterrupted_runs_bits(tmp_path):
                 if p.is_file() and p.name != ".kernelcli.lock"}
 
     before = files()
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    proc = run_cli("resume", runs["stopped"][1], cwd=tmp_path,
-                   env=cli_env(PATH=str(empty), KERNELCLI_CACHE_DIR="off"))
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == (
-        f"Error: {runs['stopped'][1]}: the run computes with the native plan (plan.engine "
-        f"in its manifest.json), which cannot run here: no C++ compiler (g++ or c++) on "
-        f"PATH to build it; continue it where a C++ compiler is on PATH")
-    assert files() == before
+    if name == "seed":
+        empty = tmp_path / "bin"
+        empty.mkdir()
+        proc = run_cli("resume", runs["stopped"][1], cwd=tmp_path,
+                       env=cli_env(PATH=str(empty), KERNELCLI_CACHE_DIR="off"))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"Error: {runs['stopped'][1]}: the run computes with the native plan "
+            f"(plan.engine in its manifest.json), which cannot run here: no C++ compiler "
+            f"(g++ or c++) on PATH to build it; continue it where a C++ compiler is on PATH")
+        assert files() == before
     resume(runs["stopped"][1])
     with h5py.File(runs["whole"][1] / "kernels.h5") as a, \
             h5py.File(runs["stopped"][1] / "kernels.h5") as b:
