@@ -44,7 +44,7 @@ from ..spec import KINDS, Architecture, base_kind, bind_architecture, check_augm
 from . import _native
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import is_flat_input
-from ._memory_model import CompiledMemory
+from ._memory_model import CompiledMemory, call_pairs
 from ._mesh import Programs, device_mesh, on_mesh, replicated, split
 from ._passes import LayerPass, Traced, trace
 from ._plans import PLANS
@@ -57,9 +57,6 @@ from ._xla import compiler_options, default_chunk_bytes, x64_scope
 # the call's rows are one program step).
 STATS_CALL_BYTES = 256 << 20
 STATS_CALL_ROWS = 1024  # and at most this many rows (the executor reads 1024 at a time)
-# Pair calls of the CPU plan smaller than this (or than a chunk) are padded up to it:
-# one program for every small batch (see ``KernelFn.call_batch``).
-SMALL_CALL_PAIRS = 32
 
 
 class KernelFn:
@@ -184,23 +181,12 @@ class KernelFn:
 
     def call_batch(self, pair_batch: int) -> int:
         """Pairs one compiled call evaluates for batches of ``pair_batch`` pairs: on the
-        CPU plan a batch smaller than ``min(chunk, SMALL_CALL_PAIRS)`` is padded up to
-        that, so every small batch is one program. The planner sizes a batch by the
-        compiled memory at two batches (``plan.memory_line``); on a small data set both
-        are small, and were two compilations of nearly the same program before the first
-        pair was computed (a third of a first call's time on a 3-layer flatten network,
-        BENCHMARKS.md issue 26 point 4). The padded pairs cost less than a compilation:
-        a chunk or less of cache-sized work per call. A batch of a chunk or more is
-        rounded up to whole chunks, which the program's loop pads it to anyway (the
-        same pairs in each chunk, so the same bits): then the memory at two such batches
-        is one compilation (``_memory_model``). Pooling networks (a chunk of one pair)
-        and flat-input networks (a Gram matrix per block) are unchanged."""
-        pb = max(1, int(pair_batch))
+        CPU plan :func:`~._memory_model.call_pairs` (small batches padded to one
+        program, larger ones to whole chunks); the accelerator plan and flat-input
+        networks (a Gram matrix per block) call with the batch as it is."""
         if self._batched or self.flat_input:
-            return pb
-        if pb >= self.chunk:
-            return -(-pb // self.chunk) * self.chunk
-        return max(pb, min(self.chunk, SMALL_CALL_PAIRS))
+            return max(1, int(pair_batch))
+        return call_pairs(pair_batch, self.chunk)
 
     def compiled_stats_memory(self, rows: int) -> int:
         """See :meth:`CompiledMemory.compiled_stats_memory`."""

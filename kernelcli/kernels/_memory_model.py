@@ -18,6 +18,29 @@ import jax.numpy as jnp
 
 from ._mesh import device_mesh, replicated, split
 
+# Pair calls of the CPU plan smaller than this (or than a chunk) are padded up to it:
+# one program for every small batch (``call_pairs``).
+SMALL_CALL_PAIRS = 32
+
+
+def call_pairs(pair_batch: int, chunk: int) -> int:
+    """Pairs one call of the CPU plan's pairs program evaluates for batches of
+    ``pair_batch`` pairs, its loop taking ``chunk`` pairs a step. A batch smaller than
+    ``min(chunk, SMALL_CALL_PAIRS)`` is padded up to that, so every small batch is one
+    program. The planner sizes a batch by the compiled memory at two batches
+    (``plan.memory_line``); on a small data set both are small, and were two
+    compilations of nearly the same program before the first pair was computed (a
+    third of a first call's time on a 3-layer flatten network, BENCHMARKS.md issue 26
+    point 4). The padded pairs cost less than a compilation: a chunk or less of
+    cache-sized work per call. A batch of a chunk or more is rounded up to whole
+    chunks, which the program's loop pads it to anyway (the same pairs in each chunk,
+    so the same bits): then the memory at two such batches is one compilation (the
+    module docstring). Pooling networks have a chunk of one pair: unchanged."""
+    pb = max(1, int(pair_batch))
+    if pb >= chunk:
+        return -(-pb // chunk) * chunk
+    return max(pb, min(chunk, SMALL_CALL_PAIRS))
+
 
 class CompiledMemory:
     """The memory model of a ``KernelFn``, asked of its compiled ``programs``
