@@ -22,6 +22,7 @@ CHUNK_BYTES = "KERNELCLI_CHUNK_BYTES"
 FUSION_EMITTERS = "KERNELCLI_XLA_FUSION_EMITTERS"
 NO_GPU_WARNING = "KERNELCLI_NO_GPU_WARNING"
 PACK_TILES = "KERNELCLI_PACK_TILES"
+NATIVE_BUILD_SECONDS = "KERNELCLI_NATIVE_BUILD_SECONDS"
 
 #: name -> the module that uses it (as docs/environment.md's "read by" column says).
 VARIABLES = {
@@ -37,6 +38,7 @@ VARIABLES = {
     "TF_CPP_MIN_LOG_LEVEL": "kernelcli/cli/_setup.py",
     NO_GPU_WARNING: "kernelcli/cli/_setup.py",
     PACK_TILES: "kernelcli/run/_executor.py",
+    NATIVE_BUILD_SECONDS: "kernelcli/kernels/_native_build.py",
     "OPENBLAS_CORETYPE": "kernelcli/_blas.py",
     "RAY_ADDRESS": "kernelcli/run/_ray.py",
 }
@@ -103,6 +105,22 @@ def pack_tiles(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
     if n < 0:
         raise ConfigError(f"{PACK_TILES}: {value!r} is not a tile count; expected an integer "
                           f">= 0 (0: no packs), or unset it for the default")
+    return n
+
+
+def native_build_seconds(environ: Optional[Mapping[str, str]] = None) -> float:
+    """``KERNELCLI_NATIVE_BUILD_SECONDS``: how long a build of the native library at first
+    use may take before its compiler is killed (default 300)."""
+    value = get(NATIVE_BUILD_SECONDS, environ)
+    if value is None or not value.strip():
+        return 300.0
+    try:
+        n = float(value.strip())
+    except ValueError:
+        n = -1.0
+    if not 0 < n <= 86400:
+        raise ConfigError(f"{NATIVE_BUILD_SECONDS}: {value!r} is not accepted; expected a "
+                          f"number of seconds in (0, 86400], or unset it for 300")
     return n
 
 

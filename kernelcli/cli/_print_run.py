@@ -83,6 +83,7 @@ def print_run_summary(summary) -> None:
         f"  memory: peak {format_size(plan.peak_bytes_per_device)} per device of a "
         f"budget of {format_size(m.budget_bytes)} from "
         f"{memory_source_text(summary.memory_source, m.memory_kind)}",
+        f"  execution plan: {plan.engine} ({summary.engine_reason})",
     ]
     for line in lines:
         click.echo(line, err=True)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _env
-from ..errors import ConfigError
+from ..errors import ConfigError, RunDirError
 from ..spec import KINDS, Architecture, base_kind, bind_architecture, check_augment, flip_group, walk
 from . import _native
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
@@ -78,12 +78,15 @@ class KernelFn:
         kernels differ in the last bits: a run records it and a resume passes it back.
       native_revision: the native plan's revision (``None``: ``_native.REVISION``); an earlier
         one's calls take fewer layers, so other bits: a run records it, a resume passes it.
+      native_library: the identity of the native library the run's tiles were computed
+        with (``None``: this process's); another is refused, never mixed.
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
                  kinds: Sequence[str] = KINDS, dtype: str = "float32",
                  augment: Sequence[str] = (), engine: str = "cpu",
-                 chunk: Optional[int] = None, native_revision: Optional[int] = None):
+                 chunk: Optional[int] = None, native_revision: Optional[int] = None,
+                 native_library: Optional[str] = None):
         if engine not in PLANS:
             raise ValueError(f"engine {engine!r}: expected one of {', '.join(PLANS)} "
                              f"(resolve 'auto' with resolve_engine first)")
@@ -116,6 +119,9 @@ class KernelFn:
                                   f"use auto, cpu or accelerator")
         self.native_revision = (int(native_revision or _native.REVISION)
                                 if engine == "native" else None)
+        self.native_library = _native.library().identity if engine == "native" else None
+        if native_library is not None and native_library != self.native_library:
+            raise RunDirError(_native.identity_problem(native_library))  # a shard, a worker
         self._want_ntk = "ntk" in self.base_kinds
         self._net = LayerPass(arch, self.input_shape, self.base_kinds, self.group,
                               self.n_spatial, standard=arch.parameterization == "standard",
@@ -378,11 +384,13 @@ class KernelFn:
 
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int], kinds: Sequence[str] = KINDS,
                     dtype: str = "float32", augment: Sequence[str] = (), engine: str = "cpu",
-                    chunk: Optional[int] = None, native_revision: Optional[int] = None
+                    chunk: Optional[int] = None, native_revision: Optional[int] = None,
+                    native_library: Optional[str] = None
                     ) -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
     ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
     execution plan (``"cpu"``, ``"native"`` or ``"accelerator"``, see :func:`resolve_engine`);
-    ``chunk``, ``native_revision``: see :class:`KernelFn`."""
-    return KernelFn(arch, input_shape, kinds, dtype, augment, engine, chunk, native_revision)
+    ``chunk``, ``native_revision``, ``native_library``: see :class:`KernelFn`."""
+    return KernelFn(arch, input_shape, kinds, dtype, augment, engine, chunk, native_revision,
+                    native_library)
 

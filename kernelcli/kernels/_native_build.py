@@ -1,50 +1,72 @@
-"""Building the native plan's library (``native/``), and keeping it between processes.
+"""Finding, checking and loading the native plan's library; building it at first use
+only where the package carries none this machine can load.
 
-The sources are compiled by the system's C++ compiler (``g++`` or ``c++`` on ``PATH``)
-against the XLA FFI headers jaxlib ships, with ``-march=native``: side by side, then
-linked (10-15 s on two cores). Nothing compiled for one machine may run on another, so
-a kept library is named by a key over everything its code depends on: the sources, the
-flags, the compiler (its path and ``--version``), jaxlib's headers and version, and the
-CPU (model and feature flags, for ``-march=native``).
+The library is compiled when the package is built (``setup.py``, by the recipe in
+:mod:`._native_recipe`): one file per variant of the architecture, recorded with its
+size and sha256 in ``native/native.json``. :func:`load` takes the most capable
+variant the CPU runs, and maps it only once its bytes match the record:
 
-Where it is kept: in ``kernelcli-native/`` inside kernelcli's cache folder (the CLI's
-compilation cache, ``KERNELCLI_CACHE_DIR``; default ``~/.cache/kernelcli/jax``), whose
-compiled XLA programs are trusted in the same way; with the cache switched off, nowhere
-(each process builds in a private temporary folder, removed once the library is loaded). A kept
-library is loaded only from a folder and a file this user owns that no one else may
-write, and only if it is a regular file. One is written under a temporary name and
-renamed, so processes building at once each leave a whole library, and a library that
-fails to load (damaged) is built again and replaced; a build folder that a killed process
-left is removed once it is older than any build. No other file is touched.
+* **Read, checked, then mapped from memory.** The file is read whole (bounded), its
+  sha256 compared with the record, and the checked bytes are what ``dlopen`` maps (an
+  anonymous ``memfd``), never the file again: a truncated file is refused, not
+  mapped (a short mapping is a SIGBUS at the first page past its end), and a file
+  changed after the check cannot be what runs.
+* **From places only their owner writes.** The folder, every folder above it and the
+  file belong to this user or root, and no one else may write them (a folder with
+  the sticky bit excepted, and a group that is its owner's own private group, as
+  umask 002 leaves files on Debian and Ubuntu).
+* **Built at first use as a fallback**, where no installed variant loads (an editable
+  checkout whose sources changed, a platform without a wheel, a damaged install) and
+  a C++ compiler is on ``PATH``: under a lock (one build per library and compiler on
+  a machine; the others wait for it, saying so), the compiler's whole process group
+  killed after ``KERNELCLI_NATIVE_BUILD_SECONDS``, the result kept in kernelcli's cache
+  folder (``kernelcli-native/<key>/``, the installed layout: library and record), and
+  a failure kept there too, so later processes report it instead of waiting again.
+
+Whatever the source, a library's :attr:`Library.identity` is the recipe's hash of the
+sources and the flags that decide its bits, which a run records.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import fcntl
+import grp
 import hashlib
 import os
 import platform
+import pwd
 import shutil
-import signal
 import stat
-import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 
+from .. import _env
 from .._stop import Stop, check
+from . import _native_recipe as recipe
 
-SOURCES = tuple(Path(__file__).with_name("native") / f for f in ("layer.cc", "chain.cc", "diag.cc"))
-HEADERS = tuple(Path(__file__).with_name("native") / f for f in ("map.h",))
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-fPIC", "-w")
-KEPT = "kernelcli-native"  # the folder inside JAX's compilation cache
-_BUILD_SECONDS = 300  # a compiler that hangs is not waited on for ever
-_STALE_SECONDS = 2 * _BUILD_SECONDS  # a build folder this old has no process left
-_POLL_SECONDS = 0.05  # how often a running build checks its stop
-_NAME = "libkernelcli_native.so"
+KEPT = "kernelcli-native"  # the folder of libraries built at first use, in the cache
+FAILED = "failed"  # beside a kept record: why that library's build failed
+SHIPPED = "shipped with kernelcli"
+_STALE_SECONDS = 2 * 86400  # a build folder this old has no process left
+_SAY_AFTER = 1.0  # seconds of waiting on another process's build before saying so
+
+
+@dataclasses.dataclass(frozen=True)
+class Library:
+    """A loaded, checked native library."""
+
+    handle: ctypes.CDLL
+    identity: str  # the recipe's hash of what decides its bits
+    variant: str  # the target it was compiled for (x86-64-v4, ...)
+    origin: str  # where it came from, as estimate, status and -v say it
+    fd: int = -1  # the memfd it was mapped from, kept open while the process lives
 
 
 def compiler() -> Optional[str]:
@@ -55,61 +77,276 @@ def compiler() -> Optional[str]:
     return None
 
 
-def load(symbols: Sequence[str], folder: Optional[Path], stop: Optional[Stop] = None):
-    """``(library, None)`` with every name in ``symbols``, or ``(None, why not)``; kept
-    in (and loaded from) ``folder`` when it is given and safe to use. A ``stop``
-    requested while the compiler runs ends the build (the compiler killed, its folder
-    removed) with :class:`~kernelcli.errors.Interrupted`."""
+def say(message: str) -> None:
+    print(f"kernelcli: {message}", file=sys.stderr, flush=True)
+
+
+def load(symbols: Sequence[str], cache: Optional[Path], stop: Optional[Stop] = None,
+         tell: Callable[[str], None] = say):
+    """``(Library, None)`` with every name in ``symbols``, or ``(None, why not)``: the
+    installed library, else one kept in ``cache`` or built there (or, without a cache,
+    in a private folder removed after loading). A ``stop`` requested while waiting or
+    building raises :class:`~kernelcli.errors.Interrupted`."""
     if platform.system() != "Linux":
         return None, f"the native plan is built for Linux only (this is {platform.system()})"
+    runnable = recipe.cpu_variants()
+    if not runnable:
+        return None, f"kernelcli builds no native library for {platform.machine()} processors"
+    ident, ffi = recipe.identity(), recipe.ffi_version(jax.ffi.include_dir())
+    lib, why = load_from(recipe.NATIVE, ident, runnable, symbols, ffi, SHIPPED)
+    if lib is not None:
+        return lib, None
     cxx = compiler()
     if cxx is None:
-        return None, "no C++ compiler (g++ or c++) on PATH to build it"
-    kept = _kept_path(folder, cxx)
-    if kept is not None and _trusted(kept, stat.S_ISREG):
-        lib = _open(kept, symbols)
-        if lib is not None:
-            return lib, None
-    where = None
-    if kept is not None:  # built beside its kept name: one filesystem, an atomic rename
-        _sweep(kept.parent)
-        try:
-            where = tempfile.mkdtemp(prefix=".build-", dir=kept.parent)
-        except OSError:
-            kept = None
-    where = where or tempfile.mkdtemp(prefix="kernelcli-native-")
+        return None, f"{why}, and no C++ compiler (g++ or c++) is on PATH to build it"
+    lib, failed = _first_use(cxx, ident, runnable[0], symbols, ffi, cache, stop, tell)
+    if lib is None:
+        return None, f"{why}, and {failed}"
+    return dataclasses.replace(lib, origin=f"{lib.origin}, since {why}"), None
+
+
+def load_from(folder: Path, ident: str, runnable: Sequence[str], symbols: Sequence[str],
+              ffi: Optional[tuple], origin: str):
+    """The library that ``folder``'s record names for the first of ``runnable`` it has,
+    checked (:data:`recipe.RECORD`), or ``(None, why not)``."""
+    unsafe = _unsafe(folder)
+    if unsafe:
+        return None, unsafe
+    data, why = _read(folder / recipe.RECORD, 1 << 16)
+    if data is None:
+        return None, (f"no native library {origin} ({folder / recipe.RECORD} is missing)"
+                      if why == "missing" else why)
+    rec = recipe.read_record(data)
+    if rec is None:
+        return None, f"{folder / recipe.RECORD} is not a record kernelcli wrote"
+    if rec["identity"] != ident:
+        return None, (f"the native library {origin} ({rec['identity']}) was built from "
+                      f"other sources than these ({ident})")
+    built = rec.get("ffi")
+    if ffi is not None and built is not None and (built[0] != ffi[0] or built[1] > ffi[1]):
+        return None, (f"the native library {origin} was built for XLA FFI "
+                      f"{built[0]}.{built[1]}; this jaxlib has {ffi[0]}.{ffi[1]}")
+    variant = next((v for v in runnable if v in rec["libraries"]), None)
+    if variant is None:
+        return None, (f"the native library {origin} has no variant this CPU runs "
+                      f"({', '.join(runnable)})")
+    entry = rec["libraries"][variant]
+    path = folder / entry["file"]
+    data, why = _read(path, entry["size"])
+    if data is None:
+        return None, f"{path} is missing" if why == "missing" else why
+    if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        return None, (f"{path} does not match its checksum in {recipe.RECORD} (damaged "
+                      f"or truncated)")
+    handle, fd = _map(data, symbols)
+    if handle is None:
+        return None, f"{path} matches its checksum but does not load ({fd})"
+    return Library(handle, ident, variant, f"{origin} ({variant})", fd), None
+
+
+def _read(path: Path, limit: int):
+    """``(bytes, None)`` of the regular file ``path`` (at most ``limit + 1`` bytes read),
+    opened without following a link or blocking on a FIFO, and only if
+    :func:`_safe_owner` trusts it; else ``(None, why)`` (``"missing"`` when absent)."""
     try:
-        out = Path(where) / _NAME
-        failed = _build(cxx, Path(where), out, stop)
-        if failed:
-            return None, failed
-        lib = _open(out, symbols)
-        if lib is None:
-            return None, f"its build with {cxx} gave a library that does not load"
-        if kept is not None:
-            try:
-                os.replace(out, kept)
-            except OSError:
-                pass  # loaded all the same; the next process builds again
-        return lib, None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as exc:
+        return None, f"{path} cannot be read ({exc.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"{path} is not a regular file"
+        if not _safe_owner(st):
+            return None, f"{path} may be written by others than its owner: not loaded"
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks), None
+    except OSError as exc:
+        return None, f"{path} cannot be read ({exc.strerror})"
     finally:
-        shutil.rmtree(where, ignore_errors=True)
+        os.close(fd)
 
 
-def _kept_path(folder: Optional[Path], cxx: str) -> Optional[Path]:
-    """``folder/kernelcli-native/<key>.so``, the folder made (this user's only) if need
-    be; ``None`` when there is no folder or it cannot be used safely."""
-    if folder is None:
+def _safe_owner(st: os.stat_result) -> bool:
+    """Owned by this user or root, and written by no one else: not by others, and by
+    the group only where it is the owner's own private group (umask 002's files)."""
+    if st.st_uid not in (os.getuid(), 0) or st.st_mode & 0o002:
+        return False
+    if not st.st_mode & 0o020:
+        return True
+    try:
+        owner, group = pwd.getpwuid(st.st_uid), grp.getgrgid(st.st_gid)
+    except KeyError:
+        return False
+    return (group.gr_name == owner.pw_name and owner.pw_gid == st.st_gid
+            and set(group.gr_mem) <= {owner.pw_name})
+
+
+def _unsafe(folder: Path) -> Optional[str]:
+    """Why code in ``folder`` may not be trusted (it, or a folder above it, may be
+    written by another user; a folder with the sticky bit lets none rename another's
+    entries), or ``None``."""
+    path = Path(os.path.realpath(folder))
+    for p in (path, *path.parents):
+        try:
+            st = os.stat(p)
+        except OSError as exc:
+            return f"{p} cannot be read ({exc.strerror})"
+        sticky = p != path and st.st_mode & stat.S_ISVTX
+        if not stat.S_ISDIR(st.st_mode) or not (sticky or _safe_owner(st)):
+            return f"{p} may be written by others than its owner: its native library is not loaded"
+    return None
+
+
+def _map(data: bytes, symbols: Sequence[str]):
+    """``(handle, fd)``: ``data`` loaded from an anonymous file that holds exactly those
+    bytes, with every symbol; ``(None, why)`` when it does not load. The file stays
+    open while the process lives: the loader knows a library by its path, and a
+    closed descriptor's number (its path in /proc) would be another library's next."""
+    try:
+        fd = os.memfd_create("kernelcli-native", os.MFD_CLOEXEC)
+    except (OSError, AttributeError) as exc:
+        return None, f"no anonymous file to load it from: {exc}"
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        handle = ctypes.CDLL(f"/proc/self/fd/{fd}")
+    except OSError as exc:
+        os.close(fd)
+        return None, str(exc).splitlines()[0][:300]
+    missing = [name for name in symbols if not hasattr(handle, name)]
+    if missing:  # loaded: its descriptor stays reserved all the same
+        return None, f"it lacks {missing[0]}"
+    return handle, fd
+
+
+def _first_use(cxx: str, ident: str, variant: str, symbols, ffi, cache: Optional[Path],
+               stop: Optional[Stop], tell):
+    """Build ``variant`` with ``cxx`` (or take the one kept for it): ``(Library, None)``
+    or ``(None, why)``. Kept under ``cache/kernelcli-native/<key>`` where that folder is
+    this user's own; built privately otherwise."""
+    home = _home(cache)
+    key = _key(ident, variant, cxx, ffi)
+    if home is None:
+        with tempfile.TemporaryDirectory(prefix="kernelcli-native-") as tmp:
+            return _build(cxx, ident, variant, symbols, ffi, Path(tmp), None, stop, tell)
+    kept = home / key
+    with _locked(home / f"{key}.lock", stop, tell):
+        if (kept / recipe.RECORD).exists():
+            lib, why = load_from(kept, ident, (variant,), symbols, ffi,
+                                 f"built at first use in {kept}")
+            if lib is not None:
+                return lib, None
+        failed, _ = _read(kept / FAILED, 4096)
+        if failed is not None:
+            text = failed.decode("utf-8", "replace").strip().splitlines()[0][:500]
+            return None, (f"its build at first use failed before ({text}; delete "
+                          f"{kept / FAILED} to try again)")
+        _sweep(home)
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=home))
+        try:
+            return _build(cxx, ident, variant, symbols, ffi, work, kept, stop, tell)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _build(cxx, ident, variant, symbols, ffi, work: Path, kept: Optional[Path], stop, tell):
+    """Compile and load ``variant`` in ``work``; kept in ``kept`` (with its record, or
+    the failure) when given."""
+    out = work / recipe.library_name(variant)
+    compiles, link = recipe.commands(cxx, variant, jax.ffi.include_dir(), work, out)
+    seconds = _env.native_build_seconds()
+    tell(f"building the native plan's library for this machine with {cxx} (once; up to "
+         f"{seconds:g} s)")
+    failed = (recipe.run(compiles, work, seconds, lambda: check(stop))
+              or recipe.run([link], work, seconds, lambda: check(stop)))
+    data = None if failed else out.read_bytes()
+    handle, fd = (None, None) if failed else _map(data, symbols)
+    if handle is None:
+        why = f"its build with {cxx} failed: {failed or f'the library does not load ({fd})'}"
+        if kept is not None:
+            kept.mkdir(mode=0o700, exist_ok=True)
+            recipe.write_file(kept / FAILED, (why + "\n").encode(), 0o600)
+        return None, why
+    origin = "built at first use" + (f" in {kept}" if kept is not None else "")
+    if kept is not None:
+        kept.mkdir(mode=0o700, exist_ok=True)
+        recipe.write_file(kept / out.name, data, 0o600)  # the library, then its record
+        recipe.write_record(kept, recipe.record(ident, ffi, cxx, {variant: data}))
+    return Library(handle, ident, variant, f"{origin} ({variant})", fd), None
+
+
+class _locked:
+    """An exclusive ``flock`` on ``path`` while the block runs, waited for with ``stop``
+    checked, and said once the wait is longer than a moment."""
+
+    def __init__(self, path: Path, stop, tell):
+        self.path, self.stop, self.tell = path, stop, tell
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          0o600)
+        start, told = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                pass
+            except BaseException:
+                os.close(self.fd)
+                raise
+            try:
+                check(self.stop)
+            except BaseException:
+                os.close(self.fd)
+                raise
+            if not told and time.monotonic() - start > _SAY_AFTER:
+                self.tell(f"waiting for another process building the native library "
+                          f"({self.path})")
+                told = True
+            time.sleep(0.05)
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # releases the lock
+
+
+def _home(cache: Optional[Path]) -> Optional[Path]:
+    """``cache/kernelcli-native``, made this user's only if need be; ``None`` when there
+    is no cache or the folder cannot be used safely."""
+    if cache is None:
         return None
-    home = Path(folder) / KEPT
+    home = Path(cache) / KEPT
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(home)
     except OSError:
         return None
-    if not _trusted(home, stat.S_ISDIR):
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None
-    key = _key(cxx)
-    return None if key is None else home / f"{key}.so"
+    return home
+
+
+def _key(ident: str, variant: str, cxx: str, ffi) -> str:
+    """A kept library's name: its identity, variant and XLA FFI version, and the
+    compiler that built it (its file, so a changed compiler builds again, and a failure
+    is not kept for it)."""
+    real = os.path.realpath(cxx)
+    try:
+        st = os.stat(real)
+        seen = f"{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        seen = ""
+    parts = (ident, variant, real, seen, repr(ffi), platform.machine())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 def _sweep(home: Path, age: float = _STALE_SECONDS) -> None:
@@ -124,134 +361,3 @@ def _sweep(home: Path, age: float = _STALE_SECONDS) -> None:
             continue
         if stat.S_ISDIR(st.st_mode) and now - st.st_mtime > age:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _trusted(path: Path, kind) -> bool:
-    """``path`` is a ``kind`` (file or folder, not a link) that this user owns and no one
-    else may write: safe to load code from."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return kind(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
-
-
-def _key(cxx: str) -> Optional[str]:
-    """What the library's code depends on, hashed; ``None`` if the compiler cannot say
-    its version."""
-    try:
-        version = subprocess.run([cxx, "--version"], stdin=subprocess.DEVNULL,
-                                 capture_output=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    h = hashlib.sha256()
-    for part in (cxx.encode(), version, " ".join(FLAGS).encode(), _cpu(),
-                 jax.ffi.include_dir().encode(), jax.lib.__version__.encode(),
-                 platform.machine().encode()):
-        h.update(len(part).to_bytes(8, "little") + part)
-    for src in (*SOURCES, *HEADERS):
-        data = src.read_bytes()
-        h.update(src.name.encode() + len(data).to_bytes(8, "little") + data)
-    return h.hexdigest()[:32]
-
-
-def _cpu() -> bytes:
-    """The CPU's model and feature flags (what ``-march=native`` compiles for)."""
-    try:
-        with open("/proc/cpuinfo", "rb") as f:
-            lines = f.read(1 << 20).splitlines()
-    except OSError:
-        return platform.processor().encode()
-    wanted = (b"model name", b"flags", b"vendor_id", b"cpu family", b"model\t")
-    seen: dict = {}
-    for line in lines:
-        for w in wanted:
-            if line.startswith(w) and w not in seen:
-                seen[w] = line
-    return b"\n".join(seen.get(w, b"") for w in wanted)
-
-
-def _open(path: Path, symbols: Sequence[str]):
-    """The library at ``path`` with every symbol, or ``None`` (it does not load)."""
-    try:
-        lib = ctypes.CDLL(str(path))
-        for name in symbols:
-            getattr(lib, name)
-    except (OSError, AttributeError):
-        return None
-    return lib
-
-
-def _build(cxx: str, folder: Path, out: Path, stop: Optional[Stop]) -> Optional[str]:
-    """Compile the sources side by side (a core each), then link them into ``out``:
-    ``None``, or why the build failed."""
-    objects = [folder / f"{src.stem}.o" for src in SOURCES]
-    failed = _run([[cxx, *FLAGS, "-I", jax.ffi.include_dir(), "-c", str(src), "-o",
-                    str(obj)] for src, obj in zip(SOURCES, objects)], cxx, folder, stop)
-    return failed or _run([[cxx, "-shared", *map(str, objects), "-o", str(out)]], cxx,
-                          folder, stop)
-
-
-def _run(commands, cxx: str, folder: Path, stop: Optional[Stop]) -> Optional[str]:
-    """Run the compiler ``commands`` at once (their messages to files in ``folder``, so
-    a long one cannot fill a pipe), checking ``stop`` while they run: ``None``, or why
-    one failed."""
-    procs, logs = [], [folder / f"cc{i}.log" for i in range(len(commands))]
-    deadline = time.monotonic() + _BUILD_SECONDS
-    try:
-        for cmd, log in zip(commands, logs):
-            with open(log, "wb") as err:
-                # a group of its own: the driver's own children (cc1plus, as) end with it
-                procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                              stdout=subprocess.DEVNULL, stderr=err,
-                                              start_new_session=True))
-        for proc in procs:
-            while proc.poll() is None:
-                check(stop)
-                if time.monotonic() > deadline:
-                    return f"its build with {cxx} failed: no result in {_BUILD_SECONDS} s"
-                time.sleep(_POLL_SECONDS)
-        for proc, log in zip(procs, logs):
-            if proc.returncode != 0:
-                text = log.read_bytes()[-4096:].decode("utf-8", "replace")
-                last = (text.strip().splitlines() or ["no message"])[-1]
-                return f"its build with {cxx} failed: {last}"
-    except OSError as exc:
-        return f"its build with {cxx} failed: {exc}"
-    finally:
-        for proc in procs:  # none left running (after a failure, a stop or an interrupt)
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    proc.kill()
-                proc.wait()
-                _wait_group(proc.pid)
-    return None
-
-
-def _wait_group(pgid: int, timeout: float = 2.0) -> None:
-    """Until no live process of group ``pgid`` is left, at most ``timeout`` seconds: a
-    killed driver is reaped at once, while its cc1plus, killed with it, may still be
-    tearing down its memory (a loop of the signal tests on a loaded machine found one
-    alive once the command had exited)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and _group_alive(pgid):
-        time.sleep(0.01)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` is alive (not a zombie), from ``/proc``."""
-    try:
-        names = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:  # no /proc: nothing to wait on
-        return False
-    for name in names:
-        try:
-            text = (Path("/proc") / name / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2:].split()  # state, ppid, pgrp, ...
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False

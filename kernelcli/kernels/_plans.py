@@ -76,3 +76,24 @@ def native_helps(layers: Sequence, input_shape: Sequence[int]) -> bool:
         return False
     layers = bind_layers(layers, input_shape)  # one filter size and stride per axis
     return _native.helps(layers, any_full(layers))
+
+
+def engine_reason(requested: str, engine: str, platform: str, layers: Sequence,
+                  input_shape: Sequence[int]) -> str:
+    """Why ``engine`` computes a network of ``layers`` on inputs of ``input_shape`` when
+    ``compute.engine`` is ``requested``, as estimate and -v say it (a fallback is never
+    silent); with the native plan, which library (its identity and origin)."""
+    if engine == "native":
+        how = "compute.engine: native" if requested == "native" else (
+            "auto: it has custom calls for this network" if requested == "auto"
+            else "the run's plan")
+        return f"{how}; {_native.describe()}"
+    if requested == engine:
+        return f"compute.engine: {engine}"
+    if requested != "auto":
+        return "the run's plan (plan.engine in its manifest.json)"
+    if str(platform).lower() != "cpu":
+        return f"auto on {platform} devices"
+    if not native_helps(layers, input_shape):
+        return "auto: the native plan has no custom call for this network"
+    return f"auto: the native plan cannot run here: {_native.unavailable()}"

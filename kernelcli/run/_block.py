@@ -30,14 +30,15 @@ def stats_slices(n: int, rows: int = STATS_ROWS) -> list[tuple[int, int]]:
     return [(s, min(s + rows, n)) for s in range(0, n, rows)]
 
 
-def kernel_spec(cfg, input_shape, chunk=None, native_revision=None) -> tuple:
+def kernel_spec(cfg, input_shape, chunk=None, native_revision=None, native_library=None
+                ) -> tuple:
     """What builds a run's kernel function anywhere (a Ray worker too): architecture,
     input shape, kinds, dtype, augment, the CPU plan's pairs per chunk and the native
-    plan's revision (``None`` for a new run: ``KERNELCLI_CHUNK_BYTES`` or the default,
-    and today's revision; an existing run's as its manifest records them, since both
-    change the kernel's last bits)."""
+    plan's revision and library (``None`` for a new run: ``KERNELCLI_CHUNK_BYTES`` or the
+    default, today's revision and this process's library; an existing run's as its
+    manifest records them, since each changes the kernel's last bits)."""
     return (cfg.architecture, tuple(input_shape), tuple(cfg.kernel.kinds), cfg.kernel.dtype,
-            tuple(cfg.kernel.augment), chunk, native_revision)
+            tuple(cfg.kernel.augment), chunk, native_revision, native_library)
 
 
 def build_for_engine(spec: tuple, engine: str, platform: str, stop=None):
@@ -48,7 +49,8 @@ def build_for_engine(spec: tuple, engine: str, platform: str, stop=None):
 
     arch, shape = spec[:2]
     engine = resolve_engine(engine, platform, arch.layers, shape, stop)
-    return build_kernel_fn(*spec[:5], engine=engine, chunk=spec[5], native_revision=spec[6])
+    return build_kernel_fn(*spec[:5], engine=engine, chunk=spec[5], native_revision=spec[6],
+                           native_library=spec[7])
 
 
 @dataclass

@@ -106,7 +106,8 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             timing=timing, memory_source=job.memory_source,
             augment=tuple(job.kfn.augment), group_size=len(job.kfn.group),
             readouts=readout_work(cfg.architecture), device_peak_bytes=device_peak,
-            cost=cost, routes=routes, files=planned_files(cfg, plan))
+            cost=cost, routes=routes, files=planned_files(cfg, plan),
+            engine_reason=job.engine_reason)
 
 
 def _cost(job: Job, bandwidth, launch_latency, stop: Stop):

@@ -36,6 +36,7 @@ class RunSummary:
     platform: str
     executor: str
     memory_source: str
+    engine_reason: str = ""  # why plan.engine computes (kernels.engine_reason)
 
 
 def run_summary(job: Job) -> RunSummary:
@@ -43,7 +44,7 @@ def run_summary(job: Job) -> RunSummary:
     :func:`resume` before the first tile."""
     platform = job.backend.platform
     return RunSummary(job.plan, job.cfg.name, platform, job.cfg.compute.executor,
-                      job.memory_source)
+                      job.memory_source, job.engine_reason)
 
 
 def finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,

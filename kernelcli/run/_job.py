@@ -50,6 +50,8 @@ class Job:
     # where the tiles are computed (kernelcli.run._backend): the backend that made the
     # plan computes its tiles; closed with the job
     backend: Optional[Backend] = None
+    # the plan asked for: compute.engine, or for an existing run the one it records
+    requested_engine: str = "auto"
 
     def close(self) -> None:
         """Close the inputs' files and the backend (idempotent)."""
@@ -72,6 +74,14 @@ class Job:
         return n * per_input * self.kfn.dtype.itemsize
 
     @property
+    def engine_reason(self) -> str:
+        """Why ``kfn.engine`` computes this run (what estimate and -v say)."""
+        from ..kernels import engine_reason
+
+        return engine_reason(self.requested_engine, self.kfn.engine, self.backend.platform,
+                             self.cfg.architecture.layers, self.inputs.x1.example_shape)
+
+    @property
     def _config_dir(self) -> Path:
         return self.cfg.source.parent if self.cfg.source else Path.cwd()
 
@@ -84,7 +94,8 @@ class Job:
             data_fingerprints=self.fingerprints, geometry=self.plan.geometry,
             test_diagonal=self.cfg.kernel.test_diagonal, dtype=self.cfg.kernel.dtype,
             engine=self.kfn.engine, chunk=self.kfn.chunk,
-            native=self.kfn.native_revision, extend=self.extension,
+            native=self.kfn.native_revision, native_library=self.kfn.native_library,
+            extend=self.extension,
             lineage=self.lineage,
             labels_file=None if labels is None else labels_name(labels))
 
@@ -191,22 +202,20 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
                         backend, stop, check_values)
 
 
-def _native_here(run_dir, revision: int) -> None:
+def _native_here(run_dir, revision: int, library: Optional[str]) -> None:
     """A run that computes with the native plan continues only where that plan, at the
-    run's revision, can run (its tiles' last bits are the plan's; another plan's would
-    not be the uninterrupted run's)."""
-    from ..kernels import NATIVE_REVISION, native_unavailable
+    run's revision and with the run's library, can run (its tiles' last bits are that
+    library's; another's would not be the uninterrupted run's)."""
+    from ..kernels import NATIVE_REVISION, native_identity_problem
 
     if revision > NATIVE_REVISION:
         raise RunDirError(f"{run_dir}: the run computes with revision {revision} of the "
                           f"native plan (plan.native in its manifest.json), newer than this "
                           f"kernelcli's ({NATIVE_REVISION}); continue it with the kernelcli "
                           f"that started it")
-    why = native_unavailable()
+    why = native_identity_problem(library)
     if why is not None:
-        raise RunDirError(f"{run_dir}: the run computes with the native plan (plan.engine "
-                          f"in its manifest.json), which cannot run here: {why}; continue it "
-                          f"where a C++ compiler is on PATH")
+        raise RunDirError(f"{run_dir}: {why}")
 
 
 def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension,
@@ -223,8 +232,9 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         # a native run before the key is revision 1 (``_native.REVISION``)
         revision = stored.get("native", 1) if stored_plan is not None else None
         if stored_plan is not None and engine == "native":
-            _native_here(cfg.output.run_dir, revision)
-        spec = kernel_spec(cfg, inputs.x1.example_shape, stored.get("chunk"), revision)
+            _native_here(cfg.output.run_dir, revision, stored.get("native_library"))
+        spec = kernel_spec(cfg, inputs.x1.example_shape, stored.get("chunk"), revision,
+                           stored.get("native_library"))
         if backend is None:
             backend = open_backend(cfg.compute, stop)
         # a Ray backend plans on a worker, for its platform
@@ -245,7 +255,7 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
             backend.close()
         raise
     return Job(cfg, inputs, kfn, plan, devices, fingerprints, source, extension,
-               backend=backend)
+               backend=backend, requested_engine=engine)
 
 
 def prepare_run(cfg: RunConfig, store=None, shard=None,

@@ -273,6 +273,7 @@ class EstimateResult:
     cost: Optional[object] = None  # an accelerator plan's kernelcli.kernels.CostModel
     routes: Optional[object] = None  # data.landmarks: run._landmarks.RouteCosts
     files: Optional[PlannedFiles] = None  # the finished run directory's files
+    engine_reason: str = ""  # why plan.engine computes (kernels.engine_reason)
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -283,7 +284,7 @@ class EstimateResult:
                    stats_peak_bytes=self.stats_peak_bytes,
                    process_peak_bytes_estimate=self.process_peak_bytes_estimate,
                    memory_source=self.memory_source, augment=list(self.augment),
-                   group_size=self.group_size,
+                   group_size=self.group_size, engine_reason=self.engine_reason,
                    network_evaluations=self.plan.pairs_total * self.group_size)
         for part in (self.solve, self.workers, self.timing, self.readouts, self.routes,
                      self.files):

@@ -12,7 +12,7 @@ on made-up values.
 
 Keys (``plan`` holds the geometry's fields, :data:`GEOMETRY_KEYS`, plus
 ``test_diagonal``, ``dtype``, ``engine`` and, from runs that record them, ``chunk`` and
-``native``, the native plan's revision)::
+``native``, the native plan's revision, and ``native_library``, its library's identity)::
 
     format, kernelcli_version, name, config_text, config_dir, config_dir_from_run,
     config_fingerprint, data_fingerprints, plan,
@@ -42,15 +42,16 @@ _MAX_N = 1 << 40
 GEOMETRY_KEYS = ("n1", "n2", "n_test", "symmetric", "block", "pair_batch", "kinds",
                  "pairs_total", "blocks_total")
 # The plan fields a tile's bits depend on besides its rows: the block edge, the pair
-# batch, the execution plan, the CPU plan's chunk and the native plan's revision. A
-# grown run (``kernelcli extend``) keeps them, as a resume does.
-COMPUTE_KEYS = ("block", "pair_batch", "chunk", "engine", "native")
+# batch, the execution plan, the CPU plan's chunk and the native plan's revision and
+# library. A grown run (``kernelcli extend``) keeps them, as a resume does.
+COMPUTE_KEYS = ("block", "pair_batch", "chunk", "engine", "native", "native_library")
 
 
 def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_from_run: str,
                  config_fingerprint: str, data_fingerprints: dict, geometry: Geometry,
                  test_diagonal: bool, dtype: str, engine: str, chunk: Optional[int] = None,
-                 native: Optional[int] = None, extend=None, lineage=None,
+                 native: Optional[int] = None, native_library: Optional[str] = None,
+                 extend=None, lineage=None,
                  labels_file: Optional[str] = None) -> dict:
     """The JSON object of a new run's manifest. ``extend`` (with ``lineage`` and
     ``labels_file``): keys of runs grown by ``kernelcli extend`` only, so the manifests
@@ -73,6 +74,8 @@ def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_fro
         out["plan"]["chunk"] = chunk
     if native is not None and native > 1:  # the native plan's revision, likewise (absent: 1)
         out["plan"]["native"] = native
+    if native_library is not None:  # the native library's identity (_native_recipe.identity)
+        out["plan"]["native_library"] = native_library
     if extend is not None:
         out.update(extend=extend, lineage=list(lineage or ()))
         if labels_file is not None:
@@ -283,6 +286,11 @@ def _check(manifest: dict, run_dir) -> None:
         _int(p, "chunk", 1, 1 << 31, where)
     if "native" in p:  # the native plan's revision; runs before the key: 1
         _int(p, "native", 2, 1 << 20, where)
+    lib = p.get("native_library")
+    if lib is not None and not (isinstance(lib, str) and len(lib) == 16
+                                and all(c in "0123456789abcdef" for c in lib)):
+        raise DamagedFileError(f"{where}: plan.native_library is {_show(lib)}; expected 16 "
+                               f"hexadecimal digits (the native library's identity)")
 
 
 def _geometry(manifest: dict, run_dir) -> Geometry:
