@@ -32,7 +32,7 @@ import jax
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from kernelcli.kernels import _native_build  # noqa: E402
+from kernelcli.kernels import _native_build, _native_recipe as recipe  # noqa: E402
 
 MAP_H = ROOT / "kernelcli" / "kernels" / "native" / "map.h"
 
@@ -122,7 +122,8 @@ def build(folder: Path, name: str, changes) -> Path:
     (sub / "drv.cc").write_text(DRIVER)
     out = sub / "drv"
     cxx = _native_build.compiler()
-    subprocess.run([cxx, *_native_build.FLAGS, "-I", jax.ffi.include_dir(), "-I", str(sub),
+    flags = (*recipe.FLAGS, *recipe.variant_flags(recipe.cpu_variants()[0]))
+    subprocess.run([cxx, *flags, "-isystem", jax.ffi.include_dir(), "-I", str(sub),
                     str(sub / "drv.cc"), "-o", str(out)], check=True, capture_output=True)
     return out
 

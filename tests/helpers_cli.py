@@ -105,15 +105,8 @@ def cli_env(**extra) -> dict:
 
 
 def fresh_cache(folder: Path) -> dict:
-    """``KERNELCLI_CACHE_DIR`` of a compilation cache of its own in ``folder`` (so a run
-    compiles afresh, as a first run does) holding the native library already: the
-    session's kept one, so no run in a test builds it (a build is once per machine, and
-    its compiler's time and memory are not the run's)."""
-    from kernelcli.kernels import native_unavailable
-
-    kept = Path(os.environ["KERNELCLI_CACHE_DIR"]) / "kernelcli-native"
-    if native_unavailable() is None and kept.is_dir():  # built or found in the session's cache
-        shutil.copytree(kept, folder / "kernelcli-native")
+    """``KERNELCLI_CACHE_DIR`` of a compilation cache of its own in ``folder``, so a run
+    compiles afresh, as a first run does (the native library is the package's)."""
     return {"KERNELCLI_CACHE_DIR": str(folder)}
 
 

@@ -109,7 +109,8 @@ def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
     assert engine({"engine": "accelerator"}, {}) == ("cpu", "cpu")  # a run before the key
     if _native.unavailable() is None:
         assert engine({"engine": "native"}) == ("native", "native")
-        assert engine({"engine": "cpu"}, {"engine": "native"}) == ("native", "native")
+        stored = {"engine": "native", "native_library": _native.library().identity}
+        assert engine({"engine": "cpu"}, stored) == ("native", "native")
 
 
 @pytest.mark.skipif(_native.unavailable() is not None,
@@ -127,15 +128,23 @@ def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
                      stored_plan=stored_plan) as job:
             return job.kfn.native_revision, job.manifest()["plan"].get("native")
 
+    lib = _native.library().identity
     assert revision() == (_native.REVISION, _native.REVISION)
-    assert revision({"engine": "native"}) == (1, None)  # a run before the key
-    assert revision({"engine": "native", "native": 2}) == (2, 2)
+    assert revision({"engine": "native", "native": 2, "native_library": lib}) == (2, 2)
     newer = _native.REVISION + 1
     with pytest.raises(RunDirError, match=re.escape(
             f"the run computes with revision {newer} of the native plan (plan.native in its "
             f"manifest.json), newer than this kernelcli's ({_native.REVISION}); continue it "
             f"with the kernelcli that started it")):
-        revision({"engine": "native", "native": newer})
+        revision({"engine": "native", "native": newer, "native_library": lib})
+    # a run from before runs recorded their library: built for its machine, not this one
+    with pytest.raises(RunDirError, match=re.escape(
+            "its tiles were computed by a native library built on its own machine before "
+            "runs recorded the library's identity (plan.native_library in its "
+            f"manifest.json), whose last bits no other build reproduces (this kernelcli's "
+            f"library is {lib}); continue it with the kernelcli that started it, or start "
+            f"it again")):
+        revision({"engine": "native", "native": _native.REVISION})
 
 
 # -- the accelerator plan gives the CPU plan's kernels ----------------------------------

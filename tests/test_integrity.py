@@ -193,6 +193,9 @@ def test_a_damaged_manifest_is_one_line_exit_2(run, damage, message, command):
     (lambda m: m["plan"].update(pairs_total=5), "plan.pairs_total is 5 but its plan has"),
     (lambda m: m["plan"].update(native="2"), 'plan.native is "2"; expected an integer 2..'),
     (lambda m: m["plan"].update(native=1), "plan.native is 1; expected an integer 2.."),
+    (lambda m: m["plan"].update(native_library="../../lib"),
+     'plan.native_library is "../../lib"; expected 16 hexadecimal digits'),
+    (lambda m: m["plan"].update(native_library=7), "plan.native_library is 7; expected 16"),
     (lambda m: m.update(format=1), "is of format 1, not 2"),
 ])
 def test_a_consistent_but_incomplete_manifest_is_refused(run, change, message):
