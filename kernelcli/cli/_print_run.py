@@ -114,6 +114,12 @@ def print_status(report) -> None:
         click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
                    f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
+    plan = f"execution plan: {report.engine} (plan.engine in its manifest.json"
+    if report.engine == "native":
+        plan += (f"; native library {report.native_library}, which a resume needs"
+                 if report.native_library else "; no native library recorded: a resume "
+                 "needs the kernelcli that started it")
+    click.echo(plan + ")")
     click.echo(f"files: {report.files:,} in the run directory; tiles: {report.tile_packs:,} "
                f"packs and {report.tiles_loose:,} files of their own")
     if report.readouts:

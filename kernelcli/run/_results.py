@@ -207,12 +207,15 @@ class StatusReport:
     files: int = 0        # files in the run directory (issue 25: a few thousand at most)
     tile_packs: int = 0   # of them, packs of tiles
     tiles_loose: int = 0  # and tiles in files of their own
+    engine: str = "cpu"   # the execution plan the run computes with (plan.engine)
+    native_library: Optional[str] = None  # and its native library (plan.native_library)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
                                              "blocks_done", "blocks_total", "finished",
                                              "result", "tiles_removed", "files",
-                                             "tile_packs", "tiles_loose")}
+                                             "tile_packs", "tiles_loose", "engine",
+                                             "native_library")}
         if self.readouts:
             out["readouts"] = list(self.readouts)
         if self.result_problem is not None:
