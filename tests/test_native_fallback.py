@@ -83,8 +83,10 @@ class Setup:
         return [sys.executable, "-m", "kernelcli", *map(str, args)]
 
     def run(self, *args, **env) -> subprocess.CompletedProcess:
+        """``kernelcli ARGS`` under umask 002 (Debian's and Ubuntu's default): what it
+        keeps must not be group-writable, or every later run would build again."""
         return subprocess.run(self.args(*args), cwd=self.tmp, capture_output=True, text=True,
-                              timeout=300, env={**self.env, **env})
+                              timeout=300, env={**self.env, **env}, umask=0o002)
 
     def calls(self) -> list:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -150,7 +152,7 @@ def test_a_stale_library_is_built_at_first_use_once_and_kept(tmp_path):
                         f"{key}/native.json"]
     calls = s.calls()
     proc = s.run("estimate", s.config("n"))
-    assert proc.returncode == 0 and s.calls() == calls
+    assert proc.returncode == 0 and s.calls() == calls  # loaded as kept, not built again
     have = json.load(open(s.native / recipe.RECORD))["identity"]
     assert (f"  execution plan                 native (compute.engine: native; library "
             f"{ident}, built at first use in {tmp_path / 'cache' / 'kernelcli-native' / key} "

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The wheel as a user without a compiler gets it: `pip wheel .`, installed in a fresh
+# virtual environment, run on a PATH that holds no C++ compiler. Computes the seed's
+# network (configs/cnn1_gap.yaml's architecture) on N random 32 x 32 x 3 images with
+# compute.engine: auto, prints estimate's and -v's execution plan lines and the
+# compute's wall time.
+#
+#     bash bench/wheel.sh [N]        (default N 200; a few minutes, most of it the build)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+n=${1:-200}
+work=$(mktemp -d /tmp/kernelcli-wheel-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+python3 -m pip wheel --quiet --no-deps -w "$work/dist" "$root"
+ls "$work"/dist
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install --quiet "$work"/dist/kernelcli-*.whl
+mkdir "$work/bin"
+ln -s "$work/venv/bin/kernelcli" "$work/bin/kernelcli"
+"$work/venv/bin/python" - "$work" "$n" "$root/configs/cnn1_gap.yaml" <<'EOF'
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+work, n, seed = Path(sys.argv[1]), int(sys.argv[2]), yaml.safe_load(open(sys.argv[3]))
+np.save(work / "x.npy", np.random.default_rng(0).standard_normal((n, 32, 32, 3),
+                                                                  dtype=np.float32))
+doc = {"name": "wheel", "data": {"x1": str(work / "x.npy")},
+       "architecture": seed["architecture"], "kernel": seed["kernel"],
+       "output": {"run_dir": str(work / "run")}}
+(work / "c.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+EOF
+export PATH="$work/bin" KERNELCLI_CACHE_DIR=off
+for c in g++ c++ cc gcc clang; do
+  if command -v "$c" >/dev/null; then echo "a compiler is on PATH: $c"; exit 1; fi
+done
+kernelcli estimate "$work/c.yaml" | grep "execution plan"
+start=$(date +%s.%N)
+kernelcli compute "$work/c.yaml" -v --quiet 2>&1 | grep "execution plan"
+end=$(date +%s.%N)
+echo "compute of N $n: $("$work/venv/bin/python" -c 'import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))' "$end" "$start") s wall"
