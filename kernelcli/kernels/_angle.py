@@ -35,24 +35,56 @@ multiply-adds and a division, which XLA vectorises, and undo the symmetries:
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import jax.numpy as jnp
 
-# float32: atan(t) ~= t * P(t^2) on [0, 1]; coefficients of P, lowest order first.
-_ATAN_COEFFS = (0.99999562, -0.33316001, 0.19796881, -0.13195862,
-                0.0789991, -0.03310461, 0.00665807)
+# The constants are written once, in ``native/atan.inc``, which the native plan's C++
+# includes; read here by a strict parser (no eval): each statement
+# ``constexpr <float|double> NAME[N] = {lit, ..., lit};`` with N decimal literals, a
+# float's with the suffix ``f``, and only ``//`` comments on lines of their own beside.
+_CONSTANTS = Path(__file__).with_name("native") / "atan.inc"
+_STATEMENT = re.compile(r"constexpr (float|double) (k\w+)\[(\d+)\] = \{([^{}]*)\}")
+_LITERAL = re.compile(r"-?\d+\.\d+(?:e[-+]\d+)?")
 
+
+def read_constants(text: str) -> dict:
+    """``{name: tuple of floats}`` from the text of ``atan.inc``; ``ValueError`` naming
+    the statement for anything it does not read exactly. A float's literal is given
+    as the float64 of its digits, as Python writes it; its float32 is then what C++
+    makes of the literal wherever rounding twice gives the rounding once (tested)."""
+    code = "\n".join(line for line in text.splitlines()
+                     if line.strip() and not line.strip().startswith("//"))
+    *statements, rest = code.split(";")
+    if rest.strip():
+        raise ValueError(f"{_CONSTANTS.name}: text after the last statement: {rest.strip()!r}")
+    out = {}
+    for statement in statements:
+        m = _STATEMENT.fullmatch(" ".join(statement.split()))
+        if m is None:
+            raise ValueError(f"{_CONSTANTS.name}: not a constant array: {statement.strip()!r}")
+        kind, name, size, body = m.groups()
+        items = [i.strip() for i in body.split(",")]
+        suffix = "f" if kind == "float" else ""
+        if (len(items) != int(size) or name in out
+                or not all(i.endswith(suffix) and _LITERAL.fullmatch(i[:len(i) - len(suffix)])
+                           for i in items)):
+            raise ValueError(f"{_CONSTANTS.name}: {name}: expected {size} {kind} literals, "
+                             f"once: {body.strip()!r}")
+        out[name] = tuple(float(i[:len(i) - len(suffix)]) for i in items)
+    return out
+
+
+_READ = read_constants(_CONSTANTS.read_text())
+# float32: atan(t) ~= t * P(t^2) on [0, 1]; coefficients of P, lowest order first.
+_ATAN_COEFFS = _READ["kAtan32"]
 # float64: fdlibm s_atan.c, atan(r) ~= r - r z P(z), z = r^2, |r| < 7/16; lowest
 # order first (hex in fdlibm: 0x3FD555555555550D ... 0x3F90AD3AE322DA11).
-_FDLIBM_AT = (3.33333333333329318027e-01, -1.99999999998764832476e-01,
-              1.42857142725034663711e-01, -1.11111104054623557880e-01,
-              9.09088713343650656196e-02, -7.69187620504482999495e-02,
-              6.66107313738753120669e-02, -5.83357013379057348645e-02,
-              4.97687799461593236017e-02, -3.65315727442169155270e-02,
-              1.62858201153657823623e-02)
+_FDLIBM_AT = _READ["kAt64"]
 # atan(1/2) and atan(1) = pi/4, each as its float64 rounding and what it lost.
-_ATAN_HALF = (4.63647609000806093515e-01, 2.26987774529616870924e-17)
-_ATAN_ONE = (7.85398163397448278999e-01, 3.06161699786838301793e-17)
+_ATAN_HALF = _READ["kAtanHalf"]
+_ATAN_ONE = _READ["kAtanOne"]
 
 
 def _atan_unit(t):

@@ -35,15 +35,13 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # c = v1 = v2), giving an angle of ~sqrt(eps) instead of 0. sqrt(round(v*v)) is v
     # exactly, so here the difference is exactly 0 there.
     ac = jnp.abs(c)
-    # Two decisions. How s is formed: the square root of the product v1 v2 (one square
-    # root per entry) where the state holds one variance per entry (no outer product:
-    # a diagonal or no spatial axes) in float64, and on every spatial state in float32
-    # (the ReLU's square roots and division set its pace there: BENCHMARKS.md, issue 26
-    # point 4, second round); elsewhere the outer product of per-position square roots
-    # (no square root per entry; in float64 a vector square root costs several times a
-    # float32 one per element). And whether |c| within a few units in the last place
-    # of s is taken as s: everywhere but float64's per-entry product, where
-    # sqrt(round(v*v)) is v exactly, so the diagonal's angle is exactly 0 already.
+    # How s is formed: the square root of the product v1 v2 (one square root per entry)
+    # where the state holds one variance per entry (no outer product: a diagonal or no
+    # spatial axes) in float64, and on every spatial state in float32 (the ReLU's square
+    # roots and division set its pace there: BENCHMARKS.md, issue 26 point 4, second
+    # round); elsewhere the outer product of per-position square roots (no square root
+    # per entry; in float64 a vector square root costs several times a float32 one per
+    # element).
     per_entry = exact and not (state.spatial and state.full)
     if per_entry or (not exact and state.spatial):
         p1, p2 = outer(v1, v2, state)
@@ -51,13 +49,17 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     else:
         r1, r2 = outer(_safe_sqrt(v1), _safe_sqrt(v2), state)
         s = r1 * r2
-    if not per_entry:
-        # sqrt(v)^2 is v only to a few units in the last place (and variances can differ
-        # by rounding), so |c| that close to s is taken as s: the angle is exactly 0 on
-        # the diagonal, and elsewhere it changes only where the dtype's rounding of c
-        # already decides it (float32: angles below 7e-4, where 1 - |c|/s is below
-        # 2.4e-7; float64: below 3e-8)
-        s = jnp.where(s - ac <= s * (_SNAP64 if exact else _SNAP), ac, s)
+    # |c| within a few units in the last place of s is taken as s, so a self pair's
+    # angle is exactly 0. sqrt(v)^2 is v only to a few units in the last place; and
+    # even sqrt(round(v*v)), which is v exactly, does not make c == v: a pair pass
+    # (a self pair in it: x2 holding x1's rows) computes c by other code than the
+    # per-input pass computed v (the native plan's custom calls, without XLA's fused
+    # multiply-adds, or XLA's own other fusion of the pair program), a unit or two in
+    # the last place apart, and sqrt of that difference, about 2e-8 rad, would set the
+    # NTK's Kdot (linear in the angle) 1e-9 off. Elsewhere the snap changes only
+    # angles the dtype's rounding of c already decides (float32: below 7e-4, where
+    # 1 - |c|/s is below 2.4e-7; float64: below 3e-8).
+    s = jnp.where(s - ac <= s * (_SNAP64 if exact else _SNAP), ac, s)
     sq = _safe_sqrt((s - ac) * (s + ac))
     theta = atan2_nonneg(sq, c, exact)
     factor = (a - b) ** 2 / (2 * math.pi)

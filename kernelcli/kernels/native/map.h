@@ -16,18 +16,7 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// float32: atan(t) ~= t P(t^2) on [0, 1] (_angle._ATAN_COEFFS)
-constexpr float kAtan32[7] = {0.99999562f, -0.33316001f, 0.19796881f, -0.13195862f,
-                              0.0789991f, -0.03310461f, 0.00665807f};
-// float64: fdlibm's atan (_angle._FDLIBM_AT, _ATAN_HALF, _ATAN_ONE)
-constexpr double kAt64[11] = {3.33333333333329318027e-01, -1.99999999998764832476e-01,
-                              1.42857142725034663711e-01, -1.11111104054623557880e-01,
-                              9.09088713343650656196e-02, -7.69187620504482999495e-02,
-                              6.66107313738753120669e-02, -5.83357013379057348645e-02,
-                              4.97687799461593236017e-02, -3.65315727442169155270e-02,
-                              1.62858201153657823623e-02};
-constexpr double kHalfHi = 4.63647609000806093515e-01, kHalfLo = 2.26987774529616870924e-17;
-constexpr double kOneHi = 7.85398163397448278999e-01, kOneLo = 3.06161699786838301793e-17;
+#include "atan.inc"  // kAtan32, kAt64, kAtanHalf, kAtanOne (also read by _angle.py)
 
 inline float AtanRatio(float small, float big) {
   float t = small / big;
@@ -47,8 +36,8 @@ inline double AtanRatio(double small, double big) {
   double p = kAt64[10];
   for (int i = 9; i >= 0; --i) p = p * z + kAt64[i];
   double a = r - r * (z * p);
-  double hi = upper ? kOneHi : (mid ? kHalfHi : 0.0);
-  double lo = upper ? kOneLo : (mid ? kHalfLo : 0.0);
+  double hi = upper ? kAtanOne[0] : (mid ? kAtanHalf[0] : 0.0);
+  double lo = upper ? kAtanOne[1] : (mid ? kAtanHalf[1] : 0.0);
   return hi + (a + lo);
 }
 
