@@ -32,12 +32,18 @@ doc = {"name": "wheel", "data": {"x1": str(work / "x.npy")},
        "output": {"run_dir": str(work / "run")}}
 (work / "c.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 EOF
-export PATH="$work/bin" KERNELCLI_CACHE_DIR=off
+export KERNELCLI_CACHE_DIR=off
+nocc() { PATH="$work/bin" "$@"; }  # a command on a PATH with no compiler on it
 for c in g++ c++ cc gcc clang; do
-  if command -v "$c" >/dev/null; then echo "a compiler is on PATH: $c"; exit 1; fi
+  if nocc command -v "$c" >/dev/null; then echo "a compiler is on PATH: $c"; exit 1; fi
 done
-kernelcli estimate "$work/c.yaml" | grep "execution plan"
+nocc kernelcli estimate "$work/c.yaml" | grep "execution plan"
 start=$(date +%s.%N)
-kernelcli compute "$work/c.yaml" -v --quiet 2>&1 | grep "execution plan"
+nocc kernelcli compute "$work/c.yaml" -v --quiet 2>&1 | grep "execution plan"
 end=$(date +%s.%N)
 echo "compute of N $n: $("$work/venv/bin/python" -c 'import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))' "$end" "$start") s wall"
+lib=$("$work/venv/bin/python" -c 'import kernelcli.kernels._native_recipe as r; print(r.NATIVE)')
+echo "the wheel's libraries beside this checkout's (sha256):"
+(cd "$lib" && sha256sum ./*.so) | sort > "$work/wheel.sums"
+(cd "$root/kernelcli/kernels/native" && sha256sum ./*.so 2>/dev/null) | sort > "$work/tree.sums" || true
+paste -d' ' "$work/wheel.sums" "$work/tree.sums" | awk '{print $2, ($1 == $3 ? "same bytes" : "other bytes")}'

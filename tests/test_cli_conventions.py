@@ -111,7 +111,12 @@ def test_verbose_prints_the_devices_and_the_plan_before_the_first_tile(project, 
     assert lines[2].startswith("  memory: peak ")
     assert lines[2].endswith("per device of a budget of 1 GiB from compute.memory of the "
                              "configuration")
-    assert lines[3].startswith("conv [")
+    from kernelcli.kernels import describe_native
+
+    why = (f"auto: it has custom calls for this network; {describe_native()}" if plan == "native"
+           else f"auto: the native plan cannot run here: {native_unavailable()}")
+    assert lines[3] == f"  execution plan: {plan} ({why})"
+    assert lines[4].startswith("conv [")
 
 
 def test_without_verbose_or_with_quiet_no_plan_is_printed(project, tmp_path):
