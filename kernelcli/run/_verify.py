@@ -4,10 +4,10 @@ Read-only: nothing is moved or rewritten (``resume`` and ``assemble`` do the
 repairs). Checks, in order: the manifest (its checksum, its content, the
 fingerprint of the configuration it records), every tile of the plan (sealed
 checksum, block, run identity; in a file of its own or in a pack, whose index is
-checked too; every copy of a tile held twice, and a pack of another run is refused as
-a tile of another run is), the test diagonal, and ``kernels.h5`` (run identity, one checksum per
-dataset, the plan's shapes, finite values, exact symmetry and a positive diagonal
-for a symmetric kernel). A manifest that fails is an error (there
+checked too; every copy of a tile held twice; a pack of another run is refused, as a
+tile of another run is), the test diagonal, and ``kernels.h5`` (run identity, one
+checksum per dataset, the plan's shapes, finite values, exact symmetry and a
+positive diagonal for a symmetric kernel). A manifest that fails is an error (there
 is no run to check against); everything else is reported as a list of problems.
 """
 
