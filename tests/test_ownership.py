@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import yaml
 
-from helpers_cli import error_line, images, invoke, snapshot, write_config
+from helpers_cli import (cli_env, error_line, images, invoke, run_cli, snapshot,
+                         write_config)
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
 
@@ -211,6 +212,45 @@ def test_one_writer_per_run_directory(run, project):
     finally:
         holder.kill()
         holder.wait()
+
+
+_STORE_HOLDER = """
+import sys
+from kernelcli.store import RunStore
+with RunStore(sys.argv[1]).lock():
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes the pipe (or kills this process)
+"""
+
+
+def test_a_deleted_lock_file_still_keeps_a_second_writer_out(run, project):
+    """flock holds the file the name stood for; the run directory's own lock still
+    refuses a second writer once that file is deleted (or replaced) under the holder."""
+    d, cfg = project
+    holder = subprocess.Popen([sys.executable, "-c", _STORE_HOLDER, str(run)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=cli_env())
+    try:
+        assert holder.stdout.readline() == "held\n"  # it holds the lock: now delete it
+        lock = run / ".kernelcli.lock"
+        for replace in (False, True):
+            lock.unlink()
+            if replace:
+                lock.write_bytes(b"")
+            before = {k: v for k, v in hashes(run).items() if k != lock.name}
+            for args in (("assemble", run), ("extend", run, "--test", d / "t.npy")):
+                result = run_cli(*args, timeout=120)
+                assert result.returncode == 2, (args, result.stderr)
+                assert result.stderr.strip().splitlines()[-1] == (
+                    f"Error: {run} is in use by another kernelcli process (it holds "
+                    f"{lock}); wait for it to end, then run this again")
+            assert {k: v for k, v in hashes(run).items() if k != lock.name} == before
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+        holder.stdin.close()
+    assert run_cli("assemble", run, "--quiet").returncode == 0  # the holder is gone
 
 
 @pytest.mark.parametrize("name, shown", [("../../x", "'../../x'"), ("/abs", "/abs"),

@@ -4,9 +4,10 @@ Read-only: nothing is moved or rewritten (``resume`` and ``assemble`` do the
 repairs). Checks, in order: the manifest (its checksum, its content, the
 fingerprint of the configuration it records), every tile of the plan (sealed
 checksum, block, run identity; in a file of its own or in a pack, whose index is
-checked too), the test diagonal, and ``kernels.h5`` (run identity, one checksum per
-dataset, the plan's shapes, finite values, exact symmetry and a positive diagonal
-for a symmetric kernel). A manifest that fails is an error (there
+checked too; every copy of a tile held twice; a pack of another run is refused, as a
+tile of another run is), the test diagonal, and ``kernels.h5`` (run identity, one
+checksum per dataset, the plan's shapes, finite values, exact symmetry and a
+positive diagonal for a symmetric kernel). A manifest that fails is an error (there
 is no run to check against); everything else is reported as a list of problems.
 """
 
@@ -16,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import resume_command
+from ..errors import KernelcliError, resume_command
 from ..store import RunStore
 from ._open import check_present_files, check_recorded_config, missing_tiles_problem
 
@@ -42,6 +43,22 @@ class VerifyReport:
         return dict(dataclasses.asdict(self), ok=self.ok)
 
 
+def shadowed_problems(store: RunStore, blocks, kinds) -> list:
+    """One line for each of the run's packs holding a damaged tile that reading the run
+    never reads, since another copy of it (loose, or a pack sorting after) is read
+    first: once that copy goes (a resume deletes loose copies of packed tiles, clean
+    deletes everything), this one would be the run's."""
+    blocks, out = {b.key: b for b in blocks}, []
+    for pack, keys in store.tiles.shadowed():
+        for key in (k for k in keys if k in blocks):
+            try:
+                store.tiles.read_packed(pack, blocks[key], kinds, store.tile_runs(blocks[key]))
+            except KernelcliError as exc:
+                out.append(str(exc))
+                break
+    return out
+
+
 def verify(run_dir) -> VerifyReport:
     store = RunStore.open(run_dir)
     manifest = store.run_manifest
@@ -58,6 +75,7 @@ def verify(run_dir) -> VerifyReport:
         report.problems.append(str(exc))
     for path, problem in store.damaged_packs():  # its tiles are not counted as present
         report.problems.append(f"tile pack {path} is damaged: {problem}")
+    report.problems += shadowed_problems(store, plan.blocks, kinds)
     for key in sorted(done - planned):
         report.problems.append(f"tile {store.tiles.where(key)} is not a block of "
                                f"this run's plan")

@@ -237,10 +237,11 @@ def check_tiles_own(paths, ids: set) -> list:
         if run is None:
             unproven.append(path)
         elif run not in ids:
+            what = "tile pack" if PACK.match(Path(path).name) else "tile"
             raise RunDirError(
-                f"{path} is a tile of another run (run identity {run[:12]}...), not of this "
-                f"one: run directories cannot share folders, so nothing was moved or "
-                f"deleted; move that tile (or the whole {Path(path).parent.name}/ folder) "
+                f"{path} is a {what} of another run (run identity {run[:12]}...), not of "
+                f"this one: run directories cannot share folders, so nothing was moved or "
+                f"deleted; move that {what} (or the whole {Path(path).parent.name}/ folder) "
                 f"back to its own run directory")
     return unproven
 

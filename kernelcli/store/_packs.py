@@ -126,13 +126,18 @@ def read_blob(pack: Pack, key: str, within=None) -> bytes:
 
 
 def pack_run(path: Path, ids=()) -> Optional[str]:
-    """The run identity a whole pack carries, or the first of ``ids`` its tiles carry (a
-    pack written before ``kernelcli extend`` holds tiles the grown run keeps); ``None``
-    when it is damaged or unreadable."""
+    """The run identity a whole pack carries (:func:`owner`); ``None`` when it is damaged
+    or unreadable."""
     try:
         pack = read_index(path)
     except (SealError, OSError):
         return None
+    return owner(pack, ids)
+
+
+def owner(pack: Pack, ids=()) -> str:
+    """The run identity ``pack`` carries, or the first of ``ids`` its tiles carry (a pack
+    written before ``kernelcli extend`` holds tiles the grown run keeps)."""
     return next((r for r in pack.runs if r in ids and pack.run not in ids), pack.run)
 
 
@@ -173,12 +178,16 @@ def write_pack(tiles_dir: Path, run: str, blobs: list, runs=()) -> Path:
 class TileSet:
     """The completed tiles of a run, loose (``tiles/<key>.h5``) and packed: the one
     reader of both. Pack indexes are read once and kept while the pack is there
-    (a published pack never changes)."""
+    (a published pack never changes). ``owners()``: the run identities whose packs
+    are the run's (``None``: any); a pack of another run, copied into the folder, is
+    never taken for the run's tiles (:meth:`foreign`), so nothing acts on its keys."""
 
-    def __init__(self, tiles_dir: Path):
+    def __init__(self, tiles_dir: Path, owners=None):
         self.dir = Path(tiles_dir)
+        self._owners = owners
+        self._ids = None  # what owners() said at the last refresh
         self._packs: dict = {}  # name -> Pack, or the SealError text of a damaged one
-        self._by_key: dict = {}  # key -> Pack, of the packs in _packs
+        self._by_key: dict = {}  # key -> Pack, of the run's own packs in _packs
 
     def refresh(self) -> list:
         """List the folder; read the indexes of packs not seen before. Its names."""
@@ -189,7 +198,9 @@ class TileSet:
         except OSError as exc:
             raise RunDirError(f"cannot list {self.dir}: {exc.strerror or exc}") from None
         packs = {n for n in names if PACK.match(n)}
-        if packs != set(self._packs):
+        ids = None if self._owners is None else self._owners()
+        if packs != set(self._packs) or ids != self._ids:
+            self._ids = ids
             for name in set(self._packs) - packs:
                 del self._packs[name]
             for name in sorted(packs - set(self._packs)):
@@ -199,16 +210,38 @@ class TileSet:
                     continue
                 except (SealError, OSError) as exc:
                     self._packs[name] = str(exc)
-            self._by_key = {key: p for p in self._whole() for key in p.entries}
+            self._by_key = {key: p for p in self._whole() if self._mine(p) for key in p.entries}
         return names
 
     def packs(self) -> list:
-        """The whole packs."""
+        """The whole packs (of another run too: :meth:`foreign`)."""
         self.refresh()
         return self._whole()
 
+    def foreign(self) -> list:
+        """The whole packs that carry a run identity not among ``owners()``: another
+        run's. Their tiles are not counted, read or deleted."""
+        self.refresh()
+        return [p for p in self._whole() if not self._mine(p)]
+
+    def shadowed(self) -> list:
+        """``[(pack, keys)]``: the run's packs' keys whose tile is read from another file
+        (a loose copy, or a pack sorting after it), so reading the run never reads them."""
+        loose = self.loose()
+        self.refresh()
+        out = []
+        for pack in filter(self._mine, self._whole()):
+            keys = [k for k in sorted(pack.entries)
+                    if k in loose or self._by_key.get(k) is not pack]
+            if keys:
+                out.append((pack, keys))
+        return out
+
     def _whole(self) -> list:
-        return [p for p in self._packs.values() if isinstance(p, Pack)]
+        return [p for _, p in sorted(self._packs.items()) if isinstance(p, Pack)]
+
+    def _mine(self, pack: Pack) -> bool:
+        return self._ids is None or owner(pack, self._ids) in self._ids
 
     def damaged_packs(self) -> list:
         """``[(path, what is wrong)]`` of the packs whose index fails its checks."""
@@ -259,6 +292,10 @@ class TileSet:
             pack = self.find(block.key)
             if pack is None:
                 raise
+        return self.read_packed(pack, block, kinds, run)
+
+    def read_packed(self, pack: Pack, block, kinds=None, run="") -> dict:
+        """``block``'s arrays, verified, from ``pack`` (which holds its key)."""
         name = f"{block.key} in pack {pack.path}"
         try:
             datasets, attrs = unseal(read_blob(pack, block.key, self.dir))

@@ -51,7 +51,7 @@ class RunStore:
         self._checked = None
         self.growth = Growth(self)  # kernelcli extend's file operations
         self.test_diag = DiagonalFile(self)  # test_diag.h5
-        self.tiles = TileSet(self.tiles_dir)  # the one reader of its tiles, loose and packed
+        self.tiles = TileSet(self.tiles_dir, self._owners)  # the one reader of its tiles
 
     @property
     def tiles_dir(self) -> Path:
@@ -79,6 +79,9 @@ class RunStore:
         if self._checked is None or self._checked.data is not self.manifest:
             self._checked = Manifest.check(self.manifest, self.run_dir)
         return self._checked
+
+    def _owners(self):  # the identities of the packs that are this run's (:class:`TileSet`)
+        return None if self._manifest is None else run_ids(self._manifest, self.run_id)
 
     @property
     def run_id(self) -> str:
@@ -137,10 +140,12 @@ class RunStore:
         """The packer of the tiles of ``blocks`` (this process's share of the run), its
         leftovers from earlier processes already packed (:mod:`._packs`); damaged packs
         are moved to quarantine first. ``max_tiles``: tiles per pack (default
-        ``PACK_TILES``; 0: no packing)."""
+        ``PACK_TILES``; 0: no packing). A pack of another run is refused (exit 2) before
+        anything is moved or deleted."""
+        ids = run_ids(self.manifest, self.run_id)
+        check_tiles_own([p.path for p in self.tiles.foreign()], ids)
         self.quarantine_damaged_packs()
-        packer = Packer(self.tiles, self.run_id, run_ids(self.manifest, self.run_id),
-                        [b.key for b in blocks],
+        packer = Packer(self.tiles, self.run_id, ids, [b.key for b in blocks],
                         PACK_TILES if max_tiles is None else max_tiles)
         packer.start()
         return packer
@@ -318,9 +323,10 @@ class RunStore:
         """``[(block, DamagedFileError)]`` for each existing tile of ``blocks`` that fails
         verification (reads every tile: the cost of reading the run once);
         :class:`RunDirError` when one is a whole tile of another run (nothing moves)."""
+        ids = run_ids(self.manifest, self.run_id)
+        check_tiles_own([p.path for p in self.tiles.foreign()], ids)  # before any is read
         damaged = check_tiles(self.tiles, blocks, kinds, self.tile_runs)
-        check_tiles_own([self.tiles.where(b.key) for b, _ in damaged],
-                        run_ids(self.manifest, self.run_id))
+        check_tiles_own([self.tiles.where(b.key) for b, _ in damaged], ids)
         return damaged
 
     def assemble(self, blocks, n1: int, n2: int, kinds, dtype, symmetric: bool,
