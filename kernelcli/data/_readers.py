@@ -79,6 +79,17 @@ def _check_size(path, key, what, shape, dtype, have: int, kind: str) -> None:
                         f"{have}; accepted: a complete {kind} array")
 
 
+def _check_entry(path, key, what, shape, dtype, declared: int) -> None:
+    """A zip entry must declare exactly its header's data: more is a member whose size
+    and header disagree (a crafted or damaged file), never read on trust."""
+    need = math.prod(shape) * dtype.itemsize
+    if declared != need:
+        raise DataError(f"{what}: {where_of(path, key)} has a zip entry declaring {declared} "
+                        f"bytes of data, but its header's shape {tuple(shape)} of {dtype} "
+                        f"needs {need}; accepted: a member whose size and header agree (as "
+                        f"numpy.savez writes them)")
+
+
 def check_key(path, key, listed: str, key_name: str, kind: str) -> None:
     if key is None:
         raise DataError(f"{key_name}: not set, but {path} is a {kind} file that can hold several "
@@ -106,7 +117,10 @@ def npz_member(npz, key: str) -> str:
 
 
 def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
-             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None) -> Opened:
+             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None,
+             limit: Optional[int] = None) -> Opened:
+    """A member's header and zip entry, checked; its values are unpacked on the first
+    read, and only its first ``limit`` rows (default: all) then (``_unpack``)."""
     try:
         npz = np.load(path, allow_pickle=False)
     except NPY_ERRORS as exc:
@@ -131,11 +145,14 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
                             f"({one_line(exc)})") from None
         check_dtype(path, key, dtype, what, accepted)
         _check_size(path, key, what, shape, dtype, size - offset, ".npz member")
+        _check_entry(path, key, what, shape, dtype, size - offset)
+        rows = shape[0] if limit is None or not shape else min(limit, shape[0])
         if info.compress_type != zipfile.ZIP_STORED:
-            bound = bound_of(max_bytes)
-            check_unpacked(path, key, what, array_bytes(shape, dtype), bound,
-                           f"shape {tuple(shape)} of {dtype}")
-            check_unpacked(path, key, what, size, bound, "the zip entry's declared size")
+            kept = (rows,) + tuple(shape[1:]) if shape else ()
+            detail = f"shape {tuple(shape)} of {dtype}" if kept == tuple(shape) else \
+                f"the first {rows} rows of shape {tuple(shape)} of {dtype}"
+            check_unpacked(path, key, what, array_bytes(kept, dtype), bound_of(max_bytes),
+                           detail)
     except BaseException:
         npz.close()
         raise
@@ -143,7 +160,9 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
     def load():
         with npz.zip.open(member) as fp:
             npy_header(fp)
-            return read_member(fp, tuple(shape), fortran, dtype, stop)
+            if not shape:
+                return read_member(fp, (1,), fortran, dtype, stop).reshape(())
+            return read_member(fp, tuple(shape), fortran, dtype, stop, rows)
     return Opened(tuple(shape), dtype, {"loader": load, "closer": npz.close})
 
 
@@ -204,13 +223,15 @@ MAX_NAMES = 1000  # a hostile file may name millions
 
 
 def open_any(path: Path, key: Optional[str], what: str, key_name: str,
-             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None) -> Opened:
+             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None,
+             limit: Optional[int] = None) -> Opened:
     """The opener for ``path``'s suffix (.npy takes no key; checked by the caller).
     ``max_bytes``: what a compressed array may unpack to (``_unpack``); ``stop`` is
-    honoured while a .npz member is unpacked."""
+    honoured while a .npz member is unpacked; ``limit``: the rows that will be read
+    (a validated row count, or None for all)."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return open_npy(path, what, accepted)
     if suffix == ".npz":
-        return open_npz(path, key, what, key_name, accepted, max_bytes, stop)
+        return open_npz(path, key, what, key_name, accepted, max_bytes, stop, limit)
     return open_h5(path, key, what, key_name, accepted, max_bytes)
