@@ -11,7 +11,7 @@ _LAZY = {
     "fingerprint": "._fingerprint", "array_names": "._readers", "listed": "._h5",
     "ArraySource": "._source", "LAYOUTS": "._source", "SUFFIXES": "._source",
     "check_pair": "._source", "open_array": "._source", "check_finite": "._values",
-    "check_rows": "._values", "INPUT_BOUNDS": "._values", "input_bound": "._values",
+    "check_rows": "._values", "NUMERIC": "._values", "dtype_problem": "._values", "INPUT_BOUNDS": "._values", "input_bound": "._values",
     "MAX_LABEL": "._labels", "load_labels": "._labels", "Preprocess": "._preprocess",
     "fit_preprocess": "._preprocess", "ConcatRows": "._views",
     "Preprocessed": "._views", "SliceableRows": "._views",

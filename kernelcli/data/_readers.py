@@ -23,9 +23,8 @@ from ..errors import DataError
 from . import _h5
 from ._h5 import H5_ERRORS, one_line
 from ._unpack import array_bytes, bound_of, check_unpacked, read_member
-from ._values import where_of
+from ._values import NUMERIC, dtype_problem, where_of
 
-NUMERIC = ("biuf", "a numeric array (bool, integer or float)")
 # What numpy and zipfile raise on damaged or hostile files (no pickle is ever loaded).
 NPY_ERRORS = (OSError, ValueError, TypeError, SyntaxError, OverflowError, EOFError, KeyError,
               RuntimeError, NotImplementedError, UnicodeDecodeError, zipfile.BadZipFile,
@@ -56,14 +55,9 @@ def npy_header(fp) -> Tuple[Tuple[int, ...], bool, np.dtype]:
 
 
 def check_dtype(path, key, dtype: np.dtype, what: str, accepted=NUMERIC) -> None:
-    kinds, text = accepted
-    where = where_of(path, key)
-    if dtype.hasobject:
-        raise DataError(f"{what}: {where} holds Python objects (dtype object), which are not read "
-                        f"for safety; accepted: {text}")
-    if dtype.kind not in kinds or dtype.fields is not None or dtype.subdtype is not None:
-        raise DataError(f"{what}: {where} has dtype {dtype}, which is not numeric; "
-                        f"accepted: {text}")
+    problem = dtype_problem(dtype, accepted)
+    if problem is not None:
+        raise DataError(f"{what}: {where_of(path, key)} {problem}; accepted: {accepted[1]}")
 
 
 def _check_size(path, key, what, shape, dtype, have: int, kind: str) -> None:
