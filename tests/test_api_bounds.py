@@ -76,6 +76,11 @@ def test_a_call_inside_jit_says_it_is_not_traceable(kfn):
         "numpy arrays)")
     with pytest.raises(DataError, match="^x2: a traced value"):
         jax.jit(lambda a: kfn(x, a, get="nngp"))(x)
+    from kernelcli import stax
+
+    *_, dropin = stax.serial(stax.Dense(8), stax.Relu(), stax.Dense(1))
+    with pytest.raises(DataError, match="^x1: a traced value"):  # neural-tangents' form
+        jax.jit(lambda a: dropin(a, None, "nngp"))(x)
 
 
 def test_bool_inputs_are_read_as_the_compute_dtype_by_api_and_cli(kfn, tmp_path):
