@@ -9,6 +9,7 @@ and a deflate stream of zeros made of one compressed block repeated).
 from __future__ import annotations
 
 import io
+import math
 import os
 import struct
 import subprocess
@@ -196,7 +197,7 @@ def test_npz_member_is_unpacked_only_to_the_rows_kept(tmp_path, fortran):
         path.write_bytes(data)
     assert path.stat().st_size < 3 * _MIB
     r = subprocess.run([sys.executable, "-c", _LIMIT_READ, str(path)], capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["(64,", "16384)", "0.0"]
 
@@ -241,3 +242,29 @@ def test_cli_reads_the_rows_of_a_limit_from_a_bomb_quickly(tmp_path):
     assert usage.ru_maxrss * 1024 < 1.5 * 2**30  # the member alone is 2 GiB
     with h5py.File(tmp_path / "run" / "kernels.h5") as f:
         np.testing.assert_allclose(f["nngp"][...], np.full((64, 64), 0.01), rtol=1e-6)
+
+
+def h5_one_chunk_bomb(path: Path, shape=(2**15, 2**14)) -> Path:
+    """A gzip dataset of one chunk of 2 GiB of zeros (float32), its stream written
+    directly: a zlib header, the repeated deflate blocks, the checksum."""
+    adler = 1
+    for _ in range(math.prod(shape) * 4 // _MIB):
+        adler = zlib.adler32(bytes(_MIB), adler)
+    stream = b"\x78\xda" + deflated_zeros(b"", math.prod(shape) * 4 // _MIB)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=shape, dtype="float32", chunks=shape,
+                             compression="gzip")
+        d.id.write_direct_chunk((0, 0), stream + struct.pack(">I", adler))
+    return path
+
+
+def test_h5_deflated_chunk_is_unpacked_only_to_the_rows_kept(tmp_path):
+    path = h5_one_chunk_bomb(tmp_path / "x.h5")
+    assert path.stat().st_size < 3 * _MIB
+    r = subprocess.run([sys.executable, "-c", _LIMIT_READ, str(path)], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["(64,", "16384)", "0.0"]
+    with pytest.raises(DataError, match=r"declares 4194304 bytes unpacked \(the first 64 "
+                                        r"rows of shape \(32768, 16384\) of float32\)"):
+        open_array(path, "x", limit=64, max_bytes=_MIB)

@@ -161,7 +161,10 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
 
 
 def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
-            accepted=NUMERIC, max_bytes: Optional[int] = None) -> Opened:
+            accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None,
+            limit: Optional[int] = None) -> Opened:
+    """A dataset, checked (``_h5``); a deflated one of which ``limit`` keeps fewer rows
+    than it holds is read by its first rows' prefix of each chunk (``_h5.first_rows``)."""
     f = _h5.open_file(path, what)
     closers: list = [f.close]
     try:
@@ -176,6 +179,14 @@ def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
             raise DataError(f"{what}: {where_of(path, key)} has an HDF5 datatype that cannot be "
                             f"read ({one_line(exc)}); accepted: {accepted[1]}") from None
         check_dtype(path, key, dtype, what, accepted)
+        rows = shape[0] if limit is None or not shape else min(limit, shape[0])
+        loader = _h5.first_rows(dset, rows, stop) if rows < (shape or (0,))[0] else None
+        if loader is not None:  # the kept rows are what is unpacked
+            check_unpacked(path, key, what, array_bytes((rows,) + shape[1:], dtype),
+                           bound_of(max_bytes), f"the first {rows} rows of shape {shape} "
+                           f"of {dtype}")
+            return Opened(shape, dtype, {"loader": loader,
+                                         "closer": lambda: _close_all(closers)})
         dset = _h5.bounded(dset, path, key, what, bound_of(max_bytes))
     except BaseException:
         _close_all(closers)
@@ -228,4 +239,4 @@ def open_any(path: Path, key: Optional[str], what: str, key_name: str,
         return open_npy(path, what, accepted)
     if suffix == ".npz":
         return open_npz(path, key, what, key_name, accepted, max_bytes, stop, limit)
-    return open_h5(path, key, what, key_name, accepted, max_bytes)
+    return open_h5(path, key, what, key_name, accepted, max_bytes, stop, limit)

@@ -2,10 +2,11 @@
 
 A few megabytes of gzip or deflate can declare gigabytes of zeros. What a
 compressed array unpacks to is held in memory (a ``.npz`` member's rows that the
-run reads -- ``data.limit`` of them, or all -- and nothing after them; an HDF5
-chunk is decompressed whole for any value in it, and the chunk cache holds a row of
-chunks so each is decompressed once per pass), so its declared size -- the rows
-kept times the header's row size, an HDF5 chunk -- must fit the memory the run may
+run reads -- ``data.limit`` of them, or all -- and nothing after them, and so for an
+HDF5 dataset deflated alone in chunks of whole rows, ``_h5.first_rows``; any other
+HDF5 chunk is decompressed whole for any value in it, and the chunk cache holds a
+row of chunks so each is decompressed once per pass), so its declared size -- the
+rows kept times the row size, an HDF5 chunk -- must fit the memory the run may
 use: ``compute.memory`` when the configuration sets it, else the host's free memory.
 Uncompressed inputs (``.npy``, plain HDF5) are read by slices and are not bounded:
 their bytes are on disk.

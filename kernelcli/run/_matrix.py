@@ -87,9 +87,10 @@ def check_output(n1: int, n2: int, kinds, dtype, available=None) -> None:
     free, source = available or memory_available()
     budget = auto_budget(free)
     if need > budget:
+        matrices = "matrix" if len(kinds) == 1 else "matrices"
         raise BudgetError(
-            f"x1, x2: the output, {len(kinds)} {'matrix' if len(kinds) == 1 else 'matrices'}"
-            f" of shape ({n1}, {n2}) in {np.dtype(dtype).name}, takes {need} bytes ({need / 2**30:.1f} GiB), more than "
+            f"x1, x2: the output, {len(kinds)} {matrices} of shape ({n1}, {n2}) in "
+            f"{np.dtype(dtype).name}, takes {need} bytes ({need / 2**30:.1f} GiB), more than "
             f"the {budget} bytes of host memory this call may use ({source} less headroom); "
             f"accepted: fewer inputs, or `kernelcli compute`, which writes the kernels to "
             f"disk by tiles")
