@@ -73,6 +73,12 @@ def _check_size(path, key, what, shape, dtype, have: int, kind: str) -> None:
                         f"{have}; accepted: a complete {kind} array")
 
 
+def _rows_kept(shape, limit: Optional[int]) -> int:
+    """The rows of an array of ``shape`` that a ``limit`` keeps (0 for a scalar, which is
+    refused later by its rank)."""
+    return 0 if not shape else shape[0] if limit is None else min(limit, shape[0])
+
+
 def _check_entry(path, key, what, shape, dtype, declared: int) -> None:
     """A zip entry must declare exactly its header's data: more is a member whose size
     and header disagree (a crafted or damaged file), never read on trust."""
@@ -140,7 +146,7 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
         check_dtype(path, key, dtype, what, accepted)
         _check_size(path, key, what, shape, dtype, size - offset, ".npz member")
         _check_entry(path, key, what, shape, dtype, size - offset)
-        rows = shape[0] if limit is None or not shape else min(limit, shape[0])
+        rows = _rows_kept(shape, limit)
         if info.compress_type != zipfile.ZIP_STORED:
             kept = (rows,) + tuple(shape[1:]) if shape else ()
             detail = f"shape {tuple(shape)} of {dtype}" if kept == tuple(shape) else \
@@ -179,8 +185,8 @@ def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
             raise DataError(f"{what}: {where_of(path, key)} has an HDF5 datatype that cannot be "
                             f"read ({one_line(exc)}); accepted: {accepted[1]}") from None
         check_dtype(path, key, dtype, what, accepted)
-        rows = shape[0] if limit is None or not shape else min(limit, shape[0])
-        loader = _h5.first_rows(dset, rows, stop) if rows < (shape or (0,))[0] else None
+        rows = _rows_kept(shape, limit)
+        loader = _h5.first_rows(dset, rows, stop) if shape and rows < shape[0] else None
         if loader is not None:  # the kept rows are what is unpacked
             check_unpacked(path, key, what, array_bytes((rows,) + shape[1:], dtype),
                            bound_of(max_bytes), f"the first {rows} rows of shape {shape} "
