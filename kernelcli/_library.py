@@ -49,18 +49,59 @@ def _architecture_of(architecture):
 
 
 def _inputs(name: str, x, dtype) -> np.ndarray:
+    _untraced(name, x)
+    from .data import NUMERIC, check_rows, dtype_problem
+
     a = np.asarray(x)
-    if a.dtype.kind not in "fiu" or a.ndim not in (2, 3, 4, 5) or a.shape[0] < 1:
+    problem = dtype_problem(a.dtype)
+    if problem is not None:
+        raise DataError(f"{name}: an array of shape {a.shape} {problem}; accepted: "
+                        f"{NUMERIC[1]}")
+    if a.ndim not in (2, 3, 4, 5) or a.shape[0] < 1:
         raise DataError(f"{name}: an array of shape {a.shape} and dtype {a.dtype} is not "
                         f"accepted; expected real numbers of shape (N, H, W, C), (N, L, C), "
                         f"(N, D, H, W, C) (channels last) or (N, D)")
-    from .data import check_rows
-
     # the CLI's bounds (data.INPUT_BOUNDS), measured before the cast: an int64 2**62 or
     # a float 1e18 would overflow the kernel's sums of squares in float32
     check_rows(lambda i, j: a[i:j], a.shape[0], a.shape[1:], a.dtype, name,
                f"{name} (an array of shape {a.shape})", dtype=dtype)
     return a.astype(dtype, copy=False)
+
+
+def _untraced(name: str, x) -> None:
+    """Refuse a jax tracer: a call computes tiled, on the host, from concrete values."""
+    import jax
+
+    if isinstance(x, jax.core.Tracer):
+        raise DataError(f"{name}: a traced value ({type(x).__name__}, inside jax.jit, vmap or "
+                        f"grad) is not accepted: a kernel function call is not traceable, as "
+                        f"it computes its matrices tiled, on the host; call it outside jit, "
+                        f"with arrays of values (its outputs are numpy arrays)")
+
+
+def _kinds_of(get) -> tuple:
+    """``get`` as a tuple of kinds (``'nngp'``, ``'ntk'``, each at most once)."""
+    kinds = (get,) if isinstance(get, str) else \
+        tuple(get) if isinstance(get, (tuple, list)) else ()
+    if not kinds or any(not isinstance(k, str) or k not in _KINDS for k in kinds) \
+            or len(set(kinds)) != len(kinds):
+        raise ConfigError(f"get: {get!r} is not accepted; expected 'nngp', 'ntk' or a "
+                          f"tuple of them, each at most once")
+    return kinds
+
+
+def _devices_of(devices):
+    """``devices`` as a list of jax devices, or None (all local ones)."""
+    import jax
+
+    if devices is None:
+        return None
+    listed = list(devices) if isinstance(devices, (list, tuple)) else []
+    if not listed or not all(isinstance(d, jax.Device) for d in listed):
+        raise ConfigError(f"devices: {devices!r} is not accepted; expected a non-empty list "
+                          f"of jax devices (such as jax.local_devices()), or None for all "
+                          f"local ones")
+    return listed
 
 
 class KernelFunction:
@@ -116,15 +157,20 @@ class KernelFunction:
         dtype = read_dtype(dtype, "dtype")
         engine = read_engine(engine, "engine")
         single = isinstance(get, str)
-        kinds = (get,) if single else tuple(get)
-        if not kinds or any(k not in _KINDS for k in kinds) or len(set(kinds)) != len(kinds):
-            raise ConfigError(f"get: {get!r} is not accepted; expected 'nngp', 'ntk' or a "
-                              f"tuple of them, each at most once")
+        kinds = _kinds_of(get)
+        devices = _devices_of(devices)
         a1 = _inputs("x1", x1, dtype)
         a2 = None if x2 is None else _inputs("x2", x2, dtype)
         if a2 is not None and a2.shape[1:] != a1.shape[1:]:
             raise DataError(f"x2: examples of shape {a2.shape[1:]} do not match x1's "
                             f"{a1.shape[1:]}")
+        from .run import check_output
+
+        readouts = self.architecture.readouts
+        outputs = len(kinds) * (1 if readouts is None else len(readouts.after))
+        # before anything is built: the matrices are returned whole, in host memory
+        check_output(a1.shape[0], a1.shape[0] if a2 is None else a2.shape[0],
+                     range(outputs), dtype)
         budget = read_memory(memory, "memory")  # as compute.memory: None is auto
         # read as a config's kernel.augment is: both accept (and refuse) the same values
         flips = parse_augment(list(augment) if isinstance(augment, tuple) else augment,
@@ -138,7 +184,6 @@ class KernelFunction:
             arrays = tuple(out[k + suffix] for k in kinds)
             return arrays[0] if single else arrays
 
-        readouts = self.architecture.readouts
         if readouts is None:
             return pick()
         return {after: pick(f"_d{after}") for after in readouts.after}

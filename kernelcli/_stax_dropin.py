@@ -65,7 +65,9 @@ class NTKernelFn:
                              f"{' and '.join(KINDS)}: give one of them, a tuple of them, "
                              f"or None for both")
         if "dtype" not in kwargs:
-            kwargs["dtype"] = "float64" if np.asarray(x1).dtype == np.float64 else "float32"
+            # x1's own dtype where it has one: a jax tracer has, but no values to convert
+            dtype = getattr(x1, "dtype", None) or np.asarray(x1).dtype
+            kwargs["dtype"] = "float64" if dtype == np.float64 else "float32"
         wanted = tuple(dict.fromkeys(names))  # each kind computed once
         arrays = dict(zip(wanted, self._kfn(x1, x2, get=wanted, **kwargs)))
         if get is None:

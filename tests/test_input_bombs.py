@@ -9,7 +9,12 @@ and a deflate stream of zeros made of one compressed block repeated).
 from __future__ import annotations
 
 import io
+import math
+import os
 import struct
+import subprocess
+import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -21,7 +26,7 @@ from kernelcli._stop import Stop
 from kernelcli.data import fingerprint, open_array
 from kernelcli.errors import DataError, Interrupted
 
-from helpers_cli import FLATTEN_NET, run_cli, write_config
+from helpers_cli import FLATTEN_NET, KERNELCLI, cli_env, run_cli, write_config
 
 _MIB = 2**20
 
@@ -168,3 +173,98 @@ def test_cli_refuses_a_bomb_with_one_line(tmp_path, bomb):
     assert len(lines) == 1 and "is compressed and declares" in lines[0], r.stderr
     assert "more than the 1073741824 bytes" in lines[0] and "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+_LIMIT_READ = """
+import resource, sys
+from kernelcli.data import open_array
+resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))  # 1 GiB: the member is 2 GiB
+with open_array(sys.argv[1], "x", limit=64, max_bytes=2**40) as src:
+    block = src.read(0, 64)
+print(block.shape, block.sum())
+"""
+
+
+@pytest.mark.parametrize("fortran", [False, True])
+def test_npz_member_is_unpacked_only_to_the_rows_kept(tmp_path, fortran):
+    # A 2 MB file whose member declares and holds 2 GiB of zeros: with a limit, only its
+    # first rows are unpacked (C order: its first bytes; Fortran order: each column's
+    # first values, streamed piece by piece), under an address-space limit of 1 GiB.
+    shape = (2**14, 2**14)
+    path = npz_bomb(tmp_path / "x.npz", shape, zero_mib=2048)
+    if fortran:  # the same member under a Fortran-order header of the same length
+        data = path.read_bytes().replace(b"'fortran_order': False", b"'fortran_order': True ")
+        path.write_bytes(data)
+    assert path.stat().st_size < 3 * _MIB
+    r = subprocess.run([sys.executable, "-c", _LIMIT_READ, str(path)], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["(64,", "16384)", "0.0"]
+
+
+def test_npz_rows_kept_beyond_the_bound_are_refused(tmp_path):
+    path = npz_bomb(tmp_path / "x.npz", (64, 2**18), zero_mib=128)  # 2 MiB a row
+    with pytest.raises(DataError, match=r"declares 8388608 bytes unpacked \(the first 4 rows "
+                                        r"of shape \(64, 262144\) of float64\), more than the "
+                                        r"4194304 bytes"):
+        open_array(path, "x", limit=4, max_bytes=4 * _MIB)
+    with open_array(path, "x", limit=2, max_bytes=4 * _MIB) as src:
+        assert src.shape == (2, 2**18) and not src.read(0, 2).any()
+
+
+def test_npz_entry_declaring_more_than_its_header_is_refused(tmp_path):
+    head = npy_header((10, 100))
+    crc = zlib.crc32(bytes(_MIB), zlib.crc32(head))
+    path = write_npz(tmp_path / "x.npz", "x.npy", deflated_zeros(head, 1), crc,
+                     len(head) + _MIB)
+    with pytest.raises(DataError) as e:
+        open_array(path, "x")
+    assert str(e.value) == (
+        f"data.x1: {path} ['x'] has a zip entry declaring {_MIB} bytes of data, but its "
+        "header's shape (10, 100) of float64 needs 8000; accepted: a member whose size and "
+        "header agree (as numpy.savez writes them)")
+
+
+def test_cli_reads_the_rows_of_a_limit_from_a_bomb_quickly(tmp_path):
+    # The 2 GiB member of a 2 MB file: the run unpacks 64 rows (8 MiB), not the member.
+    path = npz_bomb(tmp_path / "x.npz", (2**14, 2**14), zero_mib=2048)
+    cfg = write_config(tmp_path, x1=path, key="x", limit=64,
+                       layers=[{"dense": {"W_std": 1.0, "b_std": 0.1}}])
+    start = time.monotonic()
+    proc = subprocess.Popen([KERNELCLI, "compute", str(cfg)], cwd=tmp_path, env=cli_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.returncode == 0, stderr
+    assert time.monotonic() - start < 60
+    assert usage.ru_maxrss * 1024 < 1.5 * 2**30  # the member alone is 2 GiB
+    with h5py.File(tmp_path / "run" / "kernels.h5") as f:
+        np.testing.assert_allclose(f["nngp"][...], np.full((64, 64), 0.01), rtol=1e-6)
+
+
+def h5_one_chunk_bomb(path: Path, shape=(2**15, 2**14)) -> Path:
+    """A gzip dataset of one chunk of 2 GiB of zeros (float32), its stream written
+    directly: a zlib header, the repeated deflate blocks, the checksum."""
+    adler = 1
+    for _ in range(math.prod(shape) * 4 // _MIB):
+        adler = zlib.adler32(bytes(_MIB), adler)
+    stream = b"\x78\xda" + deflated_zeros(b"", math.prod(shape) * 4 // _MIB)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=shape, dtype="float32", chunks=shape,
+                             compression="gzip")
+        d.id.write_direct_chunk((0, 0), stream + struct.pack(">I", adler))
+    return path
+
+
+def test_h5_deflated_chunk_is_unpacked_only_to_the_rows_kept(tmp_path):
+    path = h5_one_chunk_bomb(tmp_path / "x.h5")
+    assert path.stat().st_size < 3 * _MIB
+    r = subprocess.run([sys.executable, "-c", _LIMIT_READ, str(path)], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["(64,", "16384)", "0.0"]
+    with pytest.raises(DataError, match=r"declares 4194304 bytes unpacked \(the first 64 "
+                                        r"rows of shape \(32768, 16384\) of float32\)"):
+        open_array(path, "x", limit=64, max_bytes=_MIB)

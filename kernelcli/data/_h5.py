@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -326,3 +327,39 @@ def bounded(dset: h5py.Dataset, path: Path, key: str, what: str, bound: int) -> 
     except H5_ERRORS as exc:
         raise DataError(f"{what}: {key!r} in {path} cannot be opened again with a chunk cache "
                         f"({one_line(exc)})") from None
+
+
+def first_rows(dset: h5py.Dataset, rows: int, stop=None):
+    """A loader of ``dset``'s first ``rows`` rows that unpacks only them, or None where
+    it does not apply: for a dataset deflated alone (gzip, no other filter) in chunks
+    spanning whole rows, a chunk's first ``k`` rows are the first bytes of its stream,
+    so each chunk is inflated only that far (HDF5 inflates a chunk whole for any value
+    in it: a few megabytes of gzip may hold a chunk of gigabytes)."""
+    try:
+        dcpl = dset.id.get_create_plist()
+        chunks, shape = dset.chunks, tuple(dset.shape)
+        if chunks is None or tuple(chunks[1:]) != shape[1:] or dcpl.get_nfilters() != 1 \
+                or dcpl.get_filter(0)[0] != h5z.FILTER_DEFLATE:
+            return None
+    except H5_ERRORS:  # the usual route says what is wrong
+        return None
+    row_bytes, dtype = math.prod(shape[1:]) * dset.dtype.itemsize, dset.dtype
+
+    def load() -> np.ndarray:
+        out = np.empty((rows,) + shape[1:], dtype)
+        for r0 in range(0, rows, chunks[0]):
+            if stop is not None:
+                stop.check()
+            k = min(chunks[0], rows - r0)
+            corner = (r0,) + (0,) * (len(shape) - 1)
+            if dset.id.get_chunk_info_by_coord(corner).byte_offset is None:
+                out[r0:r0 + k] = dset[r0:r0 + k]  # never written: the fill value
+                continue
+            mask, raw = dset.id.read_direct_chunk(corner)
+            need = k * row_bytes
+            data = raw[:need] if mask & 1 else zlib.decompressobj().decompress(raw, need)
+            if len(data) < need:
+                raise EOFError(f"chunk at row {r0} holds {len(data)} bytes, {need} expected")
+            out[r0:r0 + k] = np.frombuffer(data, dtype).reshape((k,) + shape[1:])
+        return out
+    return load

@@ -23,9 +23,8 @@ from ..errors import DataError
 from . import _h5
 from ._h5 import H5_ERRORS, one_line
 from ._unpack import array_bytes, bound_of, check_unpacked, read_member
-from ._values import where_of
+from ._values import NUMERIC, dtype_problem, where_of
 
-NUMERIC = ("biuf", "a numeric array (bool, integer or float)")
 # What numpy and zipfile raise on damaged or hostile files (no pickle is ever loaded).
 NPY_ERRORS = (OSError, ValueError, TypeError, SyntaxError, OverflowError, EOFError, KeyError,
               RuntimeError, NotImplementedError, UnicodeDecodeError, zipfile.BadZipFile,
@@ -56,14 +55,9 @@ def npy_header(fp) -> Tuple[Tuple[int, ...], bool, np.dtype]:
 
 
 def check_dtype(path, key, dtype: np.dtype, what: str, accepted=NUMERIC) -> None:
-    kinds, text = accepted
-    where = where_of(path, key)
-    if dtype.hasobject:
-        raise DataError(f"{what}: {where} holds Python objects (dtype object), which are not read "
-                        f"for safety; accepted: {text}")
-    if dtype.kind not in kinds or dtype.fields is not None or dtype.subdtype is not None:
-        raise DataError(f"{what}: {where} has dtype {dtype}, which is not numeric; "
-                        f"accepted: {text}")
+    problem = dtype_problem(dtype, accepted)
+    if problem is not None:
+        raise DataError(f"{what}: {where_of(path, key)} {problem}; accepted: {accepted[1]}")
 
 
 def _check_size(path, key, what, shape, dtype, have: int, kind: str) -> None:
@@ -77,6 +71,23 @@ def _check_size(path, key, what, shape, dtype, have: int, kind: str) -> None:
         raise DataError(f"{what}: {where} is truncated or its header is wrong: shape "
                         f"{tuple(shape)} of {dtype} needs {need} bytes of data, the file holds "
                         f"{have}; accepted: a complete {kind} array")
+
+
+def _rows_kept(shape, limit: Optional[int]) -> int:
+    """The rows of an array of ``shape`` that a ``limit`` keeps (0 for a scalar, which is
+    refused later by its rank)."""
+    return 0 if not shape else shape[0] if limit is None else min(limit, shape[0])
+
+
+def _check_entry(path, key, what, shape, dtype, declared: int) -> None:
+    """A zip entry must declare exactly its header's data: more is a member whose size
+    and header disagree (a crafted or damaged file), never read on trust."""
+    need = math.prod(shape) * dtype.itemsize
+    if declared != need:
+        raise DataError(f"{what}: {where_of(path, key)} has a zip entry declaring {declared} "
+                        f"bytes of data, but its header's shape {tuple(shape)} of {dtype} "
+                        f"needs {need}; accepted: a member whose size and header agree (as "
+                        f"numpy.savez writes them)")
 
 
 def check_key(path, key, listed: str, key_name: str, kind: str) -> None:
@@ -106,7 +117,10 @@ def npz_member(npz, key: str) -> str:
 
 
 def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
-             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None) -> Opened:
+             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None,
+             limit: Optional[int] = None) -> Opened:
+    """A member's header and zip entry, checked; its values are unpacked on the first
+    read, and only its first ``limit`` rows (default: all) then (``_unpack``)."""
     try:
         npz = np.load(path, allow_pickle=False)
     except NPY_ERRORS as exc:
@@ -131,11 +145,14 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
                             f"({one_line(exc)})") from None
         check_dtype(path, key, dtype, what, accepted)
         _check_size(path, key, what, shape, dtype, size - offset, ".npz member")
+        _check_entry(path, key, what, shape, dtype, size - offset)
+        rows = _rows_kept(shape, limit)
         if info.compress_type != zipfile.ZIP_STORED:
-            bound = bound_of(max_bytes)
-            check_unpacked(path, key, what, array_bytes(shape, dtype), bound,
-                           f"shape {tuple(shape)} of {dtype}")
-            check_unpacked(path, key, what, size, bound, "the zip entry's declared size")
+            kept = (rows,) + tuple(shape[1:]) if shape else ()
+            detail = f"shape {tuple(shape)} of {dtype}" if kept == tuple(shape) else \
+                f"the first {rows} rows of shape {tuple(shape)} of {dtype}"
+            check_unpacked(path, key, what, array_bytes(kept, dtype), bound_of(max_bytes),
+                           detail)
     except BaseException:
         npz.close()
         raise
@@ -143,12 +160,17 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
     def load():
         with npz.zip.open(member) as fp:
             npy_header(fp)
-            return read_member(fp, tuple(shape), fortran, dtype, stop)
+            if not shape:
+                return read_member(fp, (1,), fortran, dtype, stop).reshape(())
+            return read_member(fp, tuple(shape), fortran, dtype, stop, rows)
     return Opened(tuple(shape), dtype, {"loader": load, "closer": npz.close})
 
 
 def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
-            accepted=NUMERIC, max_bytes: Optional[int] = None) -> Opened:
+            accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None,
+            limit: Optional[int] = None) -> Opened:
+    """A dataset, checked (``_h5``); a deflated one of which ``limit`` keeps fewer rows
+    than it holds is read by its first rows' prefix of each chunk (``_h5.first_rows``)."""
     f = _h5.open_file(path, what)
     closers: list = [f.close]
     try:
@@ -163,6 +185,14 @@ def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
             raise DataError(f"{what}: {where_of(path, key)} has an HDF5 datatype that cannot be "
                             f"read ({one_line(exc)}); accepted: {accepted[1]}") from None
         check_dtype(path, key, dtype, what, accepted)
+        rows = _rows_kept(shape, limit)
+        loader = _h5.first_rows(dset, rows, stop) if shape and rows < shape[0] else None
+        if loader is not None:  # the kept rows are what is unpacked
+            check_unpacked(path, key, what, array_bytes((rows,) + shape[1:], dtype),
+                           bound_of(max_bytes), f"the first {rows} rows of shape {shape} "
+                           f"of {dtype}")
+            return Opened(shape, dtype, {"loader": loader,
+                                         "closer": lambda: _close_all(closers)})
         dset = _h5.bounded(dset, path, key, what, bound_of(max_bytes))
     except BaseException:
         _close_all(closers)
@@ -204,13 +234,15 @@ MAX_NAMES = 1000  # a hostile file may name millions
 
 
 def open_any(path: Path, key: Optional[str], what: str, key_name: str,
-             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None) -> Opened:
+             accepted=NUMERIC, max_bytes: Optional[int] = None, stop=None,
+             limit: Optional[int] = None) -> Opened:
     """The opener for ``path``'s suffix (.npy takes no key; checked by the caller).
     ``max_bytes``: what a compressed array may unpack to (``_unpack``); ``stop`` is
-    honoured while a .npz member is unpacked."""
+    honoured while a .npz member is unpacked; ``limit``: the rows that will be read
+    (a validated row count, or None for all)."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return open_npy(path, what, accepted)
     if suffix == ".npz":
-        return open_npz(path, key, what, key_name, accepted, max_bytes, stop)
-    return open_h5(path, key, what, key_name, accepted, max_bytes)
+        return open_npz(path, key, what, key_name, accepted, max_bytes, stop, limit)
+    return open_h5(path, key, what, key_name, accepted, max_bytes, stop, limit)

@@ -6,8 +6,8 @@ sequences ``(N, L, C)``, images ``(N, H, W, C)`` or volumes ``(N, D, H, W, C)``
 or flat rows ``(N, D)``.
 Rows are read in batches, so a data set larger than memory is never loaded
 whole: .npy files are memory-mapped and HDF5 datasets are sliced. A .npz
-member cannot be memory-mapped (it may be compressed), so its one array is
-loaded on the first read.
+member cannot be memory-mapped (it may be compressed), so the rows the source
+keeps (``limit``) are unpacked on the first read, and nothing after them.
 
 Values are only cast to the requested float dtype, never rescaled: uint8
 images in 0..255 arrive as floats in 0..255.
@@ -207,7 +207,8 @@ def open_array(path: Path, key: Optional[str] = None, *, layout: str = "NHWC",
     if suffix == ".npy" and key is not None:
         raise DataError(f"{key_name}: {key!r} is only used for .npz and .h5 files; "
                         f"{path} is a .npy file holding one array: remove {key_name}")
-    opened = open_any(path, key, what, key_name, max_bytes=max_bytes, stop=stop)
+    _check_limit(limit)
+    opened = open_any(path, key, what, key_name, max_bytes=max_bytes, stop=stop, limit=limit)
     try:
         n = _validate(path, key, opened.shape, layout, limit, what)
     except DataError:
@@ -215,6 +216,13 @@ def open_array(path: Path, key: Optional[str] = None, *, layout: str = "NHWC",
         raise
     return ArraySource(path=path, key=key, what=what, layout=layout,
                        raw_shape=opened.shape, dtype=opened.dtype, n=n, **opened.kwargs)
+
+
+def _check_limit(limit) -> None:
+    if limit is not None and (isinstance(limit, bool) or
+                              not isinstance(limit, (int, np.integer)) or limit < 1):
+        raise DataError(f"data.limit: {limit!r} is not a positive integer; "
+                        "accepted: a row count of at least 1, or null for all rows")
 
 
 def _validate(path, key, shape, layout, limit, what) -> int:
@@ -233,9 +241,6 @@ def _validate(path, key, shape, layout, limit, what) -> int:
     rows = shape[0]
     if limit is None:
         return rows
-    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
-        raise DataError(f"data.limit: {limit!r} is not a positive integer; "
-                        "accepted: a row count of at least 1, or null for all rows")
     if limit > rows:
         raise DataError(f"data.limit (={limit}) exceeds the {rows} rows of {what} {where}; "
                         f"use at most {rows}, or null for all rows")

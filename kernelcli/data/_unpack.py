@@ -1,17 +1,20 @@
 """Compressed inputs: what they unpack to is bounded before anything is unpacked.
 
 A few megabytes of gzip or deflate can declare gigabytes of zeros. What a
-compressed array unpacks to is held in memory (a ``.npz`` member is loaded whole;
-an HDF5 chunk is decompressed whole for any value in it, and the chunk cache holds
-a row of chunks so each is decompressed once per pass), so its declared size --
-the header's shape times the itemsize, a zip entry's declared ``file_size``, an
-HDF5 chunk -- must fit the memory the run may use: ``compute.memory`` when the
-configuration sets it, else the host's free memory. Uncompressed inputs (``.npy``,
-plain HDF5) are read by slices and are not bounded: their bytes are on disk.
+compressed array unpacks to is held in memory (a ``.npz`` member's rows that the
+run reads -- ``data.limit`` of them, or all -- and nothing after them, and so for an
+HDF5 dataset deflated alone in chunks of whole rows, ``_h5.first_rows``; any other
+HDF5 chunk is decompressed whole for any value in it, and the chunk cache holds a
+row of chunks so each is decompressed once per pass), so its declared size -- the
+rows kept times the row size, an HDF5 chunk -- must fit the memory the run may
+use: ``compute.memory`` when the configuration sets it, else the host's free memory.
+Uncompressed inputs (``.npy``, plain HDF5) are read by slices and are not bounded:
+their bytes are on disk.
 
-A zip entry's stream may hold more than it declares: only the declared bytes are
-read (zipfile stops there, and so does :func:`read_member`), in pieces, honouring
-``stop`` between them.
+A zip entry must declare exactly the bytes its ``.npy`` header needs, and its stream
+is read no further than the rows kept (zipfile stops at the declared size in any
+case: a stream longer than it declares is cut there), in pieces, honouring ``stop``
+between them.
 """
 
 from __future__ import annotations
@@ -51,13 +54,29 @@ def array_bytes(shape: Tuple[int, ...], dtype: np.dtype) -> int:
 
 
 def read_member(fp, shape: Tuple[int, ...], fortran: bool, dtype: np.dtype,
-                stop=None) -> np.ndarray:
-    """The array whose ``.npy`` header was just read from the zip member stream ``fp``:
-    exactly its declared bytes, read in pieces (never more: a stream longer than its
-    header says is cut there), with ``stop.check()`` between pieces."""
-    need = array_bytes(shape, dtype)
-    buf = bytearray(need)
-    view, got = memoryview(buf), 0
+                stop=None, rows: Optional[int] = None) -> np.ndarray:
+    """The first ``rows`` rows (default: all) of the array whose ``.npy`` header was just
+    read from the zip member stream ``fp``, in pieces with ``stop.check()`` between them.
+
+    In C order the rows are the stream's first bytes: only those are unpacked, and the
+    rest of the member is never inflated. In Fortran order each of the other axes' runs
+    of ``shape[0]`` values gives its first ``rows``: the whole member is streamed, one
+    piece in memory at a time. Never more than the header's bytes are read (a stream
+    longer than its header says is cut there)."""
+    rows = shape[0] if rows is None else rows
+    kept = (rows,) + tuple(shape[1:])
+    out = bytearray(array_bytes(kept, dtype))
+    if not fortran or rows == shape[0]:
+        _read_into(fp, memoryview(out), stop)
+    else:
+        _read_fortran_rows(fp, out, shape[0] * dtype.itemsize, rows * dtype.itemsize, stop)
+    arr = np.frombuffer(out, dtype=dtype)
+    return arr.reshape(kept[::-1]).transpose() if fortran else arr.reshape(kept)
+
+
+def _read_into(fp, view: memoryview, stop) -> None:
+    """Fill ``view`` from ``fp`` in pieces; a stream that ends first is an EOFError."""
+    got, need = 0, len(view)
     while got < need:
         if stop is not None:
             stop.check()
@@ -65,5 +84,26 @@ def read_member(fp, shape: Tuple[int, ...], fortran: bool, dtype: np.dtype,
         if not n:
             raise EOFError(f"{got} bytes of data, {need} expected")
         got += n
-    arr = np.frombuffer(buf, dtype=dtype)
-    return arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape)
+
+
+def _read_fortran_rows(fp, out: bytearray, run: int, keep: int, stop) -> None:
+    """The first ``keep`` bytes of each ``run`` bytes of ``fp``, into ``out``."""
+    runs = len(out) // keep
+    per = max(1, _PIECE // run)  # whole runs per piece
+    scratch = bytearray(min(per * run, _PIECE) if per > 1 else min(run, _PIECE))
+    done = 0
+    while done < runs:
+        if per > 1:
+            k = min(per, runs - done)
+            _read_into(fp, memoryview(scratch)[:k * run], stop)
+            block = np.frombuffer(scratch, np.uint8, k * run).reshape(k, run)
+            np.frombuffer(out, np.uint8)[done * keep:(done + k) * keep] = block[:, :keep].ravel()
+            done += k
+            continue
+        _read_into(fp, memoryview(out)[done * keep:(done + 1) * keep], stop)
+        skip = run - keep
+        while skip:  # the rest of the run, read through one piece at a time
+            n = min(skip, len(scratch))
+            _read_into(fp, memoryview(scratch)[:n], stop)
+            skip -= n
+        done += 1

@@ -54,6 +54,26 @@ def _dtype_max(dtype: np.dtype) -> float:
     return float("inf")  # floats: measured, since even float16's Inf is possible
 
 
+# The dtypes an input may have, the files' and the library's alike: numpy kinds, and
+# what a message says is accepted.
+NUMERIC = ("biuf", "a numeric array (bool, integer or float)")
+# bfloat16 (ml_dtypes, jax's) is not a numpy type: numpy saves it as raw 2-byte values
+# (V2), which cannot be told from other bytes, so it is refused on both sides alike.
+_BFLOAT16 = ("; bfloat16 is not one of numpy's numeric types and a .npy file holds it as "
+             "raw 2-byte values (V2): cast it to float32 first")
+
+
+def dtype_problem(dtype: np.dtype, accepted=NUMERIC) -> Optional[str]:
+    """Why an input of ``dtype`` is refused (a phrase: "has dtype ..."), or None."""
+    if dtype.hasobject:
+        return "holds Python objects (dtype object), which are not read for safety"
+    if dtype.kind not in accepted[0] or dtype.fields is not None or dtype.subdtype is not None:
+        hint = _BFLOAT16 if dtype.kind == "V" and dtype.itemsize == 2 and not dtype.fields \
+            else ""
+        return f"has dtype {dtype}, which is not numeric{hint}"
+    return None
+
+
 def where_of(path: Path, key: Optional[str]) -> str:
     return f"{path}" if key is None else f"{path} [{key!r}]"
 

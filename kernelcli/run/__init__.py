@@ -33,7 +33,8 @@ _LAZY = {
     "configure_host_devices": "._devices", "is_out_of_memory": "._devices",
     "out_of_memory_error": "._devices", "estimate": "._estimate", "extend": "._extend",
     "Progress": "._executor", "RunSummary": "._finish", "run_summary": "._finish",
-    "resume": "._resume", "kernel_matrix": "._matrix", "load_run_config": "._open",
+    "resume": "._resume", "kernel_matrix": "._matrix", "check_output": "._matrix",
+    "load_run_config": "._open",
     "predict": ".regression", "parse_shard": "._shards", "status": "._status",
     "VerifyReport": "._verify", "verify": "._verify",
     **{name: "._results" for name in (

@@ -13,8 +13,10 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ..plan import plan_run
 from .._stop import Stop
+from .._system import memory_available
+from ..errors import BudgetError
+from ..plan import auto_budget, plan_run
 from ._budget import memory_budget
 from ._devices import default_devices
 from ._local import LocalBackend, local_costs
@@ -49,11 +51,15 @@ def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=Non
     (default: the planner's choice, as in ``compute``); ``stop``: a
     :class:`~kernelcli.run.Stop` another thread may request (the call then raises
     :class:`~kernelcli.errors.Interrupted` at its next safe point).
+
+    Raises :class:`~kernelcli.errors.BudgetError` when the matrices do not fit the
+    host's memory (:func:`check_output`), before anything is computed.
     """
     devices = list(devices or default_devices(kfn))
     a1 = np.asarray(x1, dtype=kfn.dtype)
     symmetric = x2 is None
     a2 = a1 if symmetric else np.asarray(x2, dtype=kfn.dtype)
+    check_output(a1.shape[0], a2.shape[0], kfn.kinds, kfn.dtype)
     budget, _, which = memory_budget(memory, devices)
     plan = plan_run(a1.shape[0], a2.shape[0], symmetric=symmetric, costs=local_costs(kfn, stop),
                     budget_bytes=budget, devices=len(devices), block=block,
@@ -70,3 +76,21 @@ def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=Non
                 if symmetric and not b.diagonal:
                     out[k][b.c0:b.c1, b.r0:b.r1] = tile[k].T
     return out
+
+
+def check_output(n1: int, n2: int, kinds, dtype, available=None) -> None:
+    """Refuse ``len(kinds)`` matrices of ``(n1, n2)`` of ``dtype`` that the host's free
+    memory (``available``: ``(bytes, source)``, default :func:`memory_available`) less
+    the headroom ``compute.memory: auto`` keeps cannot hold: they are returned whole,
+    in memory, unlike a run's kernels, which are written to disk by tiles."""
+    need = len(kinds) * n1 * n2 * np.dtype(dtype).itemsize  # Python ints: no overflow
+    free, source = available or memory_available()
+    budget = auto_budget(free)
+    if need > budget:
+        matrices = "matrix" if len(kinds) == 1 else "matrices"
+        raise BudgetError(
+            f"x1, x2: the output, {len(kinds)} {matrices} of shape ({n1}, {n2}) in "
+            f"{np.dtype(dtype).name}, takes {need} bytes ({need / 2**30:.1f} GiB), more than "
+            f"the {budget} bytes of host memory this call may use ({source} less headroom); "
+            f"accepted: fewer inputs, or `kernelcli compute`, which writes the kernels to "
+            f"disk by tiles")
