@@ -29,12 +29,20 @@ from ._angle import atan2_nonneg
 from ._state import State, outer
 
 
-def _sin_squared(state: State, v1, v2):
-    """``(c, v1 v2 - c**2 >= 0)``, the second exactly 0 where ``c = v1 = v2``."""
+def _sin_squared(state: State, v1, v2, exact=None):
+    """``(c, v1 v2 - c**2 >= 0)``, the second exactly 0 where ``c = v1 = v2``; with
+    ``exact`` (for a map that takes the angle) also where ``|c|`` is within a few units
+    in the last place of ``sqrt(v1 v2)`` (``_nonlinear.snap``)."""
     c = state.nngp
     p1, p2 = outer(v1, v2, state)
     s = jnp.sqrt(p1 * p2)
     ac = jnp.abs(c)
+    if exact is not None:
+        # The angle, about sqrt(2 (1 - |c| / s)), turns a rounding of c or s into an
+        # error of ~1e-8 (float64) where the correlation is +-1 (a self pair, or inputs
+        # that are multiples of each other: one feature, no bias), and each plan rounds
+        # differently.
+        s = _nonlinear.snap(s, ac, exact)
     return c, jnp.maximum((s - ac) * (s + ac), 0)
 
 
@@ -133,7 +141,7 @@ def rectified_monomial(state: State, v1, v2, degree: int, exact: bool) -> State:
     / (2 pi)`` (ReLU's), ``theta`` the angle between the inputs. Written without a
     division by ``sin(theta)``, so a self pair (``theta = 0``) is as exact as any
     other, where neural-tangents' autodiff form is NaN."""
-    c, sin2 = _sin_squared(state, v1, v2)
+    c, sin2 = _sin_squared(state, v1, v2, exact)
     sq = jnp.sqrt(sin2)
     rest = math.pi - atan2_nonneg(sq, c, exact)
     first = rest * (1 / (2 * math.pi))
@@ -144,7 +152,7 @@ def rectified_monomial(state: State, v1, v2, degree: int, exact: bool) -> State:
 def sign(state: State, v1, v2, exact: bool) -> State:
     """``sign(x)``: ``1 - 2 theta / pi``; ``Kdot = 0`` (neural-tangents: the derivative
     is 0 almost everywhere). A zero variance (``sign(0) = 0``) gives 0."""
-    c, sin2 = _sin_squared(state, v1, v2)
+    c, sin2 = _sin_squared(state, v1, v2, exact)
     sq = jnp.sqrt(sin2)
     theta = jnp.where((sq == 0) & (c == 0), math.pi / 2, atan2_nonneg(sq, c, exact))
     ntk = None if state.ntk is None else jnp.zeros_like(state.ntk)
