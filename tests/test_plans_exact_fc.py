@@ -158,3 +158,17 @@ def test_both_plans_give_the_high_precision_kernels_of_fully_connected_networks(
         assert np.all(err <= TOL), (engine, err)
     apart = np.max(np.abs(got["cpu"] - got["accelerator"]) / np.maximum(scale, 1e-300))
     assert apart <= TOL, apart
+
+
+@pytest.mark.parametrize("engine", ["cpu", "accelerator"])
+def test_rbf_self_pairs_are_exact_in_float32_where_gamma_magnifies_the_rounding(engine):
+    """A self pair's exponent ``gamma (2c - v1 - v2)`` is 0, but c and v come from
+    different passes; at ``gamma (v1 + v2)`` about 100 their units in the last place were
+    3e-6 of the kernel."""
+    layers = [{"dense": {"W_std": 3.0}}, {"rbf": {"gamma": 3.0}}, "dense"]
+    x = np.random.default_rng(0).standard_normal((6, 5))
+    fn = kernelcli.kernel_fn({"layers": layers})
+    got = np.asarray(fn(x, get=("nngp", "ntk"), dtype="float32", engine=engine), np.float64)
+    want = np.asarray(fn(x, get=("nngp", "ntk"), dtype="float64", engine="cpu"))
+    diagonal = np.abs(np.diagonal(got - want, axis1=1, axis2=2)) / np.max(np.abs(want))
+    assert np.max(diagonal) <= 2e-7, np.max(diagonal)

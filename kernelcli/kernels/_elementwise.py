@@ -71,10 +71,18 @@ def sin(state: State, v1, v2, a: float, b: float, c: float) -> State:
     return state.replace(nngp=scale * (s1 - s2), ntk=_times(state.ntk, scale * b2 * (s1 + s2)))
 
 
-def rbf(state: State, v1, v2, gamma: float) -> State:
+def rbf(state: State, v1, v2, gamma: float, exact: bool) -> State:
     """``sqrt(2) sin(sqrt(2 gamma) x + pi/4)``: ``exp(-gamma (v1 + v2 - 2c))``."""
     p1, p2 = outer(v1, v2, state)
-    nngp = jnp.exp(gamma * (2 * state.nngp - (p1 + p2)))
+    total = p1 + p2
+    exponent = 2 * state.nngp - total
+    # A self pair's exponent is 0, but its c and v come from different passes a unit
+    # or two in the last place apart, which gamma (v1 + v2) magnifies (a float32 self
+    # pair was 3e-6 off 1 at gamma (v1 + v2) = 100): within a few units of v1 + v2,
+    # below what the dtype resolves of a distance, the exponent is taken as 0.
+    exponent = jnp.where(jnp.abs(exponent) <= total * _nonlinear.snap_width(exact), 0,
+                         exponent)
+    nngp = jnp.exp(gamma * exponent)
     return state.replace(nngp=nngp, ntk=_times(state.ntk, 2 * gamma * nngp))
 
 
@@ -86,10 +94,10 @@ def exp(state: State, v1, v2, a: float, b: float) -> State:
     return state.replace(nngp=a * a * e, ntk=_times(state.ntk, a * a * b2 * e))
 
 
-def gaussian(state: State, v1, v2, a: float, b: float) -> State:
+def gaussian(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     """``a * exp(b * x**2)``: ``a**2 / sqrt(det(I - 2b Sigma))``, ``+inf`` where that
     matrix is not positive definite (only possible for ``b > 0``)."""
-    c, sin2 = _sin_squared(state, v1, v2)
+    c, sin2 = _sin_squared(state, v1, v2, exact)
     p1, p2 = outer(v1, v2, state)
     # det(I - 2b Sigma) = (1 - 2b v1)(1 - 2b v2) - 4b^2 c^2, without the cancellation
     # of 4b^2 v1 v2 against 4b^2 c^2: every term is >= 0 when b < 0.

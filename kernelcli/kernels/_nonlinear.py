@@ -26,11 +26,16 @@ def _safe_sqrt(x):
     return jnp.sqrt(jnp.maximum(x, 0))
 
 
+def snap_width(exact: bool) -> float:
+    """Four units in the last place of the dtype (float64 where ``exact``)."""
+    return _SNAP64 if exact else _SNAP
+
+
 def snap(s, ac, exact: bool):
     """``s = sqrt(v1 v2)``, or ``ac = |c|`` where that is within a few units in the last
     place of ``s``: an angle from ``sqrt((s - |c|)(s + |c|))`` is exactly 0 (or pi) there
     (see ``abrelu``)."""
-    return jnp.where(s - ac <= s * (_SNAP64 if exact else _SNAP), ac, s)
+    return jnp.where(s - ac <= s * snap_width(exact), ac, s)
 
 
 def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
