@@ -29,12 +29,20 @@ from ._angle import atan2_nonneg
 from ._state import State, outer
 
 
-def _sin_squared(state: State, v1, v2):
-    """``(c, v1 v2 - c**2 >= 0)``, the second exactly 0 where ``c = v1 = v2``."""
+def _sin_squared(state: State, v1, v2, exact=None):
+    """``(c, v1 v2 - c**2 >= 0)``, the second exactly 0 where ``c = v1 = v2``; with
+    ``exact`` (for a map that takes the angle) also where ``|c|`` is within a few units
+    in the last place of ``sqrt(v1 v2)`` (``_nonlinear.snap``)."""
     c = state.nngp
     p1, p2 = outer(v1, v2, state)
     s = jnp.sqrt(p1 * p2)
     ac = jnp.abs(c)
+    if exact is not None:
+        # The angle, about sqrt(2 (1 - |c| / s)), turns a rounding of c or s into an
+        # error of ~1e-8 (float64) where the correlation is +-1 (a self pair, or inputs
+        # that are multiples of each other: one feature, no bias), and each plan rounds
+        # differently.
+        s = _nonlinear.snap(s, ac, exact)
     return c, jnp.maximum((s - ac) * (s + ac), 0)
 
 
@@ -63,10 +71,18 @@ def sin(state: State, v1, v2, a: float, b: float, c: float) -> State:
     return state.replace(nngp=scale * (s1 - s2), ntk=_times(state.ntk, scale * b2 * (s1 + s2)))
 
 
-def rbf(state: State, v1, v2, gamma: float) -> State:
+def rbf(state: State, v1, v2, gamma: float, exact: bool) -> State:
     """``sqrt(2) sin(sqrt(2 gamma) x + pi/4)``: ``exp(-gamma (v1 + v2 - 2c))``."""
     p1, p2 = outer(v1, v2, state)
-    nngp = jnp.exp(gamma * (2 * state.nngp - (p1 + p2)))
+    total = p1 + p2
+    exponent = 2 * state.nngp - total
+    # A self pair's exponent is 0, but its c and v come from different passes a unit
+    # or two in the last place apart, which gamma (v1 + v2) magnifies (a float32 self
+    # pair was 3e-6 off 1 at gamma (v1 + v2) = 100): within a few units of v1 + v2,
+    # below what the dtype resolves of a distance, the exponent is taken as 0.
+    exponent = jnp.where(jnp.abs(exponent) <= total * _nonlinear.snap_width(exact), 0,
+                         exponent)
+    nngp = jnp.exp(gamma * exponent)
     return state.replace(nngp=nngp, ntk=_times(state.ntk, 2 * gamma * nngp))
 
 
@@ -78,10 +94,10 @@ def exp(state: State, v1, v2, a: float, b: float) -> State:
     return state.replace(nngp=a * a * e, ntk=_times(state.ntk, a * a * b2 * e))
 
 
-def gaussian(state: State, v1, v2, a: float, b: float) -> State:
+def gaussian(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     """``a * exp(b * x**2)``: ``a**2 / sqrt(det(I - 2b Sigma))``, ``+inf`` where that
     matrix is not positive definite (only possible for ``b > 0``)."""
-    c, sin2 = _sin_squared(state, v1, v2)
+    c, sin2 = _sin_squared(state, v1, v2, exact)
     p1, p2 = outer(v1, v2, state)
     # det(I - 2b Sigma) = (1 - 2b v1)(1 - 2b v2) - 4b^2 c^2, without the cancellation
     # of 4b^2 v1 v2 against 4b^2 c^2: every term is >= 0 when b < 0.
@@ -133,7 +149,7 @@ def rectified_monomial(state: State, v1, v2, degree: int, exact: bool) -> State:
     / (2 pi)`` (ReLU's), ``theta`` the angle between the inputs. Written without a
     division by ``sin(theta)``, so a self pair (``theta = 0``) is as exact as any
     other, where neural-tangents' autodiff form is NaN."""
-    c, sin2 = _sin_squared(state, v1, v2)
+    c, sin2 = _sin_squared(state, v1, v2, exact)
     sq = jnp.sqrt(sin2)
     rest = math.pi - atan2_nonneg(sq, c, exact)
     first = rest * (1 / (2 * math.pi))
@@ -144,7 +160,7 @@ def rectified_monomial(state: State, v1, v2, degree: int, exact: bool) -> State:
 def sign(state: State, v1, v2, exact: bool) -> State:
     """``sign(x)``: ``1 - 2 theta / pi``; ``Kdot = 0`` (neural-tangents: the derivative
     is 0 almost everywhere). A zero variance (``sign(0) = 0``) gives 0."""
-    c, sin2 = _sin_squared(state, v1, v2)
+    c, sin2 = _sin_squared(state, v1, v2, exact)
     sq = jnp.sqrt(sin2)
     theta = jnp.where((sq == 0) & (c == 0), math.pi / 2, atan2_nonneg(sq, c, exact))
     ntk = None if state.ntk is None else jnp.zeros_like(state.ntk)

@@ -107,11 +107,11 @@ KERNEL_MAPS: Dict[type, KernelMap] = {
     Sin: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
                    _elementwise.sin(s, v1, v2, layer.a, layer.b, layer.c)),
     Rbf: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                   _elementwise.rbf(s, v1, v2, layer.gamma)),
+                   _elementwise.rbf(s, v1, v2, layer.gamma, exact)),
     Exp: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
                    _elementwise.exp(s, v1, v2, layer.a, layer.b)),
     Gaussian: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                        _elementwise.gaussian(s, v1, v2, layer.a, layer.b)),
+                        _elementwise.gaussian(s, v1, v2, layer.a, layer.b, exact)),
     Monomial: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
                         _elementwise.monomial(s, v1, v2, layer.degree)),
     RectifiedMonomial: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:

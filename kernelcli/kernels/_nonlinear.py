@@ -26,6 +26,18 @@ def _safe_sqrt(x):
     return jnp.sqrt(jnp.maximum(x, 0))
 
 
+def snap_width(exact: bool) -> float:
+    """Four units in the last place of the dtype (float64 where ``exact``)."""
+    return _SNAP64 if exact else _SNAP
+
+
+def snap(s, ac, exact: bool):
+    """``s = sqrt(v1 v2)``, or ``ac = |c|`` where that is within a few units in the last
+    place of ``s``: an angle from ``sqrt((s - |c|)(s + |c|))`` is exactly 0 (or pi) there
+    (see ``abrelu``)."""
+    return jnp.where(s - ac <= s * snap_width(exact), ac, s)
+
+
 def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     """``a*min(x,0) + b*max(x,0)``; ReLU is ``a=0, b=1`` (arc-cosine kernel of order 1)."""
     c = state.nngp
@@ -59,7 +71,7 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # NTK's Kdot (linear in the angle) 1e-9 off. Elsewhere the snap changes only
     # angles the dtype's rounding of c already decides (float32: below 7e-4, where
     # 1 - |c|/s is below 2.4e-7; float64: below 3e-8).
-    s = jnp.where(s - ac <= s * (_SNAP64 if exact else _SNAP), ac, s)
+    s = snap(s, ac, exact)
     sq = _safe_sqrt((s - ac) * (s + ac))
     theta = atan2_nonneg(sq, c, exact)
     factor = (a - b) ** 2 / (2 * math.pi)
