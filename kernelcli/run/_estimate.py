@@ -96,8 +96,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             labels = job.inputs.labels
             routes = route_costs(job.inputs.x1.n, job.inputs.test.n if job.inputs.test
                                  else 0, plan.n2, len(plan.kinds), plan.itemsize,
-                                 1 if labels is None or not len(labels) else
-                                 int(labels.max()) + 1,
+                                 _classes(labels, job.inputs.test_labels),
                                  None if timing is None else timing.seconds_per_pair)
         return EstimateResult(
             plan=plan, name=cfg.name, kinds=tuple(plan.kinds), dtype=cfg.kernel.dtype,
@@ -146,18 +145,25 @@ def readout_work(arch) -> Optional[ReadoutWork]:
         readout_layers_separate=sum(count(arch.layers[:a]) + head for a in ro.after))
 
 
+def _classes(labels, test_labels) -> int:
+    """The one-hot target columns ``predict`` will solve for (1 without labels)."""
+    from ..predict import class_count
+
+    return 1 if labels is None or not len(labels) else class_count(labels, test_labels)
+
+
 def _solve_memory(n: int, m: int, labels, test_labels, kinds: int) -> SolveNeed:
     """What ``kernelcli predict`` will need for the (n, n) training kernel with its
     default ridges, and which solver it will pick on this machine (Cholesky when it
     fits, else CG; ``none`` when neither fits, as predict then refuses)."""
     from ..errors import BudgetError
-    from ..predict import cg_memory_bytes, choose_solver, cholesky_memory_bytes, class_count
+    from ..predict import cg_memory_bytes, choose_solver, cholesky_memory_bytes
     from .._system import available_ram_bytes
     from ..plan import auto_budget
     from .regression import CV_FOLDS, DEFAULT_RIDGES
 
     available = auto_budget(available_ram_bytes())
-    classes = 1 if labels is None or not len(labels) else class_count(labels, test_labels)
+    classes = _classes(labels, test_labels)
     ridges, folds = len(DEFAULT_RIDGES), min(CV_FOLDS, n)
     try:
         solver = choose_solver(n, "auto", available, m, classes, ridges, kinds, folds)
