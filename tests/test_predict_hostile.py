@@ -95,6 +95,12 @@ def test_cg_and_falkon_are_costed_from_the_classes():
     assert choose_solver(96, "cg", 2**30, m=10, classes=10, ridges=5, kinds=2) == "cg"
     with pytest.raises(BudgetError, match=r"^Falkon on 12 landmarks .* 1,048,577 columns"):
         choose_landmark_solver(96, 12, "cg", 2**30, classes=2**20 + 1, ridges=5)
+    # the direct solve's 14 M^2 floats do not fit where Falkon's do: the other solver named
+    with pytest.raises(BudgetError) as err:
+        choose_landmark_solver(20_000, 4_000, "cholesky", 2**30)
+    assert str(err.value).startswith("the direct Nystrom solve on 4,000 landmarks needs ")
+    assert str(err.value).endswith("is available; use solver= cg, or predict on a machine "
+                                   "with more memory")
 
 
 def test_estimate_says_predict_will_refuse_a_huge_label(huge):

@@ -80,7 +80,7 @@ def choose_landmark_solver(n: int, m: int, solver: str = "auto",
         return route
     other = "falkon" if route == "direct" else "direct"
     lever = ("" if solver == "auto" or need[other] > available_bytes else
-             f", use <<solver>> {'cg' if other == 'falkon' else 'cholesky'}")
+             f"use <<solver>> {'cg' if other == 'falkon' else 'cholesky'}")
     if solver == "auto" and need[other] <= available_bytes:
         return other
     shown = "Falkon" if route == "falkon" else "the direct Nystrom solve"
