@@ -179,3 +179,31 @@ def test_falkon_errors_are_spelled_and_every_ridge_is_in_the_table(plain, tmp_pa
     result = invoke("predict", run, "--solver", "cg", "--ridge", "1e-6,1e3")
     assert result.exit_code == 1 and "<<" not in result.output
     assert "; use a larger --ridge value, or --solver cholesky (" in _error(result)
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    return _runs(tmp_path_factory.mktemp("many"), 2**12)  # 4,097 one-hot columns
+
+
+@pytest.mark.parametrize("route, solver", [("full", "cholesky"), ("full", "cg"),
+                                           ("lm", "cholesky"), ("lm", "cg")])
+def test_the_count_holds_what_a_route_of_many_classes_allocates(many, route, solver):
+    import tracemalloc
+
+    from kernelcli.predict import cg_memory_bytes, cholesky_memory_bytes
+
+    run = many[route]
+    predict(run, ridges=[1.0], kinds=["nngp"], solver=solver)  # first-call set-up
+    tracemalloc.start()
+    try:
+        out = predict(run, solver=solver)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    c = 2**12 + 1
+    assert out.classes == c
+    need = {("full", "cholesky"): cholesky_memory_bytes(N, T, c, 5, 2),
+            ("full", "cg"): cg_memory_bytes(N, T, c, 5, 2, 5)}.get((route, solver),
+                                                                   out.solve_bytes)
+    assert peak <= need, (peak, need)

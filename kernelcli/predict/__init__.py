@@ -59,6 +59,7 @@ from ._operator import load_kernel as load_kernel
 from ._falkon import FalkonSolution as FalkonSolution
 from ._falkon import choose_landmark_solver as choose_landmark_solver
 from ._falkon import falkon_weights as falkon_weights
+from ._falkon import landmark_memory_bytes as landmark_memory_bytes
 from ._nystrom import NystromMap as NystromMap
 from ._nystrom import fold_sums as fold_sums
 from ._nystrom import nystrom_map as nystrom_map
@@ -82,7 +83,7 @@ __all__ = [
     "accuracy", "cg_memory_bytes", "check_flow_memory", "check_kernel_rows", "class_count",
     "check_ridges", "check_times", "choose_ridge",
     "choose_solver", "cholesky_factor", "cholesky_memory_bytes", "eigen", "evaluate",
-    "choose_landmark_solver", "falkon_memory_bytes", "falkon_weights",
+    "choose_landmark_solver", "falkon_memory_bytes", "falkon_weights", "landmark_memory_bytes",
     "fold_sums", "flow_basis", "flow_mean", "flow_memory_bytes", "flow_weights", "fold_masks",
     "nystrom_map", "nystrom_memory_bytes", "nystrom_weights",
     "gradient_flow", "held_out_scores", "inverse_diagonal", "load_kernel", "loo_predictions",

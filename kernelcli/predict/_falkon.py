@@ -41,7 +41,7 @@ import numpy as np
 from .._system import available_ram_bytes
 from ..errors import UsageError
 from ..plan import auto_budget
-from ._memory import SOLVERS, falkon_memory_bytes, memory_refusal
+from ._memory import SOLVERS, falkon_memory_bytes, memory_refusal, results_bytes
 from ._messages import not_pd_message
 from ._nystrom import nystrom_memory_bytes
 
@@ -51,26 +51,46 @@ DEFAULT_MAXITER = 500  # passes over K(X, Z)
 _JITTER_MAX = 1e-6  # of K_mm's largest diagonal: past it the landmarks' kernel is refused
 
 
+def landmark_memory_bytes(route: str, n: int, t: int, m: int, classes: int = 1,
+                          ridges: int = 1, folds: int = 5, kinds: int = 1,
+                          band_bytes: int = 64 * 2**20) -> int:
+    """Peak bytes of ``predict``'s landmark ``route`` (``direct`` or ``falkon``) for
+    ``n`` training rows, ``t`` test rows and ``m`` landmarks: the solve
+    (:func:`nystrom_memory_bytes` or :func:`falkon_memory_bytes`; the direct solve
+    holds every ridge's weights twice, before and after their projection on the
+    landmarks) and :func:`results_bytes`."""
+    if route == "direct":
+        solve = (nystrom_memory_bytes(m, classes, folds, band_bytes)
+                 + 16 * ridges * (folds + 1) * m * classes)
+    else:
+        solve = falkon_memory_bytes(m, classes, ridges, folds, band_bytes)
+    return solve + results_bytes(n, t, classes, ridges, kinds)
+
+
 def choose_landmark_solver(n: int, m: int, solver: str = "auto",
                            available_bytes: Optional[int] = None, classes: int = 1,
                            ridges: int = 1, folds: int = 5,
-                           band_bytes: int = 64 * 2**20) -> str:
+                           band_bytes: int = 64 * 2**20, t: int = 0,
+                           kinds: int = 1) -> str:
     """``'direct'`` (:mod:`._nystrom`'s feature-form solve) or ``'falkon'`` for ``n``
     training rows and ``m`` landmarks. ``solver`` takes ``predict``'s values:
     ``cholesky`` the direct solve (a Cholesky per fold and ridge of the ``r x r``
     system), ``cg`` Falkon, ``auto`` the direct solve while ``K(X, Z)`` in float64
     (``8 n m`` bytes) fits in ``available_bytes`` (default: as ``choose_solver``), else
     Falkon, whose cost grows as ``n m`` per pass where the direct solve's feature
-    products grow as ``n m^2``. A route whose memory (``classes`` target columns,
-    ``ridges``, ``folds``, bands of ``band_bytes``) does not fit raises ``BudgetError``
-    before any work."""
+    products grow as ``n m^2``. A route whose memory (:func:`landmark_memory_bytes`
+    of ``t`` test rows, ``classes``, ``ridges``, ``folds``, ``kinds``, bands of
+    ``band_bytes``) does not fit raises ``BudgetError`` before any work."""
     if solver not in SOLVERS:
         raise UsageError.naming(f"<<solver>>: {solver!r} is not a solver; accepted: "
                                 f"{', '.join(SOLVERS)}")
     if available_bytes is None:
         available_bytes = auto_budget(available_ram_bytes())
-    need_at = {"direct": lambda c, r: nystrom_memory_bytes(m, c, folds, band_bytes),
-               "falkon": lambda c, r: falkon_memory_bytes(m, c, r, folds, band_bytes)}
+    def at(route: str):
+        return lambda c, r: landmark_memory_bytes(route, n, t, m, c, r, folds, kinds,
+                                                  band_bytes)
+
+    need_at = {"direct": at("direct"), "falkon": at("falkon")}
     need = {k: at(classes, ridges) for k, at in need_at.items()}
     if solver != "auto":
         route = "direct" if solver == "cholesky" else "falkon"

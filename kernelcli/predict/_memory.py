@@ -55,12 +55,20 @@ def cholesky_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
     triangular solves' right-hand sides, the coefficients and held-out predictions of
     the ridge being solved (``4 n C``) and the leave-one-out diagonal's slabs; the larger
     of a block of K(test, x1) streamed for the means (read and converted) and one for the
-    variance (read, converted, solved); and what is kept for every kind and ridge
-    (``(m, C)`` means, ``(m,)`` variances, ``(n, C)`` held-out predictions)."""
+    variance (read, converted, solved); and :func:`results_bytes`."""
     rows = min(m, VARIANCE_ROWS)
     stream = max(2 * min(8 * m * n, STREAM_BLOCK_BYTES), 3 * 8 * rows * n)
     return (solve_memory_bytes(n) + 8 * (4 * n * classes + 2 * _INVERSE_SLAB * n)
-            + stream + 8 * kinds * ridges * (m * classes + m + n * classes))
+            + stream + results_bytes(n, m, classes, ridges, kinds))
+
+
+def results_bytes(n: int, m: int, classes: int, ridges: int, kinds: int) -> int:
+    """What every route of ``predict`` keeps and works on beside its solve, for ``n``
+    training and ``m`` test rows: the means, variances and held-out predictions of
+    every kind and ridge, the test targets (and a copy), one kind's means stacked for
+    ``predictions.h5``, and the scores' two ``(n, C)`` temporaries."""
+    return 8 * (kinds * ridges * (m * classes + m + n * classes)
+                + (ridges + 2) * m * classes + 2 * max(n, m) * classes)
 
 
 def flow_memory_bytes(n: int, m: int, classes: int = 1, ridges: int = 1,
@@ -78,11 +86,10 @@ def cg_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds
     """Peak bytes of ``predict``'s CG route for (n, n) training and (m, n) test kernels:
     the operator's two lanes of row blocks, the float32 ``n x rank`` preconditioner
     factor, eight ``n x C`` float64 vectors per ridge and system (the ``folds`` folds
-    and the whole set), and what is kept for every kind and ridge (``(m, C)`` means,
-    ``(n, C)`` held-out predictions)."""
+    and the whole set), and :func:`results_bytes`."""
     return (min(STREAM_BLOCK_BYTES, 16 * n * n) + 4 * n * min(rank, n)
             + 8 * 8 * n * classes * ridges * (folds + 1)
-            + 8 * kinds * ridges * (m * classes + n * classes))
+            + results_bytes(n, m, classes, ridges, kinds))
 
 
 def memory_refusal(route: str, need_at, available_bytes: int, classes: int, ridges: int,

@@ -26,8 +26,8 @@ from ..._stop import Stop, check
 from ...errors import DamagedFileError, UsageError
 from ...predict import (NystromMap, check_ridges, choose_landmark_solver, choose_ridge,
                        class_count,
-                       falkon_memory_bytes, falkon_weights, fold_sums, nystrom_map,
-                       nystrom_memory_bytes, nystrom_weights, one_hot)
+                       falkon_weights, fold_sums, landmark_memory_bytes, nystrom_map,
+                       nystrom_weights, one_hot)
 from ...store import PREDICTIONS, ResultFile, RunStore
 from .._landmarks import FINGERPRINT_KEY
 from .._results import PredictResult
@@ -152,7 +152,7 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
     folds = min(CV_FOLDS, n)
     band = min(_BAND_BYTES, 8 * rows * m)
     route = choose_landmark_solver(n, m, solver, available_bytes, classes, len(ridges),
-                                   folds, band)
+                                   folds, band, t, len(kinds))
     for kind in kinds:  # every kernel sound before any solve; K(Z, Z)'s diagonal last
         check_kernel(store.result_path, kind, n + t, stop)
     y = one_hot(labels, classes)
@@ -169,10 +169,10 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
     if route == "falkon":
         solver = (f"falkon ({m:,} landmarks; preconditioned CG, "
                   f"{'/'.join(f'{p:,}' for p in passes)} passes over K(X, Z))")
-        need = falkon_memory_bytes(m, classes, len(ridges), folds, band)
     else:
         solver = f"nystrom ({m:,} landmarks; direct)"
-        need = nystrom_memory_bytes(m, classes, folds, band)
+    need = landmark_memory_bytes(route, n, t, m, classes, len(ridges), folds, len(kinds),
+                                 band)
     selection = f"{min(CV_FOLDS, n)}-fold cross-validation"
     path = write_predictions(store.run_dir / PREDICTIONS, solved, ridges, rows_out, choices,
                              solver, selection, ridge_convention=RIDGE_CONVENTION)
