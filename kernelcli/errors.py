@@ -26,6 +26,12 @@ def resume_command(run_dir, shard=None) -> str:
     return f"kernelcli resume {run_dir}{again}"
 
 
+def spelled(template: str, spell=None) -> str:
+    """``template`` with each ``<<name>>`` mark spelled by ``spell(name)``; by default as
+    the library's argument ``name=``."""
+    return _ARGUMENT.sub(lambda m: f"{m[1]}=" if spell is None else spell(m[1]), template)
+
+
 class KernelcliError(Exception):
     """Base of every kernelcli error. ``exit_code`` is what the CLI exits with."""
 
@@ -37,7 +43,7 @@ class KernelcliError(Exception):
         """The error whose message is ``template`` with each ``<<name>>`` mark spelled as
         the library's argument ``name=``; :meth:`render` spells them otherwise (the
         CLI's flags). ``args`` follow the message, as the class takes them."""
-        exc = cls(_ARGUMENT.sub(lambda m: f"{m[1]}=", template), *args)
+        exc = cls(spelled(template), *args)
         exc.template = template
         return exc
 
@@ -45,7 +51,7 @@ class KernelcliError(Exception):
         """The message with every argument named by ``spell(name)``."""
         if self.template is None:
             return str(self)
-        return _ARGUMENT.sub(lambda m: spell(m[1]), self.template)
+        return spelled(self.template, spell)
 
 
 class UsageError(KernelcliError):

@@ -68,8 +68,8 @@ def test_falkons_memory_does_not_grow_with_the_training_rows():
 
 
 def test_auto_takes_falkon_when_the_rectangle_does_not_fit():
-    assert choose_landmark_solver(20_000, 4_000, "auto", 8 * 20_000 * 4_000) == "direct"
-    assert choose_landmark_solver(20_000, 4_000, "auto", 8 * 20_000 * 4_000 - 1) == "falkon"
+    assert choose_landmark_solver(200_000, 1_000, "auto", 8 * 200_000 * 1_000) == "direct"
+    assert choose_landmark_solver(200_000, 1_000, "auto", 8 * 200_000 * 1_000 - 1) == "falkon"
     assert choose_landmark_solver(10, 5, "cg") == "falkon"
     assert choose_landmark_solver(10, 5, "cholesky") == "direct"
 

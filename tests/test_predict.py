@@ -245,7 +245,9 @@ def test_solver_choice_follows_the_memory_and_names_the_alternative():
     assert solve_memory_bytes(60_000) == 3 * 8 * 60_000**2  # kernel, LAPACK's copy, factor
     assert choose_solver(1000, "auto", available_bytes=10**9) == "cholesky"
     assert choose_solver(60_000, "auto", available_bytes=16 * 2**30) == "cg"
-    assert choose_solver(60_000, "cg", available_bytes=1) == "cg"
+    assert choose_solver(60_000, "cg", available_bytes=2**30) == "cg"
+    with pytest.raises(BudgetError, match="solver= cg on 60,000 training rows needs "):
+        choose_solver(60_000, "cg", available_bytes=1)  # CG is costed too
     with pytest.raises(BudgetError) as err:
         choose_solver(60_000, "cholesky", available_bytes=16 * 2**30)
     msg = str(err.value)

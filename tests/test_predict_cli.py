@@ -117,15 +117,17 @@ def test_cg_equals_cholesky(finished, tmp_path):
 
 def test_cholesky_that_does_not_fit_names_cg(finished, tmp_path):
     run = fresh_copy(finished, tmp_path)
+    # one ridge: CG's columns fit in 100 kB where the factorisation's slabs do not
     with pytest.raises(BudgetError, match="use solver= cg"):
-        predict(run, solver="cholesky", available_bytes=1000)
-    assert predict(run, ridges=[0.1], available_bytes=1000).solver == "cg"
+        predict(run, ridges=[0.1], solver="cholesky", available_bytes=100_000)
+    assert predict(run, ridges=[0.1], available_bytes=100_000).solver == "cg"
 
 
 def test_a_kernel_that_is_not_positive_definite_says_so(finished, tmp_path):
     run = fresh_copy(finished, tmp_path)
     k = np.eye(40, dtype=np.float32)
-    k[-1, -1] = -0.05  # indefinite; the ridge 0.1 x trace/n = 0.097 makes it definite
+    # indefinite (eigenvalue -0.05), diagonal sound; the ridge 0.1 x trace/n makes it definite
+    k[0, 1] = k[1, 0] = 1.05
     with h5py.File(run / "kernels.h5", "r+") as f:
         f["nngp"][...] = k
     edited = invoke("predict", run, "--ridge", "0,0.1", "--kind", "nngp")

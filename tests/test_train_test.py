@@ -16,6 +16,7 @@ import yaml
 from kernelcli.data import fit_preprocess
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.plan import make_plan
+from kernelcli.predict import cholesky_memory_bytes
 from kernelcli.spec import load_config
 from kernelcli.run import kernel_matrix
 
@@ -115,7 +116,9 @@ def test_status_and_estimate_count_the_test_rows(tt_run):
     est = json.loads(invoke("estimate", cfg, "--memory", "--json").stdout)
     assert est["n1"] == N_TRAIN and est["n_test"] == N_TEST
     assert est["pairs_total"] == out["pairs_total"]
-    assert est["solve_bytes"] == 24 * N_TRAIN ** 2 and est["solver"] == "cholesky"
+    # predict's whole Cholesky route at its default ridges, for one-hot targets of 3 classes
+    assert est["classes"] == 3 and est["solver"] == "cholesky"
+    assert est["solve_bytes"] == cholesky_memory_bytes(N_TRAIN, N_TEST, 3, 5, len(est["kinds"]))
     text = invoke("estimate", cfg, "--memory").stdout
     assert "test rows (K(test, x1))" in text and "predict: Cholesky solve needs" in text
 

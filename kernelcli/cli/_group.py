@@ -45,8 +45,8 @@ def fail(message: str, code: int) -> None:
 # it starts, so this is the machine's memory taken by something else meanwhile).
 _LOWER = {
     None: "lower `compute.memory` in the configuration",
-    "predict": "free memory, or predict with fewer --ridge or --time values, one --kind, "
-               "or --solver cg (which streams the kernel)",
+    "predict": "free memory, or predict with fewer --ridge or --time values or one --kind "
+               "(a Cholesky solve: --solver cg streams the kernel instead)",
 }
 
 

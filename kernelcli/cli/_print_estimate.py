@@ -58,11 +58,14 @@ def _print_parts(est) -> None:
     """What ``predict`` will need, readouts, workers, the cost model and the time."""
     if est.solve:
         s = est.solve
-        fits = s.solver == "cholesky"
-        _row("predict: Cholesky solve needs",
-             f"{format_size(s.solve_bytes)} (float64 kernel, factor, LAPACK copy; "
-             f"{format_size(s.solve_available_bytes)} available: "
-             f"{'fits' if fits else 'does not fit, predict will use --solver cg'})")
+        verdict = {"cholesky": "fits",
+                   "cg": "Cholesky does not fit, predict will use --solver cg",
+                   "none": "does not fit on any solver: predict will refuse; fewer "
+                           "--ridge values or classes numbered 0 .. C-1"}[s.solver]
+        route = "CG solve" if s.solver == "cg" else "Cholesky solve"
+        _row(f"predict: {route} needs",
+             f"{format_size(s.solve_bytes)} ({s.classes:,} one-hot target columns, the "
+             f"default ridges; {format_size(s.solve_available_bytes)} available: {verdict})")
     if est.routes is not None:
         _print_routes(est.routes)
     if est.readouts:

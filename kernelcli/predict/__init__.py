@@ -22,6 +22,7 @@ from ._cg import CGResult as CGResult
 from ._cg import solve_cg as solve_cg
 from ._cg import solve_cg_folds as solve_cg_folds
 from ._cg import solve_cg_ridges as solve_cg_ridges
+from ._cholesky import check_kernel_rows as check_kernel_rows
 from ._cholesky import check_ridges as check_ridges
 from ._cholesky import cholesky_factor as cholesky_factor
 from ._cholesky import predict as predict
@@ -46,6 +47,7 @@ from ._flow import ntk_flow_variance as ntk_flow_variance
 from ._memory import SOLVERS as SOLVERS
 from ._memory import VARIANCE_ROWS as VARIANCE_ROWS
 from ._memory import cholesky_memory_bytes as cholesky_memory_bytes
+from ._memory import cg_memory_bytes as cg_memory_bytes
 from ._memory import check_flow_memory as check_flow_memory
 from ._memory import falkon_memory_bytes as falkon_memory_bytes
 from ._memory import flow_memory_bytes as flow_memory_bytes
@@ -57,6 +59,7 @@ from ._operator import load_kernel as load_kernel
 from ._falkon import FalkonSolution as FalkonSolution
 from ._falkon import choose_landmark_solver as choose_landmark_solver
 from ._falkon import falkon_weights as falkon_weights
+from ._falkon import landmark_memory_bytes as landmark_memory_bytes
 from ._nystrom import NystromMap as NystromMap
 from ._nystrom import fold_sums as fold_sums
 from ._nystrom import nystrom_map as nystrom_map
@@ -68,6 +71,7 @@ from ._selection import held_out_scores as held_out_scores
 from ._selection import inverse_diagonal as inverse_diagonal
 from ._selection import loo_predictions as loo_predictions
 from ._targets import accuracy as accuracy
+from ._targets import class_count as class_count
 from ._targets import evaluate as evaluate
 from ._targets import mse as mse
 from ._targets import one_hot as one_hot
@@ -76,9 +80,10 @@ __all__ = [
     "ArrayOperator", "CGResult", "Eigen", "FalkonSolution", "FlowBasis", "H5KernelOperator",
     "NTKCovariance",
     "NotConvergedError", "NotPositiveDefiniteError", "NystromMap", "SOLVERS", "VARIANCE_ROWS",
-    "accuracy", "check_flow_memory", "check_ridges", "check_times", "choose_ridge",
+    "accuracy", "cg_memory_bytes", "check_flow_memory", "check_kernel_rows", "class_count",
+    "check_ridges", "check_times", "choose_ridge",
     "choose_solver", "cholesky_factor", "cholesky_memory_bytes", "eigen", "evaluate",
-    "choose_landmark_solver", "falkon_memory_bytes", "falkon_weights",
+    "choose_landmark_solver", "falkon_memory_bytes", "falkon_weights", "landmark_memory_bytes",
     "fold_sums", "flow_basis", "flow_mean", "flow_memory_bytes", "flow_weights", "fold_masks",
     "nystrom_map", "nystrom_memory_bytes", "nystrom_weights",
     "gradient_flow", "held_out_scores", "inverse_diagonal", "load_kernel", "loo_predictions",

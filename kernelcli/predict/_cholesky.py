@@ -23,7 +23,7 @@ Only the lower triangle of ``k_train`` is read: it must be symmetric.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable
+from typing import Dict, Iterable, Optional
 
 import numpy as np
 
@@ -58,14 +58,34 @@ def regularizer(ridge: float, trace: float, n: int, trace_scaled: bool = True) -
     return ridge * trace / n if trace_scaled else ridge
 
 
-def _check_finite(a: np.ndarray, what: str) -> None:
-    for start in range(0, a.shape[0], _CHECK_ROWS):
-        rows = a[start:start + _CHECK_ROWS]
-        bad = ~np.isfinite(rows)
+def check_kernel_rows(rows: np.ndarray, start: int, what: str,
+                      diagonal_from: Optional[int] = None) -> None:
+    """Refuse rows ``start ..`` of a kernel (``rows`` (r, n)) that hold a non-finite
+    value or, with ``diagonal_from``, whose diagonal entry (row ``i``'s at column
+    ``i - diagonal_from``) is not > 0: an input's variance, so the kernel is not one
+    (damaged, or edited); ``DataError`` naming ``what``, the row and the value. The
+    one check of every route's kernels, before any solve."""
+    for s in range(0, rows.shape[0], _CHECK_ROWS):
+        part = rows[s:s + _CHECK_ROWS]
+        bad = ~np.isfinite(part)
         if bad.any():
             i, j = np.argwhere(bad)[0]
-            raise DataError(f"{what} holds a non-finite value ({rows[i, j]}) at row "
-                            f"{start + i}, column {j}; the kernel must be finite")
+            raise DataError(f"{what} holds a non-finite value ({part[i, j].item()}) at row "
+                            f"{start + s + i}, column {j}; the kernel must be finite: "
+                            f"`kernelcli verify RUN_DIR` checks it")
+    if diagonal_from is None:
+        return
+    at = np.arange(rows.shape[0])
+    cols = start + at - diagonal_from
+    inside = (cols >= 0) & (cols < rows.shape[1])
+    diag = rows[at[inside], cols[inside]]
+    bad = np.flatnonzero(~(diag > 0))
+    if bad.size:
+        i = int(at[inside][bad[0]])
+        raise DataError(f"{what} holds {rows[i, cols[i]].item():g} on its diagonal at row "
+                        f"{start + i}; accepted: a diagonal > 0 (an input's variance), so "
+                        f"the kernel is damaged or edited: `kernelcli verify RUN_DIR` "
+                        f"checks it")
 
 
 def _as_work_kernel(k_train, what: str) -> np.ndarray:
@@ -74,7 +94,7 @@ def _as_work_kernel(k_train, what: str) -> np.ndarray:
         raise DataError(f"{what} must be a non-empty square (n, n) matrix, got shape {k.shape}")
     usable = k.dtype == np.float64 and k.flags.c_contiguous and k.flags.writeable
     work = k if usable else np.array(k, dtype=np.float64, order="C")
-    _check_finite(work, what)
+    check_kernel_rows(work, 0, what)
     return work
 
 

@@ -41,8 +41,9 @@ import numpy as np
 from .._system import available_ram_bytes
 from ..errors import UsageError
 from ..plan import auto_budget
-from ._memory import SOLVERS
+from ._memory import SOLVERS, falkon_memory_bytes, memory_refusal, results_bytes
 from ._messages import not_pd_message
+from ._nystrom import nystrom_memory_bytes
 
 DEFAULT_TOL = 1e-8  # relative residual of the preconditioned system, every column (predictions
 # then agree with the direct solve to about 1e-7: BENCHMARKS.md, "Falkon")
@@ -50,23 +51,61 @@ DEFAULT_MAXITER = 500  # passes over K(X, Z)
 _JITTER_MAX = 1e-6  # of K_mm's largest diagonal: past it the landmarks' kernel is refused
 
 
+def landmark_memory_bytes(route: str, n: int, t: int, m: int, classes: int = 1,
+                          ridges: int = 1, folds: int = 5, kinds: int = 1,
+                          band_bytes: int = 64 * 2**20) -> int:
+    """Peak bytes of ``predict``'s landmark ``route`` (``direct`` or ``falkon``) for
+    ``n`` training rows, ``t`` test rows and ``m`` landmarks: the solve
+    (:func:`nystrom_memory_bytes` or :func:`falkon_memory_bytes`; the direct solve
+    holds every ridge's weights twice, before and after their projection on the
+    landmarks) and :func:`results_bytes`."""
+    if route == "direct":
+        solve = (nystrom_memory_bytes(m, classes, folds, band_bytes)
+                 + 16 * ridges * (folds + 1) * m * classes)
+    else:
+        solve = falkon_memory_bytes(m, classes, ridges, folds, band_bytes)
+    return solve + results_bytes(n, t, classes, ridges, kinds)
+
+
 def choose_landmark_solver(n: int, m: int, solver: str = "auto",
-                           available_bytes: Optional[int] = None) -> str:
+                           available_bytes: Optional[int] = None, classes: int = 1,
+                           ridges: int = 1, folds: int = 5,
+                           band_bytes: int = 64 * 2**20, t: int = 0,
+                           kinds: int = 1) -> str:
     """``'direct'`` (:mod:`._nystrom`'s feature-form solve) or ``'falkon'`` for ``n``
     training rows and ``m`` landmarks. ``solver`` takes ``predict``'s values:
     ``cholesky`` the direct solve (a Cholesky per fold and ridge of the ``r x r``
     system), ``cg`` Falkon, ``auto`` the direct solve while ``K(X, Z)`` in float64
     (``8 n m`` bytes) fits in ``available_bytes`` (default: as ``choose_solver``), else
     Falkon, whose cost grows as ``n m`` per pass where the direct solve's feature
-    products grow as ``n m^2``."""
+    products grow as ``n m^2``. A route whose memory (:func:`landmark_memory_bytes`
+    of ``t`` test rows, ``classes``, ``ridges``, ``folds``, ``kinds``, bands of
+    ``band_bytes``) does not fit raises ``BudgetError`` before any work."""
     if solver not in SOLVERS:
         raise UsageError.naming(f"<<solver>>: {solver!r} is not a solver; accepted: "
                                 f"{', '.join(SOLVERS)}")
-    if solver != "auto":
-        return "direct" if solver == "cholesky" else "falkon"
     if available_bytes is None:
         available_bytes = auto_budget(available_ram_bytes())
-    return "direct" if 8 * n * m <= available_bytes else "falkon"
+    def at(route: str):
+        return lambda c, r: landmark_memory_bytes(route, n, t, m, c, r, folds, kinds,
+                                                  band_bytes)
+
+    need_at = {"direct": at("direct"), "falkon": at("falkon")}
+    need = {k: at(classes, ridges) for k, at in need_at.items()}
+    if solver != "auto":
+        route = "direct" if solver == "cholesky" else "falkon"
+    else:
+        route = "direct" if 8 * n * m <= available_bytes else "falkon"
+    if need[route] <= available_bytes:
+        return route
+    other = "falkon" if route == "direct" else "direct"
+    lever = ("" if solver == "auto" or need[other] > available_bytes else
+             f"use <<solver>> {'cg' if other == 'falkon' else 'cholesky'}")
+    if solver == "auto" and need[other] <= available_bytes:
+        return other
+    shown = "Falkon" if route == "falkon" else "the direct Nystrom solve"
+    raise memory_refusal(f"{shown} on {m:,} landmarks", need_at[route], available_bytes,
+                         classes, ridges, lever)
 
 
 @dataclass(frozen=True, eq=False)

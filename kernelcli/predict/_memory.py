@@ -55,12 +55,20 @@ def cholesky_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
     triangular solves' right-hand sides, the coefficients and held-out predictions of
     the ridge being solved (``4 n C``) and the leave-one-out diagonal's slabs; the larger
     of a block of K(test, x1) streamed for the means (read and converted) and one for the
-    variance (read, converted, solved); and what is kept for every kind and ridge
-    (``(m, C)`` means, ``(m,)`` variances, ``(n, C)`` held-out predictions)."""
+    variance (read, converted, solved); and :func:`results_bytes`."""
     rows = min(m, VARIANCE_ROWS)
     stream = max(2 * min(8 * m * n, STREAM_BLOCK_BYTES), 3 * 8 * rows * n)
     return (solve_memory_bytes(n) + 8 * (4 * n * classes + 2 * _INVERSE_SLAB * n)
-            + stream + 8 * kinds * ridges * (m * classes + m + n * classes))
+            + stream + results_bytes(n, m, classes, ridges, kinds))
+
+
+def results_bytes(n: int, m: int, classes: int, ridges: int, kinds: int) -> int:
+    """What every route of ``predict`` keeps and works on beside its solve, for ``n``
+    training and ``m`` test rows: the means, variances and held-out predictions of
+    every kind and ridge, the test targets (and a copy), one kind's means stacked for
+    ``predictions.h5``, and the scores' two ``(n, C)`` temporaries."""
+    return 8 * (kinds * ridges * (m * classes + m + n * classes)
+                + (ridges + 2) * m * classes + 2 * max(n, m) * classes)
 
 
 def flow_memory_bytes(n: int, m: int, classes: int = 1, ridges: int = 1,
@@ -73,28 +81,76 @@ def flow_memory_bytes(n: int, m: int, classes: int = 1, ridges: int = 1,
     return 8 * (4 * n * n + 2 * m * n + ridges * times * m * (classes + 1))
 
 
+def cg_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1,
+                    folds: int = 5, rank: int = 1000) -> int:
+    """Peak bytes of ``predict``'s CG route for (n, n) training and (m, n) test kernels:
+    the operator's two lanes of row blocks, the float32 ``n x rank`` preconditioner
+    factor, eight ``n x C`` float64 vectors per ridge and system (the ``folds`` folds
+    and the whole set), and :func:`results_bytes`."""
+    return (min(STREAM_BLOCK_BYTES, 16 * n * n) + 4 * n * min(rank, n)
+            + 8 * 8 * n * classes * ridges * (folds + 1)
+            + results_bytes(n, m, classes, ridges, kinds))
+
+
+def memory_refusal(route: str, need_at, available_bytes: int, classes: int, ridges: int,
+                   other: str = "") -> BudgetError:
+    """The error of a solve that cannot fit, before any work: ``route`` names the solve
+    (``<<solver>> cg on ...``), ``need_at(classes, ridges)`` its bytes, ``other`` a
+    lever beside fewer ridges and classes (never the solver in use)."""
+    levers = []
+    if ridges > 1 and need_at(classes, 1) <= available_bytes:
+        levers.append("give fewer <<ridges>> values")
+    if other:
+        levers.append(other)
+    if classes > 1 and need_at(1, 1) <= available_bytes:
+        levers.append("number the classes 0 .. C-1 (a label L costs L + 1 target columns)")
+    levers.append("predict on a machine with more memory")
+    return BudgetError.naming(
+        f"{route} needs {format_size(need_at(classes, ridges))} in memory (one-hot targets "
+        f"of {classes:,} columns, the largest class label + 1, for each of {ridges} "
+        f"ridge(s)), but {format_size(available_bytes)} is available; "
+        f"{', or '.join(levers)}")
+
+
 def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] = None,
-                  m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1) -> str:
+                  m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1,
+                  folds: int = 5) -> str:
     """``'cholesky'`` or ``'cg'`` for an (n, n) training kernel.
 
     ``solver``: ``auto`` (Cholesky when it fits, else CG), ``cholesky`` or ``cg``.
     ``available_bytes`` defaults to the available RAM less kernelcli's usual
     headroom (as ``memory: auto``). Whether it fits is :func:`cholesky_memory_bytes`
-    of ``m`` test rows, ``classes``, ``ridges`` and ``kinds`` (the defaults: the
-    factorisation alone). Asking for Cholesky when it does not fit raises
-    ``BudgetError`` naming what to change: ``solver`` cg, or fewer ``ridges`` or
-    ``kinds`` where they are what does not fit.
+    or :func:`cg_memory_bytes` of ``m`` test rows, ``classes``, ``ridges``, ``kinds``
+    and ``folds`` (the defaults: the factorisation alone). A solve that does not fit
+    raises ``BudgetError`` naming what to change: ``solver`` cg where CG fits, fewer
+    ``ridges`` or ``kinds`` where they are what does not fit, fewer classes.
     """
     if solver not in SOLVERS:
         raise UsageError.naming(f"<<solver>>: {solver!r} is not a solver; accepted: "
                                 f"{', '.join(SOLVERS)}")
-    if solver == "cg":
-        return "cg"
     if available_bytes is None:
         available_bytes = auto_budget(available_ram_bytes())
-    need = cholesky_memory_bytes(n, m, classes, ridges, kinds)
+
+    def cg_at(c: int, r: int) -> int:
+        return cg_memory_bytes(n, m, c, r, kinds, folds)
+
+    def cholesky_at(c: int, r: int) -> int:
+        return cholesky_memory_bytes(n, m, c, r, kinds)
+
+    cg_need = cg_at(classes, ridges)
+    if solver == "cg":
+        if cg_need > available_bytes:
+            raise memory_refusal(f"<<solver>> cg on {n:,} training rows", cg_at,
+                                 available_bytes, classes, ridges)
+        return "cg"
+    need = cholesky_at(classes, ridges)
     if need <= available_bytes:
         return "cholesky"
+    if cg_need > available_bytes:  # neither fits: the solver is no lever
+        cheaper = cg_at if solver == "auto" and cg_need < need else cholesky_at
+        route = "cg" if cheaper is cg_at else "cholesky"
+        raise memory_refusal(f"<<solver>> {route} on {n:,} training rows", cheaper,
+                             available_bytes, classes, ridges)
     if solver == "auto":
         return "cg"
     factor = solve_memory_bytes(n)

@@ -30,6 +30,17 @@ def _check_labels(labels, what: str = "labels") -> np.ndarray:
     return y
 
 
+def class_count(labels, test_labels=None) -> int:
+    """The columns of the one-hot targets: the largest class index of ``labels`` (n,)
+    and ``test_labels`` (m,) or None, plus one (a column per index, so that the
+    predictions' arg-max is the user's class label)."""
+    y = _check_labels(labels)
+    top = int(y.max())
+    if test_labels is not None:
+        top = max(top, int(_check_labels(test_labels, "test labels").max()))
+    return top + 1
+
+
 def one_hot(labels, num_classes: Optional[int] = None, *, center: bool = False) -> np.ndarray:
     """``labels`` (n,) integers in ``[0, C)`` -> targets (n, C) float64.
 

@@ -52,8 +52,9 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
         startup = process_age_seconds()  # what `compute` spends too before its first call
         plan = job.plan
         landmark = job.inputs.landmarks is not None
-        solve = (_solve_memory(plan.n1) if not landmark and (cfg.data.test is not None
-                                                             or cfg.data.has_labels)
+        solve = (_solve_memory(plan.n1, plan.n_test, job.inputs.labels,
+                               job.inputs.test_labels, len(plan.kinds))
+                 if not landmark and (cfg.data.test is not None or cfg.data.has_labels)
                  else None)
         # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
         # it frees stays with the process (malloc keeps it), so it adds up.
@@ -95,8 +96,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             labels = job.inputs.labels
             routes = route_costs(job.inputs.x1.n, job.inputs.test.n if job.inputs.test
                                  else 0, plan.n2, len(plan.kinds), plan.itemsize,
-                                 1 if labels is None or not len(labels) else
-                                 int(labels.max()) + 1,
+                                 _classes(labels, job.inputs.test_labels),
                                  None if timing is None else timing.seconds_per_pair)
         return EstimateResult(
             plan=plan, name=cfg.name, kinds=tuple(plan.kinds), dtype=cfg.kernel.dtype,
@@ -145,16 +145,34 @@ def readout_work(arch) -> Optional[ReadoutWork]:
         readout_layers_separate=sum(count(arch.layers[:a]) + head for a in ro.after))
 
 
-def _solve_memory(n: int) -> SolveNeed:
-    """What ``kernelcli predict`` will need for the (n, n) training kernel, and which
-    solver it will pick on this machine (Cholesky when it fits, else CG)."""
-    from ..predict import choose_solver, solve_memory_bytes
+def _classes(labels, test_labels) -> int:
+    """The one-hot target columns ``predict`` will solve for (1 without labels)."""
+    from ..predict import class_count
+
+    return 1 if labels is None or not len(labels) else class_count(labels, test_labels)
+
+
+def _solve_memory(n: int, m: int, labels, test_labels, kinds: int) -> SolveNeed:
+    """What ``kernelcli predict`` will need for the (n, n) training kernel with its
+    default ridges, and which solver it will pick on this machine (Cholesky when it
+    fits, else CG; ``none`` when neither fits, as predict then refuses)."""
+    from ..errors import BudgetError
+    from ..predict import cg_memory_bytes, choose_solver, cholesky_memory_bytes
     from .._system import available_ram_bytes
     from ..plan import auto_budget
+    from .regression import CV_FOLDS, DEFAULT_RIDGES
 
     available = auto_budget(available_ram_bytes())
-    return SolveNeed(solve_bytes=solve_memory_bytes(n), solve_available_bytes=available,
-                     solver=choose_solver(n, "auto", available))
+    classes = _classes(labels, test_labels)
+    ridges, folds = len(DEFAULT_RIDGES), min(CV_FOLDS, n)
+    try:
+        solver = choose_solver(n, "auto", available, m, classes, ridges, kinds, folds)
+    except BudgetError:
+        solver = "none"
+    need = (cg_memory_bytes(n, m, classes, ridges, kinds, folds) if solver == "cg"
+            else cholesky_memory_bytes(n, m, classes, ridges, kinds))
+    return SolveNeed(solve_bytes=need, solve_available_bytes=available, solver=solver,
+                     classes=classes)
 
 
 def planned_files(cfg, plan) -> PlannedFiles:

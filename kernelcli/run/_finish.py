@@ -11,7 +11,7 @@ from typing import Optional
 from .._stop import Stop, check, interrupted_error, or_new
 from ..errors import (ComputeError, DiskFullError, Interrupted, QuarantinedError,
                       resume_command)
-from ..store import RunStore
+from ..store import RunStore, result_space_bytes
 from ._assemble import assemble_if_complete
 from ._clean import remove_verified_tiles
 from ._devices import is_out_of_memory, out_of_memory_error
@@ -132,11 +132,14 @@ def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskF
     per_value = plan.itemsize * len(plan.kinds)
     tiles = sum((b.r1 - b.r0) * (b.c1 - b.c0) * per_value + 4096
                 for b in plan.blocks if b.key not in done)
-    result = 0 if store.finished else (plan.n1 + plan.n_test) * plan.n2 * per_value
+    # kernels.h5 as its assembly checks for it: the data and HDF5's margin
+    result = (0 if store.finished else
+              result_space_bytes((plan.n1 + plan.n_test) * plan.n2 * per_value))
     return DiskFullError(
         f"disk full while writing {exc.path}: the rest of the run needs about "
         f"{format_size(tiles + result)} more in {store.run_dir} (tiles "
-        f"{format_size(tiles)}, kernels.h5 {format_size(result)}); free space, then "
+        f"{format_size(tiles)}, kernels.h5 {format_size(result)} with its metadata "
+        f"margin); free space, then "
         f"`{resume_command(store.run_dir, shard)}`", exc.path)
 
 

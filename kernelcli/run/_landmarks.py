@@ -97,7 +97,7 @@ def route_costs(n: int, t: int, m: int, kinds: int, itemsize: int, classes: int,
                 seconds_per_pair: Optional[float] = None) -> RouteCosts:
     """The two routes for ``n`` training rows, ``t`` test rows and ``m`` landmarks: the
     lower triangle of ``K(X, X)`` plus ``K(T, X)``, against ``K([X; T; Z], Z)``."""
-    from ..predict import nystrom_memory_bytes, solve_memory_bytes
+    from ..predict import landmark_memory_bytes, solve_memory_bytes
 
     full = n * (n + 1) // 2 + t * n
     rect = (n + t + m) * m
@@ -106,5 +106,7 @@ def route_costs(n: int, t: int, m: int, kinds: int, itemsize: int, classes: int,
         full_result_bytes=(n * n + t * n) * kinds * itemsize,
         full_solve_bytes=solve_memory_bytes(n), landmark_pairs=rect,
         landmark_result_bytes=rect * kinds * itemsize,
-        landmark_solve_bytes=nystrom_memory_bytes(m, classes, 5, min(64 * 2**20, 8 * rect)),
+        # predict's default sweep of five ridges, on its direct route
+        landmark_solve_bytes=landmark_memory_bytes("direct", n, t, m, classes, 5, 5, kinds,
+                                                   min(64 * 2**20, 8 * rect)),
         seconds_per_pair=seconds_per_pair)

@@ -27,12 +27,15 @@ class ExtendSummary(_Flat):
 
 @dataclasses.dataclass(frozen=True)
 class SolveNeed(_Flat):
-    """What ``kernelcli predict`` will need for the training kernel, and the solver it
-    will pick on this machine (Cholesky when it fits, else CG)."""
+    """What ``kernelcli predict`` will need for the training kernel with its default
+    ridges (``solve_bytes``: on the route it picks), and the solver it will pick on this
+    machine (Cholesky when it fits, else CG; ``none`` when neither fits: predict then
+    refuses); ``classes``: the one-hot target columns (the largest label + 1)."""
 
     solve_bytes: int
     solve_available_bytes: int
     solver: str
+    classes: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -112,6 +112,7 @@ from ._run_manifest import result_attrs as result_attrs
 from ._result import ResultFile as ResultFile
 from ._tiles import tile_write_seconds as tile_write_seconds
 from ._packer import planned_tile_files as planned_tile_files
+from ._assemble import result_space_bytes as result_space_bytes
 from ._result import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
 from ._untrusted import check_untrusted as check_untrusted
@@ -121,5 +122,5 @@ __all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_file
            "Manifest",
            "PREDICTIONS", "RESULT", "ResultFile", "TEST_DIAG", "TILES", "RunStore",
            "check_untrusted", "h5_written_whole", "labels_name",
-           "new_manifest", "planned_tile_files", "preprocess_name", "result_attrs",
+           "new_manifest", "planned_tile_files", "preprocess_name", "result_attrs", "result_space_bytes",
            "row_bands", "tile_write_seconds"]

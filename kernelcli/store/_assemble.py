@@ -145,16 +145,21 @@ def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles, symmetric: bool
     return {k: h.hexdigest() for k, h in hashes.items()}
 
 
+def result_space_bytes(need: int) -> int:
+    """The free bytes the assembly asks for before it writes a result of ``need`` bytes
+    of data: the data and a margin for HDF5's metadata (1 MiB and 1%)."""
+    return need + (1 << 20) + need // 100
+
+
 def _check_free_space(result: Path, need: int) -> None:
     """Refuse to start writing a result the file system cannot hold."""
     with contextlib.suppress(OSError):
         st = os.statvfs(Path(result).parent)
         free = st.f_bavail * st.f_frsize
-        margin = (1 << 20) + need // 100  # HDF5's metadata
-        if free < need + margin:
+        if free < result_space_bytes(need):
             raise DiskFullError(f"not enough space for {result}: it needs "
-                                f"{_mib(need + margin)}, {_mib(free)} is free; free some "
-                                f"space, then resume", result)
+                                f"{_mib(result_space_bytes(need))}, {_mib(free)} is free; "
+                                f"free some space, then resume", result)
 
 
 def _mib(n: int) -> str:

@@ -10,6 +10,7 @@ not to collide with :mod:`kernelcli.predict`, the solvers themselves.
 
 from ._landmarks import predict as predict
 from ._jobs import serve as serve_shard
+from ._solve import CV_FOLDS as CV_FOLDS
 from ._solve import DEFAULT_RIDGES as DEFAULT_RIDGES
 
-__all__ = ["DEFAULT_RIDGES", "predict", "serve_shard"]
+__all__ = ["CV_FOLDS", "DEFAULT_RIDGES", "predict", "serve_shard"]

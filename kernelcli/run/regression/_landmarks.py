@@ -23,17 +23,20 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..._stop import Stop, check
-from ...errors import DamagedFileError, NotPositiveDefiniteError, UsageError
+from ...errors import DamagedFileError, UsageError
 from ...predict import (NystromMap, check_ridges, choose_landmark_solver, choose_ridge,
-                       falkon_memory_bytes, falkon_weights, fold_sums, nystrom_map,
-                       nystrom_memory_bytes, nystrom_weights, one_hot)
+                       class_count,
+                       falkon_weights, fold_sums, landmark_memory_bytes, nystrom_map,
+                       nystrom_weights, one_hot)
 from ...store import PREDICTIONS, ResultFile, RunStore
 from .._landmarks import FINGERPRINT_KEY
 from .._results import PredictResult
 from ._file import write_predictions
-from ._solve import CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds, score_rows
+from ._solve import (CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds,
+                     raise_if_none_solved, score_rows)
 from ._solve import predict as full_predict
 from ._spread import without_spread
+from ._values import check_kernel
 
 RIDGE_CONVENTION = ("ridge * trace(K_mm) / m (the landmarks' estimate of trace(K) / n) "
                     "on the diagonal of the Nystrom kernel")
@@ -145,8 +148,13 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
     if t == 0:
         raise UsageError(f"{run_dir} holds no test rows: predict needs a run whose "
                          f"configuration names a test set (data.test, data.test_key)")
-    route = choose_landmark_solver(n, m, solver, available_bytes)
-    classes = int(max(labels.max(), -1 if test_labels is None else test_labels.max())) + 1
+    classes = class_count(labels, test_labels)
+    folds = min(CV_FOLDS, n)
+    band = min(_BAND_BYTES, 8 * rows * m)
+    route = choose_landmark_solver(n, m, solver, available_bytes, classes, len(ridges),
+                                   folds, band, t, len(kinds))
+    for kind in kinds:  # every kernel sound before any solve; K(Z, Z)'s diagonal last
+        check_kernel(store.result_path, kind, n + t, stop)
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
     rows_out, choices, solved, passes = [], [], {}, []
@@ -156,18 +164,15 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
         passes.append(p)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows_out)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows_out))
-    if all(r.error for r in rows_out):
-        raise NotPositiveDefiniteError(rows_out[-1].error)
+    raise_if_none_solved(solved, rows_out)
     check(stop)
-    folds = min(CV_FOLDS, n)
     if route == "falkon":
         solver = (f"falkon ({m:,} landmarks; preconditioned CG, "
                   f"{'/'.join(f'{p:,}' for p in passes)} passes over K(X, Z))")
-        need = falkon_memory_bytes(m, classes, len(ridges), folds,
-                                   min(_BAND_BYTES, 8 * rows * m))
     else:
         solver = f"nystrom ({m:,} landmarks; direct)"
-        need = nystrom_memory_bytes(m, classes, folds, min(_BAND_BYTES, 8 * rows * m))
+    need = landmark_memory_bytes(route, n, t, m, classes, len(ridges), folds, len(kinds),
+                                 band)
     selection = f"{min(CV_FOLDS, n)}-fold cross-validation"
     path = write_predictions(store.run_dir / PREDICTIONS, solved, ridges, rows_out, choices,
                              solver, selection, ridge_convention=RIDGE_CONVENTION)

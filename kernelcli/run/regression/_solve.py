@@ -32,9 +32,10 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 
 from ..._stop import Stop, check
-from ...errors import DamagedFileError, RunDirError, UsageError, resume_command
+from ...errors import DamagedFileError, RunDirError, UsageError, resume_command, spelled
 from ...predict import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
                        accuracy, check_ridges, check_times, choose_ridge, choose_solver,
+                       class_count,
                        check_flow_memory, cholesky_factor, held_out_scores, load_kernel,
                        loo_predictions, mse, one_hot, predictive_variance, solve_cg_folds,
                        solve_memory_bytes, solve_with_factor, VARIANCE_ROWS)
@@ -44,6 +45,7 @@ from ...store import PREDICTIONS, ResultFile, RunStore
 from ._file import RIDGE_CONVENTION, write_predictions
 from ._flow import flow_kind, flow_rows
 from ._spread import check_executor, coordinate, spread
+from ._values import check_kernel
 from .._results import PredictChoice, PredictResult, PredictRow
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
@@ -146,7 +148,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
             try:
                 chol = cholesky_factor(work, ridge, kind=kind)
             except NotPositiveDefiniteError as exc:
-                out[ridge] = {"error": str(exc)}
+                out[ridge] = {"error": exc.template or str(exc)}
                 continue
             alpha = solve_with_factor(chol, y)
             held_out = loo_predictions(chol, alpha, y)
@@ -182,7 +184,7 @@ def _cg_kind(op, kind: str, y, ridges, progress, out: dict) -> tuple:
                 alphas.update(a)
                 held.update(h)
             except fails as exc:
-                out[ridge] = {"error": str(exc)}
+                out[ridge] = {"error": exc.template or str(exc)}
     return alphas, held
 
 
@@ -244,11 +246,15 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
     n = int(labels.shape[0])
     m = H5KernelOperator(store.result_path, f"{kinds[0]}_test").shape[0]
     asked = solver
-    classes = int(max(labels.max(), -1 if test_labels is None else test_labels.max())) + 1
-    # every allocation of the Cholesky route counted before any work (refused: exit 2)
-    solver = choose_solver(n, solver, available_bytes, m, classes, len(ridges), len(kinds))
+    classes = class_count(labels, test_labels)
+    # every allocation of the chosen route counted before any work (refused: exit 2)
+    solver = choose_solver(n, solver, available_bytes, m, classes, len(ridges), len(kinds),
+                           min(CV_FOLDS, n))
     if times:
         _check_flow(times, n, m, solver, asked, available_bytes, classes, len(ridges))
+    for kind in kinds:  # every kernel sound before any solve
+        check_kernel(store.result_path, kind, 0, stop)
+        check_kernel(store.result_path, f"{kind}_test", None, stop)
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
     rows, choices, solved, flows = [], [], {}, {}
@@ -262,8 +268,7 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
             check(stop)
             flows[kind] = flow_kind(store.result_path, kind, y, ridges, times, names)
     check(stop)
-    if all(r.error for r in rows):
-        raise NotPositiveDefiniteError(rows[-1].error)
+    raise_if_none_solved(solved, rows)
     flow = flow_rows(flows, ridges, times, test_labels, y_test)
     selection = ("leave-one-out" if solver == "cholesky"
                  else f"{min(CV_FOLDS, n)}-fold cross-validation")
@@ -276,12 +281,22 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
         selected=tuple(choices), times=times, flow=tuple(flow))
 
 
+def raise_if_none_solved(solved: dict, rows: list) -> None:
+    """``NotPositiveDefiniteError`` with the last ridge's message when no ridge of any
+    kind could be solved (``solved``: kind -> ridge -> result, as ``rows``)."""
+    if all(r.error for r in rows):
+        last = [res["error"] for per in solved.values() for res in per.values()][-1]
+        raise NotPositiveDefiniteError.naming(last)
+
+
 def score_rows(kind: str, solved: dict, labels, y, test_labels, y_test, rows: list) -> dict:
     """Append a :class:`PredictRow` per ridge of ``kind``'s ``solved`` results to
-    ``rows``; the held-out scores of the ridges that solved (for the choice)."""
+    ``rows``; the held-out scores of the ridges that solved (for the choice). A ridge's
+    error (a message with ``<<argument>>`` marks) is spelled as the library's."""
     scores = {}
     for ridge, res in solved.items():
-        row = {"kind": kind, "ridge": ridge, "error": res.get("error")}
+        error = res.get("error")
+        row = {"kind": kind, "ridge": ridge, "error": None if error is None else spelled(error)}
         if "mean" in res:
             scores[ridge] = held_out_scores(res["held_out"], labels, y)
             row.update(loo_accuracy=scores[ridge]["accuracy"], loo_mse=scores[ridge]["mse"])
