@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import BudgetError
-from kernelcli.predict import choose_landmark_solver, choose_solver, falkon_weights
+from kernelcli.predict import (choose_landmark_solver, choose_solver, cholesky_operations,
+                               falkon_weights, landmark_operations)
 from kernelcli.run import predict
 
 from helpers_cli import FLATTEN_NET, invoke
@@ -108,6 +109,20 @@ def test_estimate_says_predict_will_refuse_a_huge_label(huge):
     assert est["classes"] == HUGE + 1 and est["solver"] == "none"
     text = invoke("estimate", huge["full_cfg"], "--memory").stdout
     assert f"{HUGE + 1:,} one-hot target columns" in text and "predict will refuse" in text
+
+
+def test_estimate_counts_the_work_of_the_solve_from_the_classes(huge):
+    est = json.loads(invoke("estimate", huge["full_cfg"], "--memory", "--json").stdout)
+    nngp = sum(k.startswith("nngp") for k in est["kinds"])  # kernel.test_diagonal: true
+    work = cholesky_operations(N, T, HUGE + 1, 5, len(est["kinds"]), nngp)
+    assert est["solve_operations"] == work
+    text = invoke("estimate", huge["full_cfg"], "--memory").stdout
+    assert f"predict: work of the solve     {work:,} multiply-adds" in text
+    lm = json.loads(invoke("estimate", huge["lm_cfg"], "--memory", "--json").stdout)
+    assert lm["routes_landmark_solve_operations"] == landmark_operations(
+        "direct", N, T, M, HUGE + 1, 5, 5, len(lm["kinds"]))
+    text = invoke("estimate", huge["lm_cfg"], "--memory").stdout
+    assert f"and {lm['routes_full_solve_operations']:,} multiply-adds" in text
 
 
 @pytest.mark.parametrize("solver", ["cholesky", "cg"])

@@ -66,6 +66,10 @@ def _print_parts(est) -> None:
         _row(f"predict: {route} needs",
              f"{format_size(s.solve_bytes)} ({s.classes:,} one-hot target columns, the "
              f"default ridges; {format_size(s.solve_available_bytes)} available: {verdict})")
+        bound = ("at most (its cap of 2 N1 + 10 products with K per column); converged "
+                 "columns stop, so usually far fewer" if s.solver == "cg"
+                 else "the factorisations, solves and predictions")
+        _row("predict: work of the solve", f"{s.solve_operations:,} multiply-adds ({bound})")
     if est.routes is not None:
         _print_routes(est.routes)
     if est.readouts:
@@ -105,11 +109,13 @@ def _print_parts(est) -> None:
 
 def _print_routes(r) -> None:
     """A landmark configuration: what the full kernel would cost beside it."""
-    for name, pairs, size, solve in (
-            ("full kernel", r.full_pairs, r.full_result_bytes, r.full_solve_bytes),
+    for name, pairs, size, solve, work in (
+            ("full kernel", r.full_pairs, r.full_result_bytes, r.full_solve_bytes,
+             r.full_solve_operations),
             (f"{r.landmarks:,} landmarks", r.landmark_pairs, r.landmark_result_bytes,
-             r.landmark_solve_bytes)):
+             r.landmark_solve_bytes, r.landmark_solve_operations)):
         time = ("" if r.seconds_per_pair is None
                 else f", about {format_duration(pairs * r.seconds_per_pair)}")
         _row(f"route: {name}", f"{pairs:,} pairs{time}, {format_size(size)} on disk, "
-                               f"predict needs {format_size(solve)}")
+                               f"predict needs {format_size(solve)} and {work:,} "
+                               f"multiply-adds")

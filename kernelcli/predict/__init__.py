@@ -48,6 +48,8 @@ from ._memory import SOLVERS as SOLVERS
 from ._memory import VARIANCE_ROWS as VARIANCE_ROWS
 from ._memory import cholesky_memory_bytes as cholesky_memory_bytes
 from ._memory import cg_memory_bytes as cg_memory_bytes
+from ._memory import cg_operations as cg_operations
+from ._memory import cholesky_operations as cholesky_operations
 from ._memory import check_flow_memory as check_flow_memory
 from ._memory import falkon_memory_bytes as falkon_memory_bytes
 from ._memory import flow_memory_bytes as flow_memory_bytes
@@ -60,6 +62,7 @@ from ._falkon import FalkonSolution as FalkonSolution
 from ._falkon import choose_landmark_solver as choose_landmark_solver
 from ._falkon import falkon_weights as falkon_weights
 from ._falkon import landmark_memory_bytes as landmark_memory_bytes
+from ._falkon import landmark_operations as landmark_operations
 from ._nystrom import NystromMap as NystromMap
 from ._nystrom import fold_sums as fold_sums
 from ._nystrom import nystrom_map as nystrom_map
@@ -90,4 +93,5 @@ __all__ = [
     "mse", "nngp_flow_variance", "ntk_covariance", "ntk_flow_variance", "one_hot", "predict",
     "predictive_variance", "regularizer", "solve_cg", "solve_cg_folds", "solve_cg_ridges",
     "solve_cholesky", "solve_memory_bytes", "solve_with_factor",
+    "cg_operations", "cholesky_operations", "landmark_operations",
 ]

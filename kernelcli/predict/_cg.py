@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import DataError, NotConvergedError, NotPositiveDefiniteError, UsageError
 from ._cholesky import _check_targets, check_ridges, regularizer
+from ._memory import cg_product_cap
 from ._messages import not_pd_message
 from ._operator import ArrayOperator
 from ._precondition import DEFAULT_RANK, NystromPreconditioner
@@ -199,7 +200,7 @@ def _check_tol(tol: float, maxiter: Optional[int], n: int) -> int:
         raise UsageError.naming(f"<<cg_tol>>: {tol!r} is not accepted; give a number > 0 "
                                 f"(e.g. 1e-10)")
     if maxiter is None:
-        return 2 * n + 10
+        return cg_product_cap(n)
     if int(maxiter) != maxiter or maxiter < 1:
         raise UsageError.naming(f"<<cg_maxiter>>: {maxiter!r} is not accepted; give an "
                                 f"integer >= 1")

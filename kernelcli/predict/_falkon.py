@@ -67,6 +67,32 @@ def landmark_memory_bytes(route: str, n: int, t: int, m: int, classes: int = 1,
     return solve + results_bytes(n, t, classes, ridges, kinds)
 
 
+def landmark_operations(route: str, n: int, t: int, m: int, classes: int = 1,
+                        ridges: int = 1, folds: int = 5, kinds: int = 1) -> int:
+    """Multiply-adds of ``predict``'s landmark ``route`` for ``n`` training rows, ``t``
+    test rows and ``m`` landmarks, counted as :func:`~._memory.cholesky_operations`.
+    Per kind, ``direct``: the eigendecomposition of ``K_mm`` (``9 m^3 / 2``), the
+    features and the folds' Gram matrices (``2 n m^2``) and right-hand sides
+    (``n m C``), per ridge and system (``folds + 1``) a Cholesky check and a solve
+    (``m^3 / 2``) and the weights' projection and solve (``2 m^2 C``).
+    ``falkon``, an upper bound (its cap of :data:`DEFAULT_MAXITER` passes over every
+    column): ``T``'s factor, inverse and ``T T^T`` (``13 m^3 / 6``) and per ridge
+    ``A``'s (``7 m^3 / 6``), the right-hand side's pass (``(folds + 1) n m C``), per
+    pass ``2 n m + 4 m^2`` a column of the ``ridges x (folds + 1) x classes``, and
+    ``4 m^2`` a column beside the passes. Both then predict every training and test
+    row (``(n + t) m C`` per ridge)."""
+    systems = folds + 1
+    predictions = ridges * (n + t) * m * classes
+    if route == "direct":
+        per_kind = (9 * m ** 3 // 2 + 2 * n * m * m + n * m * classes
+                    + ridges * systems * (m ** 3 // 2 + 2 * m * m * classes))
+    else:
+        cols = ridges * systems * classes
+        per_kind = ((13 + 7 * ridges) * m ** 3 // 6 + systems * n * m * classes
+                    + (DEFAULT_MAXITER * (2 * n * m + 4 * m * m) + 4 * m * m) * cols)
+    return kinds * (per_kind + predictions)
+
+
 def choose_landmark_solver(n: int, m: int, solver: str = "auto",
                            available_bytes: Optional[int] = None, classes: int = 1,
                            ridges: int = 1, folds: int = 5,

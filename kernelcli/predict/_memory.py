@@ -92,6 +92,42 @@ def cg_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds
             + results_bytes(n, m, classes, ridges, kinds))
 
 
+def cg_product_cap(n: int) -> int:
+    """Conjugate gradients' default cap on products with K for ``n`` training rows."""
+    return 2 * n + 10
+
+
+# Work is counted in multiply-adds (two flops each) of the dense linear algebra, the
+# leading terms of what each route runs; elementwise work, the small eigenproblems of the
+# preconditioner's blocks and the diagonal blocks of the substitutions are left out.
+
+def cholesky_operations(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
+                        kinds: int = 1, variance_kinds: int = 0) -> int:
+    """Multiply-adds of ``predict``'s Cholesky route, per kind and ridge: the
+    factorisation (``n^3 / 6``), the leave-one-out diagonal of the inverse (``n^3 / 6``,
+    :func:`~._selection.inverse_diagonal`), the two triangular solves (``n^2 C``) and
+    the means (``m n C``); for each of ``variance_kinds`` kinds (the NNGP with
+    ``kernel.test_diagonal``) also the posterior variance's solve (``n^2 m / 2``)."""
+    per_ridge = n ** 3 // 3 + n * n * classes + m * n * classes
+    return ridges * (kinds * per_ridge + variance_kinds * (n * n * m // 2))
+
+
+def cg_operations(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1,
+                  folds: int = 5, rank: int = 1000) -> int:
+    """An upper bound on the multiply-adds of ``predict``'s CG route: per kind one run
+    of ``ridges x (folds + 1) x classes`` columns, each of :func:`cg_product_cap`
+    products a product with K (``n^2`` per column) and the preconditioner's
+    (``2 n rank``), beside it ``5 n rank^2 / 2`` to build the preconditioner (the
+    pivoted Cholesky and the Gram matrices of the whole set and the folds), and the means
+    (``m n C`` per ridge). Converged columns drop out, so a solve is usually far below;
+    a ridge that fails makes ``predict`` solve each ridge again alone (as much again)."""
+    rank = min(rank, n)
+    cols = ridges * (folds + 1) * classes
+    per_kind = (cg_product_cap(n) * (n * n + 2 * n * rank) * cols + 5 * n * rank * rank // 2
+                + ridges * m * n * classes)
+    return kinds * per_kind
+
+
 def memory_refusal(route: str, need_at, available_bytes: int, classes: int, ridges: int,
                    other: str = "") -> BudgetError:
     """The error of a solve that cannot fit, before any work: ``route`` names the solve

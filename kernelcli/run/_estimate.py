@@ -53,7 +53,8 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
         plan = job.plan
         landmark = job.inputs.landmarks is not None
         solve = (_solve_memory(plan.n1, plan.n_test, job.inputs.labels,
-                               job.inputs.test_labels, len(plan.kinds))
+                               job.inputs.test_labels, len(plan.kinds),
+                               _variance_kinds(cfg, plan.kinds))
                  if not landmark and (cfg.data.test is not None or cfg.data.has_labels)
                  else None)
         # The per-input pass runs first, in slices of STATS_ROWS inputs; the memory
@@ -152,12 +153,23 @@ def _classes(labels, test_labels) -> int:
     return 1 if labels is None or not len(labels) else class_count(labels, test_labels)
 
 
-def _solve_memory(n: int, m: int, labels, test_labels, kinds: int) -> SolveNeed:
+def _variance_kinds(cfg, kinds) -> int:
+    """The kinds whose posterior variance ``predict`` solves for (the NNGP's, with
+    ``kernel.test_diagonal``)."""
+    from ..spec import base_kind
+
+    return sum(base_kind(k) == "nngp" for k in kinds) if cfg.kernel.test_diagonal else 0
+
+
+def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
+                  variance_kinds: int = 0) -> SolveNeed:
     """What ``kernelcli predict`` will need for the (n, n) training kernel with its
-    default ridges, and which solver it will pick on this machine (Cholesky when it
-    fits, else CG; ``none`` when neither fits, as predict then refuses)."""
+    default ridges, memory and multiply-adds, and which solver it will pick on this
+    machine (Cholesky when it fits, else CG; ``none`` when neither fits, as predict
+    then refuses)."""
     from ..errors import BudgetError
-    from ..predict import cg_memory_bytes, choose_solver, cholesky_memory_bytes
+    from ..predict import (cg_memory_bytes, cg_operations, choose_solver,
+                           cholesky_memory_bytes, cholesky_operations)
     from .._system import available_ram_bytes
     from ..plan import auto_budget
     from .regression import CV_FOLDS, DEFAULT_RIDGES
@@ -169,10 +181,14 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int) -> SolveNeed:
         solver = choose_solver(n, "auto", available, m, classes, ridges, kinds, folds)
     except BudgetError:
         solver = "none"
-    need = (cg_memory_bytes(n, m, classes, ridges, kinds, folds) if solver == "cg"
-            else cholesky_memory_bytes(n, m, classes, ridges, kinds))
+    if solver == "cg":
+        need = cg_memory_bytes(n, m, classes, ridges, kinds, folds)
+        work = cg_operations(n, m, classes, ridges, kinds, folds)
+    else:
+        need = cholesky_memory_bytes(n, m, classes, ridges, kinds)
+        work = cholesky_operations(n, m, classes, ridges, kinds, variance_kinds)
     return SolveNeed(solve_bytes=need, solve_available_bytes=available, solver=solver,
-                     classes=classes)
+                     classes=classes, solve_operations=work)
 
 
 def planned_files(cfg, plan) -> PlannedFiles:

@@ -75,8 +75,9 @@ class LandmarkRows:
 @dataclass(frozen=True)
 class RouteCosts:
     """``estimate`` of a landmark configuration: the full kernel's route against the
-    landmarks' (pairs, result bytes, the solve's float64 bytes and, with a timed
-    batch, seconds), for ``n_train`` training and ``n_test`` test rows."""
+    landmarks' (pairs, result bytes, the solve's float64 bytes and multiply-adds on
+    Cholesky and the direct route, and, with a timed batch, seconds), for ``n_train``
+    training and ``n_test`` test rows."""
 
     n_train: int
     n_test: int
@@ -87,6 +88,8 @@ class RouteCosts:
     landmark_pairs: int
     landmark_result_bytes: int
     landmark_solve_bytes: int
+    full_solve_operations: int = 0
+    landmark_solve_operations: int = 0
     seconds_per_pair: Optional[float] = None
 
     def to_dict(self) -> dict:
@@ -97,7 +100,8 @@ def route_costs(n: int, t: int, m: int, kinds: int, itemsize: int, classes: int,
                 seconds_per_pair: Optional[float] = None) -> RouteCosts:
     """The two routes for ``n`` training rows, ``t`` test rows and ``m`` landmarks: the
     lower triangle of ``K(X, X)`` plus ``K(T, X)``, against ``K([X; T; Z], Z)``."""
-    from ..predict import landmark_memory_bytes, solve_memory_bytes
+    from ..predict import (cholesky_operations, landmark_memory_bytes, landmark_operations,
+                           solve_memory_bytes)
 
     full = n * (n + 1) // 2 + t * n
     rect = (n + t + m) * m
@@ -109,4 +113,7 @@ def route_costs(n: int, t: int, m: int, kinds: int, itemsize: int, classes: int,
         # predict's default sweep of five ridges, on its direct route
         landmark_solve_bytes=landmark_memory_bytes("direct", n, t, m, classes, 5, 5, kinds,
                                                    min(64 * 2**20, 8 * rect)),
+        full_solve_operations=cholesky_operations(n, t, classes, 5, kinds),
+        landmark_solve_operations=landmark_operations("direct", n, t, m, classes, 5,
+                                                      min(5, n), kinds),
         seconds_per_pair=seconds_per_pair)

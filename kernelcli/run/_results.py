@@ -27,15 +27,16 @@ class ExtendSummary(_Flat):
 
 @dataclasses.dataclass(frozen=True)
 class SolveNeed(_Flat):
-    """What ``kernelcli predict`` will need for the training kernel with its default
-    ridges (``solve_bytes``: on the route it picks), and the solver it will pick on this
-    machine (Cholesky when it fits, else CG; ``none`` when neither fits: predict then
-    refuses); ``classes``: the one-hot target columns (the largest label + 1)."""
+    """What ``kernelcli predict`` will need with its default ridges on the route it will
+    pick on this machine (Cholesky when it fits, else CG; ``none``: predict refuses,
+    counted on Cholesky): ``solve_bytes``, ``solve_operations`` (multiply-adds, an upper
+    bound on CG); ``classes``: the one-hot target columns (the largest label + 1)."""
 
     solve_bytes: int
     solve_available_bytes: int
     solver: str
     classes: int = 1
+    solve_operations: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
