@@ -39,7 +39,7 @@ for c in g++ c++ cc gcc clang; do
 done
 nocc kernelcli estimate "$work/c.yaml" | grep "execution plan"
 start=$(date +%s.%N)
-nocc kernelcli compute "$work/c.yaml" -v --quiet 2>&1 | grep "execution plan"
+nocc kernelcli compute "$work/c.yaml" -v 2>&1 | grep "execution plan"
 end=$(date +%s.%N)
 echo "compute of N $n: $("$work/venv/bin/python" -c 'import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))' "$end" "$start") s wall"
 lib=$("$work/venv/bin/python" -c 'import kernelcli.kernels._native_recipe as r; print(r.NATIVE)')

@@ -39,7 +39,9 @@ def _literals():
 
 def test_python_reads_what_the_file_says():
     lits = _literals()
-    assert set(lits) == {"kAtan32", "kAt64", "kAtanHalf", "kAtanOne"}
+    assert set(lits) == {"kAtan32", "kAt64", "kAtanHalf", "kAtanOne", "kSnap"}
+    assert (_angle.SNAP64, _angle.SNAP32) == (2.0 ** -44, 2.0 ** -21)
+    assert (_angle.SNAP64, _angle.SNAP32) == tuple(float(s) for s in lits["kSnap"])
     assert _angle._ATAN_COEFFS == tuple(float(s.rstrip("f")) for s in lits["kAtan32"])
     assert _angle._FDLIBM_AT == tuple(float(s) for s in lits["kAt64"])
     assert _angle._ATAN_HALF == tuple(float(s) for s in lits["kAtanHalf"])

@@ -85,6 +85,8 @@ _FDLIBM_AT = _READ["kAt64"]
 # atan(1/2) and atan(1) = pi/4, each as its float64 rounding and what it lost.
 _ATAN_HALF = _READ["kAtanHalf"]
 _ATAN_ONE = _READ["kAtanOne"]
+# the snap's width, float64's and float32's (atan.inc says why; _nonlinear.snap)
+SNAP64, SNAP32 = _READ["kSnap"]
 
 
 def _atan_unit(t):

@@ -14,12 +14,8 @@ import math
 
 import jax.numpy as jnp
 
-from ._angle import atan2_nonneg
+from ._angle import SNAP32, SNAP64, atan2_nonneg
 from ._state import State, outer
-
-
-_SNAP = 2.0 ** -21  # four units in the last place of float32
-_SNAP64 = 2.0 ** -50  # four units in the last place of float64
 
 
 def _safe_sqrt(x):
@@ -27,8 +23,8 @@ def _safe_sqrt(x):
 
 
 def snap_width(exact: bool) -> float:
-    """Four units in the last place of the dtype (float64 where ``exact``)."""
-    return _SNAP64 if exact else _SNAP
+    """The snap's width in the dtype (float64 where ``exact``): native/atan.inc's."""
+    return SNAP64 if exact else SNAP32
 
 
 def snap(s, ac, exact: bool):
@@ -70,7 +66,9 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # the last place apart, and sqrt of that difference, about 2e-8 rad, would set the
     # NTK's Kdot (linear in the angle) 1e-9 off. Elsewhere the snap changes only
     # angles the dtype's rounding of c already decides (float32: below 7e-4, where
-    # 1 - |c|/s is below 2.4e-7; float64: below 3e-8).
+    # 1 - |c|/s is below 2.4e-7; float64: below 3.4e-7, the snap 64 units wide there
+    # since the native plan's pair pass may sum a window in another order than the
+    # per-input pass: native/atan.inc).
     s = snap(s, ac, exact)
     sq = _safe_sqrt((s - ac) * (s + ac))
     theta = atan2_nonneg(sq, c, exact)

@@ -72,7 +72,7 @@ struct Unit {
       : w_var(T(w_var_)), bias(has_bias ? T(b_var) : T(0)), fan_in(T(fan_in_)),
         ntk_one((standard_ && has_bias) ? T(1) : T(0)),
         factor(T((a - b) * (a - b) / (2 * kPi))), k0(T((a * a + b * b) / 2)),
-        snap(sizeof(T) == 8 ? T(std::ldexp(1.0, -50)) : T(std::ldexp(1.0, -21))),
+        snap(T(kSnap[sizeof(T) == 8 ? 0 : 1])),
         standard(standard_) {}
 
   // kStandard: the layer's `standard` as a template argument; a branch on it inside a
