@@ -29,6 +29,7 @@ sources and the flags that decide its bits, which a run records.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import fcntl
@@ -284,39 +285,27 @@ def _build(cxx, ident, variant, symbols, ffi, work: Path, kept: Optional[Path], 
     return Library(handle, ident, variant, f"{origin} ({variant})", fd), None
 
 
-class _locked:
+@contextlib.contextmanager
+def _locked(path: Path, stop, tell):
     """An exclusive ``flock`` on ``path`` while the block runs, waited for with ``stop``
     checked, and said once the wait is longer than a moment."""
-
-    def __init__(self, path: Path, stop, tell):
-        self.path, self.stop, self.tell = path, stop, tell
-
-    def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:  # closing the descriptor releases the lock
         start, told = time.monotonic(), False
         while True:
             try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
             except BlockingIOError:
                 pass
-            except BaseException:
-                os.close(self.fd)
-                raise
-            try:
-                check(self.stop)
-            except BaseException:
-                os.close(self.fd)
-                raise
+            check(stop)
             if not told and time.monotonic() - start > _SAY_AFTER:
-                self.tell(f"waiting for another process building the native library "
-                          f"({self.path})")
+                tell(f"waiting for another process building the native library ({path})")
                 told = True
             time.sleep(0.05)
-
-    def __exit__(self, *exc):
-        os.close(self.fd)  # releases the lock
+        yield
+    finally:
+        os.close(fd)
 
 
 def _home(cache: Optional[Path]) -> Optional[Path]:

@@ -177,21 +177,17 @@ def run(commands: Sequence[Sequence[str]], folder: Path, seconds: float,
                 if proc.returncode != 0:
                     text = log.read_bytes()[-4096:].decode("utf-8", "replace")
                     last = (text.strip().splitlines() or ["no message"])[-1].strip()
-                    return f"{cmd_name(proc.args)} exited with {proc.returncode}: {last}"
+                    return f"{proc.args[0]} exited with {proc.returncode}: {last}"
             poll()
             if time.monotonic() > deadline:
-                return f"{cmd_name(commands[0])} gave no result in {seconds:g} s"
+                return f"{commands[0][0]} gave no result in {seconds:g} s"
             time.sleep(0.05)
     except OSError as exc:
-        return f"{cmd_name(commands[0])} could not run: {exc}"
+        return f"{commands[0][0]} could not run: {exc}"
     finally:
         for proc, _ in running:  # none left running: after a failure, a stop, a timeout
             kill_group(proc)
     return None
-
-
-def cmd_name(cmd: Sequence[str]) -> str:
-    return str(cmd[0])
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -208,7 +208,7 @@ class StatusReport:
     tiles_removed: bool = False  # deleted on purpose after assembly (kernelcli clean)
     readouts: tuple = ()  # a run with readouts: its kernels' datasets (nngp_d3, ...)
     extend: Optional[ExtendSummary] = None  # a run grown by `kernelcli extend`
-    files: int = 0        # files in the run directory (issue 25: a few thousand at most)
+    files: int = 0        # files in the run directory (a few thousand at most: packs)
     tile_packs: int = 0   # of them, packs of tiles
     tiles_loose: int = 0  # and tiles in files of their own
     engine: str = "cpu"   # the execution plan the run computes with (plan.engine)
