@@ -19,7 +19,7 @@ from cases import CASES, CONFIGS, INPUT_SHAPE
 from kernelcli.kernels import (H200_BANDWIDTH, H200_LAUNCH_LATENCY, build_kernel_fn,
                                cost_model)
 from kernelcli.plan import ACCELERATOR_MAX_PAIR_BATCH
-from kernelcli.spec import load_config
+from kernelcli.config import load_config
 
 H200_POOL = int(0.75 * 141 * 2**30 * 0.9)
 

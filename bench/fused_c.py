@@ -65,7 +65,7 @@ def build(tmp: str, extra=(), name: str = "seed") -> ctypes.CDLL:
 def network():
     """The conv's and the dense layer's constants from cnn1_gap.yaml (and a check that
     the layers are the ones seed.c computes)."""
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
 
     layers = load_config(CONFIGS / f"{CASE}.yaml").architecture.layers
     names = [type(layer).__name__ for layer in layers]
@@ -122,7 +122,7 @@ def check(dll, net, n: int) -> dict:
     jax.config.update("jax_enable_x64", True)
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
 
     arch = load_config(CONFIGS / f"{CASE}.yaml").architecture
     out = {}
@@ -169,13 +169,13 @@ def layer(dll, net: dict, pairs: int, rounds: int, reps: int, dtypes) -> None:
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_x64", True)
-    from kernelcli.kernels._diagonal import conv_mean
+    from kernelcli.kernels._diagonal_conv import conv_mean
     from kernelcli.kernels._fused import conv_pointwise
     from kernelcli.kernels._linear_spatial import channel_gram
     from kernelcli.kernels._nonlinear import abrelu
     from kernelcli.kernels._state import State
     from kernelcli.kernels._xla import compiler_options
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
 
     conv = load_config(CONFIGS / f"{CASE}.yaml").architecture.layers[0]
     w2, b2 = net["consts"][:2]

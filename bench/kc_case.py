@@ -60,7 +60,7 @@ def main(argv=None):
     from jax import monitoring
     from kernelcli.kernels import build_kernel_fn, resolve_engine
     from kernelcli.run import kernel_matrix
-    from kernelcli.spec import check_architecture, load_config
+    from kernelcli.config import check_architecture, load_config
 
     cfg = load_config(CONFIGS / f"{a.case}.yaml")
     check_architecture(cfg.architecture, INPUT_SHAPE)

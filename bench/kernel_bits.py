@@ -29,7 +29,7 @@ sys.path.insert(0, str(BENCH))
 def _cases():
     """(name, config path, x1, x2) of every fixture and bench case."""
     from cases import CASES, CONFIGS, make_inputs
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
 
     for path in sorted(FIXTURES.glob("*.yaml")) + sorted((FIXTURES / "augment").glob("*.yaml")):
         data = load_config(path).data
@@ -51,7 +51,7 @@ def dump(out: str, only, dtypes) -> None:
     configure_host_devices()
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
 
     got = {}
     for name, path, x1, x2 in _cases():

@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     import jax.numpy as jnp
     import numpy as np
     from kernelcli.kernels import build_kernel_fn
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
 
     cfg = load_config(CONFIGS / f"{a.case}.yaml")
     kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,

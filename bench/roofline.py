@@ -67,7 +67,7 @@ def pair_flops(kfn) -> tuple:
     ``(gram, elementwise)``, the input Gram's (a matrix product, at the FMA rate) and
     the rest (adds, multiplies and maps, one operation per vector lane)."""
     from kernelcli.kernels._compose import full_needed
-    from kernelcli.spec import branches, layer_shapes, layer_type
+    from kernelcli.config import branches, layer_shapes, layer_type
 
     arch = kfn.arch
     ntk = "ntk" in kfn.base_kinds
@@ -115,7 +115,7 @@ def pair_flops(kfn) -> tuple:
 
 def counts(case: str, dtype: str, n: int) -> dict:
     from kernelcli.kernels import build_kernel_fn, cost_model
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
 
     cfg = load_config(CONFIGS / f"{case}.yaml")
     kfn = build_kernel_fn(cfg.architecture, INPUT_SHAPE, KINDS, dtype)

@@ -87,7 +87,7 @@ def step(name: str, args: list, run_dir: Path, rows: list, env=None) -> subproce
 def sequential_pass(op, v, dtype) -> np.ndarray:
     """The pass of the fourth round (before the lanes): one block of 256 MiB of float64
     read, then multiplied, in turn, in this thread."""
-    from kernelcli.predict._operator import aligned_empty, block_product
+    from kernelcli.solvers._operator import aligned_empty, block_product
     from kernelcli.store import ResultFile
 
     n1, n2 = op.shape
@@ -109,7 +109,7 @@ def passes(run_dir: Path, kind: str = "nngp", columns: int = 300, reps: int = 3)
     (``matmul32``, CG's inner steps), the fourth round's sequential pass and the two
     lanes of now alternating ``reps`` times in this process: wall and CPU seconds (every
     thread), medians, and the load at each."""
-    from kernelcli.predict import H5KernelOperator
+    from kernelcli.solvers import H5KernelOperator
 
     op = H5KernelOperator(run_dir / "kernels.h5", kind)
     v = np.random.default_rng(0).standard_normal((op.shape[1], columns))

@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 __all__ = ["compute", "estimate", "extend", "kernel_fn", "open_run", "resume", "stax"]
 
-_LAZY = {"kernel_fn": "._library", "open_run": "._library", "compute": ".run",
+_LAZY = {"kernel_fn": ".stax._library", "open_run": ".stax._library", "compute": ".run",
          "resume": ".run", "estimate": ".run", "extend": ".run", "stax": None}
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -30,17 +30,17 @@ VARIABLES = {
     "JAX_COMPILATION_CACHE_DIR": "kernelcli/_env.py",
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "kernelcli/cli/_setup.py",
     "XDG_CACHE_HOME": "kernelcli/_env.py",
-    "XLA_FLAGS": "kernelcli/run/_devices.py",
-    CHUNK_BYTES: "kernelcli/kernels/_engine.py",
+    "XLA_FLAGS": "kernelcli/pipeline/_devices.py",
+    CHUNK_BYTES: "kernelcli/kernels/_kernel_fn.py",
     FUSION_EMITTERS: "kernelcli/kernels/_xla.py",
     "HDF5_EXTFILE_PREFIX": "kernelcli/data/_h5.py",
     "HDF5_VDS_PREFIX": "kernelcli/data/_h5.py",
     "TF_CPP_MIN_LOG_LEVEL": "kernelcli/cli/_setup.py",
     NO_GPU_WARNING: "kernelcli/cli/_setup.py",
-    PACK_TILES: "kernelcli/run/_executor.py",
+    PACK_TILES: "kernelcli/pipeline/_executor.py",
     NATIVE_BUILD_SECONDS: "kernelcli/kernels/_native_build.py",
     "OPENBLAS_CORETYPE": "kernelcli/_blas.py",
-    "RAY_ADDRESS": "kernelcli/run/_ray.py",
+    "RAY_ADDRESS": "kernelcli/pipeline/_ray.py",
 }
 
 

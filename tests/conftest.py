@@ -32,7 +32,7 @@ import jax
 import numpy as np
 import pytest
 
-from kernelcli.spec import RunConfig, load_config
+from kernelcli.config import RunConfig, load_config
 
 # The CLI's persistent compilation cache (kernelcli/cli/_setup.py): one folder per test
 # session, so subprocess tests share compiled programs but never touch the user's cache.
@@ -215,7 +215,7 @@ class ReferenceKernels:
     def _compute(self, name: str, dtype: str) -> dict:
         from kernelcli.kernels import build_kernel_fn
         from kernelcli.run import kernel_matrix
-        from kernelcli.spec import check_architecture
+        from kernelcli.config import check_architecture
 
         c = self.case(name)
         arch = c.config.architecture

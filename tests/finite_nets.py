@@ -6,7 +6,7 @@ to run it on a batch, in plain JAX, NTK parameterization:
 ``z = W_std / sqrt(fan_in) * (W x) + b_std * b`` with standard normal ``W``, ``b``;
 conv through ``jax.lax.conv_general_dilated`` (SAME / VALID; CIRCULAR as a wrap
 pad then VALID), over 1 to 3 spatial axes (channels last). The layers are bound to
-the input's rank first (``kernelcli.spec.bind_layers``), so every ``filter``,
+the input's rank first (``kernelcli.config.bind_layers``), so every ``filter``,
 ``window`` and ``strides`` has one entry per spatial axis. A layer added to the
 registry without an entry here fails ``tests/test_layer_registry.py``.
 
@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import erf as jerf
 
-from kernelcli.spec import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp,
+from kernelcli.config import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp,
                             Flatten, Gaussian, Gelu, GlobalAvgPool, GlobalSumPool, Hermite,
                             Identity, LayerNorm, Monomial, Parallel, Rbf, RectifiedMonomial, Relu,
                             Residual, Sign, Sin, SumPool, bind_layers, transpose_out)

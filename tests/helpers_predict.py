@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from kernelcli.predict import one_hot, solve_cg_folds
+from kernelcli.solvers import one_hot, solve_cg_folds
 
 
 def assert_same_as_single_process(op, base, kind: Optional[str] = None) -> None:

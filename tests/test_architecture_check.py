@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernelcli.errors import ConfigError
-from kernelcli.spec import (Architecture, check_architecture, layer_shapes, load_config,
+from kernelcli.config import (Architecture, check_architecture, layer_shapes, load_config,
                             parse_config, spatial_out)
 
 FIXTURES = Path(__file__).parent / "fixtures"

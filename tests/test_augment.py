@@ -26,7 +26,7 @@ import kernelcli
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.run import kernel_matrix
-from kernelcli.spec import flip_group, load_config, parse_architecture
+from kernelcli.config import flip_group, load_config, parse_architecture
 
 from helpers_cli import error_line, invoke, read_kernels, write_config
 

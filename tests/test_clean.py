@@ -221,7 +221,7 @@ def test_keep_tiles_must_be_a_boolean(project, tmp_path, value, shown):
 
 
 def test_keep_tiles_null_means_the_default(project, tmp_path):
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
 
     text = project[1].read_text().replace("keep_tiles: true", "keep_tiles: null")
     cfg = tmp_path / "null.yaml"

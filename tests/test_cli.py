@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import kernelcli
 from kernelcli.cli import main
-from kernelcli.spec import LAYER_NAMES  # pinned by test_config's unknown-layer test
+from kernelcli.config import LAYER_NAMES  # pinned by test_config's unknown-layer test
 
 from helpers_cli import invoke, ROOT, error_line, images, run_cli, snapshot, write_config
 

@@ -1,5 +1,5 @@
 """Compile once: on two (XLA host) devices, the mesh path (the accelerator plan's way:
-one SPMD program over the devices, ``kernels/_mesh.py``) compiles each program shape
+one SPMD program over the devices, ``kernels/_programs.py``) compiles each program shape
 once, the memory model's compilations included, and gives the per-device path's
 values bit for bit; the per-device path (the CPU plan) compiles once per device and
 shape, its memory model reusing the first device's executable. Compilations are
@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent('''
     monitoring.register_event_duration_secs_listener(on_duration)
     import numpy as np
     from kernelcli.kernels import build_kernel_fn
-    from kernelcli.spec import parse_architecture
+    from kernelcli.config import parse_architecture
 
     mesh_first = sys.argv[1] == "mesh"
     arch = parse_architecture({"layers": [
@@ -92,7 +92,7 @@ def test_the_per_device_path_compiles_per_device_and_the_memory_model_reuses_it(
 
 def test_the_accelerator_engine_runs_on_the_mesh():
     from kernelcli.kernels import build_kernel_fn
-    from kernelcli.spec import parse_architecture
+    from kernelcli.config import parse_architecture
 
     kfn = build_kernel_fn(parse_architecture({"layers": ["dense", "relu", "dense"]}), (4,),
                           engine="accelerator")
@@ -120,8 +120,8 @@ MATRIX_SCRIPT = textwrap.dedent('''
     import numpy as np
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
-    from kernelcli.run._devices import compute_streams
-    from kernelcli.spec import parse_architecture
+    from kernelcli.pipeline._devices import compute_streams
+    from kernelcli.config import parse_architecture
 
     arch = parse_architecture({"layers": [
         {"conv": {"filter": [3, 3], "padding": "SAME"}}, "relu", "flatten", "dense"]})
@@ -162,8 +162,8 @@ LIBRARY_SCRIPT = textwrap.dedent('''
     import numpy as np
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
-    from kernelcli.run._devices import _cores, default_devices
-    from kernelcli.spec import parse_architecture
+    from kernelcli.pipeline._devices import _cores, default_devices
+    from kernelcli.config import parse_architecture
 
     arch = parse_architecture({"layers": [
         {"conv": {"filter": [3, 3], "padding": "SAME"}}, "relu", "flatten", "dense"]})

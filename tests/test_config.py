@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelcli.errors import ConfigError
-from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Flatten, GlobalAvgPool, Relu,
+from kernelcli.config import (ABRelu, AvgPool, Conv, Dense, Flatten, GlobalAvgPool, Relu,
                             Residual, bind_architecture, bind_layers, format_size, load_config,
                             parse_config, parse_size)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from kernelcli.errors import ConfigError
-from kernelcli.spec import check_architecture, load_config, parse_config
-from kernelcli.spec._fields import show
+from kernelcli.config import check_architecture, load_config, parse_config
+from kernelcli.config._fields import show
 
 from helpers_cli import CONFIGS_DIR, error_line, invoke, run_cli
 
@@ -293,7 +293,7 @@ def test_the_real_cli_exits_2_without_a_traceback_or_jax(tmp_path):
     assert result.stderr.strip() == ("Error: hostile.yaml: duplicate key 'block' in compute "
                                      "(both on line 27); expected each key once")
     code = ("import sys\nfrom kernelcli.errors import ConfigError\n"
-            "from kernelcli.spec import load_config\n"
+            "from kernelcli.config import load_config\n"
             f"try:\n    load_config({str(path)!r})\nexcept ConfigError:\n    pass\n"
             "print(sorted({'jax', 'numpy'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kernelcli.spec import parse_size
+from kernelcli.config import parse_size
 
 from test_config_hostile import data, error_of, layers, parse, section
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernelcli.errors import ConfigError
-from kernelcli.spec import check_architecture, parse_config
+from kernelcli.config import check_architecture, parse_config
 
 
 # --- random hostile documents -----------------------------------------------------------

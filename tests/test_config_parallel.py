@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelcli.errors import ConfigError
-from kernelcli.spec import (LAYER_NAMES, Architecture, Conv, Dense, Identity, Parallel, Relu,
+from kernelcli.config import (LAYER_NAMES, Architecture, Conv, Dense, Identity, Parallel, Relu,
                             check_architecture, layer_shapes, parse_config)
 
 IMAGE = (8, 8, 3)

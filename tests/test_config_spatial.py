@@ -8,7 +8,7 @@ import pytest
 
 from kernelcli import stax
 from kernelcli.errors import ConfigError
-from kernelcli.spec import (AvgPool, ConvLocal, ConvTranspose, SumPool, check_architecture,
+from kernelcli.config import (AvgPool, ConvLocal, ConvTranspose, SumPool, check_architecture,
                             layer_shapes, parse_config, transpose_out)
 
 IMAGE = (6, 8, 3)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kernelcli.data import open_array
-from kernelcli.spec import check_architecture, load_config
+from kernelcli.config import check_architecture, load_config
 
 from helpers_cli import CONFIGS_DIR, read_kernels, run_cli
 

@@ -1,4 +1,4 @@
-"""The CPU plan's convolution of a spatial diagonal (``kernels/_diagonal.py``, each axis
+"""The CPU plan's convolution of a spatial diagonal (``kernels/_diagonal_conv.py``, each axis
 padded once) against the joint-shift mean of ``_spatial.conv_cov`` that it replaces:
 the same sums in the same order, for each padding, strides and even/odd filters."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernelcli.kernels._diagonal import conv_mean
+from kernelcli.kernels._diagonal_conv import conv_mean
 from kernelcli.kernels._spatial import conv_cov
-from kernelcli.spec import Conv
+from kernelcli.config import Conv
 
 CASES = [((7, 6), "SAME", 3, 1), ((7, 6), "VALID", 2, 2), ((7, 6), "CIRCULAR", 5, 2),
          ((5, 5, 6), "SAME", 3, 1)]
@@ -31,7 +31,7 @@ def test_block_is_the_conv_then_the_nonlinearity():
     """``block`` (the two layers of a pair pass in one conditional) against the two
     layers one after the other, with an NTK array and with the raw input's scalar
     zero, strided and not, in float32 (rounding apart: the sums fuse) and float64."""
-    from kernelcli.kernels._diagonal import block, conv
+    from kernelcli.kernels._diagonal_conv import block, conv
     from kernelcli.kernels._nonlinear import abrelu
     from kernelcli.kernels._state import State
     from kernelcli.kernels._xla import x64_scope

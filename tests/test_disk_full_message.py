@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from kernelcli.errors import DiskFullError
 from kernelcli.run._finish import _disk_full
-from kernelcli.spec import format_size
+from kernelcli.config import format_size
 from kernelcli.store import result_space_bytes
 
 

@@ -18,7 +18,7 @@ import kernelcli
 from helpers_cli import error_line, invoke, write_config
 from kernelcli import stax
 from kernelcli.errors import ConfigError
-from kernelcli.spec import (ABRelu, Erf, Exp, Gaussian, Hermite, Monomial, Rbf,
+from kernelcli.config import (ABRelu, Erf, Exp, Gaussian, Hermite, Monomial, Rbf,
                             RectifiedMonomial, Sign, Sin, check_architecture, parse_config)
 
 L1 = "config.yaml: architecture.layers[1]"

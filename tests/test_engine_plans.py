@@ -12,11 +12,12 @@ import yaml
 
 from conftest import FAST_CASES, FIXTURE_CASES, load_case
 from kernelcli.errors import ConfigError
-from kernelcli.kernels import _native, _plans, build_kernel_fn, resolve_engine
+from kernelcli.kernels import _engines as _plans
+from kernelcli.kernels import _native, build_kernel_fn, resolve_engine
 from kernelcli.kernels._linear_spatial import GRAM_CHANNELS
 from kernelcli.run import kernel_matrix
-from kernelcli.run._job import config_fingerprint
-from kernelcli.spec import check_architecture, load_config
+from kernelcli.pipeline._job import config_fingerprint
+from kernelcli.config import check_architecture, load_config
 
 KINDS = ("nngp", "ntk")
 
@@ -93,7 +94,7 @@ def test_auto_is_native_on_cpus_where_it_helps(layers, shape, helps):
 
 
 def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
-    from kernelcli.run._job import prepare
+    from kernelcli.pipeline._job import prepare
 
     def engine(compute, stored_plan=None):
         with prepare(load_config(write_cfg(tmp_path, compute)),
@@ -121,7 +122,7 @@ def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
     which are revision 1) and a resume computes with the run's, or refuses a newer one
     than this kernelcli has."""
     from kernelcli.errors import RunDirError
-    from kernelcli.run._job import prepare
+    from kernelcli.pipeline._job import prepare
 
     def revision(stored_plan=None):
         with prepare(load_config(write_cfg(tmp_path, {"engine": "native"})),

@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from kernelcli.predict import (choose_landmark_solver, falkon_memory_bytes, falkon_weights,
+from kernelcli.solvers import (choose_landmark_solver, falkon_memory_bytes, falkon_weights,
                                fold_sums, nystrom_map, nystrom_weights)
 
 RIDGES = [1e-3, 1e-1]

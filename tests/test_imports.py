@@ -80,13 +80,13 @@ def test_no_module_imports_a_private_name_of_another_package():
 
 def test_the_check_sees_a_private_import():
     tree = ast.parse("from ..store._atomic import x\nfrom .._progress import _duration\n"
-                     "from ._executor import _pad_rows\nfrom .. import _interrupt\n")
+                     "from ._compute import _pad_rows\nfrom .. import _interrupt\n")
     targets = list(_targets("kernelcli.run", tree))
     assert targets == ["kernelcli.store._atomic.x", "kernelcli._progress._duration",
-                       "kernelcli.run._executor._pad_rows", "kernelcli._interrupt"]
+                       "kernelcli.run._compute._pad_rows", "kernelcli._interrupt"]
     assert [_allowed("kernelcli.run", t) for t in targets] == [False, False, True, True]
     assert _allowed("kernelcli", "kernelcli._progress.format_duration")
-    assert not _allowed("kernelcli.run", "kernelcli.predict._cholesky.forward_substitution")
+    assert not _allowed("kernelcli.run", "kernelcli.solvers._cholesky.forward_substitution")
 
 
 def h5py_importers():

@@ -264,7 +264,7 @@ def test_a_damaged_test_diagonal_is_never_assembled(tmp_path):
 def test_a_tile_with_non_finite_or_non_positive_values_is_never_published():
     from kernelcli.errors import ComputeError
     from kernelcli.plan import Block
-    from kernelcli.run._checks import check_tile
+    from kernelcli.pipeline._tile_checks import check_tile
 
     diag = Block(1, 1, 8, 16, 8, 16, diagonal=True)
     good = np.eye(8) + 0.1

@@ -37,7 +37,7 @@ from scipy.special import erf as sp_erf
 from kernelcli.kernels._maps import kernel_map
 from kernelcli.kernels._nonlinear import erf as plain_erf
 from kernelcli.kernels._state import State
-from kernelcli.spec import parse_architecture
+from kernelcli.config import parse_architecture
 from test_kernels_montecarlo import (DRAWS, FLAT_OUT, MC_TOL, arch_of, assert_mc_close,
                                      images, our_kernels)
 
@@ -311,7 +311,7 @@ def test_a_run_of_identical_blocks_as_one_loop_equals_the_blocks_one_by_one(act,
     from kernelcli.kernels import _compose
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
-    from kernelcli.spec import check_architecture
+    from kernelcli.config import check_architecture
 
     shape = (4, 4, 1)
     arch = arch_of(*["conv: {filter: [3, 3], W_std: 1.1, b_std: 0.1}", act] * 3,

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import FAST_CASES, FIXTURE_CASES, FixtureCase, fast_subset, load_case
 from kernelcli.kernels import build_kernel_fn
-from kernelcli.spec import (POOLS, ABRelu, AvgPool, Conv, ConvLocal, Dense, Erf, Flatten,
+from kernelcli.config import (POOLS, ABRelu, AvgPool, Conv, ConvLocal, Dense, Erf, Flatten,
                             GlobalAvgPool, Relu, Residual, SumPool, bind_architecture,
                             spatial_out, walk)
 from kernelcli.run import kernel_matrix

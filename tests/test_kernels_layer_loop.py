@@ -12,7 +12,7 @@ from conftest import one_device
 from kernelcli.kernels import _compose
 from test_kernels_properties import KINDS, SQ2, arch_of, inputs, kernel_fn, rel
 from kernelcli.run import kernel_matrix
-from kernelcli.spec import bind_architecture
+from kernelcli.config import bind_architecture
 
 
 REPEATED = {

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kernelcli.kernels import build_kernel_fn
-from kernelcli.spec import check_architecture, parse_config
+from kernelcli.config import check_architecture, parse_config
 
 SHAPE = (32, 32, 3)
 HW = 32 * 32

@@ -27,7 +27,7 @@ import pytest
 from finite_nets import apply, init_params
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.run import kernel_matrix
-from kernelcli.spec import Dense, check_architecture, parse_config
+from kernelcli.config import Dense, check_architecture, parse_config
 
 F32 = jnp.float32
 WIDTH = 256          # hidden channels / units

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelcli.spec import parse_config
+from kernelcli.config import parse_config
 from kernelcli.run import kernel_matrix
 
 from test_kernels_properties import FEW, KINDS, arch_of, inputs, kernel_fn, rel

@@ -14,7 +14,7 @@ import pytest
 
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.run import kernel_matrix
-from kernelcli.spec import Parallel, check_architecture
+from kernelcli.config import Parallel, check_architecture
 
 from test_kernels_montecarlo import (DRAWS, SQ2, arch_of, assert_mc_close, empirical_ntk,
                                      images, our_kernels)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn
-from kernelcli.spec import check_architecture, parse_config
+from kernelcli.config import check_architecture, parse_config
 from kernelcli.run import kernel_matrix
 
 

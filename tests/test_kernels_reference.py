@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from kernelcli.spec import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, GlobalAvgPool, Identity,
+from kernelcli.config import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, GlobalAvgPool, Identity,
                             Relu, bind_layers)
 from kernelcli.run import kernel_matrix
 

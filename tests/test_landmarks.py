@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import ConfigError, DataError
-from kernelcli.predict import fold_sums, nystrom_map, nystrom_weights
+from kernelcli.solvers import fold_sums, nystrom_map, nystrom_weights
 from kernelcli.run import compute, predict
-from kernelcli.run._landmarks import choose_landmarks
-from kernelcli.spec import load_config
+from kernelcli.pipeline._landmark_rows import choose_landmarks
+from kernelcli.config import load_config
 
 from helpers_cli import invoke
 from test_train_test import write_cfg, write_data

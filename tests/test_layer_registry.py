@@ -1,4 +1,4 @@
-"""Every layer type is complete: declared in the spec (``kernelcli/spec/_layers.py``),
+"""Every layer type is complete: declared in the spec (``kernelcli/config/_layers.py``),
 given a kernel map (``kernelcli/kernels/_maps.py``) and a finite-width network for the
 Monte-Carlo oracle (``tests/finite_nets.py``), so that a layer cannot be half added.
 CONTRIBUTING.md ("Adding a layer") lists the places; docs/config.md's layer table is
@@ -14,7 +14,7 @@ import pytest
 
 from finite_nets import FINITE_NETS
 from kernelcli.kernels._maps import KERNEL_MAPS
-from kernelcli.spec import LAYER_NAMES, layer_type, layer_types
+from kernelcli.config import LAYER_NAMES, layer_type, layer_types
 
 TYPES = layer_types()
 
@@ -95,7 +95,7 @@ def _stax_builders():
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
 def test_every_layer_type_has_a_stax_builder(t):
-    from kernelcli.spec import parse_architecture
+    from kernelcli.config import parse_architecture
 
     builders = _stax_builders()
     assert t.name in builders, f"{t.name}: no kernelcli.stax builder (kernelcli/stax.py)"

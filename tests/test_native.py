@@ -20,7 +20,7 @@ from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn, resolve_engine
 from kernelcli.kernels import _native
 from kernelcli.run import kernel_matrix
-from kernelcli.spec import check_architecture
+from kernelcli.config import check_architecture
 
 KINDS = ("nngp", "ntk")
 AGREE = {"float64": 1e-12, "float32": 1e-5}
@@ -253,7 +253,7 @@ def test_the_diagonal_chain_refuses_rows_outside_its_tables():
     import jax.numpy as jnp
 
     from kernelcli.kernels._state import State
-    from kernelcli.spec import Conv, Relu
+    from kernelcli.config import Conv, Relu
 
     layers = [Conv(filter=(3, 3), strides=(1, 1)), Relu()]
     state = State(nngp=jnp.ones((2, 4, 5)), ntk=0.0, full=False, spatial=True, channels=2)

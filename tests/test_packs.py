@@ -88,7 +88,7 @@ def test_packing_bounds_the_file_count_and_changes_no_bit(tmp_path, monkeypatch,
     from dataclasses import replace
 
     from kernelcli.run._estimate import planned_files
-    from kernelcli.spec import load_config
+    from kernelcli.config import load_config
     from kernelcli.store import RunStore, planned_tile_files
 
     geometry = RunStore.open(run).run_manifest.geometry

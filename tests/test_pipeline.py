@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kernelcli.kernels import build_kernel_fn
-from kernelcli.spec import load_config
+from kernelcli.config import load_config
 from kernelcli.run import kernel_matrix
 
 from helpers_cli import (invoke, FLATTEN_NET, GAP_NET, cli_env, images, read_kernels, run_cli,

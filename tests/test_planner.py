@@ -15,7 +15,7 @@ from kernelcli.errors import BudgetError, ConfigError
 from kernelcli._system import available_ram_bytes
 from kernelcli.plan import (Block, EngineCosts, assign, auto_block, auto_budget,
                             auto_pair_batch, make_plan, memory_line, plan_run)
-from kernelcli.spec import format_size
+from kernelcli.config import format_size
 
 MiB, GiB, TiB = 1024**2, 1024**3, 1024**4
 

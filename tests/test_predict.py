@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import BudgetError, DataError, KernelcliError, UsageError
-from kernelcli.predict import (
+from kernelcli.solvers import (
     H5KernelOperator, NotConvergedError, NotPositiveDefiniteError, accuracy, choose_solver,
     cholesky_factor, evaluate, load_kernel, mse, one_hot, predict, predictive_variance,
     solve_cg, solve_cg_ridges, solve_cholesky, solve_memory_bytes,

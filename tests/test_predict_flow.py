@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import UsageError
-from kernelcli.predict._messages import not_pd_message, suggest_ridge
-from kernelcli.predict import (check_times, cholesky_factor, eigen, flow_basis, flow_mean,
+from kernelcli.solvers._messages import not_pd_message, suggest_ridge
+from kernelcli.solvers import (check_times, cholesky_factor, eigen, flow_basis, flow_mean,
                                flow_weights, gradient_flow, predictive_variance, solve_cholesky)
 
 REFERENCE = Path(__file__).parent / "fixtures" / "predict_reference.npz"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import BudgetError
-from kernelcli.predict import (choose_landmark_solver, choose_solver, cholesky_operations,
+from kernelcli.solvers import (choose_landmark_solver, choose_solver, cholesky_operations,
                                falkon_weights, landmark_operations)
 from kernelcli.run import predict
 
@@ -173,7 +173,7 @@ def test_a_cg_ridge_that_fails_beside_one_that_works_is_in_the_table(plain, tmp_
 
 def test_falkon_errors_are_spelled_and_every_ridge_is_in_the_table(plain, tmp_path,
                                                                   monkeypatch):
-    from kernelcli.run.regression import _landmarks
+    from kernelcli.run import _predict_landmarks as _landmarks
 
     run = _copy(plain["lm"], tmp_path)
     # five passes: the small ridge cannot converge, the large one does
@@ -206,7 +206,7 @@ def many(tmp_path_factory):
 def test_the_count_holds_what_a_route_of_many_classes_allocates(many, route, solver):
     import tracemalloc
 
-    from kernelcli.predict import cg_memory_bytes, cholesky_memory_bytes
+    from kernelcli.solvers import cg_memory_bytes, cholesky_memory_bytes
 
     run = many[route]
     predict(run, ridges=[1.0], kinds=["nngp"], solver=solver)  # first-call set-up

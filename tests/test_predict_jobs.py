@@ -16,14 +16,15 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import ComputeError, DataError
-from kernelcli.predict import H5KernelOperator
-from kernelcli.predict._bands import BandOperator
-from kernelcli.run.regression._jobs import Coordination, ShardBands, load_array, serve
+from kernelcli.solvers import H5KernelOperator
+from kernelcli.solvers._bands import BandOperator
+from kernelcli.run._predict_shards import Coordination, ShardBands, load_array
+from kernelcli.run._predict_shards import serve_shard as serve
 
 from helpers_predict import assert_same_as_single_process
 from test_predict_spread import _predictions, finished, psd  # noqa: F401 - a fixture
 
-SERVER = ("import sys; from kernelcli.run.regression import serve_shard; "
+SERVER = ("import sys; from kernelcli.run import serve_shard; "
           "serve_shard(sys.argv[1], (int(sys.argv[2]), int(sys.argv[3])))")
 
 
@@ -101,8 +102,8 @@ def test_a_shard_refuses_a_session_kernelcli_did_not_write(run_dir):
 
 COORDINATOR = """
 import sys, time
-from kernelcli.predict import H5KernelOperator
-from kernelcli.run.regression._jobs import Coordination, ShardBands
+from kernelcli.solvers import H5KernelOperator
+from kernelcli.run._predict_shards import Coordination, ShardBands
 co = Coordination(sys.argv[1], heartbeat_s=0.1, stale_s=1.5)
 ShardBands(H5KernelOperator(sys.argv[1] + "/kernels.h5", "ntk", block_rows=8), co, 2)
 print("serving", flush=True)

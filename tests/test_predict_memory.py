@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import BudgetError
-from kernelcli.predict import cholesky_memory_bytes, solve_memory_bytes
+from kernelcli.solvers import cholesky_memory_bytes, solve_memory_bytes
 from kernelcli.run import predict
 
 from helpers_cli import FLATTEN_NET, invoke, snapshot

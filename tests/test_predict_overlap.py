@@ -15,8 +15,8 @@ import pytest
 
 from kernelcli._stop import Stop
 from kernelcli.errors import Interrupted
-from kernelcli.predict import H5KernelOperator
-from kernelcli.predict._operator import LANES, block_product, transposed
+from kernelcli.solvers import H5KernelOperator
+from kernelcli.solvers._operator import LANES, block_product, transposed
 
 
 def lanes_alive() -> list:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import UsageError
-from kernelcli.predict import (cholesky_factor, choose_ridge, fold_masks, held_out_scores,
+from kernelcli.solvers import (cholesky_factor, choose_ridge, fold_masks, held_out_scores,
                                inverse_diagonal, loo_predictions, one_hot, solve_cg_folds,
                                solve_cholesky, solve_with_factor)
 

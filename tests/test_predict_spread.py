@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import ComputeError, UsageError
-from kernelcli.predict import H5KernelOperator
-from kernelcli.predict._bands import BandOperator, BandWorker, band_bounds
-from kernelcli.run.regression import _spread
-from kernelcli.run.regression._spread import ProcessBands, check_executor, spread
+from kernelcli.solvers import H5KernelOperator
+from kernelcli.solvers._bands import BandOperator, BandWorker, band_bounds
+from kernelcli.run import _predict_spread as _spread
+from kernelcli.run._predict_spread import ProcessBands, check_executor, spread
 
 from helpers_predict import assert_same_as_single_process
 from test_ray import ray_cluster, ray_driver  # noqa: F401 - a local Ray cluster, if Ray is here

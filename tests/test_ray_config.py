@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from kernelcli.errors import ConfigError, UsageError
-from kernelcli.spec import load_config
+from kernelcli.config import load_config
 
 from test_ray import write_case
 

@@ -22,7 +22,7 @@ from helpers_cli import (SQRT2, error_line, invoke, read_kernels, run_cli, write
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.run import kernel_matrix
-from kernelcli.spec import check_architecture, parse_architecture
+from kernelcli.config import check_architecture, parse_architecture
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
 

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from kernelcli.cli import main
 from kernelcli.plan import assign, make_plan
 from kernelcli.store import Manifest
-from kernelcli.run._shards import parse_shard, shard_blocks, worker_loads
+from kernelcli.pipeline._shards import parse_shard, shard_blocks, worker_loads
 from kernelcli.store import RunStore
 from kernelcli.store._atomic import host_tag, remove_stale_tmp
 

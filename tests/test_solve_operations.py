@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernelcli.predict import (cg_operations, cholesky_operations, landmark_operations,
+from kernelcli.solvers import (cg_operations, cholesky_operations, landmark_operations,
                                one_hot, solve_cg_folds)
-from kernelcli.predict._memory import cg_product_cap
+from kernelcli.solvers._memory import cg_product_cap
 
 ROUTES = {
     "cholesky": lambda c: cholesky_operations(96, 10, c, 5, 2, 1),

@@ -76,7 +76,7 @@ def test_a_requested_stop_ends_an_in_memory_kernel_matrix():
     from kernelcli import stax
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import Stop, kernel_matrix
-    from kernelcli.spec import parse_architecture
+    from kernelcli.config import parse_architecture
 
     arch = parse_architecture(stax.serial(stax.Flatten(), stax.Dense(8), stax.Relu(),
                                           stax.Dense(1)).to_dict())
@@ -96,7 +96,7 @@ def test_two_in_memory_kernel_matrices_in_two_threads_are_independent():
     from kernelcli import stax
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import Stop, kernel_matrix
-    from kernelcli.spec import parse_architecture
+    from kernelcli.config import parse_architecture
 
     arch = parse_architecture(stax.serial(stax.Flatten(), stax.Dense(8), stax.Relu(),
                                           stax.Dense(1)).to_dict())

@@ -219,7 +219,7 @@ def run_in(folder: Path, *argv, env=None) -> subprocess.CompletedProcess:
 
 def test_a_process_in_a_limited_cgroup_plans_by_its_limit(real_cgroup):
     code = ("import json; from kernelcli._system import memory_available; "
-            "from kernelcli.predict import choose_solver; "
+            "from kernelcli.solvers import choose_solver; "
             "print(json.dumps([*memory_available(), choose_solver(10000)]))")
     out = run_in(real_cgroup, sys.executable, "-c", code)
     if out.returncode != 0 and "Permission denied" in out.stderr:

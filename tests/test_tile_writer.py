@@ -15,7 +15,7 @@ import pytest
 
 from helpers_cli import images, write_config
 from kernelcli.errors import DiskFullError, Interrupted
-from kernelcli.run._writer import TileWriter
+from kernelcli.pipeline._tile_writer import TileWriter
 
 
 def test_items_are_published_in_order_on_another_thread():
@@ -96,7 +96,8 @@ def test_an_interrupt_in_a_run_keeps_every_tile_handed_to_the_writer(tmp_path, m
                                                                        keep_process_state):
     """A stop requested while tile 1 is published (the writer's thread): the run ends with
     Interrupted, every tile computed by then is a tile file, and a resume finishes."""
-    from kernelcli.run import Stop, _writer, compute, resume
+    from kernelcli.pipeline import _tile_writer as _writer
+    from kernelcli.run import Stop, compute, resume
     from kernelcli.store import RunStore
 
     np.save(tmp_path / "x.npy", images(32, seed=5))

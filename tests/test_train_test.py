@@ -16,8 +16,8 @@ import yaml
 from kernelcli.data import fit_preprocess
 from kernelcli.kernels import build_kernel_fn
 from kernelcli.plan import make_plan
-from kernelcli.predict import cholesky_memory_bytes
-from kernelcli.spec import load_config
+from kernelcli.solvers import cholesky_memory_bytes
+from kernelcli.config import load_config
 from kernelcli.run import kernel_matrix
 
 from helpers_cli import (invoke, GAP_NET, assert_bit_identical, cli_env, finish, images,

@@ -184,7 +184,7 @@ def test_every_reader_refuses_a_fifo_in_process(tmp_path):
     kernels.h5 by path): refused at once, never opened for reading."""
     from kernelcli.store import ResultFile
     from kernelcli.store._sealed import read_sealed
-    from kernelcli.store._side import read_npz
+    from kernelcli.store._run_files import read_npz
 
     fifo = tmp_path / "test_diag.h5"
     os.mkfifo(fifo)

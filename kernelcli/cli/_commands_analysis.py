@@ -8,8 +8,8 @@ import json
 import click
 
 from .. import _interrupt
-from ..spec import KINDS
-from ._group import call
+from ..config import KINDS
+from ._click_group import call
 from ._options import _shard, json_option, numbers, run_dir_argument, verbose_option
 
 
@@ -67,7 +67,7 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
                    "with --solver cg). Default: 1e-6,1e-4,1e-2,0.1,1.")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS),
               help="Kernel(s) to predict with (repeatable; default: every kind of the run).")
-# kernelcli.predict.SOLVERS, spelled here: importing it would load numpy before --help
+# kernelcli.solvers.SOLVERS, spelled here: importing it would load numpy before --help
 @click.option("--solver", type=click.Choice(["auto", "cholesky", "cg"]), default="auto",
               show_default=True,
               help="cholesky: float64 factor in memory (24 N^2 bytes); cg: conjugate "
@@ -82,7 +82,7 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
                    "rate; inf: the ridge solution; at most 64 values), every ridge; mean "
                    "and variance. Needs "
                    "an eigendecomposition in memory (not --solver cg).")
-# kernelcli.run.regression._spread.PREDICT_EXECUTORS, spelled here (numpy before --help)
+# kernelcli.run._predict_spread.PREDICT_EXECUTORS, spelled here (numpy before --help)
 @click.option("--executor", type=click.Choice(["local", "processes", "ray", "shards"]),
               default="local", show_default=True,
               help="Where --solver cg's products with K run: in this process; in --workers "
@@ -126,7 +126,7 @@ def predict(run_dir, ridges, kinds, solver, times, executor, workers, address, s
 
     if shard is not None:
         from ..errors import UsageError
-        from ..run.regression import serve_shard
+        from ..run import serve_shard
 
         if (executor, workers, address) != ("local", None, None):
             raise UsageError.naming("<<shard>> serves a band to the predict that coordinates; "

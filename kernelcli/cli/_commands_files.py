@@ -9,7 +9,7 @@ import sys
 import click
 
 from . import _print_run
-from ._group import call
+from ._click_group import call
 from ._options import json_option, quiet_option, run_dir_argument
 
 

@@ -1,9 +1,9 @@
 """The commands that compute tiles: ``compute``, ``resume`` and ``extend``.
 
 Each parses its options, calls one library function (:mod:`kernelcli.run`) through
-:func:`~kernelcli.cli._group.call`, giving it the stop the signal handlers request
+:func:`~kernelcli.cli._click_group.call`, giving it the stop the signal handlers request
 (:func:`kernelcli._interrupt.stop`), and prints the typed result; a library error goes
-up to the group, which prints it (:mod:`kernelcli.cli._group`).
+up to the group, which prints it (:mod:`kernelcli.cli._click_group`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import click
 
 from .. import _interrupt
 from . import _print_run
-from ._group import call
+from ._click_group import call
 from ._options import (executor_options, json_option, quiet_option, run_dir_argument,
                        verbose_option, verbosity)
 
@@ -61,7 +61,7 @@ def compute(config, run_dir, overwrite, quiet, as_json, shard, executor, address
     share the tiles of one run directory without talking to each other.
     """
     from ..run import compute as run_compute
-    from ..spec import load_config
+    from ..config import load_config
 
     cfg = call(load_config, config)  # once: the library is given it
     out = call(run_compute, cfg, run_dir=run_dir, overwrite=overwrite,

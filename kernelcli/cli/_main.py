@@ -9,7 +9,7 @@ from . import _setup
 from ._commands_analysis import estimate, predict
 from ._commands_files import assemble, clean, status, verify
 from ._commands_run import compute, extend, resume
-from ._group import Main
+from ._click_group import Main
 from ._options import CONTEXT, group_verbose_option
 
 COMMANDS = (compute, resume, assemble, clean, estimate, predict, status, verify, extend)

@@ -8,7 +8,7 @@ import functools
 
 import click
 
-from ..spec import EXECUTORS
+from ..config import EXECUTORS
 from . import _setup
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

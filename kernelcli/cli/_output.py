@@ -7,7 +7,7 @@ own ``sys.stdout`` raises a plain :class:`OSError` from wherever the write happe
 descriptor 1 closed it is ``None``: click then drops every line and the command
 exits 0. So the console script writes stdout through :func:`guard_stdout`'s stream,
 whose every failed write (a full device, a closed descriptor, a reader that closed
-the pipe) raises :class:`OutputError`; the group (:mod:`kernelcli.cli._group`) turns
+the pipe) raises :class:`OutputError`; the group (:mod:`kernelcli.cli._click_group`) turns
 it into one ``Error: could not write the output to stdout: ...`` line and exit
 status 1, and flushes stdout before it decides on exit status 0 (:func:`flush`).
 

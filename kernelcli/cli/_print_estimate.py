@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..spec import format_size
+from ..config import format_size
 from ._print_run import memory_source_text
 from ._progress import format_duration
 

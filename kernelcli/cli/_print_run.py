@@ -8,7 +8,7 @@ import os
 
 import click
 
-from ..spec import format_size
+from ..config import format_size
 
 
 def shown(path) -> str:

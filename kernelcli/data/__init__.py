@@ -10,9 +10,9 @@ from .._lazy import lazy_names
 _LAZY = {
     "fingerprint": "._fingerprint", "array_names": "._readers", "listed": "._h5",
     "ArraySource": "._source", "LAYOUTS": "._source", "SUFFIXES": "._source",
-    "check_pair": "._source", "open_array": "._source", "check_finite": "._values",
-    "check_rows": "._values", "NUMERIC": "._values", "dtype_problem": "._values",
-    "INPUT_BOUNDS": "._values", "input_bound": "._values",
+    "check_pair": "._source", "open_array": "._source", "check_finite": "._value_checks",
+    "check_rows": "._value_checks", "NUMERIC": "._value_checks", "dtype_problem": "._value_checks",
+    "INPUT_BOUNDS": "._value_checks", "input_bound": "._value_checks",
     "MAX_LABEL": "._labels", "load_labels": "._labels", "Preprocess": "._preprocess",
     "fit_preprocess": "._preprocess", "ConcatRows": "._views",
     "Preprocessed": "._views", "SliceableRows": "._views",

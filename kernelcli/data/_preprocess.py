@@ -25,7 +25,7 @@ d = 3072); ``apply`` holds its output and one batch.
 Nothing non-finite passes unnoticed: the fitted parameters must be finite (huge
 inputs can overflow the float64 sums of squares), every output batch of
 ``apply`` is checked to be finite and within the kernel's input bound
-(:data:`~kernelcli.data._values.INPUT_BOUNDS`), and :meth:`Preprocess.output_bound`
+(:data:`~kernelcli.data._value_checks.INPUT_BOUNDS`), and :meth:`Preprocess.output_bound`
 bounds the outputs without a pass over the data.
 """
 
@@ -41,7 +41,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ..errors import DataError, UsageError
-from ._values import INPUT_BOUNDS
+from ._value_checks import INPUT_BOUNDS
 
 KINDS = ("standardize", "zca")
 _VERSION = "kernelcli-preprocess-v1"

@@ -23,7 +23,7 @@ from ..errors import DataError
 from . import _h5
 from ._h5 import H5_ERRORS, one_line
 from ._unpack import array_bytes, bound_of, check_unpacked, read_member
-from ._values import NUMERIC, dtype_problem, where_of
+from ._value_checks import NUMERIC, dtype_problem, where_of
 
 # What numpy and zipfile raise on damaged or hostile files (no pickle is ever loaded).
 NPY_ERRORS = (OSError, ValueError, TypeError, SyntaxError, OverflowError, EOFError, KeyError,

@@ -30,10 +30,10 @@ import numpy as np
 from ..errors import DataError
 from ._h5 import one_line
 from ._readers import H5_ERRORS, NPY_ERRORS, open_any
-from ._values import where_of
+from ._value_checks import where_of
 
 SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
-from ..spec import LAYOUTS  # one list: the configuration's
+from ..config import LAYOUTS  # one list: the configuration's
 _ACCEPTED_RANKS = ("rank 2 rows (N, D), rank 3 sequences (N, L, C), rank 4 images "
                    "(N, H, W, C) or rank 5 volumes (N, D, H, W, C)")
 # The layouts that fit each rank, and what an array of that rank holds, for messages.

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._system import available_ram_bytes
 from ..errors import DataError
-from ._values import where_of
+from ._value_checks import where_of
 
 _PIECE = 16 * 2**20  # bytes unpacked between two checks of `stop`
 _ACCEPTED = ("accepted: a compressed array within compute.memory (the host's free memory "

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..spec import Conv
+from ..config import Conv
 from . import _linear
 from ._state import State, diagonal
 

@@ -23,8 +23,8 @@ from typing import Sequence
 
 from jax import lax
 
-from ..spec import branches, layer_type, walk
-from . import _batched, _diagonal, _linear, _native
+from ..config import branches, layer_type, walk
+from . import _batched, _diagonal_conv, _linear, _native
 from ._fused import conv_pointwise
 from ._linear_spatial import to_full
 from ._maps import is_pointwise, kernel_map
@@ -133,8 +133,8 @@ def _apply(layer, state: State, variances, standard: bool, exact: bool, out: boo
     for ``forward``, for the branches of a layer that holds some."""
     m = kernel_map(layer)
     if m.linear is not None:
-        if not batched and _diagonal.applies(layer, state):
-            return _diagonal.conv(state, layer, standard)
+        if not batched and _diagonal_conv.applies(layer, state):
+            return _diagonal_conv.conv(state, layer, standard)
         return m.linear(state, layer, standard)
     if m.merge is not None:
         merged = m.merge(layer, [forward(branch, state, variances, standard, exact, out,
@@ -173,8 +173,8 @@ def _block(conv, act, standard: bool, exact: bool, batched: bool = False,
             return conv_pointwise(state, conv, pointwise, va, vb, standard,
                                   self_pair=self_pair, spare=spare), va
         if not self_pair:
-            return _diagonal.block(state, conv, pointwise, va, vb, standard), va
-        state = _diagonal.conv(state, conv, standard)
+            return _diagonal_conv.block(state, conv, pointwise, va, vb, standard), va
+        state = _diagonal_conv.conv(state, conv, standard)
         return _by_slabs(pointwise, state, state.nngp, state.nngp), state.nngp
 
     return run
@@ -267,7 +267,7 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
             k += 2 * m
             continue
         if kernel_map(layer).fuses and is_pointwise(after) and (
-                state.full or batched or _diagonal.fuses(layer, state, variances)):
+                state.full or batched or _diagonal_conv.fuses(layer, state, variances)):
             if isinstance(variances, PairVariances):
                 v1, v2 = variances(state)
             else:

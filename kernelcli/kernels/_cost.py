@@ -21,7 +21,7 @@ import re
 from math import prod
 from typing import Optional, Sequence
 
-from ..spec import branches, layer_shapes, layer_type
+from ..config import branches, layer_shapes, layer_type
 from ._compose import full_needed
 from ._maps import kernel_map
 

@@ -1,4 +1,4 @@
-"""The further elementwise nonlinearities (``kernelcli.spec._layers_elementwise``):
+"""The further elementwise nonlinearities (``kernelcli.config._layers_elementwise``):
 closed-form state maps like those of ``_nonlinear``.
 
 Each map reads the covariance ``c = nngp`` and the inputs' variances ``v1``, ``v2``
@@ -12,7 +12,7 @@ in a branch that a ``where`` discards:
   determinant and the monomials' recurrence lose nothing on the diagonal;
 * the exponents of ``sin``/``cos`` and ``rbf`` are never positive (``2c <= v1 + v2``),
   so they cannot overflow; ``exp``'s can, and its infinities are refused with the
-  tile that holds them (``kernelcli.run._checks``), like any overflow;
+  tile that holds them (``kernelcli.pipeline._tile_checks``), like any overflow;
 * ``gaussian`` with ``b > 0``: ``E[exp(b u**2) exp(b w**2)]`` is finite only where
   ``I - 2b Sigma`` is positive definite (a self pair: variance below ``1/(4b)``);
   elsewhere the NNGP and NTK are ``+inf``, never NaN (see ``docs/config.md``).

@@ -3,7 +3,7 @@ inputs: they depend on a pair only through the two inputs' dot product, so a
 block of pairs is one matrix multiply (a Gram matrix) and the layers on its
 entries, with no per-pair covariances at all.
 
-``FlatRoute`` holds that route for a :class:`~kernelcli.kernels._passes.LayerPass`,
+``FlatRoute`` holds that route for a :class:`~kernelcli.kernels._layer_pass.LayerPass`,
 which gives it the layers and its ``forward`` (the layers, and readouts' heads, to
 the outputs). A pair batch computes the Gram matrix of its block's inputs
 and the layers on the batch's entries of it; the per-input pass (each input with

@@ -34,7 +34,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from ..spec import Conv
+from ..config import Conv
 from ._linear import affine, map_ntk
 from ._spatial import joint_window, out_size, pads, tap
 from ._state import State, reusable

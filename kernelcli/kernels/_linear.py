@@ -15,7 +15,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from ..spec import AvgPool, Conv, Dense
+from ..config import AvgPool, Conv, Dense
 from ._spatial import avg_pool_cov, conv_cov
 from ._state import State, diagonal
 

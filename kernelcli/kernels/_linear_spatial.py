@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..spec import ConvLocal, ConvTranspose, SumPool
+from ..config import ConvLocal, ConvTranspose, SumPool
 from ._linear import affine, map_ntk
 from ._spatial import conv_cov, sum_pool_cov
 from ._state import State, to_diagonal

@@ -1,6 +1,6 @@
 """The kernel map of each layer type: the kernels' half of a layer's declaration.
 
-The spec declares what a layer is (``kernelcli.spec.layer_type``: its YAML
+The spec declares what a layer is (``kernelcli.config.layer_type``: its YAML
 name, shape rule and flags); this table says what it does to a covariance.
 Keyed by the same dataclasses, it is the one place in the kernels to touch when
 a layer is added (``_compose`` and ``_repeat`` only look layers up here), and
@@ -39,7 +39,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from ..spec import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp, Flatten,
+from ..config import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp, Flatten,
                     Gaussian, Gelu, GlobalAvgPool, GlobalSumPool, Hermite, Identity, LayerNorm,
                     Monomial, Parallel, Rbf, RectifiedMonomial, Relu, Residual, Sign, Sin,
                     SumPool)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ._mesh import device_mesh, replicated, split
+from ._programs import device_mesh, replicated, split
 
 # Pair calls of the CPU plan smaller than this (or than a chunk) are padded up to it:
 # one program for every small batch (``call_pairs``).

@@ -33,7 +33,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from ..spec import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu
+from ..config import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu
 # the library's names, also this module's (the plan's routing asks them here)
 from ._native_library import (CHAIN_TARGETS, DIAG_TARGETS, SYMBOLS, TARGETS, describe,  # noqa: F401
                               identity_problem, library, unavailable)

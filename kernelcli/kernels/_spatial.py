@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..spec import spatial_out as out_size  # the shape rule the config check uses
+from ..config import spatial_out as out_size  # the shape rule the config check uses
 
 
 def pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:

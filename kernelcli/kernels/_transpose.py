@@ -18,7 +18,7 @@ from typing import Sequence, Tuple
 import jax.numpy as jnp
 from jax import lax
 
-from ..spec import transpose_out
+from ..config import transpose_out
 from ._spatial import axis_groups
 
 

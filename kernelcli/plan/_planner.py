@@ -27,7 +27,7 @@ import heapq
 from typing import Callable, Optional
 
 from ..errors import BudgetError, ConfigError
-from ..spec import format_size
+from ..config import format_size
 from ._geometry import Geometry, make_geometry, require_int
 
 MiB = 1024**2

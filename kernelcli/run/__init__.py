@@ -30,13 +30,16 @@ from .._lazy import lazy_names
 _LAZY = {
     "Stop": ".._stop",
     "assemble": "._assemble", "clean": "._clean", "compute": "._compute",
-    "configure_host_devices": "._devices", "is_out_of_memory": "._devices",
-    "out_of_memory_error": "._devices", "estimate": "._estimate", "extend": "._extend",
-    "Progress": "._executor", "RunSummary": "._finish", "run_summary": "._finish",
-    "resume": "._resume", "kernel_matrix": "._matrix", "check_output": "._matrix",
-    "load_run_config": "._open",
-    "predict": ".regression", "parse_shard": "._shards", "status": "._status",
+    "estimate": "._estimate", "extend": "._extend",
+    "RunSummary": "._finish", "run_summary": "._finish",
+    "resume": "._resume", "status": "._status",
+    "predict": "._predict", "serve_shard": "._predict_shards",
+    "CV_FOLDS": "._predict_dense", "DEFAULT_RIDGES": "._predict_dense",
     "VerifyReport": "._verify", "verify": "._verify",
+    # the pipeline's names the CLI needs (it imports this package alone)
+    **{name: "..pipeline" for name in (
+        "Progress", "check_output", "configure_host_devices", "is_out_of_memory",
+        "kernel_matrix", "load_run_config", "out_of_memory_error", "parse_shard")},
     **{name: "._results" for name in (
         "CleanResult", "EstimateResult", "ExtendResult", "FlowRow", "PredictChoice",
         "PredictResult", "PredictRow", "RunResult", "ShardProgress", "StatusReport")},

@@ -12,8 +12,8 @@ from typing import Optional
 
 from ..errors import ComputeError, DamagedTiles, resume_command
 from ..store import Manifest, RunStore, result_attrs
-from ._writes import writes_run
-from ._open import check_recorded_config, verified_result
+from ..pipeline import writes_run
+from ..pipeline import check_recorded_config, verified_result
 from ._results import RunResult
 from ._status import shard_counts
 

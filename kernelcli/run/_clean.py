@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..errors import ComputeError, resume_command
 from ..store import Manifest, RunStore
-from ._writes import writes_run
-from ._open import check_recorded_config
+from ..pipeline import writes_run
+from ..pipeline import check_recorded_config
 from ._results import CleanResult
 
 

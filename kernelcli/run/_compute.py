@@ -4,7 +4,7 @@ Each returns a typed result (:mod:`kernelcli.run._results`) and raises only
 :mod:`kernelcli.errors`; progress is reported through a callback and a stop is
 requested through the ``stop`` it is given, so nothing here knows about terminals,
 click or signals. A run goes one way: the configuration (loaded once), the job
-(:func:`~kernelcli.run._job.prepare_run`, on the backend ``compute.executor`` names),
+(:func:`~kernelcli.pipeline._job.prepare_run`, on the backend ``compute.executor`` names),
 the store, execution and assembly (:func:`~kernelcli.run._finish.finish`).
 """
 
@@ -17,16 +17,16 @@ from typing import Callable, Optional, Union
 
 from .._stop import Stop, or_new
 from ..errors import RunDirError, UsageError, resume_command
-from ..spec import EXECUTORS, RunConfig, load_config
+from ..config import EXECUTORS, RunConfig, load_config
 from ..store import (Manifest, RunStore, check_new_run_dir, check_run_dir_path, input_clash,
                      owned_files, stored_identity)
-from ._executor import Progress
+from ..pipeline import Progress
 from ._finish import RunSummary, finish
-from ._inputs import input_paths
-from ._job import Job, adopts, config_fingerprint, prepare_run, side_files
-from ._open import check_recorded_config, verified_result, with_run_dir
+from ..pipeline import input_paths
+from ..pipeline import Job, adopts, config_fingerprint, prepare_run, side_files
+from ..pipeline import check_recorded_config, verified_result, with_run_dir
 from ._results import RunResult
-from ._shards import shard_label
+from ..pipeline import shard_label
 
 __all__ = ["check_combination", "compute", "with_executor"]
 
@@ -64,7 +64,7 @@ def check_combination(cfg: RunConfig, shard: Shard, overwrite: bool = False) -> 
             raise UsageError.naming(f"<<shard>> {shard_label(shard)} cannot be combined with "
                                     f"the ray executor: a Ray driver already spreads all "
                                     f"tiles over the cluster; use one or the other")
-        from ._ray import require_ray
+        from ..pipeline import require_ray
 
         require_ray()
 
@@ -75,7 +75,7 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
             on_start: Optional[Callable[[RunSummary], None]] = None,
             stop: Optional[Stop] = None) -> RunResult:
     """Run (or continue) the configuration ``config`` (a YAML file's path, or one loaded
-    with :func:`kernelcli.spec.load_config`).
+    with :func:`kernelcli.config.load_config`).
 
     ``on_start(summary)`` is called once the run is planned, before its first tile, with
     :func:`run_summary` (the plan, platform and memory source); not for a finished run.

@@ -12,13 +12,13 @@ from typing import Optional
 from .._stop import Stop, check, or_new
 from .._system import peak_rss_bytes, process_age_seconds
 from ..errors import UsageError
-from ..spec import RunConfig, load_config, walk
-from ._block import STATS_ROWS
-from ._job import Job, prepare
-from ._landmarks import route_costs
+from ..config import RunConfig, load_config, walk
+from ..pipeline import STATS_ROWS
+from ..pipeline import Job, prepare
+from ..pipeline import route_costs
 from ._results import EstimateResult, PlannedFiles, ReadoutWork, SolveNeed, WorkerSplit
-from ._shards import check_shard_count, worker_loads
-from ._timing import time_run
+from ..pipeline import check_shard_count, worker_loads
+from ._estimate_time import time_run
 
 
 def estimate(config, run_time: bool = False, workers: Optional[int] = None,
@@ -27,7 +27,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
              stop: Optional[Stop] = None) -> EstimateResult:
     """The plan of a run before anything runs (and, with ``run_time``, a timed batch).
 
-    ``config``: a YAML file's path or a loaded :class:`~kernelcli.spec.RunConfig`.
+    ``config``: a YAML file's path or a loaded :class:`~kernelcli.config.RunConfig`.
     ``workers = W``: how the work divides over W processes (``shard=(I, N)`` job
     arrays): the most loaded worker's share of pair evaluations from the same split
     the shards use, and with ``run_time`` the wall time when every worker is like
@@ -148,7 +148,7 @@ def readout_work(arch) -> Optional[ReadoutWork]:
 
 def _classes(labels, test_labels) -> int:
     """The one-hot target columns ``predict`` will solve for (1 without labels)."""
-    from ..predict import class_count
+    from ..solvers import class_count
 
     return 1 if labels is None or not len(labels) else class_count(labels, test_labels)
 
@@ -156,7 +156,7 @@ def _classes(labels, test_labels) -> int:
 def _variance_kinds(cfg, kinds) -> int:
     """The kinds whose posterior variance ``predict`` solves for (the NNGP's, with
     ``kernel.test_diagonal``)."""
-    from ..spec import base_kind
+    from ..config import base_kind
 
     return sum(base_kind(k) == "nngp" for k in kinds) if cfg.kernel.test_diagonal else 0
 
@@ -168,11 +168,11 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
     machine (Cholesky when it fits, else CG; ``none`` when neither fits, as predict
     then refuses)."""
     from ..errors import BudgetError
-    from ..predict import (cg_memory_bytes, cg_operations, choose_solver,
+    from ..solvers import (cg_memory_bytes, cg_operations, choose_solver,
                            cholesky_memory_bytes, cholesky_operations)
     from .._system import available_ram_bytes
     from ..plan import auto_budget
-    from .regression import CV_FOLDS, DEFAULT_RIDGES
+    from ._predict_dense import CV_FOLDS, DEFAULT_RIDGES
 
     available = auto_budget(available_ram_bytes())
     classes = _classes(labels, test_labels)

@@ -43,19 +43,19 @@ from .._stop import Stop, or_new, signal_name
 from ..errors import DataError, Interrupted, QuarantinedError, RunDirError
 from ..plan import make_geometry
 from ..store import COMPUTE_KEYS, Manifest, RunStore
-from ._writes import writes_run
-from ._block import STATS_ROWS
-from ._carry import carry_keys, set_aside, take_over
+from ..pipeline import writes_run
+from ..pipeline import STATS_ROWS
+from ._extend_carry import carry_keys, set_aside, take_over
 from ._resume import resume
-from ._executor import Progress
+from ..pipeline import Progress
 from ._finish import finish
-from ._inputs import open_inputs
-from ._local import LocalBackend
-from ._job import (_closed_on_error, check_same_data, extended_config, prepare, side_files,
+from ..pipeline import open_inputs
+from ..pipeline import LocalBackend
+from ..pipeline import (closed_on_error, check_same_data, extended_config, prepare, side_files,
                    stored_preprocess)
 from ._extend_request import check_extensible, request_of, resolve_files
-from ._open import load_run_config
-from ._restore import restore_tiles
+from ..pipeline import load_run_config
+from ._extend_restore import restore_tiles
 from ._results import ExtendResult
 
 
@@ -101,7 +101,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     try:  # until the switch the run is the old one, finished: a stop changes nothing
         job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
                       extension=ext, stop=stop)
-        with _closed_on_error(job):
+        with closed_on_error(job):
             rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None, stop)
     except Interrupted as exc:
         raise Interrupted(f"interrupted ({signal_name(exc.signum)}) before "

@@ -16,8 +16,8 @@ from typing import Optional
 
 from ..errors import DataError, UsageError, resume_command
 from ..store import RunStore
-from ._job import APPEND_KEYS, TEST_KEYS
-from ._open import verified_result
+from ..pipeline import APPEND_KEYS, TEST_KEYS
+from ..pipeline import verified_result
 
 def _abs(path) -> Optional[str]:
     return None if path is None else os.path.abspath(os.fspath(path))

@@ -14,11 +14,11 @@ from ..errors import (ComputeError, DiskFullError, Interrupted, QuarantinedError
 from ..store import RunStore, result_space_bytes
 from ._assemble import assemble_if_complete
 from ._clean import remove_verified_tiles
-from ._devices import is_out_of_memory, out_of_memory_error
-from ._executor import execute
-from ._job import Job
+from ..pipeline import is_out_of_memory, out_of_memory_error
+from ..pipeline import execute
+from ..pipeline import Job
 from ._results import RunResult
-from ._shards import shard_blocks
+from ..pipeline import shard_blocks
 
 __all__ = ["finish", "run_summary", "RunSummary"]
 
@@ -73,7 +73,7 @@ def finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
                 store.forget_tiles_removed()
             store.growth.drop_superseded()
             if store.growth.carried():  # a killed extend: the test tiles it kept (kernelcli extend)
-                from ._carry import take_over
+                from ._extend_carry import take_over
 
                 take_over(store, job.plan)
             if shard is not None:
@@ -126,7 +126,7 @@ def _assembled_elsewhere(store: RunStore) -> bool:
 
 def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskFullError:
     """The disk-full error, saying how much the rest of the run needs and how to go on."""
-    from ..spec import format_size
+    from ..config import format_size
 
     done = store.done_keys()
     per_value = plan.itemsize * len(plan.kinds)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from .._stop import Stop, or_new
-from ..spec import RunConfig
+from ..config import RunConfig
 from ..store import RunStore
-from ._writes import writes_run
+from ..pipeline import writes_run
 from ._compute import check_combination, check_inputs_outside, with_executor
-from ._executor import Progress
+from ..pipeline import Progress
 from ._finish import RunSummary, finish
-from ._job import prepare_run
-from ._open import load_run_config, verified_result
+from ..pipeline import prepare_run
+from ..pipeline import load_run_config, verified_result
 from ._results import RunResult
 
 __all__ = ["resume"]

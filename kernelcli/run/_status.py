@@ -6,11 +6,11 @@ from typing import Optional
 
 from ..errors import UsageError, resume_command
 from ..plan import assign
-from ..spec import KINDS
+from ..config import KINDS
 from ..store import Manifest, RunStore
 from ._results import ExtendSummary, ShardProgress, StatusReport
-from ._open import check_present_files, missing_tiles_problem
-from ._shards import check_shard_count
+from ..pipeline import check_present_files, missing_tiles_problem
+from ..pipeline import check_shard_count
 
 
 def shard_counts(store: RunStore, plan, shards: Optional[int],

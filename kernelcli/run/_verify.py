@@ -19,7 +19,7 @@ from typing import Optional
 
 from ..errors import KernelcliError, resume_command
 from ..store import RunStore
-from ._open import check_present_files, check_recorded_config, missing_tiles_problem
+from ..pipeline import check_present_files, check_recorded_config, missing_tiles_problem
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Optional
 from ._atomic import fsync_dir, storage_error, write_bytes_atomic
 from ..errors import RunDirError
 from ._ownership import check_tiles_own
-from ._side import TILES
+from ._run_files import TILES
 from ._packs import TileSet
 from ._tiles import tile_path
 from ._untrusted import read_untrusted

@@ -37,13 +37,13 @@ from ..errors import RunDirError
 from ._atomic import _TMP
 from ._lineage import ancestors
 from ._lock import LOCK
-from ._manifest import CHECKSUM, MANIFEST
+from ._manifest_file import CHECKSUM, MANIFEST
 from ._packs import PACK, pack_run
 from ._markers import SHARD_MARKER
-from ._result import ResultFile
-from ._run_manifest import labels_file_of
+from ._result_file import ResultFile
+from ._manifest_schema import labels_file_of
 from ._sealed import SealError, read_sealed
-from ._side import (PREDICTIONS, QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES, is_side_file,
+from ._run_files import (PREDICTIONS, QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES, is_side_file,
                     preprocess_name)
 
 FOLDERS = (TILES, SHARDS, QUARANTINE)

@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import KernelcliError, RunDirError
-from ._assemble import assemble as _assemble
-from ._assemble import check_tiles
+from ._assembly import assemble as _assemble
+from ._assembly import check_tiles
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
-from ._diagonal import DiagonalFile
+from ._test_diagonal import DiagonalFile
 from ._grow import Growth
 from ._lineage import accepted_runs
 from ._markers import mark_shard, shard_markers
-from ._result import ResultFile
-from ._run_manifest import Manifest, labels_file_of
+from ._result_file import ResultFile
+from ._manifest_schema import Manifest, labels_file_of
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
-from ._manifest import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
+from ._manifest_file import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
                         read_manifest, write_manifest)
 from ._lock import run_lock
 from ._ownership import (check_folders, check_new, check_path, check_tiles_own, owned_files,
@@ -34,7 +34,7 @@ from ._ownership import (check_folders, check_new, check_path, check_tiles_own, 
 from ._packer import Packer
 from ._packs import PACK_TILES, TileSet, quarantine_tiles
 from ._tiles import write_tile as _write_tile
-from ._side import (QUARANTINE, RESULT, SHARDS, TILES, is_side_file, move_to_quarantine,
+from ._run_files import (QUARANTINE, RESULT, SHARDS, TILES, is_side_file, move_to_quarantine,
                     read_npz)
 
 

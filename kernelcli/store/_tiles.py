@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 
 from ..errors import ComputeError, DamagedFileError, RunDirError
-from ._run_manifest import bytes_bound
+from ._manifest_schema import bytes_bound
 from ._sealed import SealError, read_sealed, write_sealed
 
 _TILE = re.compile(r"^(r\d{5}c\d{5})\.h5$")

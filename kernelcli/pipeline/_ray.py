@@ -1,0 +1,312 @@
+"""Tile jobs on a Ray cluster (``compute.executor: ray``; optional extra).
+
+The driver (the ``kernelcli`` process) keeps the plan and the store, exactly as a
+local run: it reads the data, feeds the missing blocks to the cluster and writes each
+tile itself, atomically, as it comes back (in any order), so ``resume`` and
+``status`` work as for a local run and a killed driver loses only the tiles in
+flight. The cluster's workers need kernelcli (and Ray) installed, but neither the
+data nor the run directory: a block travels as its rows and columns.
+
+The work is done by actors (:class:`~._ray_worker.KernelWorker`): one per GPU
+(``num_gpus=1``; as many as the cluster has GPUs, at most ``compute.devices``), or on
+a CPU-only cluster one per CPU (``num_cpus=1``, as the tasks of earlier versions
+asked). Each builds the kernel function once, from the configuration, and keeps its
+compiled programs for every block it is fed. Not tasks: Ray gives a task that asks
+for a GPU its default ``max_calls=1``, so each would be a fresh process that
+re-imports JAX, re-initialises CUDA and recompiles. The plan is made on the first
+actor (:meth:`RayBackend.plan_inputs`, from :func:`~._job.prepare`): the engine
+resolved from the worker's platform, its memory budget and its compiled programs'
+memory.
+
+:class:`RayBackend` is one of the executor driver's two backends (:mod:`._backend`;
+:func:`~._executor.execute` checks, writes and tallies the tiles). Bit-identity with
+the local backend: the per-input pass runs on the same row slices the local backend
+reads (:func:`~._block.stats_slices`), and each tile on an actor is
+:func:`~._block.block_tile`, the local backend's own per-block computation, on the
+same padded inputs and pair batches. At most :data:`PER_ACTOR` blocks are queued on
+an actor at once (one computing, the next already shipped), so the inputs in flight
+are bounded. An actor whose process dies is restarted and its queued calls are
+retried (``MAX_RETRIES`` times); a call that raises fails the run (the same
+computation would raise again), naming the cause; the tiles written are kept.
+
+A stop (the ``stop`` the backend is given, :mod:`kernelcli._stop`; the CLI's signal
+handlers request it): the driver's wait loops check it every half second; on a stop
+the actors are killed, Ray is shut down (when this run started it) and
+:class:`~kernelcli.errors.Interrupted` is raised. ``ray.init`` installs a SIGTERM
+handler of its own in the driver (one that raises ``SystemExit`` anywhere); the
+caller's handler is put back right after it.
+
+A local instance (no ``compute.address``, no ``RAY_ADDRESS``) listens on 127.0.0.1
+only: by default Ray's head, raylet, object manager and workers listen on every
+address of the host (gRPC on ``::``), open to the network. Ray (2.60) binds its
+servers to loopback when the node's address is 127.0.0.1, but ``ray.init`` turns
+``_node_ip_address="127.0.0.1"`` into the host's address unless its
+``ENABLE_RAY_CLUSTER`` switch is off (what ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+sets when Ray is imported); it is turned off for the ``ray.init`` call alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from typing import Optional
+
+from .. import _env
+from .._stop import Stop, check
+from ..errors import ComputeError, ConfigError
+from ._block_tile import block_input, build_for_engine, stats_slices
+from ._budget import Planning, engine_costs
+from ._devices import local_devices
+
+MAX_RETRIES = 3
+
+_INSTALL = "pip install 'kernelcli[ray]'"
+
+
+def require_ray():
+    """The ``ray`` module, or a :class:`ConfigError` saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"compute.executor: ray needs the Ray package, which is not "
+                          f"installed; install it with `{_INSTALL}` (on this machine and "
+                          f"every node of the cluster), or use executor: local") from None
+    return ray
+
+
+# -- the driver -----------------------------------------------------------------------
+
+def _describe(exc) -> str:
+    cause = getattr(exc, "cause", None)
+    if cause is not None and cause is not exc:
+        return f"{type(cause).__name__}: {cause}".splitlines()[0]
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
+
+
+def _connect(ray, address: Optional[str]) -> bool:
+    """Connect (or start a local instance); whether this call did it."""
+    if ray.is_initialized():
+        return False
+    kwargs = dict(logging_level=logging.ERROR, log_to_driver=False)
+    local = address is None and not _env.get("RAY_ADDRESS")
+    if address is None:
+        kwargs["include_dashboard"] = False
+    if local:
+        kwargs["_node_ip_address"] = "127.0.0.1"
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        with _loopback_only(local):
+            ray.init(address=address, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or "RAY_ADDRESS / a new local instance"
+        raise ComputeError.naming(f"cannot connect to the Ray cluster at {where} "
+                                  f"(compute.address / <<address>>): {_describe(exc)}") from None
+    finally:
+        # ray.init replaces the driver's SIGTERM handler with one that raises SystemExit
+        # at any bytecode; this library installs no handlers, so the caller's stays.
+        if main and before is not None and signal.getsignal(signal.SIGTERM) is not before:
+            signal.signal(signal.SIGTERM, before)
+    return True
+
+
+@contextlib.contextmanager
+def _loopback_only(local: bool):
+    """While a local instance starts: Ray's switch that would turn 127.0.0.1 into the
+    host's address, off (see the module docstring), then as it was."""
+    if not local:
+        yield
+        return
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+class RayBackend:
+    """Blocks fed to one run's kernel actors on a Ray cluster: the executor driver's
+    other backend (:class:`~kernelcli.pipeline._backend.Backend`, beside :mod:`._local`).
+
+    Made from the configuration's ``compute`` section; :meth:`plan_inputs` connects and
+    starts the first actor, which plans; :meth:`input_stats` and :meth:`tiles` grow
+    the pool to its full size. :meth:`close` (with the job) kills the actors and shuts
+    Ray down when this backend started it. A requested ``stop`` is honoured in the
+    driver's wait loops, every half second."""
+
+    def __init__(self, compute, stop: Optional[Stop] = None):
+        self.ray = require_ray()
+        self.compute, self.stop = compute, stop
+        self.actors: list = []
+        self.inflight: dict = {}  # ref -> (actor index, block)
+        self.started = False
+        self.size = 0
+        self.info: Optional[dict] = None
+
+    @classmethod
+    def for_compute(cls, compute, stop: Optional[Stop] = None) -> "RayBackend":
+        return cls(compute, stop)
+
+    @property
+    def platform(self) -> str:
+        """The workers' platform (known once planned)."""
+        return self.info["platform"]
+
+    @property
+    def progress_devices(self) -> tuple:
+        return ()  # the actors run on the cluster's devices, not this process's
+
+    def __enter__(self) -> "RayBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self, spec: tuple, engine: str) -> None:
+        ray, compute = self.ray, self.compute
+        self.started = _connect(ray, compute.address)
+        from ._ray_worker import KernelWorker
+
+        resources = ray.cluster_resources()
+        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        size = gpus if gpus >= 1 else cpus
+        if compute.devices is not None:
+            size = min(size, compute.devices)
+        self.size = max(1, size)
+        ask = {"num_gpus": 1} if gpus >= 1 else {"num_cpus": 1}
+        # A CPU node's actors share its memory: as many as it has CPUs (at most
+        # the pool), the count a local run there would give its host devices.
+        share = 1 if gpus >= 1 else max(1, min(self.size, _cpus_per_node(ray)))
+        self.worker = ray.remote(KernelWorker).options(
+            max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES, **ask)
+        self.args = (spec, engine, compute.memory, share)
+        self.grow(1)
+
+    def grow(self, n: int) -> list:
+        """The first ``n`` actors (started as needed; at most the pool's size)."""
+        while len(self.actors) < min(n, self.size):
+            self.actors.append(self.worker.remote(*self.args))
+        return self.actors
+
+    def call(self, method: str, *args):
+        """One call on the first actor, waited for (responsive to a stop)."""
+        return _get_all(self.ray, [getattr(self.actors[0], method).remote(*args)],
+                        self.stop)[0]
+
+    def plan_inputs(self, spec: tuple, engine: str) -> Planning:
+        """What the planner needs, from the first actor: the driver's kernel function is
+        built for the worker's engine (it only reads and pads the inputs), the costs and
+        budget are the worker's; the devices shown are this driver's."""
+        try:
+            self._start(spec, engine)
+            info = self.call("info")
+            # the other actors take the plan the first resolved ("auto" could resolve
+            # differently on another node: tiles of two plans differ in their last bits)
+            self.args = (self.args[0], info["engine"], *self.args[2:])
+            kfn = build_for_engine(spec, info["engine"], info["platform"])
+
+            def compiled_memory(rows: int, cols: int, pairs: int) -> int:
+                return self.call("compiled_memory", rows, cols, pairs)
+
+            self.info = info
+            return Planning(kfn, engine_costs(info, compiled_memory), info["budget"],
+                            info["source"], info["memory"], info["devices"],
+                            local_devices(None))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.inflight.clear()
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - best effort; the driver is leaving anyway
+                pass
+        self.actors = []
+        if self.started:
+            self.started = False
+            self.ray.shutdown()
+
+    def input_stats(self, kfn, src):
+        from ..kernels import Stats
+
+        actors = self.grow(self.size)
+        refs = []
+        for n, (s, e) in enumerate(stats_slices(src.n)):
+            check(self.stop)
+            actor = actors[n % len(actors)]
+            refs.append(actor.stats.remote(src.read(s, e, dtype=kfn.dtype)))
+        return Stats.concat(_get_all(self.ray, refs, self.stop))
+
+    def tiles(self, kfn, plan, blocks, rows, columns, s1, s2, wanted=lambda b: True,
+              on_pairs=None):
+        """``(block, tile, 0)`` as the actors return them (no per-batch progress)."""
+        ray, inflight, stop = self.ray, self.inflight, self.stop
+        actors = self.grow(self.size)
+        todo = iter(blocks)
+        load = [0] * len(actors)
+
+        def submit():
+            while min(load) < PER_ACTOR:
+                check(stop)
+                block = next(todo, None)
+                if block is None:
+                    return
+                if not wanted(block):
+                    continue
+                a = load.index(min(load))
+                bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
+                inflight[actors[a].tile.remote(plan.pair_batch, bi)] = (a, block)
+                load[a] += 1
+
+        try:
+            submit()
+            while inflight:
+                check(stop)
+                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+                for ref in ready:
+                    a, block = inflight.pop(ref)
+                    load[a] -= 1
+                    yield block, _get_all(ray, [ref], stop)[0], 0
+                submit()
+        except BaseException:
+            self.close()  # a stop or a failure: the actors go (and Ray, when started here)
+            raise
+
+
+def _cpus_per_node(ray) -> int:
+    """The most CPUs any live node of the cluster offers."""
+    counts = [int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    return max(counts or [1])
+
+
+# the connection and error text, public for predict's band actors (run/regression/_spread)
+connect_ray, describe_ray_error = _connect, _describe
+
+PER_ACTOR = 2  # blocks queued on one actor: one computing, the next already shipped
+
+
+def _get_all(ray, refs, stop: Optional[Stop] = None):
+    """``ray.get`` that stays responsive to ``stop`` and names a failed task's cause."""
+    pending = list(refs)
+    while True:
+        check(stop)
+        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        if not pending:
+            break
+    try:
+        return ray.get(list(refs))
+    except ray.exceptions.RayError as exc:
+        if "RESOURCE_EXHAUSTED" in str(exc):  # a device out of memory on the worker:
+            # the out-of-memory error of a local run (run/_finish.py), naming the budget
+            raise RuntimeError(f"RESOURCE_EXHAUSTED on a Ray worker: {_describe(exc)}") from None
+        raise ComputeError(f"a kernel actor's call failed on the Ray cluster (a dead actor "
+                           f"is restarted {MAX_RETRIES} times): {_describe(exc)}; completed "
+                           f"tiles are kept") from None

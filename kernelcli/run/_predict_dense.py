@@ -1,0 +1,314 @@
+"""``predict``: kernel regression on a finished run's kernels, per kind and ridge.
+
+The run must have a training set with labels and a test set (``data.labels_key``,
+``data.test``); its ``kernels.h5`` then holds ``K(x1, x1)`` (``<kind>``),
+``K(test, x1)`` (``<kind>_test``), the labels, and with ``kernel.test_diagonal``
+``K(t, t)`` (``<kind>_test_diag``). For every kind and ridge the dual
+coefficients ``alpha = (K + ridge * trace(K)/n * I)^{-1} Y`` are solved in float64
+(``Y``: one-hot targets of the training labels), the test predictions are
+``K(test, x1) @ alpha``, and, for the NNGP with the test diagonal and a Cholesky
+solve, the posterior variance ``k(t, t) - k_t^T (K + reg I)^{-1} k_t``.
+
+The ridge of each kind is chosen on the training set alone, by leave-one-out
+(closed form from the Cholesky factor) or, with CG, k-fold cross-validation
+(``kernelcli.solvers._selection``): a ridge chosen by test accuracy would overstate
+it. The whole sweep's test numbers are still reported, as such. With ``times`` the
+gradient-flow ensemble of neural-tangents' ``gradient_descent_mse_ensemble`` is
+evaluated too (:mod:`._flow`). Results go to ``predictions.h5`` in the run
+directory (written whole, then renamed).
+
+For the NTK the ridge prediction is the infinite-time gradient-descent mean of an
+infinitely wide network trained on MSE (Lee et al. 2019); for the NNGP the
+Bayesian posterior mean. numpy only (the run's files are read through
+:mod:`kernelcli.store`); no jax.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+
+from .._stop import Stop, check
+from ..errors import DamagedFileError, RunDirError, UsageError, resume_command, spelled
+from ..solvers import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
+                       accuracy, check_ridges, check_times, choose_ridge, choose_solver,
+                       class_count,
+                       check_flow_memory, cholesky_factor, held_out_scores, load_kernel,
+                       loo_predictions, mse, one_hot, predictive_variance, solve_cg_folds,
+                       solve_memory_bytes, solve_with_factor, VARIANCE_ROWS)
+from ..solvers import predict as predict_mean
+from ..config import KINDS, base_kind, is_kernel_name
+from ..store import PREDICTIONS, ResultFile, RunStore
+from ._predict_file import RIDGE_CONVENTION, write_predictions
+from ._predict_flow import flow_kind, flow_rows
+from ._predict_spread import check_executor, coordinate, spread
+from ._predict_checks import check_kernel
+from ._results import PredictChoice, PredictResult, PredictRow
+
+DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
+CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG
+_REPORT_S = 5.0  # seconds between two progress lines of a CG solve
+
+
+def _cg_reporter(kind: str, progress: Optional[Callable[[str], None]]):
+    """``(on_iteration, done)`` for ``solve_cg_folds``: a line to ``progress`` at most
+    every ``_REPORT_S`` seconds (products with K, worst relative residual, time), and
+    one when the solve ends."""
+    if progress is None:
+        return None, lambda: None
+    start = time.monotonic()
+    state = {"last": start, "products": 0, "residual": float("nan")}
+
+    def line(head: str) -> str:
+        return (f"predict {kind}: {head} {state['products']:,} products with K, worst "
+                f"relative residual {state['residual']:.2e}, "
+                f"{time.monotonic() - start:.0f} s")
+
+    def on_iteration(products: int, residual: float) -> None:
+        state.update(products=products, residual=residual)
+        if time.monotonic() - state["last"] >= _REPORT_S:
+            state["last"] = time.monotonic()
+            progress(line("preconditioned CG,"))
+
+    return on_iteration, lambda: progress(line("CG done after"))
+
+
+def _check_run(store: RunStore, run_dir, landmarks: bool = False) -> tuple:
+    if not store.finished:
+        raise RunDirError(f"{run_dir} has no kernels.h5 yet: the run is not finished; "
+                          f"complete it with `{resume_command(run_dir)}`, then predict")
+    problem = store.result_problem()
+    if problem is not None:
+        raise DamagedFileError(f"{store.result_path} does not verify: {problem}; "
+                               f"`{resume_command(run_dir)}` rebuilds it, then predict")
+    result = store.result()
+    names = set(result.names())
+    stored = result.labels()
+    labels, test_labels = stored.get("labels"), stored.get("test_labels")
+    # the kinds, or a run with readouts' datasets in readout order (nngp_d3, ntk_d3, ...)
+    kinds = sorted((k for k in names if is_kernel_name(k)),
+                   key=lambda k: (int(k.partition("_d")[2] or 0), KINDS.index(base_kind(k))))
+    if not landmarks and not any(f"{k}_test" in names for k in kinds):
+        raise UsageError(f"{run_dir} holds no test kernel K(test, x1): predict needs a run "
+                         f"whose configuration names a test set (data.test, data.test_key) "
+                         f"and the training labels (data.labels_key)")
+    if labels is None:
+        raise UsageError(f"{run_dir} holds no training labels: give data.labels_key (and "
+                         f"data.labels for a separate file) in the configuration, then "
+                         f"compute the run again")
+    return names, kinds, labels, test_labels
+
+
+def _kinds(asked: Optional[Iterable[str]], have: list, run_dir) -> list:
+    if not asked:
+        return have
+    out = []
+    # a plain kind asks for every readout of it too
+    asked = [n for k in asked for n in ([k] if k in have else
+                                        [h for h in have if base_kind(h) == k] or [k])]
+    for k in asked:
+        if k not in have:
+            raise UsageError.naming(f"<<kinds>>: {k!r} is not in {run_dir}/kernels.h5; it holds "
+                             f"{', '.join(have)}")
+        if k not in out:
+            out.append(k)
+    return out
+
+
+def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
+    """``k(t, t) - k_t^T (K + reg I)^{-1} k_t`` per test row, (m,) float64, by row blocks."""
+    m = test_op.shape[0]
+    out = np.empty(m)
+    with ResultFile(test_op.path).kernel(test_op.dataset) as ds:
+        for s in range(0, m, VARIANCE_ROWS):
+            kt = ds[s:s + VARIANCE_ROWS]
+            out[s:s + kt.shape[0]] = predictive_variance(diag[s:s + kt.shape[0]], kt, chol)
+    return out
+
+
+def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
+                with_variance: bool, names: set,
+                progress: Optional[Callable[[str], None]] = None,
+                where: Optional[dict] = None, stop: Optional[Stop] = None) -> dict:
+    """``{ridge: {"mean": (m, C), "variance": (m,) or None, "held_out": (n, C) or None}
+    or {"error": text}}``; ``held_out``: each training row predicted without itself
+    (leave-one-out) or without its fold (CG)."""
+    test_op = H5KernelOperator(result, f"{kind}_test", stop=stop)
+    diag = None
+    if with_variance and f"{kind}_test_diag" in names:
+        diag = ResultFile(result).read(f"{kind}_test_diag", np.float64)
+    out = {}
+    if solver == "cholesky":
+        work = load_kernel(result, kind)  # float64, factored in place, restored after
+        for ridge in ridges:
+            check(stop)
+            try:
+                chol = cholesky_factor(work, ridge, kind=kind)
+            except NotPositiveDefiniteError as exc:
+                out[ridge] = {"error": exc.template or str(exc)}
+                continue
+            alpha = solve_with_factor(chol, y)
+            held_out = loo_predictions(chol, alpha, y)
+            var = None if diag is None else _variance(diag, test_op, chol)
+            del chol
+            out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": var,
+                          "held_out": held_out}
+        return out
+    # the products with K on this process, or on workers holding its row bands
+    with spread(H5KernelOperator(result, kind, stop=stop), **(where or {}), stop=stop) as op:
+        alphas, held = _cg_kind(op, kind, y, ridges, progress, out)
+    for ridge, alpha in alphas.items():
+        out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": None,
+                      "held_out": held[ridge]}
+    return {r: out[r] for r in ridges}
+
+
+def _cg_kind(op, kind: str, y, ridges, progress, out: dict) -> tuple:
+    """``(alphas, held-out predictions)`` by ridge; a ridge that fails gets its error
+    in ``out``."""
+    folds = min(CV_FOLDS, op.shape[0])
+    fails = (NotPositiveDefiniteError, NotConvergedError)
+    on_iteration, done = _cg_reporter(kind, progress)
+    try:
+        alphas, held = solve_cg_folds(op, y, ridges, folds, kind=kind, on_iteration=on_iteration)
+        done()
+    except fails:
+        alphas, held = {}, {}
+        for ridge in ridges:  # find out which ridges fail, and solve the others
+            try:
+                a, h = solve_cg_folds(op, y, [ridge], folds, kind=kind,
+                                      on_iteration=on_iteration)
+                alphas.update(a)
+                held.update(h)
+            except fails as exc:
+                out[ridge] = {"error": exc.template or str(exc)}
+    return alphas, held
+
+
+def _check_flow(times, n: int, m: int, solver: str, asked: str,
+                available_bytes: Optional[int], classes: int, ridges: int) -> None:
+    """Gradient flow needs an eigendecomposition in memory: refuse (exit 2) before any
+    solve when it cannot have one, naming the times and what would work."""
+    shown = ",".join(f"{t:g}" for t in times)
+    if asked == "cg":
+        raise UsageError.naming(f"<<times>> {shown}: gradient-flow predictions need the "
+                                f"eigendecomposition of K(x1, x1) in memory; <<solver>> cg "
+                                f"streams the kernel and has none. Use <<solver>> auto or "
+                                f"cholesky, or drop <<times>>")
+    check_flow_memory(n, m, available_bytes, shown, classes, ridges)
+
+
+def predict(run_dir, ridges: Optional[Iterable[float]] = None,
+            kinds: Optional[Iterable[str]] = None, solver: str = "auto",
+            available_bytes: Optional[int] = None,
+            times: Optional[Iterable[float]] = None,
+            progress: Optional[Callable[[str], None]] = None, executor: str = "local",
+            workers: Optional[int] = None, address: Optional[str] = None,
+            stop: Optional[Stop] = None) -> PredictResult:
+    """Kernel regression with every requested kind and ridge on the run in ``run_dir``.
+
+    ``ridges``: the sweep (default ``DEFAULT_RIDGES``), ``ridge * trace(K)/n`` on the
+    diagonal; each kind's ridge is chosen by its held-out score on the training set
+    (``PredictResult.selected``). ``times``: also the gradient-flow ensemble at those
+    training times (neural-tangents' ``t`` with learning rate 1; ``inf`` allowed),
+    every ridge. ``progress(line)``: the CG solve's progress (products with K,
+    residual, time). ``executor``: where CG's products with K run (``local``: here;
+    ``processes``: ``workers`` local processes; ``ray``: Ray actors, on the cluster at
+    ``address``), each worker a row band (:mod:`._spread`); the same numbers
+    bit for bit. Test accuracy and MSE are ``None`` without test labels. Raises
+    ``NotPositiveDefiniteError`` when no ridge of any kind could be solved. ``stop``: a
+    :class:`~kernelcli.run.Stop` another thread may request; the solve then raises
+    ``Interrupted`` at its next pass over the kernel or ridge, before
+    ``predictions.h5`` is written (nothing is).
+    """
+    ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
+    times = () if times is None else check_times(times)
+    check_executor(executor, workers, address, solver)
+    where = {"executor": executor, "workers": workers, "address": address}
+    store = RunStore.open(run_dir)
+    # one writer per run directory, from the first read of kernels.h5 to the rename of
+    # predictions.h5: an extend, clean or resume meanwhile would change the kernels
+    # these predictions are made of, or remove them while they are written
+    # (opened first so that a folder that is no run gets no lock file; again once
+    # locked, as a writer that just ended may have changed the manifest)
+    with store.lock(), coordinate(run_dir, where) as where:  # --executor shards' folder
+        return _predict(RunStore.open(run_dir), run_dir, ridges, solver, available_bytes,
+                        times, kinds, progress, where, stop)
+
+
+def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
+             progress, where=None, stop=None) -> PredictResult:
+    names, have, labels, test_labels = _check_run(store, run_dir)
+    kinds = _kinds(kinds, have, run_dir)
+    n = int(labels.shape[0])
+    m = H5KernelOperator(store.result_path, f"{kinds[0]}_test").shape[0]
+    asked = solver
+    classes = class_count(labels, test_labels)
+    # every allocation of the chosen route counted before any work (refused: exit 2)
+    solver = choose_solver(n, solver, available_bytes, m, classes, len(ridges), len(kinds),
+                           min(CV_FOLDS, n))
+    if times:
+        _check_flow(times, n, m, solver, asked, available_bytes, classes, len(ridges))
+    for kind in kinds:  # every kernel sound before any solve
+        check_kernel(store.result_path, kind, 0, stop)
+        check_kernel(store.result_path, f"{kind}_test", None, stop)
+    y = one_hot(labels, classes)
+    y_test = None if test_labels is None else one_hot(test_labels, classes)
+    rows, choices, solved, flows = [], [], {}, {}
+    for kind in kinds:
+        solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
+                                   with_variance=base_kind(kind) == "nngp", names=names,
+                                   progress=progress, where=where, stop=stop)
+        scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows)
+        choices.append(_choice(kind, choose_ridge(scores, ridges), rows))
+        if times:
+            check(stop)
+            flows[kind] = flow_kind(store.result_path, kind, y, ridges, times, names)
+    check(stop)
+    raise_if_none_solved(solved, rows)
+    flow = flow_rows(flows, ridges, times, test_labels, y_test)
+    selection = ("leave-one-out" if solver == "cholesky"
+                 else f"{min(CV_FOLDS, n)}-fold cross-validation")
+    path = write_predictions(store.run_dir / PREDICTIONS, solved, ridges, rows, choices,
+                             solver, selection, times, flows)
+    return PredictResult(
+        run_dir=str(store.run_dir), n_train=n, n_test=m, classes=classes, solver=solver,
+        solve_bytes=solve_memory_bytes(n), ridge_convention=RIDGE_CONVENTION,
+        predictions=str(path), selection=selection, results=tuple(rows),
+        selected=tuple(choices), times=times, flow=tuple(flow))
+
+
+def raise_if_none_solved(solved: dict, rows: list) -> None:
+    """``NotPositiveDefiniteError`` with the last ridge's message when no ridge of any
+    kind could be solved (``solved``: kind -> ridge -> result, as ``rows``)."""
+    if all(r.error for r in rows):
+        last = [res["error"] for per in solved.values() for res in per.values()][-1]
+        raise NotPositiveDefiniteError.naming(last)
+
+
+def score_rows(kind: str, solved: dict, labels, y, test_labels, y_test, rows: list) -> dict:
+    """Append a :class:`PredictRow` per ridge of ``kind``'s ``solved`` results to
+    ``rows``; the held-out scores of the ridges that solved (for the choice). A ridge's
+    error (a message with ``<<argument>>`` marks) is spelled as the library's."""
+    scores = {}
+    for ridge, res in solved.items():
+        error = res.get("error")
+        row = {"kind": kind, "ridge": ridge, "error": None if error is None else spelled(error)}
+        if "mean" in res:
+            scores[ridge] = held_out_scores(res["held_out"], labels, y)
+            row.update(loo_accuracy=scores[ridge]["accuracy"], loo_mse=scores[ridge]["mse"])
+            if test_labels is not None:
+                row.update(accuracy=accuracy(res["mean"], test_labels),
+                           mse=mse(res["mean"], y_test))
+        rows.append(PredictRow(**row))
+    return scores
+
+
+def _choice(kind: str, ridge: Optional[float], rows: list) -> PredictChoice:
+    if ridge is None:
+        return PredictChoice(kind, None)
+    row = next(r for r in rows if r.kind == kind and r.ridge == ridge)
+    return PredictChoice(kind, ridge, row.loo_accuracy, row.loo_mse, row.accuracy, row.mse)
