@@ -23,10 +23,10 @@ def _points(dtype):
     return y.astype(dtype), x.astype(dtype)
 
 
-def _angle(y, x, exact):
+def _angle(y, x, float64):
     dtype = y.dtype
     with x64_scope(dtype):
-        return np.asarray(jax.jit(lambda a, b: atan2_nonneg(a, b, exact))(
+        return np.asarray(jax.jit(lambda a, b: atan2_nonneg(a, b, float64))(
             jnp.asarray(y), jnp.asarray(x)))
 
 

@@ -1,4 +1,4 @@
-"""The CPU plan's convolution of a spatial diagonal (``kernels/_diagonal_conv.py``, each axis
+"""The cpu engine's convolution of a spatial diagonal (``kernels/_diagonal_conv.py``, each axis
 padded once) against the joint-shift mean of ``_spatial.conv_cov`` that it replaces:
 the same sums in the same order, for each padding, strides and even/odd filters."""
 
@@ -37,7 +37,7 @@ def test_block_is_the_conv_then_the_nonlinearity():
     from kernelcli.kernels._xla import x64_scope
 
     rng = np.random.default_rng(1)
-    for dtype, exact, tol in (("float32", False, 2e-6), ("float64", True, 1e-14)):
+    for dtype, float64, tol in (("float32", False, 2e-6), ("float64", True, 1e-14)):
         with x64_scope(dtype):
             for layer in (Conv(filter=(3, 3), strides=(1, 1), padding="SAME", W_std=1.5,
                                b_std=0.1),
@@ -49,9 +49,9 @@ def test_block_is_the_conv_then_the_nonlinearity():
                     after = conv(state, layer, False)
                     va = np.asarray(conv(state.replace(nngp=v, ntk=None), layer, False).nngp)
                     vb = va[::-1].copy()
-                    want = abrelu(after, va, vb, 0.0, 1.0, exact)
+                    want = abrelu(after, va, vb, 0.0, 1.0, float64)
                     got = block(state, layer,
-                                lambda st, x, y, e=exact: abrelu(st, x, y, 0.0, 1.0, e),
+                                lambda st, x, y, e=float64: abrelu(st, x, y, 0.0, 1.0, e),
                                 va, vb, False)
                     for key in ("nngp", "ntk"):
                         g, w = np.asarray(getattr(got, key)), np.asarray(getattr(want, key))

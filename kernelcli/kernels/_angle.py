@@ -12,8 +12,8 @@ multiply-adds and a division, which XLA vectorises, and undo the symmetries:
 * float32: ``t = small / big`` and a degree-6 polynomial in ``t**2`` (least squares
   on Chebyshev nodes); error below 4e-7 rad on the whole range (tested), far
   inside float32's own rounding of the inputs.
-* float64 (``exact``): fdlibm's ``atan`` (Sun Microsystems, 1993; also musl's and
-  Java's ``StrictMath``), with one division per element and no rational function
+* float64 (argument ``float64`` true): fdlibm's ``atan`` (Sun Microsystems, 1993; also
+  musl's and Java's ``StrictMath``), with one division per element and no rational function
   (a second division would cost more than the polynomial: a vector float64 division
   is several times a float32 one per element, and the angle is evaluated once per
   entry and kind). ``t = small / big`` is reduced to an argument ``r`` with
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import jax.numpy as jnp
 
-# The constants are written once, in ``native/atan.inc``, which the native plan's C++
+# The constants are written once, in ``native/atan.inc``, which the native engine's C++
 # includes; read here by a strict parser (no eval): each statement
 # ``constexpr <float|double> NAME[N] = {lit, ..., lit};`` with N decimal literals, a
 # float's with the suffix ``f``, and only ``//`` comments on lines of their own beside.
@@ -115,14 +115,14 @@ def _atan_ratio64(small, big):
     return hi + (a + lo)
 
 
-def atan2_nonneg(y, x, exact: bool):
-    """Angle in ``[0, pi]`` of the point ``(x, y)`` with ``y >= 0``; ``exact``: the
-    float64 approximation (see the module's docstring)."""
+def atan2_nonneg(y, x, float64: bool):
+    """Angle in ``[0, pi]`` of the point ``(x, y)`` with ``y >= 0``; ``float64``: the
+    float64 approximation, else the float32 one (see the module's docstring)."""
     ax = jnp.abs(x)
     big = jnp.maximum(ax, y)
     small = jnp.minimum(ax, y)
     # big == 0 only when x == y == 0; atan2(0, 0) is 0 by convention.
     big = jnp.where(big > 0, big, 1)
-    a = _atan_ratio64(small, big) if exact else _atan_unit(small / big)
+    a = _atan_ratio64(small, big) if float64 else _atan_unit(small / big)
     a = jnp.where(y > ax, (math.pi / 2) - a, a)
     return jnp.where(x < 0, math.pi - a, a)

@@ -29,20 +29,21 @@ from ._angle import atan2_nonneg
 from ._state import State, outer
 
 
-def _sin_squared(state: State, v1, v2, exact=None):
+def _sin_squared(state: State, v1, v2, float64=None):
     """``(c, v1 v2 - c**2 >= 0)``, the second exactly 0 where ``c = v1 = v2``; with
-    ``exact`` (for a map that takes the angle) also where ``|c|`` is within a few units
-    in the last place of ``sqrt(v1 v2)`` (``_nonlinear.snap``)."""
+    ``float64`` given (for a map that takes the angle: the dtype's snap) also where
+    ``|c|`` is within a few units in the last place of ``sqrt(v1 v2)``
+    (``_nonlinear.snap``)."""
     c = state.nngp
     p1, p2 = outer(v1, v2, state)
     s = jnp.sqrt(p1 * p2)
     ac = jnp.abs(c)
-    if exact is not None:
+    if float64 is not None:
         # The angle, about sqrt(2 (1 - |c| / s)), turns a rounding of c or s into an
         # error of ~1e-8 (float64) where the correlation is +-1 (a self pair, or inputs
-        # that are multiples of each other: one feature, no bias), and each plan rounds
+        # that are multiples of each other: one feature, no bias), and each engine rounds
         # differently.
-        s = _nonlinear.snap(s, ac, exact)
+        s = _nonlinear.snap(s, ac, float64)
     return c, jnp.maximum((s - ac) * (s + ac), 0)
 
 
@@ -50,12 +51,12 @@ def _times(ntk, factor):
     return None if ntk is None else ntk * factor
 
 
-def erf(state: State, v1, v2, a: float, b: float, c: float, exact: bool) -> State:
+def erf(state: State, v1, v2, a: float, b: float, c: float, float64: bool) -> State:
     """``a * erf(b * x) + c``: ``erf`` of the covariances scaled by ``b**2``, then
     ``a**2 K + c**2`` (``E[erf] = 0``)."""
     b2 = b * b
     scaled = state.replace(nngp=state.nngp * b2, ntk=_times(state.ntk, b2))
-    out = _nonlinear.erf(scaled, v1 * b2, v2 * b2, exact)
+    out = _nonlinear.erf(scaled, v1 * b2, v2 * b2, float64)
     return out.replace(nngp=a * a * out.nngp + c * c, ntk=_times(out.ntk, a * a))
 
 
@@ -71,7 +72,7 @@ def sin(state: State, v1, v2, a: float, b: float, c: float) -> State:
     return state.replace(nngp=scale * (s1 - s2), ntk=_times(state.ntk, scale * b2 * (s1 + s2)))
 
 
-def rbf(state: State, v1, v2, gamma: float, exact: bool) -> State:
+def rbf(state: State, v1, v2, gamma: float, float64: bool) -> State:
     """``sqrt(2) sin(sqrt(2 gamma) x + pi/4)``: ``exp(-gamma (v1 + v2 - 2c))``."""
     p1, p2 = outer(v1, v2, state)
     total = p1 + p2
@@ -80,7 +81,7 @@ def rbf(state: State, v1, v2, gamma: float, exact: bool) -> State:
     # or two in the last place apart, which gamma (v1 + v2) magnifies (a float32 self
     # pair was 3e-6 off 1 at gamma (v1 + v2) = 100): within a few units of v1 + v2,
     # below what the dtype resolves of a distance, the exponent is taken as 0.
-    exponent = jnp.where(jnp.abs(exponent) <= total * _nonlinear.snap_width(exact), 0,
+    exponent = jnp.where(jnp.abs(exponent) <= total * _nonlinear.snap_width(float64), 0,
                          exponent)
     nngp = jnp.exp(gamma * exponent)
     return state.replace(nngp=nngp, ntk=_times(state.ntk, 2 * gamma * nngp))
@@ -94,10 +95,10 @@ def exp(state: State, v1, v2, a: float, b: float) -> State:
     return state.replace(nngp=a * a * e, ntk=_times(state.ntk, a * a * b2 * e))
 
 
-def gaussian(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
+def gaussian(state: State, v1, v2, a: float, b: float, float64: bool) -> State:
     """``a * exp(b * x**2)``: ``a**2 / sqrt(det(I - 2b Sigma))``, ``+inf`` where that
     matrix is not positive definite (only possible for ``b > 0``)."""
-    c, sin2 = _sin_squared(state, v1, v2, exact)
+    c, sin2 = _sin_squared(state, v1, v2, float64)
     p1, p2 = outer(v1, v2, state)
     # det(I - 2b Sigma) = (1 - 2b v1)(1 - 2b v2) - 4b^2 c^2, without the cancellation
     # of 4b^2 v1 v2 against 4b^2 c^2: every term is >= 0 when b < 0.
@@ -143,26 +144,26 @@ def monomial(state: State, v1, v2, degree: int) -> State:
     return _polynomial(state, jnp.ones_like(c), c, c, sin2, degree)
 
 
-def rectified_monomial(state: State, v1, v2, degree: int, exact: bool) -> State:
+def rectified_monomial(state: State, v1, v2, degree: int, float64: bool) -> State:
     """``max(x, 0)**degree``, Cho & Saul's arc-cosine kernel of order ``degree``:
     ``k[0] = (pi - theta) / (2 pi)``, ``k[1] = (sqrt(v1 v2) sin(theta) + (pi - theta) c)
     / (2 pi)`` (ReLU's), ``theta`` the angle between the inputs. Written without a
     division by ``sin(theta)``, so a self pair (``theta = 0``) is as exact as any
     other, where neural-tangents' autodiff form is NaN."""
-    c, sin2 = _sin_squared(state, v1, v2, exact)
+    c, sin2 = _sin_squared(state, v1, v2, float64)
     sq = jnp.sqrt(sin2)
-    rest = math.pi - atan2_nonneg(sq, c, exact)
+    rest = math.pi - atan2_nonneg(sq, c, float64)
     first = rest * (1 / (2 * math.pi))
     second = (sq + rest * c) * (1 / (2 * math.pi))
     return _polynomial(state, first, second, c, sin2, degree)
 
 
-def sign(state: State, v1, v2, exact: bool) -> State:
+def sign(state: State, v1, v2, float64: bool) -> State:
     """``sign(x)``: ``1 - 2 theta / pi``; ``Kdot = 0`` (neural-tangents: the derivative
     is 0 almost everywhere). A zero variance (``sign(0) = 0``) gives 0."""
-    c, sin2 = _sin_squared(state, v1, v2, exact)
+    c, sin2 = _sin_squared(state, v1, v2, float64)
     sq = jnp.sqrt(sin2)
-    theta = jnp.where((sq == 0) & (c == 0), math.pi / 2, atan2_nonneg(sq, c, exact))
+    theta = jnp.where((sq == 0) & (c == 0), math.pi / 2, atan2_nonneg(sq, c, float64))
     ntk = None if state.ntk is None else jnp.zeros_like(state.ntk)
     return state.replace(nngp=1 - theta * (2 / math.pi), ntk=ntk)
 

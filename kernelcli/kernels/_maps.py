@@ -11,7 +11,7 @@ An entry has exactly one of:
 
 * ``linear(state, layer, standard) -> state``: a map that needs nothing but the
   covariances (dense, conv, pooling, flatten, identity);
-* ``pointwise(layer, exact) -> f``, ``f(state, v1, v2) -> state``: a map that
+* ``pointwise(layer, float64) -> f``, ``f(state, v1, v2) -> state``: a map that
   also reads each input's own variances ``v1``, ``v2`` (nonlinearities and
   ``layer_norm``; spec flag ``reads_variances``). These are what a convolution
   fuses with on a full covariance (``_compose._block``);
@@ -80,11 +80,11 @@ def _concat(outs: Sequence[State]) -> State:
     return outs[0].replace(nngp=mean([o.nngp for o in outs]), ntk=ntk, channels=sum(widths))
 
 
-def _erf(layer: Erf, exact: bool) -> Callable:
+def _erf(layer: Erf, float64: bool) -> Callable:
     """Bare ``erf`` keeps the map (and compiled program) it always had."""
     if (layer.a, layer.b, layer.c) == (1.0, 1.0, 0.0):
-        return lambda s, v1, v2: _nonlinear.erf(s, v1, v2, exact)
-    return lambda s, v1, v2: _elementwise.erf(s, v1, v2, layer.a, layer.b, layer.c, exact)
+        return lambda s, v1, v2: _nonlinear.erf(s, v1, v2, float64)
+    return lambda s, v1, v2: _elementwise.erf(s, v1, v2, layer.a, layer.b, layer.c, float64)
 
 
 KERNEL_MAPS: Dict[type, KernelMap] = {
@@ -96,30 +96,30 @@ KERNEL_MAPS: Dict[type, KernelMap] = {
     Flatten: KernelMap(linear=lambda state, layer, standard: _linear.flatten(state),
                        flattens=True),
     Identity: KernelMap(linear=lambda state, layer, standard: state),
-    Relu: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                    _nonlinear.abrelu(s, v1, v2, 0.0, 1.0, exact)),
-    ABRelu: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                      _nonlinear.abrelu(s, v1, v2, layer.a, layer.b, exact)),
-    Erf: KernelMap(pointwise=lambda layer, exact: _erf(layer, exact)),
-    Gelu: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                    _nonlinear.gelu(s, v1, v2, exact)),
-    LayerNorm: KernelMap(pointwise=lambda layer, exact: _nonlinear.layer_norm),
-    Sin: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+    Relu: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
+                    _nonlinear.abrelu(s, v1, v2, 0.0, 1.0, float64)),
+    ABRelu: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
+                      _nonlinear.abrelu(s, v1, v2, layer.a, layer.b, float64)),
+    Erf: KernelMap(pointwise=lambda layer, float64: _erf(layer, float64)),
+    Gelu: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
+                    _nonlinear.gelu(s, v1, v2, float64)),
+    LayerNorm: KernelMap(pointwise=lambda layer, float64: _nonlinear.layer_norm),
+    Sin: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
                    _elementwise.sin(s, v1, v2, layer.a, layer.b, layer.c)),
-    Rbf: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                   _elementwise.rbf(s, v1, v2, layer.gamma, exact)),
-    Exp: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+    Rbf: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
+                   _elementwise.rbf(s, v1, v2, layer.gamma, float64)),
+    Exp: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
                    _elementwise.exp(s, v1, v2, layer.a, layer.b)),
-    Gaussian: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                        _elementwise.gaussian(s, v1, v2, layer.a, layer.b, exact)),
-    Monomial: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+    Gaussian: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
+                        _elementwise.gaussian(s, v1, v2, layer.a, layer.b, float64)),
+    Monomial: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
                         _elementwise.monomial(s, v1, v2, layer.degree)),
-    RectifiedMonomial: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+    RectifiedMonomial: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
                                  _elementwise.rectified_monomial(s, v1, v2, layer.degree,
-                                                                 exact)),
-    Sign: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
-                    _elementwise.sign(s, v1, v2, exact)),
-    Hermite: KernelMap(pointwise=lambda layer, exact: lambda s, v1, v2:
+                                                                 float64)),
+    Sign: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
+                    _elementwise.sign(s, v1, v2, float64)),
+    Hermite: KernelMap(pointwise=lambda layer, float64: lambda s, v1, v2:
                        _elementwise.hermite(s, v1, v2, layer.degree)),
     Residual: KernelMap(merge=lambda layer, outs: _sum(outs)),
     Parallel: KernelMap(merge=lambda layer, outs:

@@ -22,19 +22,20 @@ def _safe_sqrt(x):
     return jnp.sqrt(jnp.maximum(x, 0))
 
 
-def snap_width(exact: bool) -> float:
-    """The snap's width in the dtype (float64 where ``exact``): native/atan.inc's."""
-    return SNAP64 if exact else SNAP32
+def snap_width(float64: bool) -> float:
+    """The snap's width in the dtype (float64's where ``float64``, else float32's):
+    native/atan.inc's."""
+    return SNAP64 if float64 else SNAP32
 
 
-def snap(s, ac, exact: bool):
+def snap(s, ac, float64: bool):
     """``s = sqrt(v1 v2)``, or ``ac = |c|`` where that is within a few units in the last
     place of ``s``: an angle from ``sqrt((s - |c|)(s + |c|))`` is exactly 0 (or pi) there
     (see ``abrelu``)."""
-    return jnp.where(s - ac <= s * snap_width(exact), ac, s)
+    return jnp.where(s - ac <= s * snap_width(float64), ac, s)
 
 
-def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
+def abrelu(state: State, v1, v2, a: float, b: float, float64: bool) -> State:
     """``a*min(x,0) + b*max(x,0)``; ReLU is ``a=0, b=1`` (arc-cosine kernel of order 1)."""
     c = state.nngp
     # sqrt(v1 v2) sin(theta) = sqrt((s - |c|)(s + |c|)), s = sqrt(v1 v2). Not the
@@ -50,8 +51,8 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # sections); elsewhere the outer product of per-position square roots (no square root
     # per entry; in float64 a vector square root costs several times a float32 one per
     # element).
-    per_entry = exact and not (state.spatial and state.full)
-    if per_entry or (not exact and state.spatial):
+    per_entry = float64 and not (state.spatial and state.full)
+    if per_entry or (not float64 and state.spatial):
         p1, p2 = outer(v1, v2, state)
         s = jnp.sqrt(p1 * p2)
     else:
@@ -61,17 +62,17 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     # angle is exactly 0. sqrt(v)^2 is v only to a few units in the last place; and
     # even sqrt(round(v*v)), which is v exactly, does not make c == v: a pair pass
     # (a self pair in it: x2 holding x1's rows) computes c by other code than the
-    # per-input pass computed v (the native plan's custom calls, without XLA's fused
+    # per-input pass computed v (the native engine's custom calls, without XLA's fused
     # multiply-adds, or XLA's own other fusion of the pair program), a unit or two in
     # the last place apart, and sqrt of that difference, about 2e-8 rad, would set the
     # NTK's Kdot (linear in the angle) 1e-9 off. Elsewhere the snap changes only
     # angles the dtype's rounding of c already decides (float32: below 7e-4, where
     # 1 - |c|/s is below 2.4e-7; float64: below 3.4e-7, the snap 64 units wide there
-    # since the native plan's pair pass may sum a window in another order than the
+    # since the native engine's pair pass may sum a window in another order than the
     # per-input pass: native/atan.inc).
-    s = snap(s, ac, exact)
+    s = snap(s, ac, float64)
     sq = _safe_sqrt((s - ac) * (s + ac))
-    theta = atan2_nonneg(sq, c, exact)
+    theta = atan2_nonneg(sq, c, float64)
     factor = (a - b) ** 2 / (2 * math.pi)
     kdot = (a * a + b * b) / 2 - factor * theta
     nngp = factor * sq + kdot * c
@@ -79,13 +80,13 @@ def abrelu(state: State, v1, v2, a: float, b: float, exact: bool) -> State:
     return state.replace(nngp=nngp, ntk=ntk)
 
 
-def erf(state: State, v1, v2, exact: bool) -> State:
+def erf(state: State, v1, v2, float64: bool) -> State:
     """``erf(x)``: ``nngp' = (2/pi) asin(2c / sqrt((1+2v1)(1+2v2)))``."""
     c = state.nngp
     p1, p2 = outer(1 + 2 * v1, 1 + 2 * v2, state)
     sq = _safe_sqrt(p1 * p2 - 4 * c * c)
     # asin(2c/sqrt(p)) == atan2(2c, sqrt(p - 4c^2)); atan2 with y >= 0 via symmetry.
-    theta = atan2_nonneg(jnp.abs(2 * c), sq, exact)
+    theta = atan2_nonneg(jnp.abs(2 * c), sq, float64)
     nngp = (2 / math.pi) * jnp.sign(c) * theta
     ntk = None
     if state.ntk is not None:
@@ -93,7 +94,7 @@ def erf(state: State, v1, v2, exact: bool) -> State:
     return state.replace(nngp=nngp, ntk=ntk)
 
 
-def gelu(state: State, v1, v2, exact: bool) -> State:
+def gelu(state: State, v1, v2, float64: bool) -> State:
     """``x * Phi(x)`` (exact GELU), closed form of arXiv:2002.08517 as in neural-tangents."""
     c = state.nngp
     p1, p2 = outer(v1, v2, state)
@@ -101,7 +102,7 @@ def gelu(state: State, v1, v2, exact: bool) -> State:
     prod, prod1 = p1 * p2, q1 * q2
     delta2 = prod1 - c * c
     delta = _safe_sqrt(delta2)
-    ang = jnp.sign(c) * atan2_nonneg(jnp.abs(c), delta, exact)   # atan2(c, delta), delta >= 0
+    ang = jnp.sign(c) * atan2_nonneg(jnp.abs(c), delta, float64)  # atan2(c, delta), delta >= 0
     nngp = ((c * c + prod * delta2) / (prod1 * delta) + c * ang) / (2 * math.pi) + 0.25 * c
     ntk = None
     if state.ntk is not None:
