@@ -1,4 +1,4 @@
-"""The accelerator plan's cost model for the six bench cases, as a markdown table.
+"""The accelerator engine's cost model for the six bench cases, as a markdown table.
 
 Predictions for the first GPU run to confirm or refute (BENCHMARKS.md): bytes each
 pair moves through device memory, program launches per pair batch, and the time per

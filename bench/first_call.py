@@ -7,10 +7,10 @@ The network: ``depth`` x (3x3 SAME conv, W_std sqrt 2, b_std 0; ReLU), flatten, 
 on ``(n, 32, 32, 3)`` float32 inputs (``cases.make_inputs``). Each round runs, in fresh
 processes and in turn, kernelcli's ``kernelcli.stax`` ``kernel_fn(x, None, ('nngp',
 'ntk'))`` with JAX's persistent compilation cache off and ``KERNELCLI_CACHE_DIR`` a fresh
-folder that holds only the native plan's library, built there once before the rounds
+folder that holds only the native engine's library, built there once before the rounds
 and untimed (as a machine has it after its first native run: the build, 10-45 s, is once
 per machine, not per call; ``--no-native-library``: the folder empty, so a kernelcli
-whose ``auto`` takes the native plan builds it in its first call), the same from the checkout ``--old`` (e.g. ``/work/main``: its
+whose ``auto`` takes the native engine builds it in its first call), the same from the checkout ``--old`` (e.g. ``/work/main``: its
 ``kernelcli`` first on the path) when given, and neural-tangents 0.6.5's
 ``jax.jit(kernel_fn)`` called the same way (``bench/.venv-nt``, or ``NT_VENV``).
 

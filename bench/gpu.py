@@ -38,8 +38,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from cases import CONFIGS, device_peak_bytes, make_inputs  # noqa: E402
 
-# name -> (N, block edge of the CPU plan, of the accelerator plan): enough blocks that
-# the steady state is several blocks long (the accelerator plan's blocks larger, so its
+# name -> (N, block edge of the cpu engine, of the accelerator engine): enough blocks that
+# the steady state is several blocks long (the accelerator engine's blocks larger, so its
 # pair batches are: the planner sizes them by the block), few enough entries that the
 # whole table stays within a few minutes on one H200.
 GPU_CASES = {

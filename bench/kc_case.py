@@ -43,7 +43,7 @@ def main(argv=None):
     p.add_argument("--out", default=None, help=".npy path for the (2, N, N) kernels")
     p.add_argument("--engine", default=os.environ.get("KC_BENCH_ENGINE", "auto"),
                    choices=("auto", "cpu", "native", "accelerator"),
-                   help="the execution plan (default: KC_BENCH_ENGINE, else auto: the plan "
+                   help="the execution engine (default: KC_BENCH_ENGINE, else auto: the engine "
                         "compute takes here), so engine_ab.py's --variant "
                         "'cpu:KC_BENCH_ENGINE=cpu' times another beside it")
     p.add_argument("--library", action="store_true",

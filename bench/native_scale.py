@@ -1,5 +1,5 @@
-"""The native plan at users' sizes: `kernelcli compute` of a pooling net on N images by
-each CPU plan, end to end, and the two kernels compared.
+"""The native engine at users' sizes: `kernelcli compute` of a pooling net on N images by
+each engine on CPUs (auto: native; cpu), end to end, and the two kernels compared.
 
 A cheap pooling kernel (the seed's network, one 3 x 3 convolution + relu + global
 average pool + dense, on 8 x 8 x 3 images: a pair's covariance is 64 x 64) reaches
@@ -23,7 +23,7 @@ import numpy as np
 
 from scale import step  # noqa: E402 - bench/ is the script's folder
 
-PLANS = ("auto", "cpu")
+ENGINES = ("auto", "cpu")
 
 
 def config(path: Path, images: Path, run_dir: Path, engine: str, side: int) -> None:
@@ -72,7 +72,7 @@ def main() -> None:
           "|---|---|---|---|---|---|---|---|")
     rows: list = []
     runs = {}
-    for engine in PLANS:
+    for engine in ENGINES:
         run_dir = out / f"run_{engine}"
         cfg = out / f"{engine}.yaml"
         config(cfg, images, run_dir, engine, args.side)
@@ -80,7 +80,7 @@ def main() -> None:
             step(f"compute (engine: {engine})", ["compute", str(cfg)], run_dir, rows)
         step(f"verify ({engine})", ["verify", str(run_dir)], run_dir, rows)
         runs[engine] = run_dir
-    for (name, wall, cpu, *_), engine in zip(rows[::2], PLANS):
+    for (name, wall, cpu, *_), engine in zip(rows[::2], ENGINES):
         manifest = json.loads((runs[engine] / "manifest.json").read_text())
         print(f"  {name}: plan {manifest['plan']['engine']}, {wall / pairs * 1e6:.2f} us "
               f"per pair wall, {cpu / pairs * 1e6:.2f} CPU-us per pair")

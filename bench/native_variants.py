@@ -1,4 +1,4 @@
-"""The native plan's speed by library: the installed package's variants (each alone, as
+"""The native engine's speed by library: the installed package's variants (each alone, as
 a CPU with only its features would load it) against an older checkout's library built
 at first use (``-march=native`` before the library shipped in the package), in fresh
 processes alternating, on the same inputs; and whether every variant gives the same

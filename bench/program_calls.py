@@ -7,7 +7,7 @@
 Builds ``bench/configs/<case>.yaml`` for (32, 32, 3) inputs on one device (no host
 device split: run it under ``taskset -c N`` to pin it to a core), and calls the
 per-input program (``stats``: one input) or the pair program (``pairs``: one call of
-the CPU plan's batch) ``--calls`` times after a warm-up, twice. Prints, per round, the
+the cpu engine's batch) ``--calls`` times after a warm-up, twice. Prints, per round, the
 best and median wall ms per call and the process's user and system CPU ms and minor
 page faults per call (``getrusage``), and the program's XLA temporaries in MiB.
 """

@@ -21,7 +21,7 @@ new one, so the two columns come from one run.
 Two byte counts: ``fused`` is what a pair must move if every layer's intermediate
 stays in cache (its share of the inputs, the kernel entries out), ``streamed`` what it
 moves when every layer reads and writes its covariances through memory
-(``kernelcli.kernels.cost_model``'s per-layer bytes, which the accelerator plan does).
+(``kernelcli.kernels.cost_model``'s per-layer bytes, which the accelerator engine does).
 The roofline uses ``fused``: the covariances of a row of pairs fit a core's L2, so
 only the arithmetic bounds a pair.
 """

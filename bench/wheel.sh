@@ -2,7 +2,7 @@
 # The wheel as a user without a compiler gets it: `pip wheel .`, installed in a fresh
 # virtual environment, run on a PATH that holds no C++ compiler. Computes the seed's
 # network (configs/cnn1_gap.yaml's architecture) on N random 32 x 32 x 3 images with
-# compute.engine: auto, prints estimate's and -v's execution plan lines and the
+# compute.engine: auto, prints estimate's and -v's engine lines and the
 # compute's wall time.
 #
 #     bash bench/wheel.sh [N]        (default N 200; a few minutes, most of it the build)
@@ -37,9 +37,9 @@ nocc() { PATH="$work/bin" "$@"; }  # a command on a PATH with no compiler on it
 for c in g++ c++ cc gcc clang; do
   if nocc command -v "$c" >/dev/null; then echo "a compiler is on PATH: $c"; exit 1; fi
 done
-nocc kernelcli estimate "$work/c.yaml" | grep "execution plan"
+nocc kernelcli estimate "$work/c.yaml" | grep -E "^  engine[ :]"
 start=$(date +%s.%N)
-nocc kernelcli compute "$work/c.yaml" -v 2>&1 | grep "execution plan"
+nocc kernelcli compute "$work/c.yaml" -v 2>&1 | grep -E "^  engine[ :]"
 end=$(date +%s.%N)
 echo "compute of N $n: $("$work/venv/bin/python" -c 'import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))' "$end" "$start") s wall"
 lib=$("$work/venv/bin/python" -c 'import kernelcli.kernels._native_recipe as r; print(r.NATIVE)')

@@ -17,7 +17,7 @@ evaluations) and its compute is total minus that, labelled so. The NT script
 compiles ahead of time and times its one call itself, so its start-up + compile
 is its wall time minus that call and the write. The compilation cache is off for
 kernelcli in the timed runs (NT has none): each starts with a fresh cache folder that
-holds only the native plan's library, built once per case before the reps, untimed (as
+holds only the native engine's library, built once per case before the reps, untimed (as
 on a machine after its first native run); one more kernelcli run with a primed cache
 shows what a repeated run costs.
 """
@@ -105,7 +105,7 @@ def write_config(case: str, inputs: Path, path: Path) -> Path:
 
 def kc_run(cfg: Path, run_dir: Path, scratch: Path, timeout: float, cache=None) -> dict:
     """``kernelcli compute`` timed; ``cache``: its cache folder, or ``None``: a fresh
-    one holding only the native plan's library kept in ``scratch / "library"`` (as a
+    one holding only the native engine's library kept in ``scratch / "library"`` (as a
     machine has it after its first native run: the build is once per machine, not per
     run), so XLA compiles every program."""
     shutil.rmtree(run_dir, ignore_errors=True)  # a finished run would be refused
@@ -141,7 +141,7 @@ def run_case(case: str, n: int, reps: int, timeout: float, log=print) -> dict:
         run, run0, nt_out = scratch / "run", scratch / "run0", scratch / "nt.npy"
         nt_cmd = [NT_PYTHON, str(BENCH / "nt_whole.py"), case, str(scratch / "x.npy"), str(nt_out)]
         r = {"n": n, "reps": reps, "kc_start": [], "kc": [], "nt": []}
-        # untimed: builds the native plan's library where the plan takes it (kc_run)
+        # untimed: builds the native engine's library where the engine takes it (kc_run)
         kc_run(cfg0, run0, scratch, timeout, cache=scratch / "library")
         t_start = time.perf_counter()
         for rep in range(reps):

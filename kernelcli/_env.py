@@ -128,7 +128,7 @@ CACHE_OFF = ("off", "0", "none", "false", "no", "")
 
 
 def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
-    """kernelcli's cache folder (the CLI's JAX compilation cache, and the native plan's
+    """kernelcli's cache folder (the CLI's JAX compilation cache, and the native engine's
     library in it), or ``None`` when switched off: ``KERNELCLI_CACHE_DIR`` (``off``,
     ``0``, ``none``, ``false``, ``no`` or empty: off), else ``JAX_COMPILATION_CACHE_DIR``,
     else ``$XDG_CACHE_HOME/kernelcli/jax`` (default ``~/.cache/kernelcli/jax``)."""

@@ -94,7 +94,7 @@ def one_device() -> list:
     """The first local device, for ``kernel_matrix(..., devices=one_device())`` where a
     test compares kernels computed in-process with each other (not with a CLI run's
     bits): one runner thread, since each of the suite's two workers already has a core
-    (the CPU plan compiles a program once whatever the device count:
+    (the cpu engine compiles a program once whatever the device count:
     ``run._devices.compute_streams``; before it did, this also halved compilations)."""
     return jax.local_devices()[:1]
 
@@ -181,9 +181,9 @@ def fixtures_dir() -> Path:
 
 
 class ReferenceKernels:
-    """Each reference case and its kernels by the CPU plan (``build_kernel_fn`` then
+    """Each reference case and its kernels by the cpu engine (``build_kernel_fn`` then
     ``kernel_matrix``, both kinds), made once per test session: the fixture tests and the
-    engine-plan tests compare the same matrices, each compiled once per case and dtype.
+    engine tests compare the same matrices, each compiled once per case and dtype.
     Computed under the kernel tests' strict JAX settings, whichever module asks first,
     and shared with the other pytest-xdist workers through an ``.npz`` in their common
     folder (:func:`built_once`), so a worker loads what the other computed."""
@@ -222,7 +222,7 @@ class ReferenceKernels:
         with jax.numpy_dtype_promotion("strict"), jax.debug_nans(True):
             check_architecture(arch, c.x1.shape[1:])
             kfn = build_kernel_fn(arch, c.x1.shape[1:], self.KINDS, dtype, engine="cpu")
-            # compared with tolerances only (neural-tangents, the accelerator plan, exact
+            # compared with tolerances only (neural-tangents, the accelerator engine, exact
             # values), never with a CLI run's bits: one device, each program compiled once
             return kernel_matrix(kfn, c.x1, c.x2, devices=one_device())
 

@@ -8,6 +8,8 @@ Nothing here is a test. The networks are the cheap ones the test plan asks for
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -166,6 +168,34 @@ def wait_until(predicate, proc: Optional[subprocess.Popen] = None, timeout: floa
             return predicate()
         time.sleep(poll)
     return False
+
+
+def edit_manifest(run, change, rechecksum=False):
+    """``change`` the JSON object of ``run``'s manifest in place; ``rechecksum``: with
+    its checksum renewed (as kernelcli writes it: sorted keys, indent 2), so what is
+    refused is the content, not the checksum."""
+    m = json.loads((run / "manifest.json").read_text())
+    change(m)
+    if rechecksum:
+        m.pop("checksum")
+        body = json.dumps(m, sort_keys=True, indent=2) + "\n"
+        m["checksum"] = hashlib.sha256(body.encode()).hexdigest()
+    (run / "manifest.json").write_text(json.dumps(m, sort_keys=True, indent=2) + "\n")
+
+
+def manifest_of_format_2(m: dict) -> dict:
+    """``m`` (a manifest's JSON object, changed in place and returned) as kernelcli wrote
+    it before the engine had a section of its own (format 2): the engine's name as
+    ``plan.engine``, the native engine's revision as ``plan.native`` (written from
+    revision 2 on) and its library as ``plan.native_library``."""
+    engine = m.pop("engine")
+    m["format"] = 2
+    m["plan"]["engine"] = engine["name"]
+    if engine.get("native_revision", 1) > 1:
+        m["plan"]["native"] = engine["native_revision"]
+    if "native_library" in engine:
+        m["plan"]["native_library"] = engine["native_library"]
+    return m
 
 
 def read_kernels(path: Path) -> tuple[dict, dict]:

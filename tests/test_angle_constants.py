@@ -1,5 +1,5 @@
 """The angle's constants are written once (``kernels/native/atan.inc``): the C++ of the
-native plan includes the file and ``kernels/_angle.py`` reads it. What Python reads is
+native engine includes the file and ``kernels/_angle.py`` reads it. What Python reads is
 what the file says, fdlibm's values to the bit, and the float32 coefficients the float32
 C++ reads from the same literals."""
 

@@ -155,9 +155,9 @@ def test_bad_calls_name_the_argument(call, message):
     assert str(exc.value).startswith(message)
 
 
-def test_engine_picks_the_plan_and_all_give_the_same_kernels():
-    """``engine`` as ``compute.engine``: auto is the native plan here (a CPU with a
-    compiler, a convolution and relu), and the CPU and accelerator plans give the same
+def test_engine_picks_the_engine_and_all_give_the_same_kernels():
+    """``engine`` as ``compute.engine``: auto is the native engine here (a CPU with a
+    compiler, a convolution and relu), and the cpu and accelerator engines give the same
     kernels to float32 rounding."""
     kfn = kernelcli.kernel_fn(FIXTURES_DIR / "cnn1_gap.yaml")
     x = images(5, seed=3)

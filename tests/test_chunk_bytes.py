@@ -1,11 +1,11 @@
-"""``KERNELCLI_CHUNK_BYTES`` sets the CPU plan's pairs per chunk, and XLA compiles each
+"""``KERNELCLI_CHUNK_BYTES`` sets the cpu engine's pairs per chunk, and XLA compiles each
 chunk size's program differently (a chunk of one pair drops the batch axis; the
 pooling's reductions are vectorised another way), so the kernel's last bits can follow
 it. A run records its chunk in its manifest; ``resume`` and ``extend`` compute with
 the recorded one whatever the environment says, so they stay bit-identical to an
 uninterrupted run.
 
-12x12x3 images under a global average pool: before the CPU plan's row loop carried
+12x12x3 images under a global average pool: before the cpu engine's row loop carried
 the convolution's next row (issue 26), a chunk of one pair and the default chunk
 differed in about 5% of the entries; today's program gives this net the same bits at
 either chunk, and a later change may not, so the test checks the recorded chunk is the

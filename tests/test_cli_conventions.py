@@ -94,8 +94,8 @@ def test_a_failing_command_prints_no_json(project, tmp_path):
 
 
 @pytest.mark.parametrize("where", ["group", "command"])
-def test_verbose_prints_the_devices_and_the_plan_before_the_first_tile(project, tmp_path,
-                                                                       where):
+def test_verbose_prints_the_devices_the_plan_and_the_engine_before_the_first_tile(
+        project, tmp_path, where):
     _d, cfg, _ = project
     args = ["compute", cfg, "--run-dir", tmp_path / "run"]
     result = invoke(*(["-v", *args] if where == "group" else [*args, "-v"]))
@@ -103,8 +103,8 @@ def test_verbose_prints_the_devices_and_the_plan_before_the_first_tile(project, 
     lines = result.stderr.splitlines()
     from kernelcli.kernels import native_unavailable
 
-    plan = "cpu" if native_unavailable() else "native"  # auto's choice for conv + relu here
-    assert lines[0] == f"conv: computing {devices_text()} ({plan} plan)"
+    engine = "cpu" if native_unavailable() else "native"  # auto's choice for conv + relu here
+    assert lines[0] == f"conv: computing {devices_text()} ({engine} engine)"
     assert lines[1] == (f"  plan: {N} x {N}, {N * (N + 1) // 2} pair evaluations in 6 "
                         f"blocks of edge {BLOCK}, " + lines[1].split(f"edge {BLOCK}, ")[1])
     assert lines[1].endswith(" pairs per call")
@@ -113,9 +113,10 @@ def test_verbose_prints_the_devices_and_the_plan_before_the_first_tile(project, 
                              "configuration")
     from kernelcli.kernels import describe_native
 
-    why = (f"auto: it has custom calls for this network; {describe_native()}" if plan == "native"
-           else f"auto: the native plan cannot run here: {native_unavailable()}")
-    assert lines[3] == f"  execution plan: {plan} ({why})"
+    why = (f"auto: it has custom calls for this network; {describe_native()}"
+           if engine == "native"
+           else f"auto: the native engine cannot run here: {native_unavailable()}")
+    assert lines[3] == f"  engine: {engine} ({why})"
     assert lines[4].startswith("conv [")
 
 

@@ -28,7 +28,7 @@ def _config(tmp_path: Path, name: str) -> Path:
     np.save(tmp_path / "x.npy", images(5))
     # one device: which of several gets a batch first (and so compiles its copy of a
     # program) depends on the machine's load; one device compiles the same set each run.
-    # The cpu plan: what is cached here is XLA's programs; the native plan would build
+    # The cpu engine: what is cached here is XLA's programs; the native engine would build
     # its library into each fresh folder first (10-45 s, tests/test_native_build.py)
     return write_config(tmp_path, name, run_dir=f"run_{name}",
                         compute={"devices": 1, "engine": "cpu"})

@@ -1,7 +1,7 @@
-"""Compile once: on two (XLA host) devices, the mesh path (the accelerator plan's way:
+"""Compile once: on two (XLA host) devices, the mesh path (the accelerator engine's way:
 one SPMD program over the devices, ``kernels/_programs.py``) compiles each program shape
 once, the memory model's compilations included, and gives the per-device path's
-values bit for bit; the per-device path (the CPU plan) compiles once per device and
+values bit for bit; the per-device path (the cpu engine) compiles once per device and
 shape, its memory model reusing the first device's executable. Compilations are
 counted by JAX's own backend-compile events, in a subprocess (fresh caches)."""
 
@@ -188,7 +188,7 @@ def test_the_library_on_one_host_device_runs_a_thread_per_core_with_the_same_bit
     """Without ``configure_host_devices`` (jax's one CPU device, a neural-tangents
     user's process) ``kernel_matrix`` runs a thread per core on that device, with one
     compilation per program and the bits of one thread; a device count the user forces
-    (``XLA_FLAGS``) is kept, and the accelerator plan keeps its devices."""
+    (``XLA_FLAGS``) is kept, and the accelerator engine keeps its devices."""
     got = _run(LIBRARY_SCRIPT)
     assert got["devices"] == 1 and got["same"] and got["compiles"] == 2
     assert got["streams"] == got["cores"] and got["forced"] == 1 and got["accelerator"] == 1

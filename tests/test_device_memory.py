@@ -1,5 +1,5 @@
 """Device memory as the budget on accelerators, XLA's out of memory as the
-out-of-memory error, and the accelerator plan's pair batch and cost model.
+out-of-memory error, and the accelerator engine's pair batch and cost model.
 
 There is no GPU here: the device budget's arithmetic is checked on a stub exposing
 ``memory_stats()`` (as a GPU device does), the fallback on the real CPU devices; the
@@ -106,7 +106,7 @@ def test_the_budget_error_names_device_memory_on_accelerators():
                                       "of 1 GiB cannot hold one pair evaluation")
 
 
-# -- the accelerator plan's pair batch ---------------------------------------------------
+# -- the accelerator engine's pair batch ---------------------------------------------------
 
 def _costs(engine, per_pair=10 * MiB, fixed=GiB):
     from kernelcli.plan import EngineCosts
@@ -121,7 +121,7 @@ def test_accelerator_pair_batch_is_what_device_memory_holds():
 
     # 64-edge blocks (a heavy pair): 2,080 pairs in a diagonal block, 4,096 in others
     cpu = plan_run(1000, 1000, symmetric=True, costs=_costs("cpu"), budget_bytes=100 * GiB)
-    assert cpu.block == 64 and cpu.pair_batch == 64  # the CPU plan: 64 chunks of one pair
+    assert cpu.block == 64 and cpu.pair_batch == 64  # the cpu engine: 64 chunks of one pair
     acc = plan_run(1000, 1000, symmetric=True, costs=_costs("accelerator"),
                    budget_bytes=100 * GiB, block=64)
     assert acc.pair_batch == 4096 // 2  # two batches of the largest block on one device
@@ -200,7 +200,7 @@ def test_xla_out_of_memory_is_the_out_of_memory_error_naming_how_to_resume(tmp_p
     mapping: XLA:GPU raises the same error class and status."""
     np.save(tmp_path / "x.npy",
             np.random.default_rng(0).standard_normal((24, 32, 32, 3)).astype(np.float32))
-    cfg = write_config(tmp_path, "oom", layers=GAP2_NET,  # XLA's own buffers: the cpu plan
+    cfg = write_config(tmp_path, "oom", layers=GAP2_NET,  # XLA's own buffers: the cpu engine
                        compute={"memory": "64GiB", "devices": 1, "engine": "cpu"})
     # one chunk for the whole batch: its buffers are allocated at once
     env = dict(cli_env(), KERNELCLI_CHUNK_BYTES=str(GiB), KERNELCLI_CACHE_DIR="off")
@@ -264,7 +264,7 @@ def test_cost_model_bytes_per_layer_follow_the_covariance_sizes():
     kfn = _kfn(GAP2_NET)
     m = cost_model(kfn, pair_batch=100, bandwidth=1e12, launch_latency=1e-5)
     names = [c.name for c in m.layers]
-    # a convolution and the nonlinearity after it are one pass (the plans' blocks)
+    # a convolution and the nonlinearity after it are one pass (the engines' blocks)
     assert names == ["input", "0:conv+relu", "2:conv+relu", "4:global_avg_pool", "5:dense",
                      "output"]
     full = 64 * 64 * 4 * 2  # (H*W)^2 float32 entries, NNGP and NTK, while a pool lies ahead
@@ -329,7 +329,7 @@ def test_launches_of_a_real_compiled_loop_grow_with_its_trip_count():
 
 
 def test_the_cpu_plan_launches_thousands_of_kernels_per_batch():
-    """What the issue found: the CPU plan's chunk and row loops, counted in its program."""
+    """What the issue found: the cpu engine's chunk and row loops, counted in its program."""
     from kernelcli.kernels import cost_model, pairs_program_text
 
     kfn = _kfn(GAP2_NET)
@@ -339,7 +339,7 @@ def test_the_cpu_plan_launches_thousands_of_kernels_per_batch():
     assert m.launches_per_batch > 4 * 8  # per pair, row loops over the 8 rows
 
 
-def test_estimate_prints_the_cost_model_on_the_accelerator_plan(tmp_path):
+def test_estimate_prints_the_cost_model_on_the_accelerator_engine(tmp_path):
     np.save(tmp_path / "x.npy",
             np.random.default_rng(0).standard_normal((6, 8, 8, 3)).astype(np.float32))
     cfg = write_config(tmp_path, "acc", layers=GAP2_NET,

@@ -1,5 +1,5 @@
-"""The two execution plans of the kernels (``compute.engine``): the key, its resolution,
-and the accelerator plan against the CPU plan on the reference fixtures."""
+"""The execution engines of the kernels (``compute.engine``): the key, its resolution,
+and the accelerator engine against the cpu engine on the reference fixtures."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 
 from conftest import FAST_CASES, FIXTURE_CASES, load_case
 from kernelcli.errors import ConfigError
-from kernelcli.kernels import _engines as _plans
+from kernelcli.kernels import _engines
 from kernelcli.kernels import _native, build_kernel_fn, resolve_engine
 from kernelcli.kernels._linear_spatial import GRAM_CHANNELS
 from kernelcli.run import kernel_matrix
@@ -57,12 +57,12 @@ def test_the_engine_does_not_change_the_configuration_fingerprint(tmp_path):
     assert len(prints) == 1
 
 
-@pytest.mark.parametrize("name, platform, plan", [
+@pytest.mark.parametrize("name, platform, engine", [
     ("auto", "cpu", "cpu"), ("auto", "gpu", "accelerator"), ("auto", "cuda", "accelerator"),
     ("auto", "tpu", "accelerator"), ("cpu", "gpu", "cpu"), ("accelerator", "cpu", "accelerator"),
 ])
-def test_resolve_engine(name, platform, plan):
-    assert resolve_engine(name, platform) == plan
+def test_resolve_engine(name, platform, engine):
+    assert resolve_engine(name, platform) == engine
 
 
 CONV3 = {"conv": {"filter": [3, 3], "padding": "SAME"}}
@@ -87,19 +87,28 @@ GAP = [CONV3, "relu", "global_avg_pool"]
 ])
 def test_auto_is_native_on_cpus_where_it_helps(layers, shape, helps):
     arch = arch_of(layers)
-    assert _plans.native_helps(arch.layers, shape) is helps
+    assert _engines.native_helps(arch.layers, shape) is helps
     native = helps and _native.unavailable() is None
     assert resolve_engine("auto", "cpu", arch.layers, shape) == ("native" if native else "cpu")
     assert resolve_engine("auto", "gpu", arch.layers, shape) == "accelerator"
 
 
+def stored(plan_keys: dict):
+    """What a resume keeps of a run whose manifest is of format 2, the engine's keys in
+    its plan (``engine``, ``native``, ``native_library``): as the store reads it."""
+    from kernelcli.store import StoredCompute, engine_of
+
+    return StoredCompute(block=6, pair_batch=4, chunk=None,
+                         engine=engine_of({"format": 2, "plan": plan_keys}, "run"))
+
+
 def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
     from kernelcli.pipeline._job import prepare
 
-    def engine(compute, stored_plan=None):
+    def engine(compute, plan_keys=None):
         with prepare(load_config(write_cfg(tmp_path, compute)),
-                     stored_plan=stored_plan) as job:
-            return job.kfn.engine, job.manifest()["plan"]["engine"]
+                     stored=None if plan_keys is None else stored(plan_keys)) as job:
+            return job.kfn.engine.name, job.manifest()["engine"]["name"]
 
     auto = "cpu" if _native.unavailable() else "native"  # auto on CPU devices, conv + relu
     assert engine({}) == (auto, auto)
@@ -110,45 +119,46 @@ def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
     assert engine({"engine": "accelerator"}, {}) == ("cpu", "cpu")  # a run before the key
     if _native.unavailable() is None:
         assert engine({"engine": "native"}) == ("native", "native")
-        stored = {"engine": "native", "native_library": _native.library().identity}
-        assert engine({"engine": "cpu"}, stored) == ("native", "native")
+        keys = {"engine": "native", "native_library": _native.library().identity}
+        assert engine({"engine": "cpu"}, keys) == ("native", "native")
 
 
 @pytest.mark.skipif(_native.unavailable() is not None,
-                    reason=f"no native plan here to record: {_native.unavailable()}")
+                    reason=f"no native engine here to record: {_native.unavailable()}")
 def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
-    """Each revision of the native plan takes more layers into its custom calls (so its
-    last bits differ): a run records it (``plan.native``; absent in runs before the key,
-    which are revision 1) and a resume computes with the run's, or refuses a newer one
-    than this kernelcli has."""
+    """Each revision of the native engine takes more layers into its custom calls (so
+    its last bits differ): a run records it (``engine.native_revision``; format 2's
+    ``plan.native``, absent in runs before the key, which are revision 1) and a resume
+    computes with the run's, or refuses a newer one than this kernelcli has."""
     from kernelcli.errors import RunDirError
     from kernelcli.pipeline._job import prepare
 
-    def revision(stored_plan=None):
+    def revision(plan_keys=None):
         with prepare(load_config(write_cfg(tmp_path, {"engine": "native"})),
-                     stored_plan=stored_plan) as job:
-            return job.kfn.native_revision, job.manifest()["plan"].get("native")
+                     stored=None if plan_keys is None else stored(plan_keys)) as job:
+            return (job.kfn.engine.native_revision,
+                    job.manifest()["engine"].get("native_revision"))
 
     lib = _native.library().identity
     assert revision() == (_native.REVISION, _native.REVISION)
     assert revision({"engine": "native", "native": 2, "native_library": lib}) == (2, 2)
     newer = _native.REVISION + 1
     with pytest.raises(RunDirError, match=re.escape(
-            f"the run computes with revision {newer} of the native plan (plan.native in its "
-            f"manifest.json), newer than this kernelcli's ({_native.REVISION}); continue it "
-            f"with the kernelcli that started it")):
+            f"the run computes with revision {newer} of the native engine (as its "
+            f"manifest.json records), newer than this kernelcli's ({_native.REVISION}); "
+            f"continue it with the kernelcli that started it")):
         revision({"engine": "native", "native": newer, "native_library": lib})
     # a run from before runs recorded their library: built for its machine, not this one
     with pytest.raises(RunDirError, match=re.escape(
             "its tiles were computed by a native library built on its own machine before "
-            "runs recorded the library's identity (plan.native_library in its "
-            f"manifest.json), whose last bits no other build reproduces (this kernelcli's "
+            "runs recorded the library's identity in their manifest.json, whose last bits "
+            f"no other build reproduces (this kernelcli's "
             f"library is {lib}); continue it with the kernelcli that started it, or start "
             f"it again")):
         revision({"engine": "native", "native": _native.REVISION})
 
 
-# -- the accelerator plan gives the CPU plan's kernels ----------------------------------
+# -- the accelerator engine gives the cpu engine's kernels ----------------------------------
 
 SHARED = ("cnn1_flatten", "cnn1_gap", "cnn3_flatten", "cnn3_gap", "erf_net", "fc3",
           "myrtle5", "rect", "residual", "standard_param")  # /work/shared/fixtures
@@ -156,9 +166,9 @@ OTHERS = tuple(n for n in FIXTURE_CASES if n not in SHARED)
 AGREE = {"float64": 1e-12, "float32": 1e-5}
 
 
-def both_plans(name: str, dtype: str, reference_kernels):
-    """The CPU plan's kernels (made once per session: the fixture tests compare them to
-    neural-tangents) and the accelerator plan's."""
+def both_engines(name: str, dtype: str, reference_kernels):
+    """The cpu engine's kernels (made once per session: the fixture tests compare them to
+    neural-tangents) and the accelerator engine's."""
     c = reference_kernels.case(name)
     arch = c.config.architecture
     check_architecture(arch, c.x1.shape[1:])
@@ -167,7 +177,7 @@ def both_plans(name: str, dtype: str, reference_kernels):
 
 
 def check_agree(name: str, dtype: str, reference_kernels):
-    cpu, acc = both_plans(name, dtype, reference_kernels)
+    cpu, acc = both_engines(name, dtype, reference_kernels)
     for kind in KINDS:
         a, b = (np.asarray(m[kind], np.float64) for m in (cpu, acc))
         scale = np.max(np.abs(a))
@@ -181,26 +191,26 @@ def check_agree(name: str, dtype: str, reference_kernels):
 
 
 # float64 on every shared case, float32 on the fast loop's (not on the largest two,
-# cnn3_gap and myrtle5): a plan's float32 programs are its float64 programs in another
+# cnn3_gap and myrtle5): an engine's float32 programs are its float64 programs in another
 # dtype.
 @pytest.mark.parametrize("name, dtype", [
     pytest.param(n, dtype, marks=() if n in FAST_CASES else pytest.mark.slow)
     for n in SHARED for dtype in ("float64", "float32")
     if dtype == "float64" or n in FAST_CASES])
-def test_the_accelerator_plan_gives_the_cpu_plans_kernels(name, dtype, reference_kernels):
+def test_the_accelerator_engine_gives_the_cpu_engines_kernels(name, dtype, reference_kernels):
     check_agree(name, dtype, reference_kernels)
 
 
-# Every other fixture in float64 only, where the agreement asked is 1e-12: a plan's
+# Every other fixture in float64 only, where the agreement asked is 1e-12: an engine's
 # float32 programs are its float64 programs in another dtype, compared on the cases above.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", OTHERS)
-def test_the_accelerator_plan_gives_the_cpu_plans_kernels_on_every_fixture(name,
-                                                                          reference_kernels):
+def test_the_accelerator_engine_gives_the_cpu_engines_kernels_on_every_fixture(
+        name, reference_kernels):
     check_agree(name, "float64", reference_kernels)
 
 
-# -- the accelerator plan's compiled structure ------------------------------------------
+# -- the accelerator engine's compiled structure ------------------------------------------
 
 def arch_of(layers):
     text = yaml.safe_dump({"layers": layers})
@@ -255,7 +265,7 @@ def whiles(hlo: str) -> int:
 
 @pytest.mark.parametrize("layers, loops", [(NO_REPEATS, 0), (FOUR_REPEATS, 1),
                                            (DIAGONAL_REPEATS, 1)])
-def test_the_accelerator_plan_has_no_loops_but_the_layer_loop(layers, loops):
+def test_the_accelerator_engine_has_no_loops_but_the_layer_loop(layers, loops):
     kfn, pairs, stats, lowered = programs(layers, "accelerator")
     assert kfn.chunk == 1
     for hlo in (pairs, stats):
@@ -268,7 +278,7 @@ def test_the_accelerator_plan_has_no_loops_but_the_layer_loop(layers, loops):
     assert shape in lowered
 
 
-def test_the_cpu_plan_keeps_its_chunk_and_row_loops():
+def test_the_cpu_engine_keeps_its_chunk_and_row_loops():
     _, pairs, _, _ = programs(NO_REPEATS, "cpu")
     assert whiles(pairs) >= 3  # the chunk loop, and a row loop per conv + nonlinearity
 
@@ -302,7 +312,7 @@ def test_every_contraction_asks_for_full_precision(name, engine):
         texts.append(kfn._grid_jit.lower(x, v, x, v).as_text())
     found = [line for t in texts for line in contractions(t)]
     # a diagonal's input kernel is a sum of products, and so is a full one's from few
-    # channels on the CPU plan (kernels/_linear_spatial.channel_gram)
+    # channels on the cpu engine (kernels/_linear_spatial.channel_gram)
     few = engine == "cpu" and c.x1.shape[-1] <= GRAM_CHANNELS
     if (kfn.full_cov and not few) or kfn.flat_input:
         assert found, f"{name}: no contraction in the programs"  # the input's covariance
@@ -311,7 +321,7 @@ def test_every_contraction_asks_for_full_precision(name, engine):
 
 
 @pytest.mark.parametrize("layers", [NO_REPEATS, FOUR_REPEATS, DIAGONAL_REPEATS])
-def test_both_plans_agree_through_runs_of_repeated_layers(layers):
+def test_both_engines_agree_through_runs_of_repeated_layers(layers):
     x = np.random.default_rng(3).standard_normal((5, 6, 6, 2))
     cpu, acc = (kernel_matrix(build_kernel_fn(arch_of(layers), (6, 6, 2), KINDS, "float64",
                                               engine=e), x) for e in ("cpu", "accelerator"))
@@ -328,7 +338,7 @@ def small_networks(draw):
     """Convolutions of filter 1..3 with and without a bias, each followed by a map,
     an optional pool, and a pooled or flattened head: where the self pair's covariance
     and variance must round alike (a 1x1 convolution with a bias before sign was
-    1e-9 apart on the accelerator plan)."""
+    1e-9 apart on the accelerator engine)."""
     layers = []
     for _ in range(draw(st.integers(1, 2))):
         k = draw(st.integers(1, 3))
@@ -345,7 +355,7 @@ def small_networks(draw):
 @pytest.mark.slow
 @settings(max_examples=8, deadline=None)
 @given(small_networks())
-def test_both_plans_agree_to_1e12_in_float64_on_random_small_networks(layers):
+def test_both_engines_agree_to_1e12_in_float64_on_random_small_networks(layers):
     x = np.random.default_rng(len(layers)).standard_normal((3, 4, 4, 2))
     cpu, acc = (kernel_matrix(build_kernel_fn(arch_of(layers), (4, 4, 2), KINDS, "float64",
                                               engine=e), x) for e in ("cpu", "accelerator"))

@@ -72,7 +72,7 @@ CASES = {
     "flatten_32x32": dict(n=256, hw=32, layers=FLATTEN_NET, chunk=32 * MiB),
     # defaults: tens of MiB per device, the process baseline dominates
     "pooling_16x16_defaults": dict(n=24, hw=16, layers=GAP2_NET, chunk=None),
-    # the native plan (auto's choice here): no covariance between layers, the baseline's
+    # the native engine (auto's choice here): no covariance between layers, the baseline's
     "pooling_16x16_native": dict(n=40, hw=16, layers=GAP2_NET, chunk=None, engine="native"),
 }
 

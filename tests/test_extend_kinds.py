@@ -1,6 +1,6 @@
 """``kernelcli extend`` on runs of other kinds: a preprocessed run takes another test
 set (preprocessed with the training set's fit), a run with readouts and augmentation
-and a run of the accelerator plan grow bit-identical to their fresh runs, a network
+and a run of the accelerator engine grow bit-identical to their fresh runs, a network
 whose per-input numbers change with the rows per call has those rows computed again,
 and a rectangle run is refused.
 
@@ -90,10 +90,10 @@ def test_a_run_with_readouts_and_augment_grows_bit_identical(files, tmp_path):
         assert np.array_equal(got[name], k), name
 
 
-def test_a_run_of_the_accelerator_plan_grows_with_it_bit_identical(files, tmp_path):
-    """extend keeps the plan a run started with, the engine included: the two plans
-    agree to rounding, not bit for bit, so new rows computed with the CPU plan beside
-    old ones of the accelerator plan would match no fresh run."""
+def test_a_run_of_the_accelerator_engine_grows_with_it_bit_identical(files, tmp_path):
+    """extend keeps what a run started with, the engine included: the two engines
+    agree to rounding, not bit for bit, so new rows computed with the cpu engine beside
+    old ones of the accelerator engine would match no fresh run."""
 
     def run(name, x1):
         doc = {"name": name, "data": {"x1": str(files / x1), "key": "x"},

@@ -4,7 +4,6 @@ no traceback, and that what is finally published equals an uninterrupted run's b
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -13,8 +12,9 @@ import h5py
 import numpy as np
 import pytest
 
-from helpers_cli import (KERNELCLI, assert_bit_identical, error_line, images, invoke, read_kernels,
-                         run_cli, small_filesystem, write_config)
+from helpers_cli import (KERNELCLI, assert_bit_identical, edit_manifest, error_line, images,
+                         invoke, manifest_of_format_2, read_kernels, run_cli, small_filesystem,
+                         write_config)
 from kernelcli.store._sealed import SealError, seal, unseal
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
@@ -141,16 +141,6 @@ def test_a_result_of_another_run_or_damaged_is_never_reported_finished(run, proj
     assert_matches_reference(run, project)
 
 
-def edit_manifest(run, change, rechecksum=False):
-    m = json.loads((run / "manifest.json").read_text())
-    change(m)
-    if rechecksum:
-        m.pop("checksum")
-        body = json.dumps(m, sort_keys=True, indent=2) + "\n"
-        m["checksum"] = hashlib.sha256(body.encode()).hexdigest()
-    (run / "manifest.json").write_text(json.dumps(m, sort_keys=True, indent=2) + "\n")
-
-
 @pytest.mark.parametrize("command", ["resume", "assemble", "status", "verify", "predict",
                                      "clean"])
 def test_an_edited_manifest_is_refused_by_every_command(run, command):
@@ -191,12 +181,31 @@ def test_a_damaged_manifest_is_one_line_exit_2(run, damage, message, command):
     (lambda m: m["plan"].update(block=0), "plan.block is 0; expected an integer"),
     (lambda m: m["plan"].update(kinds=["rbf"]), "plan.kinds is [\"rbf\"]"),
     (lambda m: m["plan"].update(pairs_total=5), "plan.pairs_total is 5 but its plan has"),
-    (lambda m: m["plan"].update(native="2"), 'plan.native is "2"; expected an integer 2..'),
-    (lambda m: m["plan"].update(native=1), "plan.native is 1; expected an integer 2.."),
-    (lambda m: m["plan"].update(native_library="../../lib"),
+    # format 2's engine keys in plan (runs from before the engine section)
+    (lambda m: manifest_of_format_2(m)["plan"].update(native="2"),
+     'plan.native is "2"; expected an integer 2..'),
+    (lambda m: manifest_of_format_2(m)["plan"].update(native=1),
+     "plan.native is 1; expected an integer 2.."),
+    (lambda m: manifest_of_format_2(m)["plan"].update(native_library="../../lib"),
      'plan.native_library is "../../lib"; expected 16 hexadecimal digits'),
-    (lambda m: m["plan"].update(native_library=7), "plan.native_library is 7; expected 16"),
-    (lambda m: m.update(format=1), "is of format 1, not 2"),
+    (lambda m: manifest_of_format_2(m)["plan"].update(native_library=7),
+     "plan.native_library is 7; expected 16"),
+    (lambda m: manifest_of_format_2(m)["plan"].update(engine="gpu"),
+     'plan.engine is "gpu"; expected one of cpu, native, accelerator'),
+    (lambda m: manifest_of_format_2(m).update(engine={"name": "cpu"}),
+     "in a manifest of format 2, which records it in plan"),
+    # the engine section
+    (lambda m: m.pop("engine"), "engine is missing; expected a mapping"),
+    (lambda m: m["engine"].update(name="gpu"),
+     'engine.name is "gpu"; expected one of cpu, native, accelerator'),
+    (lambda m: m["engine"].update(native_revision="2"),
+     'engine.native_revision is "2"; expected an integer 1..'),
+    (lambda m: m["engine"].update(native_library=7), "engine.native_library is 7; expected 16"),
+    (lambda m: m["engine"].update(name="cpu", native_revision=3),
+     'engine.name is "cpu", which does not go with what else it records'),
+    (lambda m: m["engine"].update(chunk=8), "engine.chunk is not a key of engine"),
+    (lambda m: m["plan"].update(engine="cpu"), "plan.engine is a key of format 2"),
+    (lambda m: m.update(format=1), "is of format 1, not 3"),
 ])
 def test_a_consistent_but_incomplete_manifest_is_refused(run, change, message):
     edit_manifest(run, change, rechecksum=True)

@@ -5,7 +5,7 @@ sides, as neural-tangents allows), VALID and CIRCULAR where the window fits.
 The oracle is independent of the padding code: a SAME window as the first layer (a pool
 after a 1x1 convolution without bias) reads zeros outside the input, so it equals a VALID window over the input padded explicitly
 with those zeros (lax's SAME rule: ``total = (out - 1) * s + k - n``, the smaller half
-first). Both execution plans, both kernels, float64; each kernel also finite and
+first). Both execution engines, both kernels, float64; each kernel also finite and
 symmetric. Computed on one device: each program compiles once (conftest.one_device).
 The overhang cases against neural-tangents itself are reference fixtures
 (``tests/fixtures/make_spatial.py``: ``spatial_overhang_*``).

@@ -1,9 +1,9 @@
-"""The native plan (``compute.engine: native``): the CPU plan with the pair pass's
+"""The native engine (``compute.engine: native``): the cpu engine with the pair pass's
 convolution + ABReLU-family nonlinearity on full covariances (and the global average
 pool after them), and runs of 3 x 3 SAME blocks on spatial diagonals, as C++ custom
 calls.
-It gives the CPU plan's kernels to rounding (1e-12 in float64, 1e-5 in float32, as the
-two plans of ``test_engine_plans`` agree), the CPU plan's bits where the tail does not
+It gives the cpu engine's kernels to rounding (1e-12 in float64, 1e-5 in float32, as the
+two engines of ``test_engine_plans`` agree), the cpu engine's bits where the tail does not
 apply, and it is refused (exit 2) where it cannot be built or run."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ KINDS = ("nngp", "ntk")
 AGREE = {"float64": 1e-12, "float32": 1e-5}
 
 pytestmark = pytest.mark.skipif(_native.unavailable() is not None,
-                                reason=f"the native plan: {_native.unavailable()}")
+                                reason=f"the native engine: {_native.unavailable()}")
 
 
 CONV3 = {"conv": {"filter": [3, 3]}}
@@ -100,7 +100,7 @@ def _agree(a, b, dtype, label):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", sorted(NETS))
-def test_the_native_plan_gives_the_cpu_plans_kernels(name, dtype):
+def test_the_native_engine_gives_the_cpu_engines_kernels(name, dtype):
     x = np.random.default_rng(3).standard_normal((6, 7, 5, 3))
     x2 = np.random.default_rng(4).standard_normal((4, 7, 5, 3))
     kfn = kernelcli.kernel_fn(NETS[name])
@@ -126,7 +126,7 @@ def test_the_chain_runs_its_blocks_in_one_call_from_images_or_a_covariance(name,
     them on spatial diagonals, are one custom call in the pair pass and one in the
     per-input pass (which makes the variances the pair pass reads); a chain's first
     layer makes its input from 3-channel images or reads the covariance (here 2
-    channels); and from a covariance they give the CPU plan's kernels (from images: the
+    channels); and from a covariance they give the cpu engine's kernels (from images: the
     test above)."""
     calls = []
 
@@ -174,7 +174,7 @@ def test_the_nngp_alone_is_the_same_as_with_the_ntk(name):
 
 @pytest.mark.parametrize("name", ["cnn1_gap", "cnn3_gap", "residual", "standard_param",
                                   "cnn1_flatten", "cnn3_flatten"])
-def test_the_native_plan_on_the_fixtures(name, reference_kernels):
+def test_the_native_engine_on_the_fixtures(name, reference_kernels):
     c = load_case(name)
     arch = c.config.architecture
     check_architecture(arch, c.x1.shape[1:])
@@ -187,7 +187,7 @@ def test_the_native_plan_on_the_fixtures(name, reference_kernels):
             assert np.min(np.linalg.eigvalsh(out[k])) > -1e-10 * np.max(np.abs(out[k]))
 
 
-def test_without_a_custom_call_the_native_plan_is_the_cpu_plan_bit_for_bit():
+def test_without_a_custom_call_the_native_engine_is_the_cpu_engine_bit_for_bit():
     c = load_case("erf_net")  # 3 x 3 SAME blocks, but erf is not ABReLU's family
     arch = c.config.architecture
     check_architecture(arch, c.x1.shape[1:])
@@ -199,18 +199,18 @@ def test_without_a_custom_call_the_native_plan_is_the_cpu_plan_bit_for_bit():
         np.testing.assert_array_equal(out[k], cpu[k])
 
 
-def flatten_fixture(**plan):
-    """The ``cnn3_flatten`` fixture's float64 kernels by the plan ``plan`` names."""
+def flatten_fixture(**engine):
+    """The ``cnn3_flatten`` fixture's float64 kernels by the engine ``engine`` names."""
     c = load_case("cnn3_flatten")
     arch = c.config.architecture
     check_architecture(arch, c.x1.shape[1:])
-    return kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", **plan),
+    return kernel_matrix(build_kernel_fn(arch, c.x1.shape[1:], KINDS, "float64", **engine),
                          c.x1, c.x2)
 
 
 def test_revision_1_takes_no_diagonal_chain_and_gives_its_runs_bits():
     """A native run started before the diagonal chain (revision 1) resumes with that
-    revision's bits: its flatten network's blocks are the CPU plan's, bit for bit."""
+    revision's bits: its flatten network's blocks are the cpu engine's, bit for bit."""
     kernels = flatten_fixture
     cpu, old = kernels(engine="cpu"), kernels(engine="native", native_revision=1)
     new = kernels(engine="native")
@@ -224,7 +224,7 @@ def test_from_revision_3_the_diagonal_chain_makes_the_input_diagonal_from_the_im
     """Revision 3's diagonal chain makes a flatten network's input diagonal from the two
     images (in the pair pass, rows of the inputs' tables, as it reads the roots); a run
     of revision 2 keeps its bits: the chain reads the diagonal XLA made. Both give the
-    CPU plan's kernels, and their own bits."""
+    cpu engine's kernels, and their own bits."""
     made = []
     real = _native._diag_call
 
@@ -284,7 +284,7 @@ def test_native_is_resolved_on_cpus_only():
 
 def test_without_a_compiler_the_installed_library_computes(tmp_path):
     """The library is the package's: a machine (or a PATH) without any C++ compiler
-    computes with the native plan, and auto takes it there and says why."""
+    computes with the native engine, and auto takes it there and says why."""
     import yaml
 
     np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((6, 4, 4, 2)))
@@ -297,12 +297,13 @@ def test_without_a_compiler_the_installed_library_computes(tmp_path):
         proc = run_cli("compute", tmp_path / "n.yaml", "-v", cwd=tmp_path,
                        env=cli_env(PATH=str(empty), KERNELCLI_CACHE_DIR="off"))
         assert proc.returncode == 0, proc.stderr
-        plan = json.loads((tmp_path / f"run_{engine}" / "manifest.json").read_text())["plan"]
+        recorded = json.loads((tmp_path / f"run_{engine}" / "manifest.json").read_text())[
+            "engine"]
         lib = _native.library()
-        assert (plan["engine"], plan["native_library"]) == ("native", lib.identity)
+        assert (recorded["name"], recorded["native_library"]) == ("native", lib.identity)
         how = ("compute.engine: native" if engine == "native"
                else "auto: it has custom calls for this network")
-        assert (f"  execution plan: native ({how}; library {lib.identity}, {lib.origin})"
+        assert (f"  engine: native ({how}; library {lib.identity}, {lib.origin})"
                 in proc.stderr.splitlines())
 
 

@@ -1,13 +1,13 @@
-"""The native plan against the CPU plan on random networks of the native plan's
+"""The native engine against the cpu engine on random networks of the native engine's
 vocabulary, float64: every entry within 1e-12 of the kernel's scale, the self pairs
 included, both where the per-input pass makes them (``K(x, x)``'s diagonal) and
 where a pair pass does (``x2`` holding ``x1``'s rows).
 
-Why relative to the kernel's largest entry, not entry by entry: the two plans differ
+Why relative to the kernel's largest entry, not entry by entry: the two engines differ
 only in the order and fusion of their roundings (a few units in the last place per
 layer, 1e-15 of the scale over four layers), while an entry of an ABReLU network with
 a negative slope can cancel to far below the scale, where an entrywise tolerance would
-measure the cancellation and not the plans."""
+measure the cancellation and not the engines."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ KINDS = ("nngp", "ntk")
 AGREE = 1e-12
 
 pytestmark = pytest.mark.skipif(native_unavailable() is not None,
-                                reason=f"the native plan: {native_unavailable()}")
+                                reason=f"the native engine: {native_unavailable()}")
 
 _ACTS = ("relu", "abs", "leaky_relu", "abrelu")
 
@@ -76,8 +76,8 @@ def _agree(cpu, native, label):
 
 @settings(max_examples=14, deadline=None)
 @given(networks(), st.integers(0, 2 ** 32 - 1))
-def test_the_native_plan_gives_the_cpu_plans_kernels_on_random_networks(net, seed):
-    """Three inputs; ``K(x, x)`` by both plans, and by the native plan ``K(x, x')``
+def test_the_native_engine_gives_the_cpu_engines_kernels_on_random_networks(net, seed):
+    """Three inputs; ``K(x, x)`` by both engines, and by the native engine ``K(x, x')``
     with ``x'`` the rows reversed: the middle row's pair with itself is a self pair in
     a pair pass, whose covariance the pair pass computes while its variances are the
     per-input pass's."""

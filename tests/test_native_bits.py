@@ -29,7 +29,7 @@ NAMES = ("seed", "valid", "filter_5x3", "standard_no_bias", "mixed_chain", "myrt
 
 
 def kernels() -> dict:
-    """``{"<net>/<dtype>/<kind>": array}`` by the native plan, with the identity."""
+    """``{"<net>/<dtype>/<kind>": array}`` by the native engine, with the identity."""
     from kernelcli import kernel_fn
     from kernelcli.kernels import _native
     from test_native import NETS
@@ -58,7 +58,7 @@ def _skip_unless_native():
     from kernelcli.kernels import _native
 
     if _native.unavailable() is not None:
-        pytest.skip(f"the native plan: {_native.unavailable()}")
+        pytest.skip(f"the native engine: {_native.unavailable()}")
 
 
 def test_the_fixture_is_this_librarys_and_its_bits_are_the_same():

@@ -128,10 +128,10 @@ def test_a_damaged_library_without_a_compiler_is_one_line_and_auto_says_why(tmp_
     assert not (tmp_path / "run_n").exists()
     proc = s.run("compute", s.config("a", "auto"), "-v")
     assert proc.returncode == 0, proc.stderr
-    assert f"  execution plan: cpu (auto: the native plan cannot run here: {why})" in \
+    assert f"  engine: cpu (auto: the native engine cannot run here: {why})" in \
         proc.stderr.splitlines()
-    plan = json.loads((tmp_path / "run_a" / "manifest.json").read_text())["plan"]
-    assert plan["engine"] == "cpu" and "native_library" not in plan
+    engine = json.loads((tmp_path / "run_a" / "manifest.json").read_text())["engine"]
+    assert engine["name"] == "cpu" and "native_library" not in engine
 
 
 def test_a_stale_library_is_built_at_first_use_once_and_kept(tmp_path):
@@ -145,7 +145,7 @@ def test_a_stale_library_is_built_at_first_use_once_and_kept(tmp_path):
     proc = s.run("estimate", s.config("n"))
     assert proc.returncode == 0, proc.stderr
     assert len([c for c in s.calls() if " -shared " in f" {c} "]) == 1
-    assert "kernelcli: building the native plan's library for this machine" in proc.stderr
+    assert "kernelcli: building the native engine's library for this machine" in proc.stderr
     key = s.kept()[0][:-len(".lock")]
     variant = recipe.cpu_variants()[0]
     assert s.kept() == [f"{key}.lock", key, f"{key}/{recipe.library_name(variant)}",
@@ -154,7 +154,7 @@ def test_a_stale_library_is_built_at_first_use_once_and_kept(tmp_path):
     proc = s.run("estimate", s.config("n"))
     assert proc.returncode == 0 and s.calls() == calls  # loaded as kept, not built again
     have = json.load(open(s.native / recipe.RECORD))["identity"]
-    assert (f"  execution plan                 native (compute.engine: native; library "
+    assert (f"  engine                         native (compute.engine: native; library "
             f"{ident}, built at first use in {tmp_path / 'cache' / 'kernelcli-native' / key} "
             f"({variant}), since the native library shipped with kernelcli ({have}) was "
             f"built from other sources than these ({ident}))") in proc.stdout.splitlines()
@@ -204,7 +204,7 @@ def test_processes_that_need_one_build_at_once_build_it_once(tmp_path):
     assert len([c for c in s.calls() if " -shared " in f" {c} "]) == 1
     assert "kernelcli: waiting for another process building the native library" in \
         (tmp_path / "1.err").read_text()
-    libs = {json.loads((tmp_path / f"run_{n}" / "manifest.json").read_text())["plan"][
+    libs = {json.loads((tmp_path / f"run_{n}" / "manifest.json").read_text())["engine"][
         "native_library"] for n in "ab"}
     assert libs == {recipe.identity()}
 
@@ -247,7 +247,7 @@ def test_a_run_continues_only_with_its_own_library(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert _last(proc) == (
         f"Error: {run}: its tiles were computed by native library {ident} "
-        f"(plan.native_library in its manifest.json) and this kernelcli's is {other}, whose "
+        f"(as its manifest.json records) and this kernelcli's is {other}, whose "
         f"last bits differ; continue it with the kernelcli that started it")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     header.write_text(text)

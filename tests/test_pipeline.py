@@ -35,14 +35,14 @@ def compute_ok(cfg, *extra):
 
 
 def engine_matrix(cfg_path, x, x2=None, run_dir=None):
-    """``kernel_matrix`` of the config's network; with ``run_dir``, on that run's plan
-    (its engine, block and pair batch)."""
+    """``kernel_matrix`` of the config's network; with ``run_dir``, with that run's engine
+    and on its plan (block and pair batch)."""
     cfg = load_config(cfg_path)
     plan, engine = {}, "cpu"
     if run_dir is not None:
-        stored = json.loads((run_dir / "manifest.json").read_text())["plan"]
-        plan = {"block": stored["block"], "pair_batch": stored["pair_batch"]}
-        engine = stored["engine"]
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        plan = {"block": manifest["plan"]["block"], "pair_batch": manifest["plan"]["pair_batch"]}
+        engine = manifest["engine"]["name"]
     kfn = build_kernel_fn(cfg.architecture, x.shape[1:], cfg.kernel.kinds, cfg.kernel.dtype,
                           engine=engine)
     return kernel_matrix(kfn, x, x2, **plan)

@@ -1,4 +1,4 @@
-"""Both execution plans of random fully connected networks (``dense``, ``relu``,
+"""Both execution engines of random fully connected networks (``dense``, ``relu``,
 ``sign``, ``identity``, ``layer_norm``, ``hermite``) against the same closed-form
 recursion evaluated in 50-digit decimal arithmetic.
 
@@ -19,7 +19,7 @@ import pytest
 
 import kernelcli
 
-TOL = 1e-12  # the plans' documented agreement in float64 (docs/config.md, engine)
+TOL = 1e-12  # the engines' documented agreement in float64 (docs/config.md, engine)
 EPS_LN = Decimal(1e-12)  # layer_norm's variance offset, as neural-tangents'
 PREC = 50
 

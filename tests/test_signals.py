@@ -33,7 +33,7 @@ from helpers_cli import (CONFIGS_DIR, assert_bit_identical, cli_env, finish, rea
 
 N = 128         # digits, 8x8x1; block 16: 8 block rows, 36 tiles: a tile phase long enough that
 #                 the moments land in it even with every program in the compilation cache
-#                 (on the cpu plan: the native plan, auto's choice here, takes half as long)
+#                 (on the cpu engine: the native engine, auto's choice here, takes half as long)
 BLOCK = 16
 TILES = (N // BLOCK) * (N // BLOCK + 1) // 2
 DIGITS = CONFIGS_DIR / "data" / "digits.npz"

@@ -258,6 +258,7 @@ def test_store_imports_neither_jax_nor_click():
 # --- the Manifest value object and the result-file reader ---------------------------
 
 def _run_manifest(**plan):
+    from kernelcli.config import Engine
     from kernelcli.plan import make_geometry
     from kernelcli.store import new_manifest
 
@@ -265,24 +266,25 @@ def _run_manifest(**plan):
                       itemsize=4)
     m = new_manifest(name="n", config_text="t", config_dir="/c", config_dir_from_run="..",
                      config_fingerprint="f", data_fingerprints={"x1": "a"}, geometry=g,
-                     test_diagonal=False, dtype="float32", engine="cpu")
+                     test_diagonal=False, dtype="float32", engine=Engine("cpu"))
     m["plan"].update(plan)
     return m, g
 
 
 def test_manifest_checks_itself_and_gives_its_geometry(tmp_path):
+    from kernelcli.config import Engine
     from kernelcli.errors import DamagedFileError
     from kernelcli.store import MANIFEST_FORMAT, Manifest
 
     data, g = _run_manifest()
     assert sorted(data) == ["config_dir", "config_dir_from_run", "config_fingerprint",
-                            "config_text", "data_fingerprints", "format",
+                            "config_text", "data_fingerprints", "engine", "format",
                             "kernelcli_version", "name", "plan"]
     assert data["format"] == MANIFEST_FORMAT
     m = Manifest.check(data, tmp_path)
     assert m.geometry == g and m.kinds == ("nngp",) and m.dtype == "float32"
     assert m.result_shapes() == {"nngp": (4, 4)}
-    assert m.labels_file == "labels.npz" and m.lineage == [] and m.engine == "cpu"
+    assert m.labels_file == "labels.npz" and m.lineage == [] and m.engine == Engine("cpu")
     with pytest.raises(DamagedFileError, match="plan.dtype is"):
         Manifest.check(_run_manifest(dtype="float16")[0], tmp_path)
     with pytest.raises(DamagedFileError, match="plan.n1 is"):  # made directly: checked too
@@ -316,6 +318,7 @@ def test_result_file_reads_names_labels_memmaps_and_checks_values(tmp_path):
 
 def test_a_manifest_round_trip_gives_the_same_geometry(tmp_path):
     # moved from tests/test_planner.py with the manifest's plan fields (store.Manifest)
+    from kernelcli.config import Engine
     from kernelcli.errors import DamagedFileError
     from kernelcli.plan import make_plan
     from kernelcli.store import Manifest, new_manifest
@@ -326,7 +329,7 @@ def test_a_manifest_round_trip_gives_the_same_geometry(tmp_path):
     def manifest(**plan):
         m = new_manifest(name="n", config_text="t", config_dir="/c", config_dir_from_run="..",
                          config_fingerprint="f", data_fingerprints={}, geometry=p.geometry,
-                         test_diagonal=False, dtype="float32", engine="cpu")
+                         test_diagonal=False, dtype="float32", engine=Engine("cpu"))
         m["plan"].update(plan)
         return m
 

@@ -24,10 +24,10 @@ from ._options import _shard, json_option, numbers, run_dir_argument, verbose_op
               help="Also show how the work divides over W processes (--shard I/N): the most "
                    "loaded one's pair evaluations and, with --time, its wall time.")
 @click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), metavar="B/S",
-              help="Device memory bandwidth in bytes per second for the accelerator plan's "
+              help="Device memory bandwidth in bytes per second for the accelerator engine's "
                    "cost model (default 4.8e12, an H200's).")
 @click.option("--launch-latency", type=click.FloatRange(min=0), metavar="SECONDS",
-              help="Seconds per kernel launch for the accelerator plan's cost model "
+              help="Seconds per kernel launch for the accelerator engine's cost model "
                    "(default 5e-6).")
 @json_option
 @verbose_option
@@ -41,7 +41,7 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
     memory limit); on a GPU it is the device's own free memory (JAX's preallocated
     pool less what is in use), and the host's and the device's peaks are shown apart.
 
-    On the accelerator plan (compute.engine) it also shows the cost model: program
+    On the accelerator engine (compute.engine) it also shows the cost model: program
     launches per pair batch, bytes per pair (and the layers moving the most), and the
     predicted time per kernel entry at --bandwidth and --launch-latency.
     """

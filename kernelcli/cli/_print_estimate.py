@@ -19,8 +19,8 @@ def print_estimate(est) -> None:
     plan = est.plan
     g, m = plan.geometry, plan.memory
     click.echo(f"plan for {est.name} ({', '.join(est.kinds)}, {est.dtype}, "
-               f"{est.platform}, {plan.engine} plan)")
-    _row("execution plan", f"{plan.engine} ({est.engine_reason})")
+               f"{est.platform}, {plan.engine} engine)")
+    _row("engine", f"{plan.engine} ({est.engine_reason})")
     _row("N1 (rows)", f"{g.n1:,}")
     _row("N2 (columns)", f"{g.n2:,}")
     if g.n_test:

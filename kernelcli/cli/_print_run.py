@@ -73,7 +73,7 @@ def print_run_summary(summary) -> None:
     n = m.devices
     where = (f"{n} {summary.platform} device{'' if n == 1 else 's'}"
              if summary.executor == "local" else f"a Ray cluster ({summary.platform} workers)")
-    where += f" ({plan.engine} plan)"
+    where += f" ({plan.engine} engine)"
     test = f" and {g.n_test:,} test rows" if g.n_test else ""
     lines = [
         f"{summary.name}: computing on {where}",
@@ -83,7 +83,7 @@ def print_run_summary(summary) -> None:
         f"  memory: peak {format_size(plan.peak_bytes_per_device)} per device of a "
         f"budget of {format_size(m.budget_bytes)} from "
         f"{memory_source_text(summary.memory_source, m.memory_kind)}",
-        f"  execution plan: {plan.engine} ({summary.engine_reason})",
+        f"  engine: {plan.engine} ({summary.engine_reason})",
     ]
     for line in lines:
         click.echo(line, err=True)
@@ -114,12 +114,13 @@ def print_status(report) -> None:
         click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
                    f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
-    plan = f"execution plan: {report.engine} (plan.engine in its manifest.json"
-    if report.engine == "native":
-        plan += (f"; native library {report.native_library}, which a resume needs"
-                 if report.native_library else "; no native library recorded: a resume "
+    engine = report.engine
+    line = f"engine: {engine.name} (recorded in its manifest.json"
+    if engine.native:
+        line += (f"; native library {engine.native_library}, which a resume needs"
+                 if engine.native_library else "; no native library recorded: a resume "
                  "needs the kernelcli that started it")
-    click.echo(plan + ")")
+    click.echo(line + ")")
     click.echo(f"files: {report.files:,} in the run directory; tiles: {report.tile_packs:,} "
                f"packs and {report.tiles_loose:,} files of their own")
     if report.readouts:

@@ -25,6 +25,8 @@ from ._check import check_architecture as check_architecture
 from ._check import layer_shapes as layer_shapes
 from ._allowed import DTYPES as DTYPES
 from ._allowed import ENGINES as ENGINES
+from ._engine import ENGINE_NAMES as ENGINE_NAMES
+from ._engine import Engine as Engine
 from ._allowed import EXECUTORS as EXECUTORS
 from ._allowed import KINDS as KINDS
 from ._allowed import LAYOUTS as LAYOUTS

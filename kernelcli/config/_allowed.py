@@ -20,7 +20,7 @@ DTYPES = ("float32", "float64")
 LAYOUTS = ("NHWC", "NCHW", "NLC", "NCL", "NDHWC", "NCDHW")
 PARAMETERIZATIONS = ("ntk", "standard")
 EXECUTORS = ("local", "ray")
-# compute.engine: the execution plan of the kernels (kernelcli.kernels.resolve_engine)
+# compute.engine: the kernels' execution engine, or auto (kernelcli.kernels.resolve_engine)
 ENGINES = ("auto", "cpu", "native", "accelerator")
 PREPROCESS_KINDS = ("standardize", "zca")
 
@@ -119,7 +119,7 @@ class ComputeSpec:
     block: Optional[int] = None       # storage tile edge; None = auto
     executor: str = "local"           # local | ray (tile jobs on kernel actors of a Ray cluster)
     address: Optional[str] = None     # Ray cluster address; None = RAY_ADDRESS or a local one
-    engine: str = "auto"              # auto | cpu | native | accelerator (the kernels' execution plan)
+    engine: str = "auto"              # auto | cpu | native | accelerator (the kernels' execution engine)
 
 
 @dataclass(frozen=True)

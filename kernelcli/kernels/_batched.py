@@ -1,6 +1,6 @@
-"""The accelerator plan's layers: each one pass over the whole pair batch.
+"""The accelerator engine's layers: each one pass over the whole pair batch.
 
-On a GPU a program step should be a few large kernels: the CPU plan's loops over
+On a GPU a program step should be a few large kernels: the cpu engine's loops over
 covariance rows (``_fused``) and cache-sized slabs (``_compose._by_slabs``) would
 each be a launch of a few microseconds' work. Here a (convolution,
 nonlinearity) pair is one elementwise pass over the batch -- the shifted sums of
@@ -36,8 +36,8 @@ def boundary(state: State) -> State:
     through ``rem(x, +inf)``, which is ``x`` bit for bit for every finite ``x``
     (covariances are finite) and which XLA counts as expensive and never
     duplicates into several consumers: the same network then compiles in a few
-    seconds, in time linear in depth. (The accelerator plan runs on CPUs only to be
-    tested and compared; the CPU plan's loops are its boundaries.)
+    seconds, in time linear in depth. (The accelerator engine runs on CPUs only to be
+    tested and compared; the cpu engine's loops are its boundaries.)
     """
     if not state.spatial:
         return state

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from jax import lax
 
-from ..config import branches, layer_type, walk
+from ..config import Engine, branches, layer_type, walk
 from . import _batched, _diagonal_conv, _linear, _native
 from ._fused import conv_pointwise
 from ._linear_spatial import to_full
@@ -33,6 +33,7 @@ from ._state import PairVariances, SelfVariances, State, diagonal, to_diagonal
 
 
 SLAB_BYTES = 128 << 10  # one slab of a covariance: fits a core's L2 cache
+CPU = Engine("cpu")
 
 
 def _by_slabs(f, state: State, v1, v2) -> State:
@@ -127,27 +128,30 @@ def live_states(layers: Sequence) -> int:
                       for j, branch in enumerate(branches(layer))])
 
 
-def _apply(layer, state: State, variances, standard: bool, exact: bool, out: bool,
-           seen, batched: bool) -> State:
-    """One layer through its kernel map (``_maps``); ``out``, ``seen``, ``batched``: as
-    for ``forward``, for the branches of a layer that holds some."""
+def _apply(layer, state: State, variances, standard: bool, float64: bool, out: bool,
+           seen, engine: Engine) -> State:
+    """One layer through its kernel map (``_maps``); ``out``, ``seen``, ``engine``: as
+    for ``forward``, for the branches of a layer that holds some (on the native engine
+    they run as the cpu engine's: its custom calls take layers of the main line only)."""
     m = kernel_map(layer)
+    batched = engine.batched
     if m.linear is not None:
         if not batched and _diagonal_conv.applies(layer, state):
             return _diagonal_conv.conv(state, layer, standard)
         return m.linear(state, layer, standard)
     if m.merge is not None:
-        merged = m.merge(layer, [forward(branch, state, variances, standard, exact, out,
-                                         seen, batched) for branch in branches(layer)])
+        inner = CPU if engine.native else engine
+        merged = m.merge(layer, [forward(branch, state, variances, standard, float64, out,
+                                         seen, inner) for branch in branches(layer)])
         return _batched.boundary(merged) if batched else merged
     v1, v2 = variances(state)
     if batched:
-        return _batched.boundary(m.pointwise(layer, exact)(state, v1, v2))
-    return _by_slabs(m.pointwise(layer, exact), state, v1, v2)
+        return _batched.boundary(m.pointwise(layer, float64)(state, v1, v2))
+    return _by_slabs(m.pointwise(layer, float64), state, v1, v2)
 
 
-def _block(conv, act, standard: bool, exact: bool, batched: bool = False,
-           native: bool = False, images=None):
+def _block(conv, act, standard: bool, float64: bool, batched: bool = False,
+           custom_calls: bool = False, images=None):
     """One (convolution, nonlinearity) pair as ``(state, va, vb, spare) -> (state, v)``
     (``conv``: a layer whose kernel map ``fuses``).
 
@@ -155,17 +159,17 @@ def _block(conv, act, standard: bool, exact: bool, batched: bool = False,
     per-input pass, where they are the convolved input diagonal (a joint shift
     maps the diagonal to itself) and are returned as ``v``. On a full covariance
     the two layers run row by row (``conv_pointwise``), writing into ``spare``; in
-    the native plan's pair pass, where ``_native.layer_applies``, one custom call
-    (``images``: as ``forward``'s ``inputs``, for the first layer).
+    the native engine's pair pass (``custom_calls``), where ``_native.layer_applies``, one
+    custom call (``images``: as ``forward``'s ``inputs``, for the first layer).
     """
-    pointwise = kernel_map(act).pointwise(act, exact)
+    pointwise = kernel_map(act).pointwise(act, float64)
     if batched:
         return _batched.block(conv, pointwise, standard)
 
     def run(state: State, va, vb, spare):
         self_pair = va is None
         if state.full:
-            if native and not self_pair and _native.layer_applies(conv, act, state):
+            if custom_calls and not self_pair and _native.layer_applies(conv, act, state):
                 return _native.layer(state, conv, act, va, vb, standard, images), va
             if self_pair:
                 diag = state.replace(nngp=diagonal(state.nngp, True), ntk=None, full=False)
@@ -191,31 +195,31 @@ def _layout(state: State, full: bool) -> State:
 
 
 def _native_tail_at(layers: Sequence, k: int, state: State) -> bool:
-    """Whether ``layers[k:k + 3]`` is the native plan's tail (``_native.applies``)."""
+    """Whether ``layers[k:k + 3]`` is the native engine's tail (``_native.applies``)."""
     return k + 2 < len(layers) and _native.applies(layers[k], layers[k + 1], layers[k + 2],
                                                    state)
 
 
-def forward(layers: Sequence, state: State, variances, standard: bool, exact: bool,
-            out: bool = False, seen=None, batched: bool = False,
-            native: int = 0, inputs=None) -> State:
+def forward(layers: Sequence, state: State, variances, standard: bool, float64: bool,
+            out: bool = False, seen=None, engine: Engine = CPU, inputs=None) -> State:
     """Apply ``layers`` in order, keeping the full covariance only where
     ``full_needed(layers, out)`` says (``out``: whether the output must be full;
     a branch's input is cut at once when the branch needs only its diagonal).
     ``seen(state)``, when given, is called with the state after every layer
     (branches included): how the engine measures its largest covariance.
-    ``batched``: the accelerator plan's layers (``_batched``): each one pass over the
-    whole batch, no row or slab loops. ``native``: the native plan's revision
-    (``_native.REVISION``; 0: another plan), whose custom calls (``_native``) take the
-    blocks, tails and chains they compute; every other layer runs as the CPU plan's.
-    ``inputs``: the pair's two inputs, whose covariance ``state`` is, for a native first
-    layer that makes it itself (``_native.reads_images``; from revision 3 the diagonal
-    chain, ``_native.diag``)."""
+    ``engine``: the accelerator engine's layers (``_batched``) are each one pass over the
+    whole batch, no row or slab loops; the native engine's custom calls (``_native``),
+    those of its revision, take the blocks, tails and chains they compute, and every
+    other layer runs as the cpu engine's. ``inputs``: the pair's two inputs, whose
+    covariance ``state`` is, for a native first layer that makes it itself
+    (``_native.reads_images``; from revision 3 the diagonal chain, ``_native.diag``)."""
     need = full_needed(layers, out)
-    chains = bool(native) and isinstance(variances, (PairVariances, SelfVariances))
-    diagonals = chains and native >= 2  # revision 2's diagonal chains
-    from_images = chains and native >= 3  # revision 3's: the input's diagonal made in them
-    native = bool(native) and isinstance(variances, PairVariances)
+    batched, revision = engine.batched, engine.native_revision or 0
+    chains = bool(revision) and isinstance(variances, (PairVariances, SelfVariances))
+    diagonals = chains and revision >= 2  # revision 2's diagonal chains
+    from_images = chains and revision >= 3  # revision 3's: the input's diagonal made in them
+    # the pair pass's custom calls (the per-input pass records what its chains make)
+    custom_calls = bool(revision) and isinstance(variances, PairVariances)
     state = _layout(state, need[0])
     spare = None  # the covariances of the input of the layer before: dead, reusable
     k = 0
@@ -228,10 +232,10 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
         diag = 0 if chain or not diagonals else _native.diag_length(layers, k, state)
         if chain or diag:  # the blocks (and the pool after a chain's): one custom call
             blocks = layers[k:k + 2 * chain + 1] if chain else layers[k:k + 2 * diag]
-            if native and chain:
+            if custom_calls and chain:
                 got = [variances(state) for _ in range(chain)]
                 state = _native.chain(state, blocks, got, standard, images)
-            elif native:
+            elif custom_calls:
                 got = variances.tables(diag, state.nngp.shape[0], inputs)
                 state = _native.diag(state, blocks, got, standard, from_images and k == 0)
             else:  # the per-input pass: the chain records what it makes (the diagonal
@@ -246,7 +250,7 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 seen(state)
             spare = None
             continue
-        if native and _native_tail_at(layers, k, state):
+        if custom_calls and _native_tail_at(layers, k, state):
             v1, v2 = variances(state)
             state = _native.tail(state, layer, after, v1, v2, standard, images)
             if seen is not None:
@@ -255,12 +259,13 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
             k += 3
             continue
         m = repeats(layers, k, state)
-        if m and native and _native_tail_at(layers, k + 2 * (m - 1), state):
+        if m and custom_calls and _native_tail_at(layers, k + 2 * (m - 1), state):
             m = m - 1 if m > 2 else 0  # the run's last block is the native tail's
         if m:  # a run of identical blocks: one loop over layers
             at = variances.run(m) if isinstance(variances, PairVariances) else None
             state, spare, recs = repeat_layers(
-                state, m, _block(layer, after, standard, exact, batched, native), at, spare)
+                state, m, _block(layer, after, standard, float64, batched, custom_calls), at,
+                spare)
             if recs is not None:
                 variances.runs.append((len(variances.recorded), m))
                 variances.recorded.extend(recs[t] for t in range(m))
@@ -272,14 +277,14 @@ def forward(layers: Sequence, state: State, variances, standard: bool, exact: bo
                 v1, v2 = variances(state)
             else:
                 v1 = v2 = None
-            state, v = _block(layer, after, standard, exact, batched, native,
+            state, v = _block(layer, after, standard, float64, batched, custom_calls,
                               images)(state, v1, v2, spare)
             if v1 is None:
                 variances.recorded.append(v)
             k += 1  # the nonlinearity is done too
         else:
-            state = _apply(layer, state, variances, standard, exact, need[k + 1], seen,
-                           batched)
+            state = _apply(layer, state, variances, standard, float64, need[k + 1], seen,
+                           engine)
         state = _layout(state, need[k + 1])
         if seen is not None:
             seen(state)

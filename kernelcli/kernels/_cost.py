@@ -1,4 +1,4 @@
-"""A cost model of the accelerator plan, until a GPU is at hand to measure it.
+"""A cost model of the accelerator engine, until a GPU is at hand to measure it.
 
 Per pair, each layer streams its input covariances from device memory and writes its
 output ones (NNGP, and NTK when wanted); a pointwise layer (a nonlinearity,
@@ -45,7 +45,7 @@ class LayerCost:
 
 @dataclasses.dataclass(frozen=True)
 class CostModel:
-    """The predicted cost of the accelerator plan at ``pair_batch`` pairs per call.
+    """The predicted cost of the accelerator engine at ``pair_batch`` pairs per call.
 
     ``launches_source``: where the launch count comes from, ``"hlo <platform>"`` (the
     compiled program; on CPU an estimate of what XLA:GPU launches, since its fusion
@@ -128,7 +128,7 @@ def layer_costs(kfn) -> tuple:
             if (t.reads_variances and k and kernel_map(layers[k - 1]).fuses
                     and out[-1].name == f"{prefix}{k - 1}:{layer_type(layers[k - 1]).name}"):
                 # a convolution and the nonlinearity after it are one pass (the
-                # plans' blocks): it reads the convolution's input, writes this output
+                # engines' blocks): it reads the convolution's input, writes this output
                 conv = out.pop()
                 name = f"{conv.name}+{t.name}"
                 read = conv.read_bytes + read - conv.write_bytes

@@ -1,4 +1,4 @@
-"""The convolution of a spatial diagonal on the CPU plan: each axis padded once; with
+"""The convolution of a spatial diagonal on the cpu engine: each axis padded once; with
 the nonlinearity after it, one program.
 
 After the last pooling layer (and in networks without pooling: the flatten nets) a
@@ -14,7 +14,7 @@ at about half the cost.
 In a pair pass a convolution and the nonlinearity after it run as one ``block``
 (one conditional, the convolution's sums fused into the nonlinearity's loops).
 
-The accelerator plan keeps ``conv_cov`` (its structure tests fix its programs); full
+The accelerator engine keeps ``conv_cov`` (its structure tests fix its programs); full
 covariances keep their row loops (``_fused``).
 """
 

@@ -1,6 +1,6 @@
-"""The kernels' execution plans, and which one ``compute.engine`` means.
+"""The kernels' execution engines, and which one ``compute.engine`` means.
 
-Three execution plans compute the same kernels (``compute.engine``,
+Three execution engines compute the same kernels (``compute.engine``,
 :func:`resolve_engine`; they agree to rounding, not bit for bit):
 
 * ``cpu``: a call's pairs in cache-sized chunks (a ``lax.map``), full covariances
@@ -12,8 +12,8 @@ Three execution plans compute the same kernels (``compute.engine``,
   boundary per layer and no host round trips (runs of repeated layers are a
   ``fori_loop`` of static trip count; their variances a dynamic slice): a GPU
   then runs a few large kernels per layer instead of thousands of tiny ones.
-* ``native``: the ``cpu`` plan, with each convolution + ABReLU-family nonlinearity of
-  a full covariance (and a global average pool right after one, chains of 3 x 3
+* ``native``: the ``cpu`` engine, with each convolution + ABReLU-family nonlinearity
+  of a full covariance (and a global average pool right after one, chains of 3 x 3
   blocks ending in a pool, and runs of 3 x 3 blocks on spatial diagonals) as a C++
   custom call built on first use (``_native``): the angle once for both kinds, every
   intermediate in cache, the pool summed as each row is produced. CPUs only; it needs
@@ -21,8 +21,9 @@ Three execution plans compute the same kernels (``compute.engine``,
 
 ``auto`` picks ``native`` on CPUs where it has something to do (:func:`native_helps`)
 and it can be built here; else ``cpu`` on CPUs, ``accelerator`` anywhere else. A run
-records the plan it resolved to and keeps it (resume, extend, shards, Ray's workers),
-since the two CPU plans' last bits differ.
+records the engine it resolved to (:class:`~kernelcli.config.Engine`, its manifest's
+``engine`` section) and keeps it (resume, extend, shards, Ray's workers), since the two
+CPU engines' last bits differ.
 """
 
 from __future__ import annotations
@@ -32,18 +33,15 @@ from typing import Optional, Sequence
 
 from .._stop import Stop
 from ..errors import ConfigError
-from ..config import ENGINES, bind_layers
+from ..config import ENGINE_NAMES, ENGINES, bind_layers
 from . import _native
 from ._compose import any_full
-
-# the plans themselves: every engine a config may name but the one that picks for it
-PLANS = tuple(e for e in ENGINES if e != "auto")
 
 
 def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
                    input_shape: Optional[Sequence[int]] = None,
                    stop: Optional[Stop] = None) -> str:
-    """The plan ``compute.engine: name`` means on devices of JAX platform ``platform``
+    """The engine ``compute.engine: name`` means on devices of JAX platform ``platform``
     (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ...) for a network of
     ``layers`` on inputs of ``input_shape``: ``"auto"`` is ``"accelerator"`` anywhere
     but on CPUs, and there ``"native"`` where :func:`native_helps` and the native
@@ -59,7 +57,7 @@ def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
             return "accelerator"
         helps = layers is not None and native_helps(layers, input_shape)
         return "native" if helps and _native.unavailable(stop) is None else "cpu"
-    if name not in PLANS:
+    if name not in ENGINE_NAMES:
         raise ValueError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")
     if name == "native":
         _native.unavailable(stop)  # built here, where a stop is honoured
@@ -67,7 +65,7 @@ def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
 
 
 def native_helps(layers: Sequence, input_shape: Sequence[int]) -> bool:
-    """Whether the native plan has a custom call for a network of ``layers`` on inputs
+    """Whether the native engine has a custom call for a network of ``layers`` on inputs
     of ``input_shape`` (images, ``(H, W, C)``): a stride-1 SAME or VALID convolution
     followed by an ABReLU-family nonlinearity in a network that keeps full
     covariances, or a 3 x 3 SAME one on diagonals (``_native.helps``). (Only where
@@ -82,18 +80,18 @@ def engine_reason(requested: str, engine: str, platform: str, layers: Sequence,
                   input_shape: Sequence[int]) -> str:
     """Why ``engine`` computes a network of ``layers`` on inputs of ``input_shape`` when
     ``compute.engine`` is ``requested``, as estimate and -v say it (a fallback is never
-    silent); with the native plan, which library (its identity and origin)."""
+    silent); with the native engine, which library (its identity and origin)."""
     if engine == "native":
         how = "compute.engine: native" if requested == "native" else (
             "auto: it has custom calls for this network" if requested == "auto"
-            else "the run's plan")
+            else "the run's engine")
         return f"{how}; {_native.describe()}"
     if requested == engine:
         return f"compute.engine: {engine}"
     if requested != "auto":
-        return "the run's plan (plan.engine in its manifest.json)"
+        return "the run's engine (engine.name in its manifest.json)"
     if str(platform).lower() != "cpu":
         return f"auto on {platform} devices"
     if not native_helps(layers, input_shape):
-        return "auto: the native plan has no custom call for this network"
-    return f"auto: the native plan cannot run here: {_native.unavailable()}"
+        return "auto: the native engine has no custom call for this network"
+    return f"auto: the native engine cannot run here: {_native.unavailable()}"

@@ -16,8 +16,8 @@ The work splits in two passes:
 With ``architecture.readouts`` both passes walk the body once, up to the last
 readout, and apply the head to the state after each readout's layers; with
 ``kernel.augment`` they average over the flip group. What one traced program
-evaluates is ``_passes``' (``LayerPass``: the network on states; ``Traced``: the
-functions the programs trace); the programs themselves are ``_mesh.Programs`` and
+evaluates is ``_layer_pass``' (``LayerPass``: the network on states; ``Traced``: the
+functions the programs trace); the programs themselves are ``_programs.Programs`` and
 XLA's memory estimate of them ``_memory_model.CompiledMemory``, parts that
 ``KernelFn`` holds and wires together with explicit arguments.
 
@@ -40,20 +40,20 @@ import numpy as np
 
 from .. import _env
 from ..errors import ConfigError, RunDirError
-from ..config import KINDS, Architecture, base_kind, bind_architecture, check_augment, flip_group, walk
+from ..config import (ENGINE_NAMES, KINDS, Architecture, Engine, base_kind, bind_architecture,
+                      check_augment, flip_group, walk)
 from . import _native
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import is_flat_input
 from ._memory_model import CompiledMemory, call_pairs
 from ._programs import Programs, device_mesh, on_mesh, replicated, split
 from ._layer_pass import LayerPass, Traced, trace
-from ._engines import PLANS
 from ._runner import pad_rows, run_on_devices
 from ._input_stats import Stats
 from ._xla import compiler_options, default_chunk_bytes, x64_scope
 
 
-# Live covariance bytes of one per-input call on the accelerator plan (no chunk loop:
+# Live covariance bytes of one per-input call on the accelerator engine (no chunk loop:
 # the call's rows are one program step).
 STATS_CALL_BYTES = 256 << 20
 STATS_CALL_ROWS = 1024  # and at most this many rows (the executor reads 1024 at a time)
@@ -71,15 +71,19 @@ class KernelFn:
         few units in the last place: ``_angle``).
       augment: flips (``"hflip"``, ``"vflip"``) whose group the kernel is averaged
         over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
-      engine: the execution plan, ``"cpu"``, ``"native"`` or ``"accelerator"`` (resolved:
-        :func:`resolve_engine`); the kernels agree to rounding, not bit for bit.
-      chunk: pairs per chunk of the CPU plan (``None``: from ``KERNELCLI_CHUNK_BYTES`` or
+      engine: the execution engine's name, ``"cpu"``, ``"native"`` or ``"accelerator"``
+        (resolved: :func:`resolve_engine`); the kernels agree to rounding, not bit for bit.
+      chunk: pairs per chunk of the cpu engine (``None``: from ``KERNELCLI_CHUNK_BYTES`` or
         the default); XLA compiles each chunk size's program differently, so its
         kernels differ in the last bits: a run records it and a resume passes it back.
-      native_revision: the native plan's revision (``None``: ``_native.REVISION``); an earlier
-        one's calls take fewer layers, so other bits: a run records it, a resume passes it.
+      native_revision: the native engine's revision (``None``: ``_native.REVISION``); an
+        earlier one's calls take fewer layers, so other bits: a run records it, a resume
+        passes it.
       native_library: the identity of the native library the run's tiles were computed
         with (``None``: this process's); another is refused, never mixed.
+
+    ``engine`` (the attribute) is the :class:`~kernelcli.config.Engine` it computes with:
+    the name, and for the native engine the revision and this process's library.
     """
 
     def __init__(self, arch: Architecture, input_shape: Sequence[int],
@@ -87,10 +91,9 @@ class KernelFn:
                  augment: Sequence[str] = (), engine: str = "cpu",
                  chunk: Optional[int] = None, native_revision: Optional[int] = None,
                  native_library: Optional[str] = None):
-        if engine not in PLANS:
-            raise ValueError(f"engine {engine!r}: expected one of {', '.join(PLANS)} "
+        if engine not in ENGINE_NAMES:
+            raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINE_NAMES)} "
                              f"(resolve 'auto' with resolve_engine first)")
-        self.engine = engine
         self.input_shape = tuple(int(s) for s in input_shape)
         # every filter/window/strides with one entry per spatial axis of the input
         self.arch = arch = bind_architecture(arch, self.input_shape)
@@ -111,26 +114,25 @@ class KernelFn:
         evaluated = list(arch.layers if ro is None
                          else arch.layers[:ro.after[-1]] + ro.head * len(ro.after))
         spatial = len(self.input_shape) >= 2
-        self._batched = engine == "accelerator"  # the layers of _batched, no loops
         if engine == "native":
             why = _native.unavailable()
             if why is not None:
                 raise ConfigError(f"compute.engine: 'native' cannot run here: {why}; "
                                   f"use auto, cpu or accelerator")
-        self.native_revision = (int(native_revision or _native.REVISION)
-                                if engine == "native" else None)
-        self.native_library = _native.library().identity if engine == "native" else None
-        if native_library is not None and native_library != self.native_library:
-            raise RunDirError(_native.identity_problem(native_library))  # a shard, a worker
+            library = _native.library().identity
+            if native_library is not None and native_library != library:
+                raise RunDirError(_native.identity_problem(native_library))  # a shard, a worker
+            self.engine = Engine("native", int(native_revision or _native.REVISION), library)
+        else:
+            self.engine = Engine(engine)
         self._want_ntk = "ntk" in self.base_kinds
         self._net = LayerPass(arch, self.input_shape, self.base_kinds, self.group,
                               self.n_spatial, standard=arch.parameterization == "standard",
-                              exact=self.dtype == np.float64, batched=self._batched,
-                              native=self.native_revision or 0)
+                              dtype=self.dtype, engine=self.engine)
         self.full_cov = spatial and any_full(evaluated)  # any layer's, branches included
         self.n_variances = count_variance_layers(evaluated)
         self.n_layers = sum(1 for _ in walk(evaluated))  # branches' layers included
-        self._trace = trace(self._net, self.input_shape, self.dtype)
+        self._trace = trace(self._net, self.input_shape)
         self._check_output_is_flat()
         # Networks that flatten the raw input first (or take vectors) depend on a pair
         # only through the inputs' dot product: a block's Gram matrix is one GEMM.
@@ -141,7 +143,7 @@ class KernelFn:
         per_pair = self.cov_elements * self.dtype.itemsize
         slab = max(1, SLAB_BYTES // per_pair)  # a chunk is whole slabs (see _compose)
         # accelerator: 1, no chunk loop at all (a call's pairs are one program step)
-        self.chunk = (1 if self._batched else int(chunk) if chunk is not None
+        self.chunk = (1 if self.engine.batched else int(chunk) if chunk is not None
                       else slab * max(1, chunk_bytes // (slab * per_pair)))
         self._programs = Programs(Traced(self._net, self.chunk, self.flat_input,
                                          self._trace.runs),
@@ -156,15 +158,16 @@ class KernelFn:
 
     def _whole_chunks(self, pairs: int) -> bool:
         """Whether a pairs call of ``pairs`` pairs (as :meth:`call_batch` makes them) is
-        two or more whole chunks of the CPU plan's loop, one pair per index (no flip
+        two or more whole chunks of the cpu engine's loop, one pair per index (no flip
         group, which evaluates each pair several times): the calls whose memory
         ``CompiledMemory`` relates without compiling each."""
-        return (not self._batched and not self.flat_input and len(self.group) == 1
+        return (not self.engine.batched and not self.flat_input and len(self.group) == 1
                 and pairs % self.chunk == 0 and pairs >= 2 * self.chunk)
 
     # Whether pair batches and per-input calls on several devices are one SPMD program
-    # over their mesh (``_mesh.py``): the accelerator plan's way (one compilation for
-    # all devices); None: by ``engine``. Tests set it to run the CPU plan's programs so.
+    # over their mesh (``_programs.py``): the accelerator engine's way (one compilation
+    # for all devices); None: by ``engine``. Tests set it to run the cpu engine's
+    # programs so.
     mesh_calls: Optional[bool] = None
 
     def _on_mesh(self, devices) -> bool:
@@ -187,10 +190,10 @@ class KernelFn:
 
     def call_batch(self, pair_batch: int) -> int:
         """Pairs one compiled call evaluates for batches of ``pair_batch`` pairs: on the
-        CPU plan :func:`~._memory_model.call_pairs` (small batches padded to one
-        program, larger ones to whole chunks); the accelerator plan and flat-input
+        cpu engine :func:`~._memory_model.call_pairs` (small batches padded to one
+        program, larger ones to whole chunks); the accelerator engine and flat-input
         networks (a Gram matrix per block) call with the batch as it is."""
-        if self._batched or self.flat_input:
+        if self.engine.batched or self.flat_input:
             return max(1, int(pair_batch))
         return call_pairs(pair_batch, self.chunk)
 
@@ -241,8 +244,8 @@ class KernelFn:
     @property
     def stats_batch(self) -> int:
         """Most rows per call of the per-input pass: a few chunks; on the accelerator
-        plan as many as hold ``STATS_CALL_BYTES`` of live covariances (at least 1)."""
-        if self._batched:
+        engine as many as hold ``STATS_CALL_BYTES`` of live covariances (at least 1)."""
+        if self.engine.batched:
             return max(1, STATS_CALL_BYTES // max(1, self.live_bytes_per_pair))
         return max(self.chunk, 1) * 8
 
@@ -252,13 +255,13 @@ class KernelFn:
         less than a chunk: a call's chunks then have one shape whatever ``n``, so each
         input's numbers are the same bits whichever call it is in.
 
-        On the accelerator plan a call is one program step: always
+        On the accelerator engine a call is one program step: always
         ``min(stats_batch, STATS_CALL_ROWS)`` rows, the last call padded, whatever
         ``n``. A GPU's reductions (global pooling, flatten) may be tiled by the shape of
         the whole call, so one shape for every call of every run is what keeps an
         input's numbers the same bits in a run, its resume, a shard and a grown run
         (``kernelcli extend``)."""
-        if self._batched:
+        if self.engine.batched:
             return max(1, min(self.stats_batch, STATS_CALL_ROWS))
         if self.flat_input:  # a squared norm per input: not worth a compile per device
             return max(1, min(self.stats_batch, n))
@@ -389,7 +392,7 @@ def build_kernel_fn(arch: Architecture, input_shape: Sequence[int], kinds: Seque
                     ) -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
     ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
-    execution plan (``"cpu"``, ``"native"`` or ``"accelerator"``, see :func:`resolve_engine`);
+    execution engine (``"cpu"``, ``"native"`` or ``"accelerator"``, see :func:`resolve_engine`);
     ``chunk``, ``native_revision``, ``native_library``: see :class:`KernelFn`."""
     return KernelFn(arch, input_shape, kinds, dtype, augment, engine, chunk, native_revision,
                     native_library)

@@ -10,7 +10,7 @@ per-input pass.
   computes alone; and the per-input pass (``self_fn``), which with
   ``kernel.augment`` averages ``K(x, g x)`` over the flip group (``_flip_group.py``).
 * ``Traced``: the three functions the compiled programs trace (per-input pass,
-  pair batch, whole-block grid), in chunks of pairs on the CPU plan, each pair
+  pair batch, whole-block grid), in chunks of pairs on the cpu engine, each pair
   evaluated against the flipped copies of its second input under ``augment``.
 """
 
@@ -20,7 +20,9 @@ from typing import NamedTuple, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ..config import Engine
 from . import _flip_group
 from ._compose import forward, full_needed
 from ._flat import FlatRoute
@@ -54,37 +56,36 @@ class LayerPass:
 
     ``base_kinds``: the kinds computed (``"nngp"``, ``"ntk"``); ``group``: the flip
     group, identity first; ``n_spatial``: the input's spatial axes; ``standard``:
-    standard parameterization; ``exact``: float64's exact maps; ``batched``: the
-    accelerator plan's layers (``_batched``), no row or slab loops; ``native``: the
-    native plan's revision, whose custom calls (``_native``) take their layers (0:
-    another plan).
+    standard parameterization; ``dtype``: the computation's (float64 takes the maps'
+    float64 approximations, ``float64``); ``engine``: the execution engine, whose
+    layers the passes run (the accelerator engine's ``_batched`` ones, with no row or
+    slab loops; the native engine's custom calls, ``_native``, of its revision).
     """
 
     def __init__(self, arch, input_shape: Sequence[int], base_kinds: Tuple[str, ...],
-                 group, n_spatial: int, standard: bool, exact: bool, batched: bool,
-                 native: int = 0):
+                 group, n_spatial: int, standard: bool, dtype, engine: Engine):
         self.arch = arch
         self.base_kinds = base_kinds
         self.group = group
         self.n_spatial = n_spatial
         self.standard = standard
-        self.exact = exact
-        self.batched = batched
-        self.native = native
+        self.dtype = np.dtype(dtype)
+        self.float64 = self.dtype == np.float64
+        self.engine = engine
         self.want_ntk = "ntk" in base_kinds
         self.input_full, self.readout_full = full_needs(arch, len(input_shape) >= 2)
         self.flat = FlatRoute(arch.layers, input_shape, self.want_ntk, self.forward)
 
     def run(self, xa, xb, variances, seen=None):
         state = input_state(xa, xb, self.input_full, self.want_ntk)
-        if (state.full and not self.batched and xa.shape[-1] <= GRAM_CHANNELS):
+        if (state.full and not self.engine.batched and xa.shape[-1] <= GRAM_CHANNELS):
             state = state.replace(nngp=channel_gram(xa, xb))
         if seen is not None:
             seen(state)
         if self.flat.flattens_images:  # ``state`` traced for its size (the chunk) only
             return self.flat.rows(xa, xb, variances)
-        # the native plan's first layer may make the input's covariance from the images
-        inputs = (xa, xb) if self.native else None
+        # the native engine's first layer may make the input's covariance from the images
+        inputs = (xa, xb) if self.engine.native else None
         return self.forward(self.arch.layers, state, variances, seen=seen, inputs=inputs)
 
     def forward(self, layers, state, variances, skipped: int = 0, seen=None, inputs=None):
@@ -96,16 +97,15 @@ class LayerPass:
         ro = self.arch.readouts
         if ro is None:
             return self.outputs(forward(layers, state, variances, self.standard,
-                                        self.exact, seen=seen, batched=self.batched,
-                                        native=self.native, inputs=inputs))
+                                        self.float64, seen=seen, engine=self.engine,
+                                        inputs=inputs))
         out, start = {}, 0
         for after, full in zip(ro.after, self.readout_full):
             stop = after - skipped
             state = forward(layers[start:stop], state, variances, self.standard,
-                            self.exact, out=full, seen=seen, batched=self.batched,
-                            native=self.native)
-            head = forward(ro.head, state, variances, self.standard, self.exact, seen=seen,
-                           batched=self.batched, native=self.native)
+                            self.float64, out=full, seen=seen, engine=self.engine)
+            head = forward(ro.head, state, variances, self.standard, self.float64, seen=seen,
+                           engine=self.engine)
             out.update(self.outputs(head, f"_d{after}"))
             start = stop
         return out
@@ -119,7 +119,7 @@ class LayerPass:
             values = [out] + [
                 self.run(x, _flip_group.flip_rows(x, g),
                          PairVariances(v, _flip_group.flip_variances(v, g, self.n_spatial),
-                                       stacks={} if self.batched else None))
+                                       stacks={} if self.engine.batched else None))
                 for g in self.group[1:]]
             out = {k: _flip_group.mean_over(jnp.stack([o[k] for o in values]), len(self.group), 0)
                    for k in out}
@@ -144,23 +144,23 @@ class Trace(NamedTuple):
     runs: tuple
 
 
-def trace(net: LayerPass, input_shape: Tuple[int, ...], dtype) -> Trace:
+def trace(net: LayerPass, input_shape: Tuple[int, ...]) -> Trace:
     sizes = []
     rec = SelfVariances()
 
     def seen(state):
         sizes.append(state.nngp[0].size)
 
-    with x64_scope(dtype):
+    with x64_scope(net.dtype):
         shapes = jax.eval_shape(lambda x: net.self_fn(x, seen, rec),
-                                jax.ShapeDtypeStruct((1,) + input_shape, dtype))
+                                jax.ShapeDtypeStruct((1,) + input_shape, net.dtype))
     return Trace(shapes, max(sizes), tuple(rec.runs))
 
 
 class Traced:
     """The functions the compiled programs trace: ``stats_fn`` (the per-input pass),
     ``pairs_fn`` (a batch of index pairs) and ``grid_fn`` (every pair of a flat-input
-    block). ``chunk``: pairs per step of the CPU plan's chunk loop; ``flat_input``:
+    block). ``chunk``: pairs per step of the cpu engine's chunk loop; ``flat_input``:
     pairs through the Gram-matrix route; ``runs``: ``Trace.runs``."""
 
     def __init__(self, net: LayerPass, chunk: int, flat_input: bool, runs: tuple):
@@ -177,9 +177,9 @@ class Traced:
         temporaries allocated once per call, whatever the batch; the layers see
         the chunk as an explicit leading axis, so they can cut it into slabs.
 
-        The accelerator plan has no chunks: ``fn`` on all the rows at once.
+        The accelerator engine has no chunks: ``fn`` on all the rows at once.
         """
-        if self._net.batched:
+        if self._net.engine.batched:
             return fn(*rows)
         n = rows[0].shape[0]
         c = min(self._chunk, n)
@@ -215,10 +215,10 @@ class Traced:
         if self._flat_input:
             return self._net.flat.pairs(x1, v1, x2, v2, i, j)
 
-        # accelerator plan: runs of repeated layers read their variances from stacks,
-        # made once per call (the CPU plan branches per layer: PairVariances)
+        # accelerator engine: runs of repeated layers read their variances from stacks,
+        # made once per call (the cpu engine branches per layer: PairVariances)
         stacks = ({first: stack_run(v1, v2, first, m) for first, m in self._runs}
-                  if self._net.batched else None)
+                  if self._net.engine.batched else None)
 
         def chunk(a, b):
             return self._net.run(x1[a], x2[b], PairVariances(v1, v2, a, b, stacks, (x1, x2)))

@@ -22,7 +22,7 @@ from ._state import State, to_diagonal
 from ._transpose import transpose_cov
 
 
-# Inputs with at most this many channels take ``channel_gram`` on the CPU plan.
+# Inputs with at most this many channels take ``channel_gram`` on the cpu engine.
 GRAM_CHANNELS = 16
 
 
@@ -30,7 +30,7 @@ def channel_gram(x1, x2):
     """The input kernel of a full covariance, ``_linear.input_state``'s
     ``einsum("phwc,pHWc->phHwW") / C``, as the sum over channels of outer products
     (``x1[..., c]`` along the first input's axes times ``x2[..., c]`` along the
-    second's), for inputs with few channels (``GRAM_CHANNELS``) on the CPU plan.
+    second's), for inputs with few channels (``GRAM_CHANNELS``) on the cpu engine.
 
     XLA:CPU computes the einsum as one ``(HW, C) x (C, HW)`` product, fast, and then
     transposes its ``[h, w, H, W]`` result to the covariance's ``[h, H, w, W]``

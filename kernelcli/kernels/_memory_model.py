@@ -3,7 +3,7 @@ batches (and ``estimate`` its peaks) by. Each estimate is of the executable the 
 then calls (compiled once and kept by ``SerialJit``), so asking costs no extra
 compilation when the run uses those shapes.
 
-A pairs call of two or more whole chunks of the CPU plan's loop holds the same
+A pairs call of two or more whole chunks of the cpu engine's loop holds the same
 temporaries whatever the number of chunks (the loop's buffers are one chunk's): its
 memory at another such size differs only by the index arguments and the outputs of
 the pairs between. So once one such size is compiled, the planner's question at
@@ -18,13 +18,13 @@ import jax.numpy as jnp
 
 from ._programs import device_mesh, replicated, split
 
-# Pair calls of the CPU plan smaller than this (or than a chunk) are padded up to it:
+# Pair calls of the cpu engine smaller than this (or than a chunk) are padded up to it:
 # one program for every small batch (``call_pairs``).
 SMALL_CALL_PAIRS = 32
 
 
 def call_pairs(pair_batch: int, chunk: int) -> int:
-    """Pairs one call of the CPU plan's pairs program evaluates for batches of
+    """Pairs one call of the cpu engine's pairs program evaluates for batches of
     ``pair_batch`` pairs, its loop taking ``chunk`` pairs a step. A batch smaller than
     ``min(chunk, SMALL_CALL_PAIRS)`` is padded up to that, so every small batch is one
     program. The planner sizes a batch by the compiled memory at two batches
@@ -51,7 +51,7 @@ class CompiledMemory:
     program; ``on_mesh(devices)``: whether calls on ``devices`` take the mesh path
     (read at each question: tests switch a kernel function's path after it is built);
     ``whole_chunks(pairs)``: whether a pairs call of that size is two or more whole
-    chunks of the CPU plan's loop (see the module docstring); ``pair_io``: bytes per
+    chunks of the cpu engine's loop (see the module docstring); ``pair_io``: bytes per
     pair of the outputs and of the index arguments, ``(outputs, indices)``.
     """
 

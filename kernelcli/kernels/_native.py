@@ -1,10 +1,10 @@
-"""The native plan's custom calls, C++ loops built on first use (``native/``):
+"""The native engine's custom calls, C++ loops built on first use (``native/``):
 convolution and ABReLU-family nonlinearity, with or without the global average pool
 after them (``layer.cc``); chains of 3 x 3 SAME blocks ending in the global average
 pool, on pairs or on each input with itself (``chain.cc``); and runs of 3 x 3 SAME
 blocks on spatial diagonals, the state of networks without pooling (``diag.cc``).
 
-Why: on the CPU plan XLA evaluates the nonlinearity's angle once per output kind, does
+Why: on the cpu engine XLA evaluates the nonlinearity's angle once per output kind, does
 not vectorise a pool summed inside the nonlinearity's loop, and streams every
 ``(H W)^2`` intermediate through memory (BENCHMARKS.md, issue 26). The C++ loops window
 each output row pair, map it and add it to the pool while it is in cache; a chain
@@ -12,7 +12,7 @@ runs its layers one covariance diagonal at a time, so no covariance between its
 layers is written at all; a diagonal chain runs all its layers on a pair's ``H x W``
 diagonal in L1. They apply only where their formulas are kernelcli's exactly
 (:func:`applies`, :func:`layer_applies`, :func:`chain_length`, :func:`diag_length`);
-every other layer runs the CPU plan's own code.
+every other layer runs the cpu engine's own code.
 
 The library (``_native_library``: its targets, loaded once per process) is compiled
 when the package is built, for portable targets, and loaded once its bytes match their
@@ -40,11 +40,11 @@ from ._native_library import (CHAIN_TARGETS, DIAG_TARGETS, SYMBOLS, TARGETS, des
 from ._spatial import out_size, pads
 from ._state import State
 
-# The native plan's revision, which a run records (``plan.native``) and a resume keeps:
-# each revision took more layers into custom calls, so its last bits differ. 1: blocks,
-# tails and chains on full covariances (runs without the key); 2: also the diagonal
-# chain (``diag``); 3: the diagonal chain also makes a network's input diagonal from
-# the images.
+# The native engine's revision, which a run records (``engine.native_revision``) and a
+# resume keeps: each revision took more layers into custom calls, so its last bits
+# differ. 1: blocks, tails and chains on full covariances (runs from before the revision
+# was recorded); 2: also the diagonal chain (``diag``); 3: the diagonal chain also
+# makes a network's input diagonal from the images.
 REVISION = 3
 
 def abrelu_params(layer) -> Optional[tuple]:

@@ -1,4 +1,4 @@
-"""Finding, checking and loading the native plan's library; building it at first use
+"""Finding, checking and loading the native engine's library; building it at first use
 only where the package carries none this machine can load.
 
 The library is compiled when the package is built (``setup.py``, by the recipe in
@@ -89,7 +89,7 @@ def load(symbols: Sequence[str], cache: Optional[Path], stop: Optional[Stop] = N
     in a private folder removed after loading). A ``stop`` requested while waiting or
     building raises :class:`~kernelcli.errors.Interrupted`."""
     if platform.system() != "Linux":
-        return None, f"the native plan is built for Linux only (this is {platform.system()})"
+        return None, f"the native engine is built for Linux only (this is {platform.system()})"
     runnable = recipe.cpu_variants()
     if not runnable:
         return None, f"kernelcli builds no native library for {platform.machine()} processors"
@@ -265,7 +265,7 @@ def _build(cxx, ident, variant, symbols, ffi, work: Path, kept: Optional[Path], 
     out = work / recipe.library_name(variant)
     compiles, link = recipe.commands(cxx, variant, jax.ffi.include_dir(), work, out)
     seconds = _env.native_build_seconds()
-    tell(f"building the native plan's library for this machine with {cxx} (once; up to "
+    tell(f"building the native engine's library for this machine with {cxx} (once; up to "
          f"{seconds:g} s)")
     failed = (recipe.run(compiles, work, seconds, lambda: check(stop))
               or recipe.run([link], work, seconds, lambda: check(stop)))

@@ -63,14 +63,14 @@ def _kept_folder() -> Optional[Path]:
 
 
 def unavailable(stop: Optional[Stop] = None) -> Optional[str]:
-    """Why the native plan cannot run in this process (loading it, or building it at
+    """Why the native engine cannot run in this process (loading it, or building it at
     first use, which a requested ``stop`` ends with ``Interrupted``), or ``None``."""
     return _load(stop)[1]
 
 
 def library(stop: Optional[Stop] = None):
     """The loaded :class:`~._native_build.Library` (identity, variant, origin), or
-    ``None`` where the plan cannot run (:func:`unavailable` says why)."""
+    ``None`` where the native engine cannot run (:func:`unavailable` says why)."""
     return _load(stop)[0]
 
 
@@ -81,18 +81,18 @@ def identity_problem(recorded: Optional[str]) -> Optional[str]:
     only where their identities agree, so a run never mixes them."""
     why = unavailable()
     if why is not None:
-        return (f"the run computes with the native plan (plan.engine in its "
-                f"manifest.json), which cannot run here: {why}")
+        return (f"the run computes with the native engine (as its "
+                f"manifest.json records), which cannot run here: {why}")
     have = library().identity
     if recorded is None:
         return ("its tiles were computed by a native library built on its own machine "
-                "before runs recorded the library's identity (plan.native_library in its "
-                f"manifest.json), whose last bits no other build reproduces (this "
+                "before runs recorded the library's identity in their manifest.json, "
+                f"whose last bits no other build reproduces (this "
                 f"kernelcli's library is {have}); continue it with the kernelcli that "
                 f"started it, or start it again")
     if recorded != have:
-        return (f"its tiles were computed by native library {recorded} (plan.native_library "
-                f"in its manifest.json) and this kernelcli's is {have}, whose last bits "
+        return (f"its tiles were computed by native library {recorded} (as its "
+                f"manifest.json records) and this kernelcli's is {have}, whose last bits "
                 f"differ; continue it with the kernelcli that started it")
     return None
 

@@ -1,4 +1,4 @@
-"""How the native plan's library is built, named and checked: the one recipe that both
+"""How the native engine's library is built, named and checked: the one recipe that both
 the package's build (``setup.py``, at ``pip install`` / ``pip wheel``) and a build at
 first use (:mod:`._native_build`) follow.
 
@@ -114,7 +114,7 @@ def source_files(folder: Path = NATIVE) -> list:
 
 def identity(folder: Path = NATIVE) -> str:
     """What decides the library's bits, hashed: its source files and :data:`FLAGS`
-    (16 hex digits; a run records it as ``plan.native_library``)."""
+    (16 hex digits; a run records it as ``engine.native_library``)."""
     h = hashlib.sha256(b"kernelcli-native\0" + " ".join(FLAGS).encode() + b"\0")
     for path in source_files(folder):
         data = path.read_bytes()

@@ -1,9 +1,9 @@
 """One program for all local devices: a per-device program mapped over a device mesh.
 
-The CPU plan runs one thread per device, each calling the program compiled for its
+The cpu engine runs one thread per device, each calling the program compiled for its
 device (XLA binds an executable to its devices, so that is one compilation per
 device; the persistent compilation cache keys CPU programs by device too). The
-accelerator plan instead compiles the per-device program once, as one SPMD program
+accelerator engine instead compiles the per-device program once, as one SPMD program
 over a 1-D mesh of the devices (``shard_map``): the batch axis (pairs, or rows of
 the per-input pass) is split into one shard per device, the block's inputs and
 variances are replicated. Each device runs exactly the per-device program on its
@@ -18,6 +18,7 @@ from typing import Optional
 import jax
 import numpy as np
 
+from ..config import Engine
 from ._xla import SerialJit
 
 AXIS = "devices"
@@ -62,13 +63,13 @@ def mapped(fn, mesh, in_split, out_split=True):
                          check_rep=False)
 
 
-def on_mesh(devices, mesh_calls: Optional[bool], engine: str) -> bool:
+def on_mesh(devices, mesh_calls: Optional[bool], engine: Engine) -> bool:
     """Whether calls on ``devices`` are one SPMD program over their mesh: on several
-    devices, when ``mesh_calls`` says so, or (``None``) on the accelerator plan."""
+    devices, when ``mesh_calls`` says so, or (``None``) on the accelerator engine."""
     devices = [d for d in (devices or []) if d is not None]
     on = mesh_calls
     if on is None:
-        on = engine == "accelerator"
+        on = engine.batched
     return bool(on) and len(devices) > 1
 
 

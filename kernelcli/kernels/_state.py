@@ -104,11 +104,11 @@ class PairVariances:
     were 10x the chunk's covariances).
 
     How a loop over a run of repeated layers reads layer ``i``'s variances (``run``)
-    is the plans' one difference here. The CPU plan (``stacks is None``) branches on
+    is the engines' one difference here. The cpu engine (``stacks is None``) branches on
     ``i`` with ``lax.switch``, one branch per layer: each branch gathers its own
     layer's rows, nothing is copied up front (a stack of a run's per-input arrays
     would be ``m`` copies of them per call: twice the temporaries of a flatten
-    network's pair batch). The accelerator plan cannot branch: XLA:GPU reads a
+    network's pair batch). The accelerator engine cannot branch: XLA:GPU reads a
     switch's index on the host, a round trip per layer. It slices layer ``i`` out of
     a stack of the run's per-input arrays at the traced index instead (a dynamic
     slice on the device): ``stacks`` is ``{first: (s1, s2)}``, the ``(m, n, ...)``
@@ -154,8 +154,8 @@ class PairVariances:
     def run(self, m: int):
         """The next ``m`` layers' variances as ``at(i) -> (va, vb)`` for a traced
         layer index ``i`` (inside a loop over layers); only layer ``i``'s pairs' rows
-        are gathered. A branch per layer (CPU plan) or a dynamic slice of their stack
-        (accelerator plan), as the class says."""
+        are gathered. A branch per layer (cpu engine) or a dynamic slice of their stack
+        (accelerator engine), as the class says."""
         first = self.k
         self.k += m
         if self.stacks is None:

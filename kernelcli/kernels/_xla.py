@@ -91,7 +91,7 @@ class SerialJit:
     JAX precision mode of ``dtype`` (:func:`x64_scope`).
 
     Threads that call it at once (the device runner, ``_runner.py``: on different
-    devices, or several on one, as the CPU plan's do) would otherwise compile
+    devices, or several on one, as the cpu engine's do) would otherwise compile
     concurrently, and XLA's CPU compiler holds
     a working set per compiling thread that it keeps: two concurrent compiles
     of a 21-layer flatten network left the process 159 MiB larger, one after the

@@ -33,8 +33,8 @@ def stats_slices(n: int, rows: int = STATS_ROWS) -> list[tuple[int, int]]:
 def kernel_spec(cfg, input_shape, chunk=None, native_revision=None, native_library=None
                 ) -> tuple:
     """What builds a run's kernel function anywhere (a Ray worker too): architecture,
-    input shape, kinds, dtype, augment, the CPU plan's pairs per chunk and the native
-    plan's revision and library (``None`` for a new run: ``KERNELCLI_CHUNK_BYTES`` or the
+    input shape, kinds, dtype, augment, the cpu engine's pairs per chunk and the native
+    engine's revision and library (``None`` for a new run: ``KERNELCLI_CHUNK_BYTES`` or the
     default, today's revision and this process's library; an existing run's as its
     manifest records them, since each changes the kernel's last bits)."""
     return (cfg.architecture, tuple(input_shape), tuple(cfg.kernel.kinds), cfg.kernel.dtype,
@@ -42,9 +42,9 @@ def kernel_spec(cfg, input_shape, chunk=None, native_revision=None, native_libra
 
 
 def build_for_engine(spec: tuple, engine: str, platform: str, stop=None):
-    """The kernel function of ``spec`` with ``engine`` (``compute.engine``, or the plan
+    """The kernel function of ``spec`` with ``engine`` (``compute.engine``, or the engine
     an existing run recorded) resolved for ``platform``; ``stop`` is honoured while the
-    native plan's library is built."""
+    native engine's library is built."""
     from ..kernels import build_kernel_fn, resolve_engine
 
     arch, shape = spec[:2]

@@ -54,7 +54,7 @@ def engine_facts(kfn) -> dict:
     return dict(chunk=kfn.chunk, flat_input=kfn.flat_input,
                 cov_elements=1 if kfn.flat_input else kfn.cov_elements,
                 layers=kfn.n_layers, kinds=tuple(kfn.kinds), itemsize=kfn.dtype.itemsize,
-                engine=kfn.engine, min_call=kfn.call_batch(1))
+                engine=kfn.engine.name, min_call=kfn.call_batch(1))
 
 
 def engine_costs(facts: dict, compiled_memory: Callable[[int, int, int], int]) -> EngineCosts:

@@ -11,7 +11,7 @@ from ..errors import ComputeError, ConfigError, resume_command
 
 
 def configure_host_devices() -> None:
-    """On CPU, expose one XLA host device per core: the CPU plan runs a thread per host
+    """On CPU, expose one XLA host device per core: the cpu engine runs a thread per host
     device, so a pair batch per core keeps every core busy (one XLA computation alone
     leaves cores idle; the threads call one device's programs, :func:`compute_streams`).
     Must run before jax is imported; a user's own ``XLA_FLAGS`` setting wins."""
@@ -51,7 +51,7 @@ def compute_streams(kfn, devices) -> list:
     """The device each of ``devices``' runner threads calls for ``kfn`` (one thread per
     device, as ``kernels._runner`` spreads calls): on CPU the first host device for all
     of them, elsewhere, or where ``kfn``'s calls are one program over the devices' mesh
-    (the accelerator plan, ``kernels._mesh``), each its own.
+    (the accelerator engine, ``kernels._programs``), each its own.
 
     XLA binds an executable to its device, so a program called on each of two host
     devices is compiled twice (BENCHMARKS.md, issue 26, third round). CPU host devices
@@ -68,14 +68,14 @@ def compute_streams(kfn, devices) -> list:
 
 
 def _per_device_cpu(kfn) -> bool:
-    """Whether ``kfn``'s calls are the CPU plan's programs, one per runner thread (not one
+    """Whether ``kfn``'s calls are the cpu engine's programs, one per runner thread (not one
     program over the devices' mesh)."""
-    return kfn.engine in ("cpu", "native") and not kfn.mesh_calls
+    return not kfn.engine.batched and not kfn.mesh_calls
 
 
 def default_devices(kfn) -> list:
     """The devices a call of ``kfn`` computes on when it names none (``kernel_matrix``,
-    the library): jax's local devices; but on the CPU plan, where jax has one host
+    the library): jax's local devices; but on the cpu engine, where jax has one host
     device and ``XLA_FLAGS`` forces no count (a process that did not call
     :func:`configure_host_devices`, as a neural-tangents user's), that device once per
     core: a runner thread per core calling its programs (:func:`compute_streams`), as

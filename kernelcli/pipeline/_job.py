@@ -23,8 +23,8 @@ from typing import Optional
 from .._stop import Stop, check, or_new
 from ..plan import Plan, plan_run
 from ..errors import RunDirError
-from ..config import RunConfig, as_pairs
-from ..store import LABELS, Manifest, labels_name, new_manifest, preprocess_name
+from ..config import Engine, RunConfig, as_pairs
+from ..store import LABELS, Manifest, StoredCompute, labels_name, new_manifest, preprocess_name
 from ._backend import Backend, open_backend
 from ._block_tile import kernel_spec
 from ._inputs import Inputs, check_preprocess_file, open_inputs
@@ -50,7 +50,7 @@ class Job:
     # where the tiles are computed (kernelcli.pipeline._backend): the backend that made the
     # plan computes its tiles; closed with the job
     backend: Optional[Backend] = None
-    # the plan asked for: compute.engine, or for an existing run the one it records
+    # the engine asked for: compute.engine, or for an existing run the one it records
     requested_engine: str = "auto"
 
     def close(self) -> None:
@@ -78,7 +78,7 @@ class Job:
         """Why ``kfn.engine`` computes this run (what estimate and -v say)."""
         from ..kernels import engine_reason
 
-        return engine_reason(self.requested_engine, self.kfn.engine, self.backend.platform,
+        return engine_reason(self.requested_engine, self.kfn.engine.name, self.backend.platform,
                              self.cfg.architecture.layers, self.inputs.x1.example_shape)
 
     @property
@@ -93,9 +93,7 @@ class Job:
             config_fingerprint=config_fingerprint(self.cfg, self.extension),
             data_fingerprints=self.fingerprints, geometry=self.plan.geometry,
             test_diagonal=self.cfg.kernel.test_diagonal, dtype=self.cfg.kernel.dtype,
-            engine=self.kfn.engine, chunk=self.kfn.chunk,
-            native=self.kfn.native_revision, native_library=self.kfn.native_library,
-            extend=self.extension,
+            engine=self.kfn.engine, chunk=self.kfn.chunk, extend=self.extension,
             lineage=self.lineage,
             labels_file=None if labels is None else labels_name(labels))
 
@@ -175,15 +173,16 @@ def extended_config(cfg: RunConfig, extension: Optional[dict]) -> RunConfig:
     return dataclasses.replace(cfg, data=data)
 
 
-def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
+def prepare(cfg: RunConfig, *, stored: Optional[StoredCompute] = None,
             fingerprints: Optional[dict] = None, preprocess=None,
             fit_preprocess: bool = True, extension: Optional[dict] = None,
             backend: Optional[Backend] = None, stop: Optional[Stop] = None,
             check_values: bool = True) -> Job:
     """Open and check the data, compile the kernel, plan within the memory budget.
 
-    ``stored_plan`` (from a manifest) fixes block edge and pair batch on resume, so
-    a resumed run evaluates exactly the batches an uninterrupted one would.
+    ``stored`` (an existing run's, :attr:`Manifest.compute`) fixes the block edge, the
+    pair batch, the chunk and the engine, so a resumed run evaluates exactly the
+    batches an uninterrupted one would, with the same engine.
     ``preprocess``: the fitted preprocessing of an existing run (never refitted);
     else it is fitted on ``x1`` unless ``fit_preprocess`` is false (``estimate``).
     ``check_values``: every input value is checked (finite, within the input bound),
@@ -194,31 +193,32 @@ def prepare(cfg: RunConfig, *, stored_plan: Optional[dict] = None,
 
     A requested ``stop`` is honoured between the steps (loading, compiling,
     fingerprinting): :class:`~kernelcli.errors.Interrupted`, naming the run directory
-    when the run exists already (``stored_plan``).
+    when the run exists already (``stored``).
     """
     stop = or_new(stop)
-    with stop.where(cfg.output.run_dir if stored_plan is not None else None):
-        return _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension,
+    with stop.where(cfg.output.run_dir if stored is not None else None):
+        return _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
                         backend, stop, check_values)
 
 
-def _native_here(run_dir, revision: int, library: Optional[str]) -> None:
-    """A run that computes with the native plan continues only where that plan, at the
-    run's revision and with the run's library, can run (its tiles' last bits are that
-    library's; another's would not be the uninterrupted run's)."""
+def _native_here(run_dir, engine: Engine) -> None:
+    """A run that computes with the native engine continues only where that engine, at
+    the run's revision and with the run's library, can run (its tiles' last bits are
+    that library's; another's would not be the uninterrupted run's)."""
     from ..kernels import NATIVE_REVISION, native_identity_problem
 
+    revision = engine.native_revision or 1
     if revision > NATIVE_REVISION:
         raise RunDirError(f"{run_dir}: the run computes with revision {revision} of the "
-                          f"native plan (plan.native in its manifest.json), newer than this "
+                          f"native engine (as its manifest.json records), newer than this "
                           f"kernelcli's ({NATIVE_REVISION}); continue it with the kernelcli "
                           f"that started it")
-    why = native_identity_problem(library)
+    why = native_identity_problem(engine.native_library)
     if why is not None:
         raise RunDirError(f"{run_dir}: {why}")
 
 
-def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extension,
+def _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
              backend, stop, check_values) -> Job:
     check(stop)
     inputs = open_inputs(cfg, check_values=check_values, preprocess=preprocess,
@@ -226,15 +226,15 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
                          stop=stop)
     try:
         check(stop)
-        stored = stored_plan or {}
-        # an existing run keeps the plan it started with (one without the key: "cpu")
-        engine = stored.get("engine", "cpu") if stored_plan is not None else cfg.compute.engine
-        # a native run before the key is revision 1 (``_native.REVISION``)
-        revision = stored.get("native", 1) if stored_plan is not None else None
-        if stored_plan is not None and engine == "native":
-            _native_here(cfg.output.run_dir, revision, stored.get("native_library"))
-        spec = kernel_spec(cfg, inputs.x1.example_shape, stored.get("chunk"), revision,
-                           stored.get("native_library"))
+        # an existing run keeps the engine it started with
+        kept = stored.engine if stored is not None else None
+        engine = kept.name if kept is not None else cfg.compute.engine
+        if kept is not None and kept.native:
+            _native_here(cfg.output.run_dir, kept)
+        spec = kernel_spec(cfg, inputs.x1.example_shape,
+                           stored.chunk if stored is not None else None,
+                           kept.native_revision if kept is not None else None,
+                           kept.native_library if kept is not None else None)
         if backend is None:
             backend = open_backend(cfg.compute, stop)
         # a Ray backend plans on a worker, for its platform
@@ -243,8 +243,9 @@ def _prepare(cfg, stored_plan, fingerprints, preprocess, fit_preprocess, extensi
         plan = plan_run(inputs.n1, inputs.n2, symmetric=inputs.symmetric,
                         costs=costs,
                         budget_bytes=budget, devices=n_devices, n_test=inputs.n_test,
-                        block=stored.get("block", cfg.compute.block),
-                        pair_batch=stored.get("pair_batch"), memory=memory)
+                        block=stored.block if stored is not None else cfg.compute.block,
+                        pair_batch=stored.pair_batch if stored is not None else None,
+                        memory=memory)
         check(stop)
         if fingerprints is None:
             fingerprints = inputs.fingerprints(stop)
@@ -271,7 +272,7 @@ def prepare_run(cfg: RunConfig, store=None, shard=None,
     if store is None:
         job = prepare(cfg, fingerprints=fingerprints, stop=stop)
     else:
-        job = prepare(cfg, stored_plan=store.manifest["plan"], fingerprints=fingerprints,
+        job = prepare(cfg, stored=store.run_manifest.compute, fingerprints=fingerprints,
                       preprocess=stored_preprocess(store),
                       extension=store.manifest.get("extend"), stop=stop)
         job.lineage = store.manifest.get("lineage")
@@ -297,10 +298,10 @@ def adopts(job: Job, store) -> bool:
             f"{run_dir} holds a run of a different configuration ({manifest.get('name')!r}), "
             f"just created by another process; every process of a job array must be given "
             f"the same configuration and data")
-    Manifest.check(manifest, run_dir)
+    checked = Manifest.check(manifest, run_dir)
     check_same_data(job, manifest, run_dir)
-    stored = dict({"engine": "cpu"}, **manifest["plan"])  # runs before the key: "cpu"
-    return not refit and all(stored.get(k) == v for k, v in job.manifest()["plan"].items())
+    return (not refit and checked.engine == job.kfn.engine
+            and all(manifest["plan"].get(k) == v for k, v in job.manifest()["plan"].items()))
 
 
 _WHAT = {"labels": "the labels (data.labels_key, data.test_labels_key)",

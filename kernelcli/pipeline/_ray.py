@@ -206,8 +206,8 @@ class RayBackend:
         try:
             self._start(spec, engine)
             info = self.call("info")
-            # the other actors take the plan the first resolved ("auto" could resolve
-            # differently on another node: tiles of two plans differ in their last bits)
+            # the other actors take the engine the first resolved ("auto" could resolve
+            # differently on another node: tiles of two engines differ in their last bits)
             self.args = (self.args[0], info["engine"], *self.args[2:])
             kfn = build_for_engine(spec, info["engine"], info["platform"])
 

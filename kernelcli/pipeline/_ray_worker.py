@@ -30,7 +30,7 @@ class KernelWorker:
 
     ``spec``: ``(architecture, input_shape, kinds, dtype, augment)``; ``engine``:
     for the first actor ``compute.engine`` as configured ("auto" resolves on its node),
-    or the plan an existing run recorded; for the others the plan the first resolved
+    or the engine an existing run recorded; for the others the engine the first resolved
     to; ``memory``: ``compute.memory`` (``None``: from
     this worker's free memory, shared by ``share`` actors of its node).
     """

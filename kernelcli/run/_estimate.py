@@ -35,7 +35,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
 
     On an accelerator the host's and the devices' peaks are apart (``process_peak``
     is the host's: inputs, variances, tiles, Python; ``device_peak_bytes_estimate``
-    the compiled programs' per device), and an accelerator plan's cost model
+    the compiled programs' per device), and an accelerator engine's cost model
     (:func:`kernelcli.kernels.cost_model`) is reported at ``bandwidth`` (bytes/s) and
     ``launch_latency`` (s), default an H200's.
 
@@ -71,7 +71,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             len(job.devices) * plan.block * plan.block * len(plan.kinds) * plan.itemsize
             if on_device else stats_peak + len(job.devices) * plan.peak_bytes_per_device)
         cost = (_cost(job, bandwidth, launch_latency, stop)
-                if job.kfn.engine == "accelerator" else None)
+                if job.kfn.engine.batched else None)
         split = None
         if workers is not None:
             check_shard_count((0, int(workers)), plan, argument="workers")
@@ -112,7 +112,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
 
 
 def _cost(job: Job, bandwidth, launch_latency, stop: Stop):
-    """The accelerator plan's cost model at the plan's pair batch, launches counted in
+    """The accelerator engine's cost model at the plan's pair batch, launches counted in
     the compiled pairs program (the memory model's executable where shapes match)."""
     from ..kernels import H200_BANDWIDTH, H200_LAUNCH_LATENCY, cost_model, pairs_program_text
 

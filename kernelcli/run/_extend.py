@@ -42,7 +42,7 @@ import numpy as np
 from .._stop import Stop, or_new, signal_name
 from ..errors import DataError, Interrupted, QuarantinedError, RunDirError
 from ..plan import make_geometry
-from ..store import COMPUTE_KEYS, Manifest, RunStore
+from ..store import Manifest, RunStore
 from ..pipeline import writes_run
 from ..pipeline import STATS_ROWS
 from ._extend_carry import carry_keys, set_aside, take_over
@@ -97,9 +97,9 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     new_cfg = extended_config(cfg, ext)
     if dry_run:
         return _dry_run(store, new_cfg, ext)
-    stored = {k: m["plan"][k] for k in COMPUTE_KEYS if k in m["plan"]}
     try:  # until the switch the run is the old one, finished: a stop changes nothing
-        job = prepare(new_cfg, stored_plan=stored, preprocess=stored_preprocess(store),
+        job = prepare(new_cfg, stored=store.run_manifest.compute,
+                      preprocess=stored_preprocess(store),
                       extension=ext, stop=stop)
         with closed_on_error(job):
             rows, test_same = _same_stats_rows(store, cfg, job, request["test"] is None, stop)

@@ -36,7 +36,7 @@ class RunSummary:
     platform: str
     executor: str
     memory_source: str
-    engine_reason: str = ""  # why plan.engine computes (kernels.engine_reason)
+    engine_reason: str = ""  # why plan.engine, the engine, computes (kernels.engine_reason)
 
 
 def run_summary(job: Job) -> RunSummary:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from ..config import Engine
+
 
 class _Flat:
     """A part of a result whose fields are keys of the result's ``to_dict()``."""
@@ -211,15 +213,15 @@ class StatusReport:
     files: int = 0        # files in the run directory (a few thousand at most: packs)
     tile_packs: int = 0   # of them, packs of tiles
     tiles_loose: int = 0  # and tiles in files of their own
-    engine: str = "cpu"   # the execution plan the run computes with (plan.engine)
-    native_library: Optional[str] = None  # and its native library (plan.native_library)
+    engine: Engine = Engine("cpu")  # the execution engine the run computes with
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
                                              "blocks_done", "blocks_total", "finished",
                                              "result", "tiles_removed", "files",
-                                             "tile_packs", "tiles_loose", "engine",
-                                             "native_library")}
+                                             "tile_packs", "tiles_loose")}
+        out.update(engine=self.engine.name, native_revision=self.engine.native_revision,
+                   native_library=self.engine.native_library)
         if self.readouts:
             out["readouts"] = list(self.readouts)
         if self.result_problem is not None:
@@ -277,10 +279,10 @@ class EstimateResult:
     group_size: int = 1
     # on an accelerator: the devices' peak, per device (the process peak is the host's)
     device_peak_bytes: Optional[int] = None
-    cost: Optional[object] = None  # an accelerator plan's kernelcli.kernels.CostModel
+    cost: Optional[object] = None  # an accelerator engine's kernelcli.kernels.CostModel
     routes: Optional[object] = None  # data.landmarks: run._landmarks.RouteCosts
     files: Optional[PlannedFiles] = None  # the finished run directory's files
-    engine_reason: str = ""  # why plan.engine computes (kernels.engine_reason)
+    engine_reason: str = ""  # why plan.engine, the engine, computes (kernels.engine_reason)
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()

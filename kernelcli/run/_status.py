@@ -92,7 +92,7 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
         tiles_removed=removed, extend=_extend_summary(m, plan),
         readouts=tuple(k for k in m.kinds if k not in KINDS), engine=m.engine,
-        native_library=m.plan.get("native_library"), **store.file_counts())
+        **store.file_counts())
 
 
 def _extend_summary(m: Manifest, plan) -> Optional[ExtendSummary]:

@@ -120,8 +120,8 @@ class KernelFunction:
       devices: the jax devices to spread the work over (default: all local ones).
       augment: ``None`` (the plain kernel), ``"hflip"``, ``"vflip"`` or a list of them:
         the kernel averaged over that flip group, as ``kernel.augment`` in a config.
-      engine: ``"auto"`` (the accelerator plan on a GPU; on CPUs the native plan where
-        it helps and a C++ compiler is there, else the CPU plan), ``"cpu"``,
+      engine: ``"auto"`` (the accelerator engine on a GPU; on CPUs the native engine where
+        it helps and a C++ compiler is there, else the cpu engine), ``"cpu"``,
         ``"native"`` or ``"accelerator"``, as ``compute.engine`` in a config.
       stop: a :class:`kernelcli.run.Stop` another thread (or a signal handler of the
         caller's) may request: the call then raises

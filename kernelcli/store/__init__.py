@@ -104,9 +104,10 @@ from ._run_files import TILES as TILES
 from ._run_files import labels_name as labels_name
 from ._run_files import preprocess_name as preprocess_name
 from ._manifest_file import MANIFEST as MANIFEST
-from ._manifest_schema import COMPUTE_KEYS as COMPUTE_KEYS
 from ._manifest_schema import FORMAT as MANIFEST_FORMAT
 from ._manifest_schema import Manifest as Manifest
+from ._manifest_schema import engine_of as engine_of
+from ._manifest_schema import StoredCompute as StoredCompute
 from ._manifest_schema import new_manifest as new_manifest
 from ._manifest_schema import result_attrs as result_attrs
 from ._result_file import ResultFile as ResultFile
@@ -118,9 +119,9 @@ from ._sealed import h5_written_whole as h5_written_whole
 from ._untrusted import check_untrusted as check_untrusted
 
 __all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_files",
-           "run_lock", "stored_identity", "COMPUTE_KEYS", "LABELS", "MANIFEST", "MANIFEST_FORMAT",
-           "Manifest",
+           "run_lock", "stored_identity", "LABELS", "MANIFEST", "MANIFEST_FORMAT",
+           "Manifest", "StoredCompute",
            "PREDICTIONS", "RESULT", "ResultFile", "TEST_DIAG", "TILES", "RunStore",
-           "check_untrusted", "h5_written_whole", "labels_name",
+           "check_untrusted", "engine_of", "h5_written_whole", "labels_name",
            "new_manifest", "planned_tile_files", "preprocess_name", "result_attrs", "result_space_bytes",
            "row_bands", "tile_write_seconds"]

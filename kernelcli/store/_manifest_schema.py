@@ -10,13 +10,21 @@ like any other: whatever it holds, the answer is a one-line
 :class:`~kernelcli.errors.DamagedFileError`, never a ``KeyError`` or a computation
 on made-up values.
 
-Keys (``plan`` holds the geometry's fields, :data:`GEOMETRY_KEYS`, plus
-``test_diagonal``, ``dtype``, ``engine`` and, from runs that record them, ``chunk`` and
-``native``, the native plan's revision, and ``native_library``, its library's identity)::
+Keys (``plan`` holds the block planner's: the geometry's fields, :data:`GEOMETRY_KEYS`,
+plus ``test_diagonal``, ``dtype`` and, from runs that record it, ``chunk``, the cpu
+engine's pairs per chunk, which the planner sizes pair batches by; ``engine`` the
+execution engine, :func:`engine_fields`: its ``name`` and, for the native engine,
+``native_revision`` and ``native_library``, its library's identity)::
 
     format, kernelcli_version, name, config_text, config_dir, config_dir_from_run,
-    config_fingerprint, data_fingerprints, plan,
+    config_fingerprint, data_fingerprints, plan, engine,
     extend, lineage, labels_file          (runs grown by ``kernelcli extend`` only)
+
+Format 2 (runs from before the ``engine`` section) recorded the engine in ``plan``:
+``plan.engine`` (absent: ``cpu``), ``plan.native``, the native engine's revision (absent:
+1), and ``plan.native_library``. They are read into the same :class:`Engine`
+(:attr:`Manifest.engine`), so those run directories resume, extend and report as before;
+a run grown from one (``kernelcli extend``) writes a new manifest, of this format.
 """
 
 from __future__ import annotations
@@ -31,26 +39,39 @@ from typing import Optional
 from .. import __version__
 from ..errors import DamagedFileError, KernelcliError
 from ..plan import Geometry, make_geometry
-from ..config import DTYPES, ENGINES, KINDS, is_kernel_name
+from ..config import DTYPES, ENGINE_NAMES, KINDS, Engine, is_kernel_name
 from ._run_files import LABELS
 
-FORMAT = 2  # 2: manifest checksum, sealed tiles with run identity, checksummed result
+# 2: manifest checksum, sealed tiles with run identity, checksummed result; 3: the
+# engine in a section of its own (a kernelcli that reads only 2 refuses such a run,
+# which it would otherwise continue with the cpu engine, mixing two engines' bits)
+FORMAT = 3
+_FORMATS = (2, FORMAT)  # what is read
+_ENGINE_IN_PLAN = ("engine", "native", "native_library")  # format 2's keys of plan
 LINEAGE = "lineage"
-_ENGINES = tuple(e for e in ENGINES if e != "auto")  # plan.engine: resolve_engine's answers
 _MAX_N = 1 << 40
-# The plan fields that record the geometry (beside them: test_diagonal, dtype, engine).
+_MAX_REVISION = 1 << 20
+# The plan fields that record the geometry (beside them: test_diagonal, dtype, chunk).
 GEOMETRY_KEYS = ("n1", "n2", "n_test", "symmetric", "block", "pair_batch", "kinds",
                  "pairs_total", "blocks_total")
-# The plan fields a tile's bits depend on besides its rows: the block edge, the pair
-# batch, the execution plan, the CPU plan's chunk and the native plan's revision and
-# library. A grown run (``kernelcli extend``) keeps them, as a resume does.
-COMPUTE_KEYS = ("block", "pair_batch", "chunk", "engine", "native", "native_library")
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredCompute:
+    """What a tile's bits depend on besides its rows, as a run records it: the block
+    edge, the pair batch, the cpu engine's pairs per chunk (``None``: runs from before
+    it was recorded, whose chunk came from ``KERNELCLI_CHUNK_BYTES`` or the default) and
+    the engine. A resume keeps it, and so does a run grown by ``kernelcli extend``."""
+
+    block: int
+    pair_batch: int
+    chunk: Optional[int]
+    engine: Engine
 
 
 def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_from_run: str,
                  config_fingerprint: str, data_fingerprints: dict, geometry: Geometry,
-                 test_diagonal: bool, dtype: str, engine: str, chunk: Optional[int] = None,
-                 native: Optional[int] = None, native_library: Optional[str] = None,
+                 test_diagonal: bool, dtype: str, engine: Engine, chunk: Optional[int] = None,
                  extend=None, lineage=None,
                  labels_file: Optional[str] = None) -> dict:
     """The JSON object of a new run's manifest. ``extend`` (with ``lineage`` and
@@ -66,16 +87,12 @@ def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_fro
         "config_dir_from_run": config_dir_from_run,
         "config_fingerprint": config_fingerprint,
         "data_fingerprints": data_fingerprints,
-        "plan": {**geometry_fields(geometry), "test_diagonal": test_diagonal, "dtype": dtype,
-                 # the execution plan rounds differently: a resume keeps it
-                 "engine": engine},
+        "plan": {**geometry_fields(geometry), "test_diagonal": test_diagonal, "dtype": dtype},
+        # each engine rounds differently: a resume keeps it
+        "engine": engine_fields(engine),
     }
-    if chunk is not None:  # the CPU plan's pairs per chunk change the last bits: kept too
+    if chunk is not None:  # the cpu engine's pairs per chunk change the last bits: kept too
         out["plan"]["chunk"] = chunk
-    if native is not None and native > 1:  # the native plan's revision, likewise (absent: 1)
-        out["plan"]["native"] = native
-    if native_library is not None:  # the native library's identity (_native_recipe.identity)
-        out["plan"]["native_library"] = native_library
     if extend is not None:
         out.update(extend=extend, lineage=list(lineage or ()))
         if labels_file is not None:
@@ -88,6 +105,17 @@ def geometry_fields(g: Geometry) -> dict:
     return {"n1": g.n1, "n2": g.n2, "n_test": g.n_test, "symmetric": g.symmetric,
             "block": g.block, "pair_batch": g.pair_batch, "kinds": list(g.kinds),
             "pairs_total": g.pairs_total, "blocks_total": g.blocks_total}
+
+
+def engine_fields(engine: Engine) -> dict:
+    """The manifest's ``engine`` section: ``{"name": "cpu"}``, or for the native engine
+    ``{"name": "native", "native_revision": 3, "native_library": "<16 hex digits>"}``."""
+    out: dict = {"name": engine.name}
+    if engine.native:
+        out["native_revision"] = engine.native_revision
+        if engine.native_library is not None:  # _native_recipe.identity
+            out["native_library"] = engine.native_library
+    return out
 
 
 def labels_file_of(manifest: dict) -> str:
@@ -146,8 +174,15 @@ class Manifest:
         return self.plan["test_diagonal"]
 
     @property
-    def engine(self) -> str:
-        return self.plan.get("engine", "cpu")  # runs before the key ran the CPU plan
+    def engine(self) -> Engine:
+        """The execution engine the run computes with (of either format)."""
+        return engine_of(self.data, self.run_dir)
+
+    @property
+    def compute(self) -> StoredCompute:
+        """What a resume or an extend computes the run's tiles with."""
+        p = self.plan
+        return StoredCompute(p["block"], p["pair_batch"], p.get("chunk"), self.engine)
 
     @property
     def name(self) -> str:
@@ -227,11 +262,11 @@ def result_attrs(manifest: dict) -> dict:
     }
 
 
-def _int(m: dict, key: str, low: int, high: int, where: str) -> int:
+def _int(m: dict, key: str, low: int, high: int, where: str, section: str = "plan") -> int:
     value = m.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise DamagedFileError(f"{where}: plan.{key} is {_show(value)}; expected an integer "
-                               f"{low}..{high}")
+        raise DamagedFileError(f"{where}: {section}.{key} is {_show(value)}; expected an "
+                               f"integer {low}..{high}")
     return value
 
 
@@ -245,7 +280,7 @@ def _check(manifest: dict, run_dir) -> None:
     if "plan" not in manifest or "config_text" not in manifest:
         raise DamagedFileError(f"{where} was not written by kernelcli (no configuration "
                                f"recorded); it cannot be resumed")
-    if manifest.get("format") != FORMAT:
+    if manifest.get("format") not in _FORMATS:
         raise DamagedFileError(f"{where} is of format {_show(manifest.get('format'))}, not "
                                f"{FORMAT} (kernelcli {__version__}); start the run afresh "
                                f"with `kernelcli compute CONFIG --overwrite`")
@@ -279,18 +314,59 @@ def _check(manifest: dict, run_dir) -> None:
     if p.get("dtype") not in DTYPES:
         raise DamagedFileError(f"{where}: plan.dtype is {_show(p.get('dtype'))}; expected "
                                f"one of {', '.join(DTYPES)}")
-    if p.get("engine", "cpu") not in _ENGINES:  # runs before the key ran the CPU plan
-        raise DamagedFileError(f"{where}: plan.engine is {_show(p.get('engine'))}; expected "
-                               f"one of {', '.join(_ENGINES)}")
     if "chunk" in p:  # runs before the key: the chunk of KERNELCLI_CHUNK_BYTES or the default
         _int(p, "chunk", 1, 1 << 31, where)
-    if "native" in p:  # the native plan's revision; runs before the key: 1
-        _int(p, "native", 2, 1 << 20, where)
-    lib = p.get("native_library")
+    engine_of(manifest, run_dir)
+
+
+def engine_of(manifest: dict, run_dir) -> Engine:
+    """The engine ``manifest`` records (one whose ``format`` and ``plan`` are known to be
+    there: :meth:`Manifest.check`'s): its ``engine`` section, or format 2's keys of
+    ``plan``; :class:`DamagedFileError` naming what is wrong."""
+    where = f"{Path(run_dir) / 'manifest.json'}"
+    p = manifest["plan"]
+    if manifest["format"] == 2:
+        if "engine" in manifest:
+            raise DamagedFileError(f"{where}: engine is {_show(manifest['engine'])} in a "
+                                   f"manifest of format 2, which records it in plan")
+        e = {"name": p.get("engine", "cpu"),  # runs before the key ran the cpu engine
+             "native_library": p.get("native_library")}
+        if "native" in p:  # the native engine's revision, written from 2 on
+            e["native_revision"] = _int(p, "native", 2, _MAX_REVISION, where)
+        elif e["name"] == "native":
+            e["native_revision"] = 1  # written only from 2 on
+        keys = dict(zip(("name", "native_revision", "native_library"),
+                        (f"plan.{k}" for k in _ENGINE_IN_PLAN)))
+    else:
+        e = manifest.get("engine")
+        if not isinstance(e, dict):
+            raise DamagedFileError(f"{where}: engine is {_show(e)}; expected a mapping "
+                                   f"(name, native_revision, native_library)")
+        stale = [k for k in _ENGINE_IN_PLAN if k in p]
+        if stale:
+            raise DamagedFileError(f"{where}: plan.{stale[0]} is a key of format 2; format "
+                                   f"{FORMAT} records the engine in engine")
+        keys = {k: f"engine.{k}" for k in ("name", "native_revision", "native_library")}
+        extra = sorted(set(e) - set(keys))
+        if extra:
+            raise DamagedFileError(f"{where}: engine.{extra[0]} is not a key of engine; "
+                                   f"expected {', '.join(keys)}")
+        if "native_revision" in e:
+            _int(e, "native_revision", 1, _MAX_REVISION, where, "engine")
+    if e.get("name") not in ENGINE_NAMES:
+        raise DamagedFileError(f"{where}: {keys['name']} is {_show(e.get('name'))}; "
+                               f"expected one of {', '.join(ENGINE_NAMES)}")
+    lib = e.get("native_library")
     if lib is not None and not (isinstance(lib, str) and len(lib) == 16
                                 and all(c in "0123456789abcdef" for c in lib)):
-        raise DamagedFileError(f"{where}: plan.native_library is {_show(lib)}; expected 16 "
-                               f"hexadecimal digits (the native library's identity)")
+        raise DamagedFileError(f"{where}: {keys['native_library']} is {_show(lib)}; "
+                               f"expected 16 hexadecimal digits (the native library's "
+                               f"identity)")
+    try:
+        return Engine(e["name"], e.get("native_revision"), lib)
+    except ValueError as exc:
+        raise DamagedFileError(f"{where}: {keys['name']} is {_show(e['name'])}, which "
+                               f"does not go with what else it records ({exc})") from None
 
 
 def _geometry(manifest: dict, run_dir) -> Geometry:
