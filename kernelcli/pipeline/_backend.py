@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Callable, Iterator, Optional, Protocol
 
 from .._stop import Stop
+from ._block_tile import KernelFnSpec
 from ._budget import Planning
 from ._local import LocalBackend
 
@@ -32,9 +33,10 @@ class Backend(Protocol):
     def progress_devices(self) -> list:
         """This process's devices that compute (progress names them; none for Ray)."""
 
-    def plan_inputs(self, spec: tuple, engine: str) -> Planning:
-        """The kernel function of ``spec`` (:func:`~._block.kernel_spec`) with
-        ``engine`` for the devices that compute, its costs and the memory budget."""
+    def plan_inputs(self, spec: KernelFnSpec, engine: str) -> Planning:
+        """The kernel function of ``spec`` with ``engine`` (``compute.engine``, or the
+        one an existing run recorded) for the devices that compute, its costs and the
+        memory budget."""
 
     def input_stats(self, kfn, src):
         """Per-input variances of every row of ``src`` (read by

@@ -10,8 +10,9 @@ from the per-input pass, which reads the rows in :func:`stats_slices`. The local
 backend (:mod:`._local`) and a Ray actor (:mod:`._ray_worker`) run exactly this on
 exactly these inputs, so a tile is the same bits whichever ran it.
 
-:func:`build_for_engine` builds the kernel function from :func:`kernel_spec`
-anywhere (the driver, a Ray worker).
+:meth:`KernelFnSpec.build` builds the kernel function anywhere (the driver, a Ray
+worker) from a :class:`KernelFnSpec`, which travels to Ray's workers (a frozen
+dataclass of plain values: Ray pickles it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
+
+from ..config import Architecture, Engine, RunConfig
 
 STATS_ROWS = 1024  # rows of an input read (and passed to the per-input pass) at once
 
@@ -30,27 +33,45 @@ def stats_slices(n: int, rows: int = STATS_ROWS) -> list[tuple[int, int]]:
     return [(s, min(s + rows, n)) for s in range(0, n, rows)]
 
 
-def kernel_spec(cfg, input_shape, chunk=None, native_revision=None, native_library=None
-                ) -> tuple:
-    """What builds a run's kernel function anywhere (a Ray worker too): architecture,
-    input shape, kinds, dtype, augment, the cpu engine's pairs per chunk and the native
-    engine's revision and library (``None`` for a new run: ``KERNELCLI_CHUNK_BYTES`` or the
-    default, today's revision and this process's library; an existing run's as its
-    manifest records them, since each changes the kernel's last bits)."""
-    return (cfg.architecture, tuple(input_shape), tuple(cfg.kernel.kinds), cfg.kernel.dtype,
-            tuple(cfg.kernel.augment), chunk, native_revision, native_library)
+@dataclass(frozen=True)
+class KernelFnSpec:
+    """What builds a run's kernel function anywhere (a Ray worker too): the
+    architecture, one example's shape, the kinds, the dtype and ``kernel.augment``; and
+    for an existing run what it recorded, since each changes the kernel's last bits:
+    ``chunk``, the cpu engine's pairs per chunk, and ``stored_engine``, the engine with
+    its native revision and library (``None`` for a new run: ``KERNELCLI_CHUNK_BYTES``
+    or the default, and ``compute.engine`` resolved where the kernel is built, with
+    today's revision and that process's library)."""
 
+    architecture: Architecture
+    input_shape: tuple[int, ...]
+    kinds: tuple[str, ...]
+    dtype: str
+    augment: tuple[str, ...] = ()
+    chunk: Optional[int] = None
+    stored_engine: Optional[Engine] = None
 
-def build_for_engine(spec: tuple, engine: str, platform: str, stop=None):
-    """The kernel function of ``spec`` with ``engine`` (``compute.engine``, or the engine
-    an existing run recorded) resolved for ``platform``; ``stop`` is honoured while the
-    native engine's library is built."""
-    from ..kernels import build_kernel_fn, resolve_engine
+    @classmethod
+    def of(cls, cfg: RunConfig, input_shape, chunk: Optional[int] = None,
+           stored_engine: Optional[Engine] = None) -> "KernelFnSpec":
+        """The spec of ``cfg``'s kernel on examples of ``input_shape``."""
+        return cls(cfg.architecture, tuple(int(s) for s in input_shape),
+                   tuple(cfg.kernel.kinds), cfg.kernel.dtype, tuple(cfg.kernel.augment),
+                   chunk, stored_engine)
 
-    arch, shape = spec[:2]
-    engine = resolve_engine(engine, platform, arch.layers, shape, stop)
-    return build_kernel_fn(*spec[:5], engine=engine, chunk=spec[5], native_revision=spec[6],
-                           native_library=spec[7])
+    def build(self, engine: str, platform: str, stop=None):
+        """The kernel function with ``engine`` (``compute.engine``, or the engine an
+        existing run recorded) resolved for ``platform``; ``stop`` is honoured while the
+        native engine's library is built."""
+        from ..kernels import build_kernel_fn, resolve_engine
+
+        name = resolve_engine(engine, platform, self.architecture.layers, self.input_shape,
+                              stop)
+        stored = self.stored_engine
+        kept = {} if stored is None else dict(native_revision=stored.native_revision,
+                                              native_library=stored.native_library)
+        return build_kernel_fn(self.architecture, self.input_shape, self.kinds, self.dtype,
+                               self.augment, engine=name, chunk=self.chunk, **kept)
 
 
 @dataclass

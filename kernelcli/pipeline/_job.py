@@ -26,7 +26,7 @@ from ..errors import RunDirError
 from ..config import Engine, RunConfig, as_pairs
 from ..store import LABELS, Manifest, StoredCompute, labels_name, new_manifest, preprocess_name
 from ._backend import Backend, open_backend
-from ._block_tile import kernel_spec
+from ._block_tile import KernelFnSpec
 from ._inputs import Inputs, check_preprocess_file, open_inputs
 from ._shards import check_shard_count
 
@@ -231,10 +231,8 @@ def _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
         engine = kept.name if kept is not None else cfg.compute.engine
         if kept is not None and kept.native:
             _native_here(cfg.output.run_dir, kept)
-        spec = kernel_spec(cfg, inputs.x1.example_shape,
-                           stored.chunk if stored is not None else None,
-                           kept.native_revision if kept is not None else None,
-                           kept.native_library if kept is not None else None)
+        spec = KernelFnSpec.of(cfg, inputs.x1.example_shape,
+                               stored.chunk if stored is not None else None, kept)
         if backend is None:
             backend = open_backend(cfg.compute, stop)
         # a Ray backend plans on a worker, for its platform

@@ -14,7 +14,7 @@ import time
 from typing import Callable, Iterator, Optional
 
 from .._stop import Stop, check
-from ._block_tile import block_input, block_tile, build_for_engine, stats_slices
+from ._block_tile import KernelFnSpec, block_input, block_tile, stats_slices
 from ._budget import Planning, engine_costs, engine_facts, memory_budget
 from ._devices import compute_streams, local_devices
 
@@ -68,9 +68,9 @@ class LocalBackend:
     def close(self) -> None:
         pass
 
-    def plan_inputs(self, spec: tuple, engine: str) -> Planning:
+    def plan_inputs(self, spec: KernelFnSpec, engine: str) -> Planning:
         """The kernel function of ``spec`` for these devices, its costs and the budget."""
-        kfn = build_for_engine(spec, engine, self.platform, self.stop)
+        kfn = spec.build(engine, self.platform, self.stop)
         check(self.stop)
         budget, source, memory = memory_budget(self.memory, self.devices)
         return Planning(kfn, local_costs(kfn, self.stop), budget, source, memory,

@@ -56,7 +56,7 @@ from typing import Optional
 from .. import _env
 from .._stop import Stop, check
 from ..errors import ComputeError, ConfigError
-from ._block_tile import block_input, build_for_engine, stats_slices
+from ._block_tile import KernelFnSpec, block_input, stats_slices
 from ._budget import Planning, engine_costs
 from ._devices import local_devices
 
@@ -168,7 +168,7 @@ class RayBackend:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _start(self, spec: tuple, engine: str) -> None:
+    def _start(self, spec: KernelFnSpec, engine: str) -> None:
         ray, compute = self.ray, self.compute
         self.started = _connect(ray, compute.address)
         from ._ray_worker import KernelWorker
@@ -199,7 +199,7 @@ class RayBackend:
         return _get_all(self.ray, [getattr(self.actors[0], method).remote(*args)],
                         self.stop)[0]
 
-    def plan_inputs(self, spec: tuple, engine: str) -> Planning:
+    def plan_inputs(self, spec: KernelFnSpec, engine: str) -> Planning:
         """What the planner needs, from the first actor: the driver's kernel function is
         built for the worker's engine (it only reads and pads the inputs), the costs and
         budget are the worker's; the devices shown are this driver's."""
@@ -209,7 +209,7 @@ class RayBackend:
             # the other actors take the engine the first resolved ("auto" could resolve
             # differently on another node: tiles of two engines differ in their last bits)
             self.args = (self.args[0], info["engine"], *self.args[2:])
-            kfn = build_for_engine(spec, info["engine"], info["platform"])
+            kfn = spec.build(info["engine"], info["platform"])
 
             def compiled_memory(rows: int, cols: int, pairs: int) -> int:
                 return self.call("compiled_memory", rows, cols, pairs)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ._block_tile import block_tile, build_for_engine
+from ._block_tile import KernelFnSpec, block_tile
 from ._budget import engine_facts, memory_budget
 
 # jax's monitoring event of one XLA compilation (the same name from jax 0.4.30 on)
@@ -28,14 +28,14 @@ _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 class KernelWorker:
     """One actor per GPU (``num_gpus=1``), or per CPU slot on a CPU-only cluster.
 
-    ``spec``: ``(architecture, input_shape, kinds, dtype, augment)``; ``engine``:
+    ``spec``: the :class:`~._block_tile.KernelFnSpec` it builds from; ``engine``:
     for the first actor ``compute.engine`` as configured ("auto" resolves on its node),
     or the engine an existing run recorded; for the others the engine the first resolved
     to; ``memory``: ``compute.memory`` (``None``: from
     this worker's free memory, shared by ``share`` actors of its node).
     """
 
-    def __init__(self, spec, engine: str, memory: Optional[int], share: int):
+    def __init__(self, spec: KernelFnSpec, engine: str, memory: Optional[int], share: int):
         import jax
 
         self.compiles = 0
@@ -44,7 +44,7 @@ class KernelWorker:
         jax.monitoring.register_event_duration_secs_listener(self._count)
         self.platform = jax.default_backend()
         self.n_local = len(jax.local_devices())
-        self.kfn = build_for_engine(spec, engine, self.platform)
+        self.kfn = spec.build(engine, self.platform)
         self.builds = 1
         self.memory, self.share = memory, max(1, int(share))
 
