@@ -15,7 +15,7 @@ _LAZY = {
     "INPUT_BOUNDS": "._value_checks", "input_bound": "._value_checks",
     "MAX_LABEL": "._labels", "load_labels": "._labels", "Preprocess": "._preprocess",
     "fit_preprocess": "._preprocess", "ConcatRows": "._views",
-    "Preprocessed": "._views", "SliceableRows": "._views",
+    "Preprocessed": "._views", "SliceableRows": "._views", "RowSource": "._row_source",
 }
 
 __all__ = sorted(_LAZY)

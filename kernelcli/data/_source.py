@@ -26,10 +26,12 @@ from typing import Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..errors import DataError
 from ._h5 import one_line
 from ._readers import H5_ERRORS, NPY_ERRORS, open_any
+from ._row_source import RowSource
 from ._value_checks import where_of
 
 SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
@@ -56,7 +58,7 @@ def _key_name(what: str) -> str:
     return "data.key" if what == "data.x1" else f"{what}_key"
 
 
-class ArraySource:
+class ArraySource(RowSource):
     """One array of examples, read by rows.
 
     Build it with :func:`open_array`. ``shape`` is ``(N, H, W, C)`` (channels
@@ -120,7 +122,7 @@ class ArraySource:
             block, fresh = np.moveaxis(np.asarray(block), 1, -1), False
         return np.ascontiguousarray(block) if fresh else np.array(block, order="C", subok=False)
 
-    def read(self, start: int, stop: int, dtype="float32") -> np.ndarray:
+    def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
         """Rows [start, stop) as a new, writable, C-contiguous array of ``dtype``.
 
         Shape ``(stop - start,) + example_shape``. Values are cast, not rescaled.

@@ -1,9 +1,9 @@
 """Row sources built from others: training and test rows as one index range, and
 preprocessing applied as rows are read.
 
-Both offer what the executor reads through (``n``, ``example_shape``,
-``read(start, stop, dtype)``, ``close()``), so a run over a training and a test
-set, or over preprocessed data, is planned and executed like any other.
+Both are row sources (:class:`~._row_source.RowSource`, what the executor reads
+through) made of row sources, so a run over a training and a test set, or over
+preprocessed data, is planned and executed like any other.
 Fingerprints are taken of the underlying :class:`ArraySource` files, never of
 these views.
 """
@@ -13,14 +13,17 @@ from __future__ import annotations
 from typing import Sequence, Tuple
 
 import numpy as np
+from numpy.typing import DTypeLike
+
+from ._row_source import RowSource
 
 
-class ConcatRows:
+class ConcatRows(RowSource):
     """The rows of ``parts`` one after another: row ``i`` of the view is row ``i``
     of the first part, row ``n0 + i`` row ``i`` of the second, and so on. All parts
     have one ``example_shape``."""
 
-    def __init__(self, parts: Sequence):
+    def __init__(self, parts: Sequence[RowSource]):
         self.parts = tuple(parts)
         shapes = {tuple(p.example_shape) for p in self.parts}
         if len(shapes) != 1:
@@ -35,7 +38,7 @@ class ConcatRows:
     def example_shape(self) -> Tuple[int, ...]:
         return tuple(self.parts[0].example_shape)
 
-    def read(self, start: int, stop: int, dtype="float32") -> np.ndarray:
+    def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
         """Rows ``[start, stop)``, shape ``(stop - start,) + example_shape``."""
         if not 0 <= start <= stop <= self.n:
             raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n})")
@@ -55,11 +58,11 @@ class ConcatRows:
             p.close()
 
 
-class Preprocessed:
+class Preprocessed(RowSource):
     """``source`` with a fitted :class:`~kernelcli.data.Preprocess` applied to every
     row read (the computation happens in float64, then the rows are cast)."""
 
-    def __init__(self, source, preprocess):
+    def __init__(self, source: RowSource, preprocess):
         self.source = source
         self.preprocess = preprocess
 
@@ -71,18 +74,19 @@ class Preprocessed:
     def example_shape(self) -> Tuple[int, ...]:
         return tuple(self.source.example_shape)
 
-    def read(self, start: int, stop: int, dtype="float32") -> np.ndarray:
+    def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
         rows = self.source.read(start, stop, dtype="float64")
         return self.preprocess.apply(rows, dtype=np.dtype(dtype), where=self._where(),
                                      row0=start)
 
     def _where(self) -> str:
         """How output errors name the rows: ``data.test: path ['key']`` for a file."""
-        src = self.source
-        if not hasattr(src, "path"):
+        src = self.source  # a file's (ArraySource) names it; another view does not
+        path = getattr(src, "path", None)
+        if path is None:
             return "the preprocessed data"
-        key = f" [{src.key!r}]" if getattr(src, "key", None) is not None else ""
-        return f"{src.what}: {src.path}{key}"
+        key = getattr(src, "key", None)
+        return f"{getattr(src, 'what')}: {path}" + ("" if key is None else f" [{key!r}]")
 
     def close(self) -> None:
         self.source.close()
@@ -92,7 +96,7 @@ class SliceableRows:
     """``source`` with numpy's ``x[start:stop]`` and ``x.shape``, in float64: what
     :func:`~kernelcli.data.fit_preprocess` reads its training rows through."""
 
-    def __init__(self, source):
+    def __init__(self, source: RowSource):
         self.source = source
         self.shape = (source.n,) + tuple(source.example_shape)
 

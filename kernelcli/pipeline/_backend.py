@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Callable, Iterator, Optional, Protocol
 
 from .._stop import Stop
+from ..data import RowSource
 from ._block_tile import KernelFnSpec
 from ._budget import Planning
 from ._local import LocalBackend
@@ -38,11 +39,11 @@ class Backend(Protocol):
         one an existing run recorded) for the devices that compute, its costs and the
         memory budget."""
 
-    def input_stats(self, kfn, src):
+    def input_stats(self, kfn, src: RowSource):
         """Per-input variances of every row of ``src`` (read by
         :func:`~._block.stats_slices`)."""
 
-    def tiles(self, kfn, plan, blocks, rows, columns, s1, s2,
+    def tiles(self, kfn, plan, blocks, rows: RowSource, columns: RowSource, s1, s2,
               wanted: Callable[[object], bool] = ...,
               on_pairs: Optional[Callable[[int], None]] = None) -> Iterator[tuple]:
         """``(block, tile, pairs reported through on_pairs)`` for each block that

@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..config import Architecture, Engine, RunConfig
+from ..data import RowSource
 
 STATS_ROWS = 1024  # rows of an input read (and passed to the per-input pass) at once
 
@@ -68,10 +69,10 @@ class KernelFnSpec:
         name = resolve_engine(engine, platform, self.architecture.layers, self.input_shape,
                               stop)
         stored = self.stored_engine
-        kept = {} if stored is None else dict(native_revision=stored.native_revision,
-                                              native_library=stored.native_library)
         return build_kernel_fn(self.architecture, self.input_shape, self.kinds, self.dtype,
-                               self.augment, engine=name, chunk=self.chunk, **kept)
+                               self.augment, engine=name, chunk=self.chunk,
+                               native_revision=stored.native_revision if stored else None,
+                               native_library=stored.native_library if stored else None)
 
 
 @dataclass
@@ -96,7 +97,8 @@ class BlockInput:
         return len(self.i)
 
 
-def block_input(kfn, x1_src, x2_src, s1, s2, block, edge: int) -> BlockInput:
+def block_input(kfn, x1_src: RowSource, x2_src: RowSource, s1, s2, block,
+                edge: int) -> BlockInput:
     """Read and pad the inputs of ``block`` (``s1``, ``s2``: stats of all rows)."""
     from ..kernels import pad_rows
 

@@ -25,9 +25,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..data import (ArraySource, ConcatRows, Preprocess, Preprocessed, SliceableRows,
-                    check_finite, check_pair, fingerprint, fit_preprocess, input_bound,
-                    load_labels, open_array)
+from ..data import (ArraySource, ConcatRows, Preprocess, Preprocessed, RowSource,
+                    SliceableRows, check_finite, check_pair, fingerprint, fit_preprocess,
+                    input_bound, load_labels, open_array)
 from ..config import RunConfig, check_architecture
 from ._landmark_rows import FINGERPRINT_KEY, LandmarkRows, choose_landmarks, landmarks_fingerprint
 
@@ -69,11 +69,11 @@ class Inputs:
         """The plan's test rows (a landmark run has its test rows among ``n1``)."""
         return 0 if self.test is None or self.landmarks is not None else self.test.n
 
-    def _view(self, src):
+    def _view(self, src: RowSource) -> RowSource:
         return src if self.preprocess is None else Preprocessed(src, self.preprocess)
 
     @property
-    def rows(self):
+    def rows(self) -> RowSource:
         """Block rows: the training rows then ``test`` (``n1 + n_test`` rows),
         preprocessed."""
         parts = [self._view(s) for s in (self.x1, *self.appended, self.test) if s is not None]
@@ -82,7 +82,7 @@ class Inputs:
         return parts[0] if len(parts) == 1 else ConcatRows(parts)
 
     @property
-    def columns(self):
+    def columns(self) -> RowSource:
         """Block columns: ``x2`` (preprocessed), the landmarks, or, for a symmetric run,
         ``rows``."""
         if self.landmarks is not None:

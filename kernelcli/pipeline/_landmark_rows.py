@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from typing import Optional, Tuple
 
 import numpy as np
+from numpy.typing import DTypeLike
 
+from ..data import RowSource
 from ..errors import DataError
 
 LANDMARK_SEED = 0
@@ -40,11 +42,11 @@ def landmarks_fingerprint(indices: np.ndarray, n: int) -> str:
     return f"{len(indices)} of {n} rows of x1, seed {LANDMARK_SEED}, sha256 {h}"
 
 
-class LandmarkRows:
+class LandmarkRows(RowSource):
     """The rows ``indices`` of ``source`` as a row source of their own. They are few
     (``M`` rows), so the first read keeps them, at that dtype, for every later block."""
 
-    def __init__(self, source, indices: np.ndarray):
+    def __init__(self, source: RowSource, indices: np.ndarray):
         self.source = source
         self.indices = np.asarray(indices, dtype=np.int64)
         self._kept = None  # (dtype, rows)
@@ -57,7 +59,7 @@ class LandmarkRows:
     def example_shape(self) -> Tuple[int, ...]:
         return tuple(self.source.example_shape)
 
-    def read(self, start: int, stop: int, dtype="float32") -> np.ndarray:
+    def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
         if not 0 <= start <= stop <= self.n:
             raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n})")
         dtype = np.dtype(dtype)

@@ -14,6 +14,7 @@ import time
 from typing import Callable, Iterator, Optional
 
 from .._stop import Stop, check
+from ..data import RowSource
 from ._block_tile import KernelFnSpec, block_input, block_tile, stats_slices
 from ._budget import Planning, engine_costs, engine_facts, memory_budget
 from ._devices import compute_streams, local_devices
@@ -76,7 +77,7 @@ class LocalBackend:
         return Planning(kfn, local_costs(kfn, self.stop), budget, source, memory,
                         len(self.devices), self.devices)
 
-    def input_stats(self, kfn, src):
+    def input_stats(self, kfn, src: RowSource):
         """Per-input variances of every row of ``src``, streamed by slices."""
         from ..kernels import Stats
 
@@ -86,8 +87,9 @@ class LocalBackend:
             parts.append(kfn.stats(src.read(s, e, dtype=kfn.dtype), streams))
         return Stats.concat(parts)
 
-    def tiles(self, kfn, plan, blocks, rows, columns, s1, s2, wanted=lambda b: True,
-              on_pairs: Optional[Callable[[int], None]] = None) -> Tiles:
+    def tiles(self, kfn, plan, blocks, rows: RowSource, columns: RowSource, s1, s2,
+              wanted=lambda b: True, on_pairs: Optional[Callable[[int], None]] = None
+              ) -> Tiles:
         """``(block, tile, evaluated)`` for each block that ``wanted(block)`` (asked
         just before it is computed) accepts; ``plan`` gives the block edge and the
         pair batch."""

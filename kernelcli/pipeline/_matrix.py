@@ -9,12 +9,14 @@ and its matrix is bit for bit the ``kernels.h5`` of a run with the same plan.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .._stop import Stop
 from .._system import memory_available
+from ..data import RowSource
 from ..errors import BudgetError
 from ..plan import auto_budget, plan_run
 from ._budget import memory_budget
@@ -22,15 +24,25 @@ from ._devices import default_devices
 from ._local import LocalBackend, local_costs
 
 
-class _Rows:
-    """An in-memory array read by rows, like the run's data sources."""
+class _Rows(RowSource):
+    """An in-memory array read by rows, as the run's data sources are."""
 
     def __init__(self, x: np.ndarray):
         self.x = x
-        self.n = x.shape[0]
 
-    def read(self, start: int, stop: int, dtype=None) -> np.ndarray:
+    @property
+    def n(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def example_shape(self) -> Tuple[int, ...]:
+        return tuple(self.x.shape[1:])
+
+    def read(self, start: int, stop: int, dtype: Optional[DTypeLike] = None) -> np.ndarray:
         return np.asarray(self.x[start:stop], dtype=dtype)
+
+    def close(self) -> None:
+        """Nothing to release: the caller's array."""
 
 
 def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=None,

@@ -55,6 +55,7 @@ from typing import Optional
 
 from .. import _env
 from .._stop import Stop, check
+from ..data import RowSource
 from ..errors import ComputeError, ConfigError
 from ._block_tile import KernelFnSpec, block_input, stats_slices
 from ._budget import Planning, engine_costs
@@ -234,7 +235,7 @@ class RayBackend:
             self.started = False
             self.ray.shutdown()
 
-    def input_stats(self, kfn, src):
+    def input_stats(self, kfn, src: RowSource):
         from ..kernels import Stats
 
         actors = self.grow(self.size)
@@ -245,8 +246,8 @@ class RayBackend:
             refs.append(actor.stats.remote(src.read(s, e, dtype=kfn.dtype)))
         return Stats.concat(_get_all(self.ray, refs, self.stop))
 
-    def tiles(self, kfn, plan, blocks, rows, columns, s1, s2, wanted=lambda b: True,
-              on_pairs=None):
+    def tiles(self, kfn, plan, blocks, rows: RowSource, columns: RowSource, s1, s2,
+              wanted=lambda b: True, on_pairs=None):
         """``(block, tile, 0)`` as the actors return them (no per-batch progress)."""
         ray, inflight, stop = self.ray, self.inflight, self.stop
         actors = self.grow(self.size)

@@ -329,8 +329,8 @@ def engine_of(manifest: dict, run_dir) -> Engine:
         if "engine" in manifest:
             raise DamagedFileError(f"{where}: engine is {_show(manifest['engine'])} in a "
                                    f"manifest of format 2, which records it in plan")
-        e = {"name": p.get("engine", "cpu"),  # runs before the key ran the cpu engine
-             "native_library": p.get("native_library")}
+        e: dict = {"name": p.get("engine", "cpu"),  # runs before the key ran the cpu engine
+                   "native_library": p.get("native_library")}
         if "native" in p:  # the native engine's revision, written from 2 on
             e["native_revision"] = _int(p, "native", 2, _MAX_REVISION, where)
         elif e["name"] == "native":
@@ -338,10 +338,11 @@ def engine_of(manifest: dict, run_dir) -> Engine:
         keys = dict(zip(("name", "native_revision", "native_library"),
                         (f"plan.{k}" for k in _ENGINE_IN_PLAN)))
     else:
-        e = manifest.get("engine")
-        if not isinstance(e, dict):
-            raise DamagedFileError(f"{where}: engine is {_show(e)}; expected a mapping "
+        section = manifest.get("engine")
+        if not isinstance(section, dict):
+            raise DamagedFileError(f"{where}: engine is {_show(section)}; expected a mapping "
                                    f"(name, native_revision, native_library)")
+        e = section
         stale = [k for k in _ENGINE_IN_PLAN if k in p]
         if stale:
             raise DamagedFileError(f"{where}: plan.{stale[0]} is a key of format 2; format "
