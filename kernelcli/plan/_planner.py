@@ -14,7 +14,7 @@ Two sizes are chosen, for different reasons:
 * ``pair_batch`` -- pairs evaluated in one kernel call: enough chunks to amortise a
   call, few enough that every device gets several batches of a block, and never
   more than the memory budget fits (``fixed_bytes + pair_batch * bytes_per_pair``).
-  The accelerator plan (``EngineCosts.engine``) has no chunk loop: a call is one
+  The accelerator engine (``EngineCosts.engine``) has no chunk loop: a call is one
   program step over its pairs, so its batch is as large as the (device) memory
   budget holds, up to ``ACCELERATOR_MAX_PAIR_BATCH`` and about two batches per device
   of a block.
@@ -35,13 +35,13 @@ MiB = 1024**2
 # Work of one block, in elementwise operations: about half a minute here. Fewer
 # makes per-block costs (a tile file, an fsync) show; more loses more to a kill.
 _BLOCK_WORK = 2e11
-# On the accelerator plan: a GPU streams two to three orders of magnitude more
+# On the accelerator engine: a GPU streams two to three orders of magnitude more
 # elementwise work than a CPU core (an H200 copies at ~3 TB/s, this VM at ~26 GB/s),
 # so the same half minute per block is about this many times the work; smaller blocks
 # would spend a visible share of the device's time on a tile's file and fsync.
 _ACCELERATOR_BLOCK_FACTOR = 1000
 _OPS_PER_ENTRY = 30  # elementwise operations per covariance entry per layer (measured HLO)
-# The accelerator plan's largest pair batch: beyond a few thousand pairs a step is long
+# The accelerator engine's largest pair batch: beyond a few thousand pairs a step is long
 # enough to hide a launch, and larger programs only cost compile time and device memory.
 ACCELERATOR_MAX_PAIR_BATCH = 4096
 
@@ -102,7 +102,7 @@ class Plan:
 
     geometry: Geometry
     memory: MemoryFigures
-    engine: str = "cpu"  # the kernels' execution plan (compute.engine, resolved)
+    engine: str = "cpu"  # the kernels' execution engine (compute.engine, resolved)
 
     # The two parts' fields, read through the plan (``plan.blocks``, ``plan.budget_bytes``):
     # one read-only property each, so the plan's surface is written out here.
@@ -262,7 +262,7 @@ def memory_line(costs: EngineCosts, block: int, batch: int) -> tuple[int, int]:
 
 def auto_block(costs: EngineCosts, n_max: int) -> int:
     """Block edge (multiple of 8, 64..1024, at most the data set rounded up to 8) for
-    about ``_BLOCK_WORK`` elementwise operations per block (on the accelerator plan
+    about ``_BLOCK_WORK`` elementwise operations per block (on the accelerator engine
     ``_ACCELERATOR_BLOCK_FACTOR`` times that).
 
     Networks on flat inputs (one Gram matrix per call) may take blocks up to 4096: a
