@@ -39,7 +39,7 @@ import yaml
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import CONFIGS, KINDS, make_inputs  # noqa: E402
+from cases import case_config, KINDS, make_inputs  # noqa: E402
 
 NT_PYTHON = os.environ.get("NT_PYTHON", str(BENCH / ".venv-nt" / "bin" / "python"))
 KC_PYTHON = os.environ.get("KC_PYTHON", sys.executable)
@@ -95,7 +95,7 @@ def timed(cmd: list, env: dict, timeout: float, scratch: Path) -> dict:
 
 def write_config(case: str, inputs: Path, path: Path) -> Path:
     """The case's config with ``data.x1`` = ``inputs``, run dir under the scratch folder."""
-    cfg = yaml.safe_load((CONFIGS / f"{case}.yaml").read_text())
+    cfg = case_config(case)
     cfg["data"]["x1"] = str(inputs)
     cfg["output"]["run_dir"] = str(path.parent / f"run-{path.stem}")
     cfg["compute"]["memory"] = "auto"
