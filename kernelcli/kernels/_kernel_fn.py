@@ -16,7 +16,7 @@ The work splits in two passes:
 With ``architecture.readouts`` both passes walk the body once, up to the last
 readout, and apply the head to the state after each readout's layers; with
 ``kernel.augment`` they average over the flip group. What one traced program
-evaluates is ``_passes``' (``LayerPass``: the network on states; ``Traced``: the
+evaluates is ``_layer_pass``' (``LayerPass``: the network on states; ``Traced``: the
 functions the programs trace); the programs themselves are ``_mesh.Programs`` and
 XLA's memory estimate of them ``_memory_model.CompiledMemory``, parts that
 ``KernelFn`` holds and wires together with explicit arguments.
@@ -70,7 +70,7 @@ class KernelFn:
       dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (the angle within a
         few units in the last place: ``_angle``).
       augment: flips (``"hflip"``, ``"vflip"``) whose group the kernel is averaged
-        over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
+        over (``kernel.augment``; ``_flip_group.py``); ``()``: the plain kernel.
       engine: the execution plan, ``"cpu"``, ``"native"`` or ``"accelerator"`` (resolved:
         :func:`resolve_engine`); the kernels agree to rounding, not bit for bit.
       chunk: pairs per chunk of the CPU plan (``None``: from ``KERNELCLI_CHUNK_BYTES`` or
@@ -163,7 +163,7 @@ class KernelFn:
                 and pairs % self.chunk == 0 and pairs >= 2 * self.chunk)
 
     # Whether pair batches and per-input calls on several devices are one SPMD program
-    # over their mesh (``_mesh.py``): the accelerator plan's way (one compilation for
+    # over their mesh (``_programs.py``): the accelerator plan's way (one compilation for
     # all devices); None: by ``engine``. Tests set it to run the CPU plan's programs so.
     mesh_calls: Optional[bool] = None
 

@@ -97,7 +97,7 @@ class SerialJit:
     of a 21-layer flatten network left the process 159 MiB larger, one after the
     other 91 MiB, in the same wall time (the compiles do not overlap usefully on
     2 cores). ``lower`` passes through (for memory analysis). (One compilation for
-    all devices is the mesh path's, ``_mesh.py``: the program it wraps is then one
+    all devices is the mesh path's, ``_programs.py``: the program it wraps is then one
     SPMD program over the devices.)
     """
 
