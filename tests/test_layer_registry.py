@@ -2,7 +2,7 @@
 given a kernel map (``kernelcli/kernels/_maps.py``) and a finite-width network for the
 Monte-Carlo oracle (``tests/finite_nets.py``), so that a layer cannot be half added.
 CONTRIBUTING.md ("Adding a layer") lists the places; docs/config.md's layer table is
-checked by ``tests/test_docs.py``.
+checked by ``tests/test_config_reference.py``.
 """
 
 from __future__ import annotations
