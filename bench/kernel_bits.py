@@ -1,5 +1,5 @@
-"""Whether two checkouts compute the same kernel bits (issue 26: kernel changes that
-must leave the values alone).
+"""Whether two checkouts compute the same kernel bits (for kernel changes that must
+leave the values alone).
 
     python bench/kernel_bits.py dump OUT.npz [--cases a,b] [--dtypes float32,float64]
     python bench/kernel_bits.py compare A.npz B.npz

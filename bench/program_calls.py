@@ -1,5 +1,5 @@
 """Per call of one compiled program: wall, user and system CPU, minor page faults
-(issue 26 point 3: where float64's cost beyond its arithmetic goes).
+(where float64's cost beyond its arithmetic goes).
 
     python bench/program_calls.py myrtle5 --dtype float64 [--program pairs|stats]
         [--calls 20]

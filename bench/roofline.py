@@ -1,4 +1,4 @@
-"""How close the CPU engine runs to what the machine can do (issue 26), as one table.
+"""How close the CPU engines run to what the machine can do, as one table.
 
     python bench/roofline.py [--cases cnn1_gap,cnn5_gap,...] [--dtypes float32,float64]
         [--old ROOT [--old-reps 1]]
