@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 from typing import Dict, Set, Tuple
 
 import click
@@ -102,10 +103,14 @@ def test_every_command_and_option_is_documented_and_exists():
 _PAGES = sorted(p.name for p in DOCS.glob("*.md"))
 
 
-@pytest.mark.parametrize("name", ["README.md", *_PAGES])
+_TOP = ("README.md", "BENCHMARKS.md", "CONTRIBUTING.md", "CHANGELOG.md")  # beside docs/
+
+
+@pytest.mark.parametrize("name", [*_TOP, *_PAGES])
 def test_every_relative_link_resolves(name):
-    """Files and ``#anchors`` (GitHub's slugs) of every README and docs link."""
-    path = README if name == "README.md" else DOCS / name
+    """Files and ``#anchors`` (GitHub's slugs) of every link of the top-level pages and
+    docs/."""
+    path = DOCS.parent / name if name in _TOP else DOCS / name
     for target in re.findall(r"\]\(([^)\s:]+)\)", path.read_text(encoding="utf-8")):
         file, _, anchor = target.partition("#")
         dest = (path.parent / file).resolve() if file else path
@@ -141,6 +146,43 @@ def test_no_reference_points_at_a_missing_docs_file():
     for path in [*root.glob("kernelcli/**/*.py"), *root.glob("tests/*.py"), README]:
         for ref in re.findall(r"\bdocs/([\w.-]+\.md)", path.read_text(encoding="utf-8")):
             assert (DOCS / ref).is_file(), f"{path.relative_to(root)} cites missing docs/{ref}"
+
+
+# ``docs/gpus.md, "Installing on a GPU machine"``, ``README: "Section"``: a page and one
+# of its headings, named in a comment, a docstring or a page
+_POINTER = re.compile(r'\b((?:[\w.-]+/)*[\w.-]+\.md|README|BENCHMARKS)\)?[,:]? \(?"([^"]+)"')
+
+
+def _pointer_sources() -> list:
+    root = DOCS.parent
+    return [*root.glob("kernelcli/**/*.py"), *root.glob("tests/*.py"), *DOCS.glob("*.md"),
+            README, root / "CONTRIBUTING.md", root / "BENCHMARKS.md", root / "pyproject.toml",
+            *root.glob("configs/*.yaml"), *root.glob("bench/*.py"), *root.glob("bench/*.sh"),
+            root / "bench" / "README.md"]
+
+
+def test_every_section_a_pointer_names_is_a_heading_of_its_page():
+    """A pointer that names a page and a section (``README, "Python API"``) names a
+    heading that page has (the heading containing the words, case aside): sections
+    move, and a pointer to one that moved sends the reader nowhere."""
+    root = DOCS.parent
+    found, missing = 0, []
+    for path in _pointer_sources():
+        if path.resolve() == Path(__file__).resolve():  # its own examples
+            continue
+        text = re.sub(r"\n[ \t#/*]*", " ", path.read_text(encoding="utf-8"))
+        for name, section in _POINTER.findall(text):
+            name = {"README": "README.md", "BENCHMARKS": "BENCHMARKS.md"}.get(name, name)
+            page = next((p for p in (root / name, DOCS / name, path.parent / name)
+                         if p.is_file()), None)
+            found += 1
+            headings = [] if page is None else [
+                h.replace("`", "").lower() for h in re.findall(
+                    r"^#+ (.+)$", re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"),
+                                         flags=re.M | re.S), re.M)]
+            if not any(section.lower() in h for h in headings):
+                missing.append(f"{path.relative_to(root)}: {name}, \"{section}\"")
+    assert found > 3 and not missing, "\n".join(missing)
 
 
 _PLACEHOLDERS = {"I/N": "0/2", "W": "2", "N": "2"}  # metavars given a value to parse
