@@ -20,7 +20,7 @@ DTYPES = ("float32", "float64")
 LAYOUTS = ("NHWC", "NCHW", "NLC", "NCL", "NDHWC", "NCDHW")
 PARAMETERIZATIONS = ("ntk", "standard")
 EXECUTORS = ("local", "ray")
-# compute.engine: the execution plan of the kernels (kernelcli.kernels.resolve_engine)
+# compute.engine: the engine that computes the kernels (kernelcli.kernels.resolve_engine)
 ENGINES = ("auto", "cpu", "native", "accelerator")
 PREPROCESS_KINDS = ("standardize", "zca")
 

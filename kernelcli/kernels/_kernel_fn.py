@@ -17,7 +17,7 @@ With ``architecture.readouts`` both passes walk the body once, up to the last
 readout, and apply the head to the state after each readout's layers; with
 ``kernel.augment`` they average over the flip group. What one traced program
 evaluates is ``_layer_pass``' (``LayerPass``: the network on states; ``Traced``: the
-functions the programs trace); the programs themselves are ``_mesh.Programs`` and
+functions the programs trace); the programs themselves are ``_programs.Programs`` and
 XLA's memory estimate of them ``_memory_model.CompiledMemory``, parts that
 ``KernelFn`` holds and wires together with explicit arguments.
 

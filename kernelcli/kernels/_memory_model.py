@@ -44,7 +44,7 @@ def call_pairs(pair_batch: int, chunk: int) -> int:
 
 class CompiledMemory:
     """The memory model of a ``KernelFn``, asked of its compiled ``programs``
-    (``_mesh.Programs``) for inputs of ``input_shape`` in ``dtype``.
+    (``_programs.Programs``) for inputs of ``input_shape`` in ``dtype``.
     ``variance_shapes``: per-example shape of each recorded variance;
     ``live_bytes_per_pair``: the fallback's bytes per pair where a backend has no
     memory analysis; ``uses_grid(rows, cols, pairs)``: whether such a call is the grid

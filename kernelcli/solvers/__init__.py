@@ -12,7 +12,7 @@ factor, k-fold cross-validation with CG), and ``_gradient_flow`` gives the finit
 gradient-flow predictions of neural-tangents' ``gradient_descent_mse_ensemble``.
 """
 
-# CG's products over row bands, for run/regression/_spread's executors
+# CG's products over row bands, for run/_predict_spread's executors
 from ._bands import DEFAULT_BAND_CACHE_BYTES as DEFAULT_BAND_CACHE_BYTES
 from ._bands import BandOperator as BandOperator
 from ._bands import BandWorker as BandWorker
