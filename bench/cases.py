@@ -1,8 +1,10 @@
 """Benchmark cases shared by nt_case.py (neural-tangents venv) and kc_case.py.
 
 Numpy only: this module is imported under both interpreters. Each case has a
-kernelcli config in ``bench/configs/<name>.yaml``; nt_case.py builds the same
-network with neural-tangents ``stax`` by hand, as an independent reference.
+kernelcli config (:func:`config_path`: ``bench/configs/<name>.yaml``, or for the seed's
+network the shipped ``configs/seed_gap.yaml``, so that one network has one file);
+nt_case.py builds the same network with neural-tangents ``stax`` by hand, as an
+independent reference.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 CONFIGS = BENCH / "configs"
+# cases whose network is a shipped configuration's (only its architecture is read)
+SHIPPED = {"cnn1_gap": BENCH.parent / "configs" / "seed_gap.yaml"}
 INPUT_SHAPE = (32, 32, 3)
 KINDS = ("nngp", "ntk")
 
@@ -22,7 +26,7 @@ KINDS = ("nngp", "ntk")
 # (neural-tangents and kernelcli, warm-up + reps) stays under 20 min and
 # 20 GiB on 2 idle CPU cores; see the measured costs in bench/README.md.
 CASES = {
-    "cnn1_gap": (8, 2),  # the seed's network (configs/cnn1_gap.yaml)
+    "cnn1_gap": (8, 2),  # the seed's network (configs/seed_gap.yaml)
     "cnn21_gap": (2, 2),
     "cnn5_gap": (4, 2),
     "myrtle5": (8, 2),
@@ -30,6 +34,27 @@ CASES = {
     "cnn5_flatten": (128, 16),
     "fc2": (2000, 64),
 }
+
+
+def config_path(case: str) -> Path:
+    """The configuration that describes ``case``'s network."""
+    return SHIPPED.get(case, CONFIGS / f"{case}.yaml")
+
+
+def case_config(case: str) -> dict:
+    """``case``'s configuration as a mapping in the bench's form (every section present,
+    ``data.x1`` a placeholder the caller replaces): a shipped configuration's
+    architecture and kernel on the bench's data, compute and output settings."""
+    import yaml  # both interpreters have PyYAML; numpy-only callers never call this
+
+    doc = yaml.safe_load(config_path(case).read_text())
+    if case in SHIPPED:
+        doc = {"name": f"bench-{case}",
+               "data": {"x1": "../out/inputs.npy", "layout": "NHWC", "limit": None},
+               "architecture": doc["architecture"], "kernel": doc["kernel"],
+               "compute": {"memory": "auto", "devices": "all", "block": "auto"},
+               "output": {"run_dir": f"../out/runs/{case}"}}
+    return doc
 
 
 def make_inputs(n: int, seed: int = 0) -> np.ndarray:

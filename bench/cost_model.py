@@ -14,7 +14,7 @@ pair's covariances, capped as the planner caps it.
 from __future__ import annotations
 
 import argparse
-from cases import CASES, CONFIGS, INPUT_SHAPE
+from cases import CASES, config_path, INPUT_SHAPE
 
 from kernelcli.kernels import (H200_BANDWIDTH, H200_LAUNCH_LATENCY, build_kernel_fn,
                                cost_model)
@@ -34,7 +34,7 @@ def main() -> None:
           "predicted ms / entry |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in CASES:
-        cfg = load_config(CONFIGS / f"{name}.yaml")
+        cfg = load_config(config_path(name))
         kfn = build_kernel_fn(cfg.architecture, INPUT_SHAPE, cfg.kernel.kinds,
                               cfg.kernel.dtype, engine="accelerator")
         batch = max(1, min(ACCELERATOR_MAX_PAIR_BATCH,

@@ -1,4 +1,4 @@
-"""Side by side per-pair times of two checkouts' engines, alternating (issue 26).
+"""Side by side per-pair times of two checkouts' engines, alternating.
 
     python bench/engine_ab.py OLD_ROOT NEW_ROOT [--cases cnn1_gap,cnn5_gap,cnn5_flatten]
         [--dtypes float32,float64] [--rounds 3]

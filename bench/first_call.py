@@ -1,5 +1,5 @@
 """The first call of ``kernel_fn``, compilation included, kernelcli against neural-tangents
-(issue 26 point 4), with where each tool's first call spends its time.
+with where each tool's first call spends its time.
 
     python bench/first_call.py [--n 8] [--depth 3] [--rounds 3] [--old CHECKOUT]
 

@@ -36,7 +36,7 @@ import yaml
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import CONFIGS, device_peak_bytes, make_inputs  # noqa: E402
+from cases import case_config, device_peak_bytes, make_inputs  # noqa: E402
 
 # name -> (N, block edge of the cpu engine, of the accelerator engine): enough blocks that
 # the steady state is several blocks long (the accelerator engine's blocks larger, so its
@@ -53,7 +53,7 @@ GPU_CASES = {
 
 
 def _config(case: str, engine: str, n: int, block: int, work: Path) -> Path:
-    cfg = yaml.safe_load((CONFIGS / f"{case}.yaml").read_text())
+    cfg = case_config(case)
     x = work / "inputs.npy"
     np.save(x, make_inputs(n))
     cfg["data"]["x1"] = str(x)

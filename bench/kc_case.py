@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cases import (CASES, CONFIGS, INPUT_SHAPE, KINDS, device_peak_bytes, make_inputs,  # noqa: E402
+from cases import (CASES, INPUT_SHAPE, KINDS, config_path, device_peak_bytes, make_inputs,  # noqa: E402
                    report, save_result)
 
 
@@ -62,7 +62,7 @@ def main(argv=None):
     from kernelcli.run import kernel_matrix
     from kernelcli.config import check_architecture, load_config
 
-    cfg = load_config(CONFIGS / f"{a.case}.yaml")
+    cfg = load_config(config_path(a.case))
     check_architecture(cfg.architecture, INPUT_SHAPE)
     platform = jax.devices()[0].platform
     try:

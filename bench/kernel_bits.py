@@ -1,5 +1,5 @@
-"""Whether two checkouts compute the same kernel bits (issue 26: kernel changes that
-must leave the values alone).
+"""Whether two checkouts compute the same kernel bits (for kernel changes that must
+leave the values alone).
 
     python bench/kernel_bits.py dump OUT.npz [--cases a,b] [--dtypes float32,float64]
     python bench/kernel_bits.py compare A.npz B.npz
@@ -28,7 +28,7 @@ sys.path.insert(0, str(BENCH))
 
 def _cases():
     """(name, config path, x1, x2) of every fixture and bench case."""
-    from cases import CASES, CONFIGS, make_inputs
+    from cases import CASES, config_path, make_inputs
     from kernelcli.config import load_config
 
     for path in sorted(FIXTURES.glob("*.yaml")) + sorted((FIXTURES / "augment").glob("*.yaml")):
@@ -42,7 +42,7 @@ def _cases():
         x2 = None if data.x2 is None else rows(data.x2, data.x2_key)
         yield path.stem, path, rows(data.x1, data.key or "x1"), x2
     for name in CASES:
-        yield "bench_" + name, CONFIGS / f"{name}.yaml", make_inputs(3), None
+        yield "bench_" + name, config_path(name), make_inputs(3), None
 
 
 def dump(out: str, only, dtypes) -> None:

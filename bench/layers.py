@@ -1,4 +1,4 @@
-"""Per-entry time of each layer family of issue 15, kernelcli against neural-tangents.
+"""Per-entry time of each layer family, kernelcli against neural-tangents.
 
     bench/layers.py                      # every family, the table to stdout
     bench/layers.py --cases conv1d,parallel --reps 3

@@ -1,5 +1,5 @@
-"""The native engine's plane loop alone, float32 against float64: what sets float64's price
-(issue 26 point 3).
+"""The native engine's plane loop alone, float32 against float64: what sets float64's
+price.
 
     python bench/native_loop.py [--reps 20000]
 

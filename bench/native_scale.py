@@ -88,7 +88,7 @@ def main() -> None:
         ratio = rows[2][1] / rows[0][1]
         print(f"  cpu / native wall: {ratio:.2f}")
     diff = largest_difference(runs["auto"] / "kernels.h5", runs["cpu"] / "kernels.h5")
-    print(f"  largest difference / largest entry: " +
+    print("  largest difference / largest entry: " +
           ", ".join(f"{k} {v:.1e}" for k, v in diff.items()))
     print(f"load {os.getloadavg()[0]:.2f}")
 

@@ -49,7 +49,9 @@ def network(case):
     head = {"gap": [stax.GlobalAvgPool()], "flatten": [stax.Flatten()]}
     if case.startswith("cnn"):
         depth, pool = case[3:].split("_")
-        return stax.serial(*conv_relu(int(depth)), *head[pool], stax.Dense(1, SQRT2, 0.0))
+        # the seed's network (configs/seed_gap.yaml) reads out with W_std 1
+        readout = 1.0 if case == "cnn1_gap" else SQRT2
+        return stax.serial(*conv_relu(int(depth)), *head[pool], stax.Dense(1, readout, 0.0))
     if case == "myrtle5":
         return stax.serial(*myrtle(5))
     if case == "fc2":

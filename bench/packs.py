@@ -1,4 +1,4 @@
-"""Tile packs (issue 25 point 5): files and wall time of a compute with many tiles,
+"""Tile packs: files and wall time of a compute with many tiles,
 packing on and off.
 
 Each (setting, repetition) is a fresh ``kernelcli compute`` process on the same

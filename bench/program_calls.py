@@ -1,5 +1,5 @@
 """Per call of one compiled program: wall, user and system CPU, minor page faults
-(issue 26 point 3: where float64's cost beyond its arithmetic goes).
+(where float64's cost beyond its arithmetic goes).
 
     python bench/program_calls.py myrtle5 --dtype float64 [--program pairs|stats]
         [--calls 20]
@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cases import CASES, CONFIGS, INPUT_SHAPE, KINDS, make_inputs  # noqa: E402
+from cases import CASES, config_path, INPUT_SHAPE, KINDS, make_inputs  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -38,7 +38,7 @@ def main(argv=None) -> None:
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.config import load_config
 
-    cfg = load_config(CONFIGS / f"{a.case}.yaml")
+    cfg = load_config(config_path(a.case))
     kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,
                           dtype=a.dtype)
     x = make_inputs(8).astype(a.dtype)

@@ -1,4 +1,4 @@
-"""How close the CPU engine runs to what the machine can do (issue 26), as one table.
+"""How close the CPU engines run to what the machine can do, as one table.
 
     python bench/roofline.py [--cases cnn1_gap,cnn5_gap,...] [--dtypes float32,float64]
         [--old ROOT [--old-reps 1]]
@@ -39,7 +39,7 @@ from typing import Optional
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import CASES, CONFIGS, INPUT_SHAPE, KINDS  # noqa: E402
+from cases import CASES, config_path, INPUT_SHAPE, KINDS  # noqa: E402
 
 # Inputs per case for the timing: enough that a call's per-input pass (N inputs through
 # the layers, about N pairs' work beside the N(N+1)/2 pairs of a tri call: a share of
@@ -117,7 +117,7 @@ def counts(case: str, dtype: str, n: int) -> dict:
     from kernelcli.kernels import build_kernel_fn, cost_model
     from kernelcli.config import load_config
 
-    cfg = load_config(CONFIGS / f"{case}.yaml")
+    cfg = load_config(config_path(case))
     kfn = build_kernel_fn(cfg.architecture, INPUT_SHAPE, KINDS, dtype)
     item = kfn.dtype.itemsize
     streamed = cost_model(kfn, 1).bytes_per_pair

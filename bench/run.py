@@ -29,11 +29,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import CASES, CONFIGS, INPUT_SHAPE  # noqa: E402
+from cases import CASES, case_config, INPUT_SHAPE  # noqa: E402
 from whole import WHOLE, run_all as run_whole  # noqa: E402
 
 NT_PYTHON = os.environ.get("NT_PYTHON", str(BENCH / ".venv-nt" / "bin" / "python"))
@@ -97,7 +96,7 @@ def traffic(case: str):
     whole input for global pooling / flatten). The input layer reads both images
     and does one dot product per output element (length C, or D for fc nets).
     """
-    cfg = yaml.safe_load((CONFIGS / f"{case}.yaml").read_text())
+    cfg = case_config(case)
     layers = list(expand(cfg["architecture"]["layers"]))
     full = any(n in ("avg_pool", "global_avg_pool") for n, _ in layers)
     (h, w, c), spatial = INPUT_SHAPE, True

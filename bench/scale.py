@@ -85,7 +85,7 @@ def step(name: str, args: list, run_dir: Path, rows: list, env=None) -> subproce
 
 
 def sequential_pass(op, v, dtype) -> np.ndarray:
-    """The pass of the fourth round (before the lanes): one block of 256 MiB of float64
+    """The pass before the lanes: one block of 256 MiB of float64
     read, then multiplied, in turn, in this thread."""
     from kernelcli.solvers._operator import aligned_empty, block_product
     from kernelcli.store import ResultFile
@@ -106,7 +106,7 @@ def sequential_pass(op, v, dtype) -> np.ndarray:
 def passes(run_dir: Path, kind: str = "nngp", columns: int = 300, reps: int = 3) -> None:
     """Passes over the stored kernel with ``columns`` right-hand sides (the default
     sweep's 5 ridges x (1 + 5 folds) x 10 classes), float64 (``matmul``) and float32
-    (``matmul32``, CG's inner steps), the fourth round's sequential pass and the two
+    (``matmul32``, CG's inner steps), the sequential pass before the lanes and the two
     lanes of now alternating ``reps`` times in this process: wall and CPU seconds (every
     thread), medians, and the load at each."""
     from kernelcli.solvers import H5KernelOperator
@@ -163,7 +163,7 @@ def main() -> None:
     ap.add_argument("--kind", default=None, help="predict's --kind (default: every kind)")
     ap.add_argument("--passes", action="store_true",
                     help="time float64 and float32 passes over the NNGP kernel first, "
-                         "sequential (fourth round) against the lanes, interleaved")
+                         "sequential (before the lanes) against the lanes, interleaved")
     ap.add_argument("--passes-only", action="store_true",
                     help="--passes on an existing run directory, and nothing else")
     args = ap.parse_args()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The wheel as a user without a compiler gets it: `pip wheel .`, installed in a fresh
 # virtual environment, run on a PATH that holds no C++ compiler. Computes the seed's
-# network (configs/cnn1_gap.yaml's architecture) on N random 32 x 32 x 3 images with
+# network (configs/seed_gap.yaml's architecture) on N random 32 x 32 x 3 images with
 # compute.engine: auto, prints estimate's and -v's engine lines and the
 # compute's wall time.
 #
@@ -17,7 +17,7 @@ python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet "$work"/dist/kernelcli-*.whl
 mkdir "$work/bin"
 ln -s "$work/venv/bin/kernelcli" "$work/bin/kernelcli"
-"$work/venv/bin/python" - "$work" "$n" "$root/configs/cnn1_gap.yaml" <<'EOF'
+"$work/venv/bin/python" - "$work" "$n" "$root/configs/seed_gap.yaml" <<'EOF'
 import sys
 from pathlib import Path
 

@@ -39,14 +39,14 @@ import yaml
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import CONFIGS, KINDS, make_inputs  # noqa: E402
+from cases import case_config, KINDS, make_inputs  # noqa: E402
 
 NT_PYTHON = os.environ.get("NT_PYTHON", str(BENCH / ".venv-nt" / "bin" / "python"))
 KC_PYTHON = os.environ.get("KC_PYTHON", sys.executable)
 # name -> (N for the table, N for --quick). N large enough that computing, not
-# start-up, dominates both processes (issue 12: pooling nets >= 16, flatten >= 400).
+# start-up, dominates both processes (pooling nets >= 16, flatten >= 400).
 WHOLE = {"cnn1_gap": (16, 3), "cnn5_gap": (16, 3), "cnn5_flatten": (400, 16)}
-TARGETS = {"cnn5_gap": 10.0, "cnn5_flatten": 3.0}  # whole-process NT/kc, issue 12
+TARGETS = {"cnn5_gap": 10.0, "cnn5_flatten": 3.0}  # whole-process NT/kc asked for
 STARTUP_N = 2
 GNU_TIME = "/usr/bin/time"
 
@@ -95,7 +95,7 @@ def timed(cmd: list, env: dict, timeout: float, scratch: Path) -> dict:
 
 def write_config(case: str, inputs: Path, path: Path) -> Path:
     """The case's config with ``data.x1`` = ``inputs``, run dir under the scratch folder."""
-    cfg = yaml.safe_load((CONFIGS / f"{case}.yaml").read_text())
+    cfg = case_config(case)
     cfg["data"]["x1"] = str(inputs)
     cfg["output"]["run_dir"] = str(path.parent / f"run-{path.stem}")
     cfg["compute"]["memory"] = "auto"

@@ -1,6 +1,6 @@
 """kernelcli: infinite-width NNGP and NTK kernel matrices for convolutional networks.
 
-The Python API (README, "Python API"): :func:`kernel_fn`, :mod:`kernelcli.stax`,
+The Python API (docs/python-api.md): :func:`kernel_fn`, :mod:`kernelcli.stax`,
 :func:`compute`, :func:`resume`, :func:`extend`, :func:`estimate`, :func:`open_run`.
 They are loaded on first use, so ``import kernelcli`` imports neither jax nor h5py (the
 CLI sets up the host devices before jax is imported).

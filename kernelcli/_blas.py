@@ -4,8 +4,8 @@ only: importing this module must not load numpy).
 The OpenBLAS that numpy's and scipy's wheels bundle picks its kernels by CPU when it
 loads (``DYNAMIC_ARCH``). On AVX-512 CPUs it picks ``SkylakeX``, whose threaded dgemm
 was seen to die of SIGSEGV on plain float64 products such as ``a @ a.T`` of a
-20,000 x 200 array, and whose Cholesky died at N = 16,000 (BENCHMARKS.md, "OpenBLAS on
-AVX-512"); the ``Haswell`` (AVX2) kernels run the same calls. jax's CPU
+20,000 x 200 array, and whose Cholesky died at N = 16,000 (bench/history/BENCHMARKS-2026.md,
+"OpenBLAS on AVX-512"); the ``Haswell`` (AVX2) kernels run the same calls. jax's CPU
 factorisations call scipy's LAPACK, so they share the choice. The environment
 variable is read once, when the library loads: a process that imported numpy
 already keeps its kernels, and a user's own ``OPENBLAS_CORETYPE`` wins.

@@ -1,6 +1,7 @@
 """The README's and docs/'s own words, read for the tests that hold them true
 (tests/test_docs.py parses every documented command line, tests/test_docs_run.py
-runs them). Nothing here is a test."""
+runs them, tests/test_config_reference.py reads docs/config.md's tables). Nothing
+here is a test."""
 
 from __future__ import annotations
 
@@ -35,3 +36,29 @@ def documented_commands() -> List[Tuple[str, str]]:
                     and not re.search(r"COMMAND|\.\.\.|\\\|", span)):
                 out.append((path.name, span))
     return out
+
+
+def sections(text: str, level: str) -> List[Tuple[str, str]]:
+    """``[(heading text, body)]`` for the headings of exactly ``level`` (``"##"``); a
+    body ends at the next heading of any level."""
+    pattern = re.compile(rf"^{level} (.+)$", re.M)
+    out = []
+    for m in pattern.finditer(text):
+        nxt = re.compile(r"^#+ ", re.M).search(text, m.end())
+        out.append((m.group(1).strip(), text[m.end():nxt.start() if nxt else len(text)]))
+    return out
+
+
+def table_rows(body: str, first_table_only: bool = False) -> List[List[str]]:
+    """Cells of the table rows in ``body``, each table's header and rule rows dropped."""
+    rows, started = [], False
+    for line in body.splitlines():
+        if line.startswith("|"):
+            if set(line.replace("|", "").strip()) <= {"-", ":", " "}:
+                rows.pop()  # the header row above the rule
+                continue
+            started = True
+            rows.append([c.strip() for c in line.strip().strip("|").split(" | ")])
+        elif started and first_table_only:
+            break
+    return rows

@@ -6,7 +6,7 @@ the recorded one whatever the environment says, so they stay bit-identical to an
 uninterrupted run.
 
 12x12x3 images under a global average pool: before the cpu engine's row loop carried
-the convolution's next row (issue 26), a chunk of one pair and the default chunk
+the convolution's next row, a chunk of one pair and the default chunk
 differed in about 5% of the entries; today's program gives this net the same bits at
 either chunk, and a later change may not, so the test checks the recorded chunk is the
 one used, and the bits against the uninterrupted run.

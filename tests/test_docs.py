@@ -1,48 +1,29 @@
-"""docs/config.md and docs/cli.md against the code: every configuration key, layer
-parameter, command, argument and option the code accepts is documented, and
-everything documented exists.
+"""docs/cli.md against the code: every command, argument and option the code accepts
+is documented, and everything documented exists; every link of the README and docs/
+resolves, every documented command line parses, and the README points at every page.
+(docs/config.md, the configuration reference, is held to the code by
+tests/test_config_reference.py.)
 
-The names come from the code's own tables, one small function per source
-(``_code_*`` below), so a refactoring that moves a table only has to re-point
-that function. The documents are read by their structure: in config.md, one
-table per ``### `section``` heading whose rows start with a backticked key, and
-the first table under ``## Layers``; in cli.md, one ``## `kernelcli COMMAND
-ARGS``` heading per command whose option table rows start with backticked
-options.
+The names come from the click group itself (``_code_commands`` below). cli.md is read
+by its structure: one ``## `kernelcli COMMAND ARGS``` heading per command whose option
+table rows start with backticked options.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from typing import Dict, List, Set, Tuple
+from pathlib import Path
+from typing import Dict, Set, Tuple
 
 import click
 import pytest
 
 from helpers_docs import DOCS, README, TICKED as _TICKED, documented_commands
+from helpers_docs import sections as _sections, table_rows as _rows
 
 
-
-# --- the code's names: re-point these when the tables move ------------------------
-
-def _code_sections() -> Dict[str, Set[str]]:
-    """``{section: keys}``; a scalar section (``name``) is its own one key, and
-    ``data.preprocess`` is a section of its own."""
-    from kernelcli.config import _load, _load_data
-
-    out = {s: set(_load._KEYS.get(s, (s,))) for s in _load.SECTIONS}
-    out["data.preprocess"] = set(_load_data._PREPROCESS_KEYS)
-    out["architecture.readouts"] = set(_load._READOUT_KEYS)
-    return out
-
-
-def _code_layers() -> Dict[str, Set[str]]:
-    """``{layer name: its parameters}``, ``repeat`` and ``residual`` included."""
-    from kernelcli.config import _parse_layers
-
-    return {name: set(params) for name, params in _parse_layers.PARAMETERS.items()}
-
+# --- the code's names: re-point this when the commands move -------------------------
 
 def _code_commands() -> Dict[str, Tuple[Set[str], Set[str], Dict[str, Set[str]]]]:
     """``{command: (ARGUMENTS, options, {option: choices})}`` from the click group;
@@ -75,62 +56,8 @@ def _code_commands() -> Dict[str, Tuple[Set[str], Set[str], Dict[str, Set[str]]]
 
 # --- reading the documents ---------------------------------------------------------
 
-
-
 def _read(name: str) -> str:
     return (DOCS / name).read_text(encoding="utf-8")
-
-
-def _sections(text: str, level: str) -> List[Tuple[str, str]]:
-    """``[(heading text, body)]`` for the headings of exactly ``level`` (``"##"``)."""
-    pattern = re.compile(rf"^{level} (.+)$", re.M)
-    marks = list(pattern.finditer(text))
-    out = []
-    for i, m in enumerate(marks):
-        end = len(text)
-        nxt = re.compile(r"^#+ ", re.M).search(text, m.end())
-        if nxt:
-            end = nxt.start()
-        out.append((m.group(1).strip(), text[m.end():end]))
-    return out
-
-
-def _rows(body: str, first_table_only: bool = False) -> List[List[str]]:
-    """Cells of the table rows (header and rule rows dropped) in ``body``."""
-    rows, started = [], False
-    for line in body.splitlines():
-        if line.startswith("|"):
-            started = True
-            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-            if set(line.replace("|", "").strip()) <= {"-", ":", " "}:
-                continue
-            rows.append(cells)
-        elif started and first_table_only:
-            break
-    return rows[1:] if rows else rows  # the header row
-
-
-def _doc_sections() -> Dict[str, Set[str]]:
-    """``{section: keys}`` from the ``### `x``` / ``#### `x.y``` tables of config.md."""
-    text = _read("config.md")
-    out = {}
-    for level in ("###", "####"):
-        for heading, body in _sections(text, level):
-            m = re.fullmatch(r"`([a-z_.]+)`", heading)
-            if m:
-                out[m.group(1)] = {_TICKED.match(r[0]).group(1) for r in _rows(body)
-                                   if _TICKED.match(r[0])}
-    return out
-
-
-def _doc_layers() -> Dict[str, Set[str]]:
-    """``{layer: parameters}`` from the first table under ``## Layers``."""
-    (body,) = [b for h, b in _sections(_read("config.md"), "##") if h == "Layers"]
-    out = {}
-    for row in _rows(body, first_table_only=True):
-        name = _TICKED.fullmatch(row[0]).group(1)
-        out[name] = {t for t in _TICKED.findall(row[1]) if re.fullmatch(r"\w+", t)}
-    return out
 
 
 def _doc_commands() -> Dict[str, Tuple[Set[str], Set[str], Dict[str, str]]]:
@@ -158,24 +85,6 @@ def _doc_commands() -> Dict[str, Tuple[Set[str], Set[str], Dict[str, str]]]:
 
 # --- the checks ----------------------------------------------------------------------
 
-def _assert_same_names(code: dict, doc: dict, what: str) -> None:
-    """``doc`` documents exactly the names of ``code``, and under each the same members."""
-    assert set(doc) == set(code), (f"{what}: undocumented {sorted(set(code) - set(doc))}, "
-                                   f"documented but unknown {sorted(set(doc) - set(code))}")
-    for name in code:
-        assert doc[name] == code[name], (
-            f"{name}: undocumented {sorted(code[name] - doc[name])}, "
-            f"documented but unknown {sorted(doc[name] - code[name])}")
-
-
-def test_every_configuration_key_is_documented_and_every_documented_key_exists():
-    _assert_same_names(_code_sections(), _doc_sections(), "sections")
-
-
-def test_every_layer_and_parameter_is_documented_and_exists():
-    _assert_same_names(_code_layers(), _doc_layers(), "layers")
-
-
 def test_every_command_and_option_is_documented_and_exists():
     code, doc = _code_commands(), _doc_commands()
     assert set(doc) == set(code), (f"commands: undocumented {sorted(set(code) - set(doc))}, "
@@ -194,10 +103,14 @@ def test_every_command_and_option_is_documented_and_exists():
 _PAGES = sorted(p.name for p in DOCS.glob("*.md"))
 
 
-@pytest.mark.parametrize("name", ["README.md", *_PAGES])
+_TOP = ("README.md", "BENCHMARKS.md", "CONTRIBUTING.md", "CHANGELOG.md")  # beside docs/
+
+
+@pytest.mark.parametrize("name", [*_TOP, *_PAGES])
 def test_every_relative_link_resolves(name):
-    """Files and ``#anchors`` (GitHub's slugs) of every README and docs link."""
-    path = README if name == "README.md" else DOCS / name
+    """Files and ``#anchors`` (GitHub's slugs) of every link of the top-level pages and
+    docs/."""
+    path = DOCS.parent / name if name in _TOP else DOCS / name
     for target in re.findall(r"\]\(([^)\s:]+)\)", path.read_text(encoding="utf-8")):
         file, _, anchor = target.partition("#")
         dest = (path.parent / file).resolve() if file else path
@@ -233,6 +146,43 @@ def test_no_reference_points_at_a_missing_docs_file():
     for path in [*root.glob("kernelcli/**/*.py"), *root.glob("tests/*.py"), README]:
         for ref in re.findall(r"\bdocs/([\w.-]+\.md)", path.read_text(encoding="utf-8")):
             assert (DOCS / ref).is_file(), f"{path.relative_to(root)} cites missing docs/{ref}"
+
+
+# ``docs/gpus.md, "Installing on a GPU machine"``, ``README: "Section"``: a page and one
+# of its headings, named in a comment, a docstring or a page
+_POINTER = re.compile(r'\b((?:[\w.-]+/)*[\w.-]+\.md|README|BENCHMARKS)\)?[,:]? \(?"([^"]+)"')
+
+
+def _pointer_sources() -> list:
+    root = DOCS.parent
+    return [*root.glob("kernelcli/**/*.py"), *root.glob("tests/*.py"), *DOCS.glob("*.md"),
+            README, root / "CONTRIBUTING.md", root / "BENCHMARKS.md", root / "pyproject.toml",
+            *root.glob("configs/*.yaml"), *root.glob("bench/*.py"), *root.glob("bench/*.sh"),
+            root / "bench" / "README.md"]
+
+
+def test_every_section_a_pointer_names_is_a_heading_of_its_page():
+    """A pointer that names a page and a section (``README, "Python API"``) names a
+    heading that page has (the heading containing the words, case aside): sections
+    move, and a pointer to one that moved sends the reader nowhere."""
+    root = DOCS.parent
+    found, missing = 0, []
+    for path in _pointer_sources():
+        if path.resolve() == Path(__file__).resolve():  # its own examples
+            continue
+        text = re.sub(r"\n[ \t#/*]*", " ", path.read_text(encoding="utf-8"))
+        for name, section in _POINTER.findall(text):
+            name = {"README": "README.md", "BENCHMARKS": "BENCHMARKS.md"}.get(name, name)
+            page = next((p for p in (root / name, DOCS / name, path.parent / name)
+                         if p.is_file()), None)
+            found += 1
+            headings = [] if page is None else [
+                h.replace("`", "").lower() for h in re.findall(
+                    r"^#+ (.+)$", re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"),
+                                         flags=re.M | re.S), re.M)]
+            if not any(section.lower() in h for h in headings):
+                missing.append(f"{path.relative_to(root)}: {name}, \"{section}\"")
+    assert found > 3 and not missing, "\n".join(missing)
 
 
 _PLACEHOLDERS = {"I/N": "0/2", "W": "2", "N": "2"}  # metavars given a value to parse

@@ -1,6 +1,6 @@
 """``estimate --time`` against the wall time of the same ``compute``, as real processes.
 
-The 25% target of issue 12 is a benchmark's (``bench/estimate_check.py``, recorded in
+Holding it within 25% is a benchmark's job (``bench/estimate_check.py``, recorded in
 BENCHMARKS.md): a test machine's load moves a wall time by more than that. What a test
 can hold without flaking is that the model is not grossly wrong: within a factor of 3
 of a measured run, and its parts summing to the total."""

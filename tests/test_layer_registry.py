@@ -2,7 +2,7 @@
 given a kernel map (``kernelcli/kernels/_maps.py``) and a finite-width network for the
 Monte-Carlo oracle (``tests/finite_nets.py``), so that a layer cannot be half added.
 CONTRIBUTING.md ("Adding a layer") lists the places; docs/config.md's layer table is
-checked by ``tests/test_docs.py``.
+checked by ``tests/test_config_reference.py``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def test_contributing_names_files_that_exist():
         assert (root / path).is_file(), f"CONTRIBUTING.md names missing {path}"
 
 
-# -- every layer reaches the user: a stax builder, a docs row, a Monte-Carlo case ---------
+# -- every layer reaches the user: a stax builder, a Monte-Carlo case (its docs row:
+# tests/test_config_reference.py) --------------------------------------------------------
 
 def _stax_builders():
     """One ``kernelcli.stax`` network per layer type, built the way a neural-tangents
@@ -101,13 +102,6 @@ def test_every_layer_type_has_a_stax_builder(t):
     assert t.name in builders, f"{t.name}: no kernelcli.stax builder (kernelcli/stax.py)"
     arch = parse_architecture(builders[t.name].to_dict())
     assert layer_type(arch.layers[0]) is t
-
-
-@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
-def test_every_layer_type_has_a_row_in_the_docs_layer_table(t):
-    from test_docs import _doc_layers
-
-    assert t.name in _doc_layers(), f"{t.name}: no row in docs/config.md's Layers table"
 
 
 def _monte_carlo_strings() -> str:

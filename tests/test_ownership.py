@@ -1,4 +1,4 @@
-"""A run directory owns only what kernelcli wrote (issue 24, points 1 and 7): a new run
+"""A run directory owns only what kernelcli wrote: a new run
 only in an empty folder, ``--overwrite`` deletes only this run's own files, a run's
 input is never where kernelcli writes, a run's folders are never shared (a link, or
 tiles of another run), one writer at a time (the run directory's lock), a killed

@@ -1,4 +1,4 @@
-"""Tile packs (issue 25 point 5): a run directory of many tiles holds few files, with
+"""Tile packs: a run directory of many tiles holds few files, with
 the crash-safety rules of single tiles.
 
 Real runs on tiny data (8x8 images, 4-row blocks, so a few hundred tiles), packs of a

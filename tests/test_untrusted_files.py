@@ -1,4 +1,4 @@
-"""Every file of a run directory is opened as untrusted (issue 24, point 2).
+"""Every file of a run directory is opened as untrusted.
 
 A FIFO, a device link (``/dev/zero``, ``/dev/urandom``), a link out of the run
 directory or a directory in place of a run's file: each command that meets one

@@ -1,7 +1,7 @@
 """The ``kernelcli`` command: a thin layer over :mod:`kernelcli.run`.
 
 - :mod:`._main`: the group and the list of its commands;
-- :mod:`._group`: the one edge where errors and signals become exit codes;
+- :mod:`._click_group`: the one edge where errors and signals become exit codes;
 - :mod:`._output`: stdout whose failed writes (a full device, a closed descriptor or
   pipe) are one error, so a result that was not written never exits 0;
 - :mod:`._options`: the options several commands share;

@@ -55,7 +55,7 @@ def configure_process(command: Optional[str]) -> None:
     from ..run import configure_host_devices
 
     configure_host_devices()
-    enable_compile_cache()  # before jax is imported (README: "Compilation cache")
+    enable_compile_cache()  # before jax is imported (docs/environment.md: KERNELCLI_CACHE_DIR)
 
 
 def before_computing(verbosity: int) -> None:

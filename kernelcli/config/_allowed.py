@@ -1,6 +1,6 @@
 """Run configuration value objects: the validated form of a YAML run config.
 
-See ``README.md`` (Configuration) for the contract. Paths are already resolved
+See docs/config.md for the contract. Paths are already resolved
 against the folder that holds the config file.
 """
 
@@ -20,7 +20,7 @@ DTYPES = ("float32", "float64")
 LAYOUTS = ("NHWC", "NCHW", "NLC", "NCL", "NDHWC", "NCDHW")
 PARAMETERIZATIONS = ("ntk", "standard")
 EXECUTORS = ("local", "ray")
-# compute.engine: the kernels' execution engine, or auto (kernelcli.kernels.resolve_engine)
+# compute.engine: the engine that computes the kernels (kernelcli.kernels.resolve_engine)
 ENGINES = ("auto", "cpu", "native", "accelerator")
 PREPROCESS_KINDS = ("standardize", "zca")
 

@@ -15,7 +15,7 @@ images in 0..255 arrive as floats in 0..255.
 Files are untrusted: the openers (``_readers``, ``_h5``) check headers against
 the bytes present and HDF5 storage against the files it reads from; a slice read
 that fails on a damaged file is a :class:`DataError` naming the rows; and
-:func:`check_finite` (``_values``) refuses non-finite values and magnitudes that
+:func:`check_finite` (``_value_checks``) refuses non-finite values and magnitudes that
 would overflow the kernel.
 """
 

@@ -10,7 +10,7 @@ and the layers on the batch's entries of it; the per-input pass (each input with
 itself, or with its flip) takes each row's dot product the same way. A batch that is a whole block
 (what the planner gives a flat network when it fits) takes the grid program
 instead: the layers on the whole Gram matrix, no index arrays, no gathers
-(fc2: about 1.7x faster than the same pairs gathered; BENCHMARKS.md).
+(fc2: about 1.7x faster than the same pairs gathered; bench/history/BENCHMARKS-2026.md).
 """
 
 from __future__ import annotations

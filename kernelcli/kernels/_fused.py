@@ -18,7 +18,7 @@ XLA:CPU copies a cheap producer, such as the window's sum of shifted rows, into
 every fusion that reads it, and the nonlinearity's chain is cut into four loops
 (at its square roots, its division, and its two outputs): computed in the same
 step, the window was summed four times per row; carried, it is summed once and
-read from a buffer (BENCHMARKS.md, issue 26).
+read from a buffer (profiled on the pooling nets in float32).
 
 In the per-input pass (an input with itself) the nonlinearity's variances are
 the diagonal of the convolution's output, which the row loop has not built yet;

@@ -70,7 +70,7 @@ class KernelFn:
       dtype: ``"float32"`` (fast angle polynomial) or ``"float64"`` (the angle within a
         few units in the last place: ``_angle``).
       augment: flips (``"hflip"``, ``"vflip"``) whose group the kernel is averaged
-        over (``kernel.augment``; ``_group.py``); ``()``: the plain kernel.
+        over (``kernel.augment``; ``_flip_group.py``); ``()``: the plain kernel.
       engine: the execution engine's name, ``"cpu"``, ``"native"`` or ``"accelerator"``
         (resolved: :func:`resolve_engine`); the kernels agree to rounding, not bit for bit.
       chunk: pairs per chunk of the cpu engine (``None``: from ``KERNELCLI_CHUNK_BYTES`` or

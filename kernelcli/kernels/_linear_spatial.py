@@ -35,7 +35,7 @@ def channel_gram(x1, x2):
     XLA:CPU computes the einsum as one ``(HW, C) x (C, HW)`` product, fast, and then
     transposes its ``[h, w, H, W]`` result to the covariance's ``[h, H, w, W]``
     layout twice, element by element, which cost several times the product; this sum
-    is written in its layout at once (BENCHMARKS.md, issue 26)."""
+    is written in its layout at once (1.2-1.4 ms a pair before, 0.18-0.21 after)."""
     c = x1.shape[-1]
     n = x1.ndim - 2
     first = (slice(None),) + (slice(None), None) * n

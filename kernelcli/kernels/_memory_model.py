@@ -30,8 +30,8 @@ def call_pairs(pair_batch: int, chunk: int) -> int:
     program. The planner sizes a batch by the compiled memory at two batches
     (``plan.memory_line``); on a small data set both are small, and were two
     compilations of nearly the same program before the first pair was computed (a
-    third of a first call's time on a 3-layer flatten network, BENCHMARKS.md issue 26
-    point 4). The padded pairs cost less than a compilation: a chunk or less of
+    third of a first call's time on a 3-layer flatten network, measured by
+    bench/first_call.py). The padded pairs cost less than a compilation: a chunk or less of
     cache-sized work per call. A batch of a chunk or more is rounded up to whole
     chunks, which the program's loop pads it to anyway (the same pairs in each chunk,
     so the same bits): then the memory at two such batches is one compilation (the
@@ -44,7 +44,7 @@ def call_pairs(pair_batch: int, chunk: int) -> int:
 
 class CompiledMemory:
     """The memory model of a ``KernelFn``, asked of its compiled ``programs``
-    (``_mesh.Programs``) for inputs of ``input_shape`` in ``dtype``.
+    (``_programs.Programs``) for inputs of ``input_shape`` in ``dtype``.
     ``variance_shapes``: per-example shape of each recorded variance;
     ``live_bytes_per_pair``: the fallback's bytes per pair where a backend has no
     memory analysis; ``uses_grid(rows, cols, pairs)``: whether such a call is the grid

@@ -6,7 +6,7 @@ blocks on spatial diagonals, the state of networks without pooling (``diag.cc``)
 
 Why: on the cpu engine XLA evaluates the nonlinearity's angle once per output kind, does
 not vectorise a pool summed inside the nonlinearity's loop, and streams every
-``(H W)^2`` intermediate through memory (BENCHMARKS.md, issue 26). The C++ loops window
+``(H W)^2`` intermediate through memory (profiled; BENCHMARKS.md). The C++ loops window
 each output row pair, map it and add it to the pool while it is in cache; a chain
 runs its layers one covariance diagonal at a time, so no covariance between its
 layers is written at all; a diagonal chain runs all its layers on a pair's ``H x W``

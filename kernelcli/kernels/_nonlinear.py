@@ -47,8 +47,8 @@ def abrelu(state: State, v1, v2, a: float, b: float, float64: bool) -> State:
     # How s is formed: the square root of the product v1 v2 (one square root per entry)
     # where the state holds one variance per entry (no outer product: a diagonal or no
     # spatial axes) in float64, and on every spatial state in float32 (the ReLU's square
-    # roots and division set its pace there, measured in BENCHMARKS.md's roofline
-    # sections); elsewhere the outer product of per-position square roots (no square root
+    # roots and division set its pace there: bench/native_loop.py and bench/roofline.py
+    # measure it); elsewhere the outer product of per-position square roots (no square root
     # per entry; in float64 a vector square root costs several times a float32 one per
     # element).
     per_entry = float64 and not (state.spatial and state.full)

@@ -78,7 +78,7 @@ class Programs:
     once per shape, kept): ``stats`` (the per-input pass), ``pairs`` (a pair batch),
     ``grid`` (a flat-input block), and through :meth:`mesh` the first two as one
     program over a device mesh. ``traced``: the functions they trace
-    (``_passes.Traced``)."""
+    (``_layer_pass.Traced``)."""
 
     def __init__(self, traced, dtype, options):
         self.stats = SerialJit(traced.stats_fn, dtype, compiler_options=options)

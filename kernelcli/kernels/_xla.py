@@ -24,7 +24,7 @@ def default_chunk_bytes(diagonals: bool = False) -> int:
     pooling, and not a flat input's one Gram entry per pair) take 128 KiB on CPU: a
     layer there keeps about six chunk-sized arrays alive at once (both kinds in and
     out, the two inputs' variances), which then fit in L2 together; 32 pairs of 32x32
-    ran 1.2-1.4x faster per pair than 128 (BENCHMARKS.md, issue 26). A flat input's
+    ran 1.2-1.4x faster per pair than 128 (cnn5_flatten, cnn21_flatten). A flat input's
     chunk sizes its per-input calls (``KernelFn.stats_batch``), where a quarter of the
     rows per call cost fc2 five times the time."""
     if jax.default_backend() != "cpu":
@@ -39,7 +39,7 @@ def compiler_options(full_cov: bool) -> dict:
     On CPU, XLA's newer "fusion emitters" make the row loops over full
     ``(H*W)^2`` covariances (networks with pooling) about 1.8x slower than its
     classic loop emitter, and the loops over spatial diagonals (networks without
-    pooling) about 1.6x faster (jax 0.10.2; per case in BENCHMARKS.md). So
+    pooling) about 1.6x faster (jax 0.10.2; per case in bench/history/BENCHMARKS-2026.md). So
     programs on full covariances ask for the classic emitter; the others keep
     XLA's default. ``KERNELCLI_XLA_FUSION_EMITTERS=0`` / ``=1`` forces one choice
     for every program (for measuring).
@@ -97,7 +97,7 @@ class SerialJit:
     of a 21-layer flatten network left the process 159 MiB larger, one after the
     other 91 MiB, in the same wall time (the compiles do not overlap usefully on
     2 cores). ``lower`` passes through (for memory analysis). (One compilation for
-    all devices is the mesh path's, ``_mesh.py``: the program it wraps is then one
+    all devices is the mesh path's, ``_programs.py``: the program it wraps is then one
     SPMD program over the devices.)
     """
 

@@ -5,7 +5,7 @@ Two implementations, side by side: :class:`~._local.LocalBackend` (this process'
 devices) and :class:`~._ray.RayBackend` (kernel actors on a Ray cluster). A backend
 plans (:meth:`Backend.plan_inputs`: the kernel function, the engine's costs, the
 memory budget, for the devices that will compute) and computes (the per-input pass of
-a row source, the tiles of a list of blocks, both by :mod:`._block`'s per-block
+a row source, the tiles of a list of blocks, both by :mod:`._block_tile`'s per-block
 computation); :func:`~._executor.execute` does the rest -- skipping a tile another
 process wrote meanwhile, the tally, the test diagonal, checking and writing the tiles
 -- once for both. A backend is made for one call, with that call's ``stop``

@@ -11,7 +11,7 @@ wrote meanwhile, the tally and the test diagonal exist once:
   block's pair batches spread over the local devices by the engine's runner;
 * :class:`~._ray.RayBackend`: blocks fed to kernel actors on a Ray cluster, one per GPU.
 
-Both run :mod:`._block`'s per-block computation on the same inputs, so a tile is the
+Both run :mod:`._block_tile`'s per-block computation on the same inputs, so a tile is the
 same bits whichever ran it, and :func:`~._matrix.kernel_matrix` assembles an
 in-memory matrix by the same route. A block becomes a tile file only when all its
 pairs are done, so a kill loses at most the blocks in flight. Tiles are checked,

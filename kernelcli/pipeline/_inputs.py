@@ -11,7 +11,7 @@ appended file (``appended``). The executor sees two row sources:
 ``rows`` (the training rows, followed by ``test`` when there is one) and ``columns``
 (``x2``, else ``rows``), with the preprocessing applied as rows are read.
 
-A landmark run (``data.landmarks``, :mod:`._landmarks`) is a rectangle: its rows are
+A landmark run (``data.landmarks``, :mod:`._landmark_rows`) is a rectangle: its rows are
 the training rows, the test rows and the landmarks ``Z``, its columns ``Z``; the
 planner sees ``n1 = N + T + M`` rows, ``n2 = M`` columns and no test rows of its own.
 """

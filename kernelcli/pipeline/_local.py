@@ -2,7 +2,7 @@
 each block's pair batches spread over the local devices by the engine's runner.
 
 One of the two implementations of :class:`~kernelcli.pipeline._backend.Backend` (the other
-is :mod:`._ray`); the per-block computation is :mod:`._block`'s, the same a Ray actor
+is :mod:`._ray`); the per-block computation is :mod:`._block_tile`'s, the same a Ray actor
 runs. A requested stop (the ``stop`` it is given, :mod:`kernelcli._stop`) is honoured
 between per-input slices, between pair batches and around each compilation the
 planner asks for.

@@ -288,7 +288,7 @@ def _cpus_per_node(ray) -> int:
     return max(counts or [1])
 
 
-# the connection and error text, public for predict's band actors (run/regression/_spread)
+# the connection and error text, public for predict's band actors (run/_predict_spread)
 connect_ray, describe_ray_error = _connect, _describe
 
 PER_ACTOR = 2  # blocks queued on one actor: one computing, the next already shipped

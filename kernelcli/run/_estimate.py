@@ -172,7 +172,7 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
                            cholesky_memory_bytes, cholesky_operations)
     from .._system import available_ram_bytes
     from ..plan import auto_budget
-    from ._predict_dense import CV_FOLDS, DEFAULT_RIDGES
+    from ._predict_full import CV_FOLDS, DEFAULT_RIDGES
 
     available = auto_budget(available_ram_bytes())
     classes = _classes(labels, test_labels)

@@ -18,10 +18,10 @@ per-input numbers, the block edge and the pair batch alone:
 * the test diagonal is computed afresh, and the test tiles too unless the test set
   stays and their rows and columns pass the same check: the test rows follow the
   training rows, so their blocks move when those grow, and such a tile is rewritten
-  under its new key (:mod:`._carry`).
+  under its new key (:mod:`._extend_carry`).
 
 A run whose tiles were removed (``output.keep_tiles: false``, the default) has the
-tiles it keeps written again from its verified ``kernels.h5`` first (:mod:`._restore`).
+tiles it keeps written again from its verified ``kernels.h5`` first (:mod:`._extend_restore`).
 
 Crash safety: nothing of the old run changes until the new manifest is complete
 except deleting tiles the grown run will not keep (the old ``kernels.h5`` stays whole,

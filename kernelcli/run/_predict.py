@@ -1,7 +1,7 @@
 """``predict``: kernel regression on a finished run's ``kernels.h5``, by the run's route.
 
 The command's parts, one module each: ``_predict_checks`` (the one pass over the
-kernels before any solve), ``_predict_dense`` (the full kernel: every kind and ridge
+kernels before any solve), ``_predict_full`` (the full kernel: every kind and ridge
 solved with :mod:`kernelcli.solvers` and the ridge chosen), ``_predict_spread`` and
 ``_predict_shards`` (where CG's products run: this process, worker processes, Ray
 actors, a job array's shards), ``_predict_flow`` (the gradient-flow ensemble,
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import functools
 
-from ._predict_dense import predict as full_predict
+from ._predict_full import predict as full_predict
 from ._predict_landmarks import is_landmark_run, predict_landmarks
 from ._predict_spread import without_spread
-from ._results import PredictResult
+from ._predict_results import PredictResult
 
 
 @functools.wraps(full_predict)

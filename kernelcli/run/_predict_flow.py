@@ -20,7 +20,7 @@ from ..solvers import (H5KernelOperator, accuracy, eigen, flow_basis, flow_mean,
                        load_kernel, mse, nngp_flow_variance, ntk_covariance, ntk_flow_variance)
 from ..config import base_kind
 from ..store import ResultFile
-from ._results import FlowRow
+from ._predict_results import FlowRow
 
 
 def _diag(result: Path, name: str) -> np.ndarray:

@@ -29,9 +29,9 @@ from ..solvers import (NystromMap, check_ridges, choose_landmark_solver, choose_
                        nystrom_weights, one_hot)
 from ..store import PREDICTIONS, ResultFile, RunStore
 from ..pipeline import FINGERPRINT_KEY
-from ._results import PredictResult
+from ._predict_results import PredictResult
 from ._predict_file import write_predictions
-from ._predict_dense import (CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds,
+from ._predict_full import (CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds,
                      raise_if_none_solved, score_rows)
 from ._predict_checks import check_kernel
 

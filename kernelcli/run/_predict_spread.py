@@ -1,6 +1,6 @@
 """Where ``predict --solver cg``'s products with K run (``--executor``): in this process
 (``local``), in local worker processes (``processes``), on Ray actors (``ray``), or
-in the shards of a job array (``shards``: :mod:`._jobs`, files for pipes).
+in the shards of a job array (``shards``: :mod:`._predict_shards`, files for pipes).
 
 Both spread executors run the same protocol (:mod:`kernelcli.solvers._bands`): one
 worker per row band of the training kernel, created once per kind and kept for the

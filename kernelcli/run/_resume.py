@@ -1,6 +1,6 @@
 """``resume``: continue a run where it stopped; bit-identical to an uninterrupted run.
 
-The run's configuration is the one its manifest records (:mod:`._open`); the job is
+The run's configuration is the one its manifest records (:mod:`kernelcli.pipeline._open_run`); the job is
 prepared against the run's plan and fitted preprocessing, then finished as
 ``compute`` finishes one (:func:`~._finish.finish`).
 """

@@ -8,11 +8,11 @@ solves are float64. ``solve_cholesky`` for kernels that fit in memory,
 ``solve_cg_ridges`` on an ``H5KernelOperator`` for those that do not;
 ``choose_solver`` decides from the available RAM. The ridge is chosen on the
 training set alone (``_selection``: closed-form leave-one-out from the Cholesky
-factor, k-fold cross-validation with CG), and ``_flow`` gives the finite-time
+factor, k-fold cross-validation with CG), and ``_gradient_flow`` gives the finite-time
 gradient-flow predictions of neural-tangents' ``gradient_descent_mse_ensemble``.
 """
 
-# CG's products over row bands, for run/regression/_spread's executors
+# CG's products over row bands, for run/_predict_spread's executors
 from ._bands import DEFAULT_BAND_CACHE_BYTES as DEFAULT_BAND_CACHE_BYTES
 from ._bands import BandOperator as BandOperator
 from ._bands import BandWorker as BandWorker

@@ -46,7 +46,7 @@ from ._messages import not_pd_message
 from ._nystrom import nystrom_memory_bytes
 
 DEFAULT_TOL = 1e-8  # relative residual of the preconditioned system, every column (predictions
-# then agree with the direct solve to about 1e-7: BENCHMARKS.md, "Falkon")
+# then agree with the direct solve to about 1e-7: bench/history/BENCHMARKS-2026.md, "Falkon")
 DEFAULT_MAXITER = 500  # passes over K(X, Z)
 _JITTER_MAX = 1e-6  # of K_mm's largest diagonal: past it the landmarks' kernel is refused
 

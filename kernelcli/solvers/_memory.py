@@ -10,8 +10,8 @@ the targets and coefficients, a block of the test kernel streamed from
 an ``H5KernelOperator`` hold its two lanes' row blocks (``2 x block_rows x n x 8``
 bytes, 128 MiB by default), the float32 ``n x rank`` preconditioner factor and about
 seven to eight ``n x C`` float64 vectors per ridge and fold of the cross-validation that chooses
-the ridge (three live throughout, the rest within an iteration; BENCHMARKS.md, issue 25's
-fifth round). Gradient-flow predictions need an eigendecomposition in memory
+the ridge (three live throughout, the rest within an iteration; measured by stage at N
+20,000: bench/history/). Gradient-flow predictions need an eigendecomposition in memory
 (``flow_memory_bytes``).
 """
 

@@ -14,7 +14,7 @@ device where there are two (the CLI's one host device per core): one lane's read
 the page cache overlaps the other's product, and the two products use both cores.
 A lane multiplies whole blocks, the blocks a sequential pass of the same
 ``block_rows`` multiplies: XLA's float32 dot rounds a row differently with the
-block's row count (its vector tiles' remainder; BENCHMARKS.md), not with the device,
+block's row count (its vector tiles' remainder; bench/history/), not with the device,
 so the lanes are bit-identical to the sequential pass (``tests/test_predict_overlap.py``),
 and ``_bands``' workers, which multiply the same blocks, to both.
 
@@ -25,8 +25,8 @@ about 1e-7 of ``|K| |v|``, is why ``_cg`` recomputes the residual with ``matmul`
 
 Both products of a row block are one jitted XLA dot (:func:`block_product`, jax on the
 CPU, float32 at ``Precision.HIGHEST``: no reduced-precision path), not numpy's: numpy's
-OpenBLAS is held to its Haswell kernels on AVX-512 CPUs (``kernelcli._blas``, issue 25
-point 1), whose sgemm costs about 1.7x XLA's on the same block, and XLA does not call
+OpenBLAS is held to its Haswell kernels on AVX-512 CPUs (``kernelcli._blas``: SkylakeX's
+crash), whose sgemm costs about 1.7x XLA's on the same block, and XLA does not call
 OpenBLAS. The block is read into a 64-byte aligned buffer, which XLA then uses in place
 (no copy). The band workers of ``_bands`` call the same function, so a spread product
 stays bit-identical to this one. The kernel layer is not imported: jax only.
@@ -50,7 +50,7 @@ from ._memory import STREAM_BLOCK_BYTES
 
 LANES = 2  # row blocks in flight in a pass: one read while the other is multiplied
 # one float64 row block of a lane: the lanes together hold half of what one block held
-# before them (a product's CPU time does not grow with smaller blocks: BENCHMARKS.md)
+# before them (a product's CPU time does not grow with smaller blocks, measured at N 20,000)
 DEFAULT_BLOCK_BYTES = STREAM_BLOCK_BYTES // (2 * LANES)
 _ALIGN = 64  # bytes: XLA on the CPU uses a host buffer aligned so without copying it
 
@@ -73,7 +73,7 @@ def _dot():
 
     highest = jax.lax.Precision.HIGHEST
     # (k, n2) x (rows, n2)^T: the block's rows are contiguous in the reduction, the
-    # layout XLA's CPU dot runs fastest (measured against block @ v; BENCHMARKS.md)
+    # layout XLA's CPU dot runs fastest (measured against block @ v; bench/history/)
     return jax.jit(lambda vt, block: jnp.dot(vt, block.T, precision=highest))
 
 

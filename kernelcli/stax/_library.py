@@ -138,7 +138,7 @@ class KernelFunction:
         self._built: dict = {}
         # The modules a call computes with, loaded with the function (neural-tangents
         # loads its own at import; ``import kernelcli`` stays light for the CLI): 0.06 s
-        # that a first call on 8 images otherwise paid (BENCHMARKS.md, issue 26 point 4).
+        # that a first call on 8 images otherwise paid (measured by bench/first_call.py).
         for module in ("kernels", "pipeline"):
             importlib.import_module(f"kernelcli.{module}")
 

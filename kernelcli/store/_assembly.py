@@ -1,5 +1,5 @@
 """Assembly of the tiles into the final ``kernels.h5`` (read back through
-:mod:`._result`'s check before it is published).
+:mod:`._result_file`'s check before it is published).
 
 The result is written one band of rows at a time: a band is the block-row of tiles
 (for a symmetric run, the tiles left of the diagonal as they are and those below it

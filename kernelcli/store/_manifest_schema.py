@@ -1,7 +1,7 @@
 """What a run's ``manifest.json`` holds: the one place its schema lives.
 
 The file itself (bytes with a checksum that is the run's identity) is
-:mod:`._manifest`'s; this module says what the JSON object in it must be. A run's
+:mod:`._manifest_file`'s; this module says what the JSON object in it must be. A run's
 manifest is built by :func:`new_manifest` (same keys, same values as every earlier
 version wrote, so old run directories resume) and read back as a :class:`Manifest`,
 which checks itself: every plan field there, of its type and range, the geometry it

@@ -1,7 +1,7 @@
 """What a run directory owns: only what kernelcli wrote there.
 
 kernelcli writes, replaces and deletes a file of a run directory only when it is
-kernelcli's: named as the store names its files (:mod:`._side`, :mod:`._tiles`,
+kernelcli's: named as the store names its files (:mod:`._run_files`, :mod:`._tiles`,
 :mod:`._markers`, the temporary names of :mod:`._atomic`) *and* shown to be this run's
 where the file can say so (a tile, ``test_diag.h5`` and ``kernels.h5`` carry the run
 identity; a side file is the one the manifest names). So:

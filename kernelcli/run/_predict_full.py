@@ -14,7 +14,7 @@ The ridge of each kind is chosen on the training set alone, by leave-one-out
 (``kernelcli.solvers._selection``): a ridge chosen by test accuracy would overstate
 it. The whole sweep's test numbers are still reported, as such. With ``times`` the
 gradient-flow ensemble of neural-tangents' ``gradient_descent_mse_ensemble`` is
-evaluated too (:mod:`._flow`). Results go to ``predictions.h5`` in the run
+evaluated too (:mod:`._predict_flow`). Results go to ``predictions.h5`` in the run
 directory (written whole, then renamed).
 
 For the NTK the ridge prediction is the infinite-time gradient-descent mean of an
@@ -46,7 +46,7 @@ from ._predict_file import RIDGE_CONVENTION, write_predictions
 from ._predict_flow import flow_kind, flow_rows
 from ._predict_spread import check_executor, coordinate, spread
 from ._predict_checks import check_kernel
-from ._results import PredictChoice, PredictResult, PredictRow
+from ._predict_results import PredictChoice, PredictResult, PredictRow
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
 CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG
@@ -217,7 +217,7 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
     every ridge. ``progress(line)``: the CG solve's progress (products with K,
     residual, time). ``executor``: where CG's products with K run (``local``: here;
     ``processes``: ``workers`` local processes; ``ray``: Ray actors, on the cluster at
-    ``address``), each worker a row band (:mod:`._spread`); the same numbers
+    ``address``), each worker a row band (:mod:`._predict_spread`); the same numbers
     bit for bit. Test accuracy and MSE are ``None`` without test labels. Raises
     ``NotPositiveDefiniteError`` when no ridge of any kind could be solved. ``stop``: a
     :class:`~kernelcli.run.Stop` another thread may request; the solve then raises
