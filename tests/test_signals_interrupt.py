@@ -108,6 +108,22 @@ def test_a_signal_while_the_cli_is_imported_ends_it_with_one_line(sig):
     assert "Traceback" not in r.stderr
 
 
+def mapped_bytes(pid: int, path: Path) -> int:
+    """Bytes of ``path`` resident in process ``pid``'s memory maps (a memory-mapped
+    .npy: the rows read so far, less what the kernel has already evicted)."""
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return 0
+    total, inside = 0, False
+    for line in text.splitlines():
+        if "-" in line.split(" ", 1)[0]:  # a mapping's header: "start-end perms ... path"
+            inside = line.endswith(" " + str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["compute", "estimate"])
 def test_a_signal_while_input_values_are_checked_ends_the_command_at_once(tmp_path, command):
@@ -122,13 +138,16 @@ def test_a_signal_while_input_values_are_checked_ends_the_command_at_once(tmp_pa
                    f"  layers: [flatten, dense, relu, dense]\noutput: {{run_dir: {tmp_path / 'run'}}}\n")
     proc = start_cli(command, cfg, log_dir=tmp_path / "logs", env=cli_env())
     wait_for_handlers(proc)
-    t0 = time.monotonic()
-    wait_until(lambda: time.monotonic() >= t0 + 2.0, proc, timeout=60)
-    assert proc.poll() is None, "the check ended within 2 s: the data is too small"
+    # the signal goes once the command has read 128 MiB of the rows: checking them
+    assert wait_until(lambda: mapped_bytes(proc.pid, tmp_path / "x.npy") >= 128 * 2**20,
+                      proc, timeout=300), "the command never read the input's rows"
+    assert proc.poll() is None, "the check ended already: the data is too small"
     proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
-    rc, _out, err = finish(proc, timeout=60)
+    rc, _out, err = finish(proc, timeout=120)
     assert rc == 143, err
-    assert time.monotonic() - sent < 15, "the signal waited for the check to end"
+    # reading all 100 GB takes minutes (13 s for 2.5 GB on a 2-core CI box): a minute
+    # only catches a signal that waited for the check, not a loaded machine
+    assert time.monotonic() - sent < 60, "the signal waited for the check to end"
     assert err.strip().splitlines()[-1].startswith("Error: interrupted (SIGTERM)")
     assert "Traceback" not in err
