@@ -334,11 +334,14 @@ def test_estimate_reports_the_busiest_workers_share(tmp_path):
 
 # -- the store under concurrency ------------------------------------------------------
 
+# Each process says it is ready, then waits for "go" on stdin: all go at one moment,
+# however long their interpreters took to start.
 _JOIN = """
-import json, sys, time
+import json, sys
 from kernelcli.store import RunStore
-run_dir, manifest, at = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
-time.sleep(max(0.0, at - time.time()))  # all processes go at the same moment
+run_dir, manifest = sys.argv[1], json.loads(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
 store, created = RunStore(run_dir).create_or_join(manifest)
 print(json.dumps([created, store.manifest == manifest]))
 """
@@ -347,11 +350,15 @@ print(json.dumps([created, store.manifest == manifest]))
 def test_exactly_one_of_many_concurrent_processes_creates_the_manifest(tmp_path):
     n = 8
     manifest = {"name": "t", "plan": {"block": 8}}
-    at = time.time() + 2.0  # after every interpreter has started
     procs = [subprocess.Popen([sys.executable, "-c", _JOIN, str(tmp_path / "run"),
-                               json.dumps(manifest), str(at)],
+                               json.dumps(manifest)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(n)]
+    for p in procs:  # a process that fails to start ends its stdout: "" here, not a hang
+        assert p.stdout.readline() == "ready\n", p.communicate(timeout=60)[1]
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     got = []
     for p in procs:
         out, err = p.communicate(timeout=60)
