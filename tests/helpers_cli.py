@@ -8,6 +8,7 @@ Nothing here is a test. The networks are the cheap ones the test plan asks for
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -114,6 +115,32 @@ def run_cli(*args, cwd=None, timeout: float = 300, env=None) -> subprocess.Compl
     """Run ``kernelcli ARGS`` to completion; text stdout/stderr captured."""
     return subprocess.run([KERNELCLI, *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=env or cli_env())
+
+
+# A fresh, small helper process runs one command and reports its peak RSS. Linux
+# carries the peak RSS of the process that forked a child into the child's own
+# ru_maxrss (across exec: a forked child starts as large as its parent), so a big
+# parent (pytest, after a test that held gigabytes) must not start the measured command
+# directly. ``ballast`` MiB are allocated and touched in the helper first.
+_MEASURE = r"""
+import json, resource, subprocess, sys
+ballast = b"x" * (int(sys.argv[1]) << 20)
+r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
+print(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
+                  "maxrss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
+"""
+
+
+def run_measured(args, env=None, ballast_mib: int = 0, cwd=None) -> tuple[int, str]:
+    """``(peak RSS in bytes, stdout)`` of ``kernelcli ARGS`` started by a fresh helper;
+    the command must succeed."""
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(ballast_mib), KERNELCLI,
+                          *map(str, args)], capture_output=True, text=True,
+                         env=env or cli_env(), cwd=cwd, timeout=900)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["rc"] == 0, got["stderr"]
+    return got["maxrss_bytes"], got["stdout"]
 
 
 def start_cli(*args, log_dir: Path, cwd=None, env=None,

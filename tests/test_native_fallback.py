@@ -217,9 +217,11 @@ def test_a_signal_during_a_build_stops_it_at_once_and_nothing_is_kept(tmp_path, 
     assert wait_until(lambda: len(_marked()) >= 2, proc, timeout=120)
     t = time.monotonic()
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, err
-    assert time.monotonic() - t < 5
+    # the compiler's children sleep 1000 s: a minute only catches a stop that waited
+    # for them (or for the build's own time limit), not a loaded machine
+    assert time.monotonic() - t < 60
     assert _marked() == []
     key = s.kept()[0][:-len(".lock")]
     assert s.kept() == [f"{key}.lock"]  # no build folder, no library, no failure kept
