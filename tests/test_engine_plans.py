@@ -151,7 +151,7 @@ def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
 # -- the accelerator plan gives the CPU plan's kernels ----------------------------------
 
 SHARED = ("cnn1_flatten", "cnn1_gap", "cnn3_flatten", "cnn3_gap", "erf_net", "fc3",
-          "myrtle5", "rect", "residual", "standard_param")  # /work/shared/fixtures
+          "myrtle5", "rect", "residual", "standard_param")  # ../shared/fixtures' cases
 OTHERS = tuple(n for n in FIXTURE_CASES if n not in SHARED)
 AGREE = {"float64": 1e-12, "float32": 1e-5}
 
