@@ -178,7 +178,7 @@ def replace_then_hold(src, dst, *args, **kwargs):
             time.sleep(600)
 os.replace = replace_then_hold
 sys.argv = ["kernelcli", *sys.argv[2:]]
-from kernelcli._entry import main
+from kernelcli._entry import main  # the console script's entry point
 sys.exit(main())
 """
 

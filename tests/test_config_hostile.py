@@ -19,7 +19,7 @@ import pytest
 
 from kernelcli.errors import ConfigError
 from kernelcli.config import check_architecture, load_config, parse_config
-from kernelcli.config._fields import show
+from kernelcli.config._fields import show  # how messages show a value: bounded work
 
 from helpers_cli import CONFIGS_DIR, error_line, invoke, run_cli
 

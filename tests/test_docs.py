@@ -29,6 +29,7 @@ from helpers_docs import DOCS, README, TICKED as _TICKED, documented_commands
 def _code_sections() -> Dict[str, Set[str]]:
     """``{section: keys}``; a scalar section (``name``) is its own one key, and
     ``data.preprocess`` is a section of its own."""
+    # the keys the loaders accept: docs must list exactly those
     from kernelcli.config import _load, _load_data
 
     out = {s: set(_load._KEYS.get(s, (s,))) for s in _load.SECTIONS}
@@ -39,7 +40,7 @@ def _code_sections() -> Dict[str, Set[str]]:
 
 def _code_layers() -> Dict[str, Set[str]]:
     """``{layer name: its parameters}``, ``repeat`` and ``residual`` included."""
-    from kernelcli.config import _parse_layers
+    from kernelcli.config import _parse_layers  # each layer's parameters, as parsed
 
     return {name: set(params) for name, params in _parse_layers.PARAMETERS.items()}
 

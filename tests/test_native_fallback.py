@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from helpers_cli import wait_until
-from kernelcli.kernels import _native_recipe as recipe
+from kernelcli.kernels import _native_recipe as recipe  # where the library and its record are
 
 pytestmark = pytest.mark.skipif(
     not (recipe.NATIVE / recipe.RECORD).is_file() or not recipe.cpu_variants(),

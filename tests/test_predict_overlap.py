@@ -13,9 +13,10 @@ import h5py
 import numpy as np
 import pytest
 
-from kernelcli._stop import Stop
 from kernelcli.errors import Interrupted
+from kernelcli.run import Stop
 from kernelcli.solvers import H5KernelOperator
+# the lanes themselves and the block product they share are what is tested
 from kernelcli.solvers._operator import LANES, block_product, transposed
 
 

@@ -28,8 +28,9 @@ from click.testing import CliRunner
 from kernelcli.cli import main
 from kernelcli.plan import assign, make_plan
 from kernelcli.store import Manifest
-from kernelcli.pipeline._shards import parse_shard, shard_blocks, worker_loads
+from kernelcli.pipeline import parse_shard, shard_blocks, worker_loads
 from kernelcli.store import RunStore
+# whose temporary files are stale: the store's own rule, with no public entry alone
 from kernelcli.store._atomic import host_tag, remove_stale_tmp
 
 KERNELCLI = shutil.which("kernelcli", path=os.path.dirname(sys.executable)) or os.path.join(

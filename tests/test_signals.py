@@ -293,7 +293,7 @@ def held(self, *args, **kwargs):
     return check(self, *args, **kwargs)
 _stop.Stop.check = held
 sys.argv = ["kernelcli", *sys.argv[1:]]
-from kernelcli._entry import main
+from kernelcli._entry import main  # the console script's entry point
 sys.exit(main())
 """
 

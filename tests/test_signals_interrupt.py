@@ -28,7 +28,7 @@ def test_keyboard_interrupt_in_library_use_is_an_interrupt_and_no_handler_is_ins
     """A notebook without the CLI's handlers: Ctrl-C's KeyboardInterrupt (here raised by
     the progress callback) stops ``compute`` with Interrupted, exit code 130, saying how
     to resume; the library leaves the process's signal handlers alone."""
-    from kernelcli import _interrupt
+    from kernelcli import _interrupt  # the process's signal state: the CLI's own
     from kernelcli.errors import Interrupted
     from kernelcli.run import compute
 
@@ -55,7 +55,7 @@ def test_keyboard_interrupt_in_library_use_is_an_interrupt_and_no_handler_is_ins
 
 
 def test_check_raises_interrupted_with_the_signal_exit_code():
-    from kernelcli import _interrupt
+    from kernelcli import _interrupt  # how a recorded signal is raised
     from kernelcli.errors import ComputeError, Interrupted
 
     _interrupt.reset()
@@ -94,7 +94,7 @@ class SignalOnImport(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, SignalOnImport())
 sys.argv = ["kernelcli", "--help"]
-from kernelcli._entry import main
+from kernelcli._entry import main  # the console script's entry point
 sys.exit(main())
 """
 

@@ -15,7 +15,7 @@ import pytest
 
 from helpers_cli import images, write_config
 from kernelcli.errors import DiskFullError, Interrupted
-from kernelcli.pipeline._tile_writer import TileWriter
+from kernelcli.pipeline._tile_writer import TileWriter  # the writer thread on its own
 
 
 def test_items_are_published_in_order_on_another_thread():
