@@ -135,23 +135,22 @@ def tiles(run_dir: Path) -> set[str]:
 @pytest.mark.slow
 def test_concurrent_shards_one_killed_and_rerun_match_a_single_process_run(tmp_path,
                                                                            reference):
+    from helpers_cli import finish as finish_logged, start_held, wait_held
+
     cfg = write_case(tmp_path, keep_tiles=True)
     run_dir = tmp_path / "run"
-    # Three processes start at once on a run directory that does not exist yet.
-    procs = [start("compute", cfg, "--shard", f"{i}/3", "--quiet") for i in range(3)]
+    # Three processes start at once on a run directory that does not exist yet; shard 1
+    # holds right after its first tile (of 7, each a few milliseconds) and is killed there.
+    procs = [start_held("compute", cfg, "--shard", "1/3", "--quiet", after=1,
+                        log_dir=tmp_path / "logs") if i == 1 else
+             start("compute", cfg, "--shard", f"{i}/3", "--quiet") for i in range(3)]
     victim = procs[1]
-    deadline = time.monotonic() + 90
-    mine = None
-    while time.monotonic() < deadline and victim.poll() is None:
-        if mine is None and (run_dir / "manifest.json").exists():
-            mine = shard_keys(run_dir, 1, 3)
-        if mine is not None and tiles(run_dir) & mine:
-            break
-        time.sleep(0.005)
+    wait_held(victim, timeout=90)
     victim.send_signal(signal.SIGKILL)
-    code, _, err = finish(victim)
+    code, _, err = finish_logged(victim, timeout=120)
     assert code == -signal.SIGKILL, f"shard 1 ended before it was killed: {err}"
-    assert mine and tiles(run_dir) & mine and mine - tiles(run_dir), \
+    mine = shard_keys(run_dir, 1, 3)
+    assert tiles(run_dir) & mine and mine - tiles(run_dir), \
         "the kill should land after shard 1's first tile and before its last"
     for i in (0, 2):
         code, out, err = finish(procs[i])
