@@ -61,6 +61,7 @@ def pytest_configure(config):
     if "KERNELCLI_CACHE_DIR" not in os.environ:
         os.environ["KERNELCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernelcli-test-cache-")
         config._kernelcli_cache_dir = os.environ["KERNELCLI_CACHE_DIR"]  # ours to remove
+    # the CLI's own cache set-up, so in-process tests compile as the CLI does
     from kernelcli.cli._setup import enable_compile_cache
 
     folder = enable_compile_cache()

@@ -118,19 +118,90 @@ def run_cli(*args, cwd=None, timeout: float = 300, env=None) -> subprocess.Compl
                           text=True, timeout=timeout, env=env or cli_env())
 
 
-def start_cli(*args, log_dir: Path, cwd=None, env=None) -> subprocess.Popen:
+# A fresh, small helper process runs one command and reports its peak RSS. Linux
+# carries the peak RSS of the process that forked a child into the child's own
+# ru_maxrss (across exec: a forked child starts as large as its parent), so a big
+# parent (pytest, after a test that held gigabytes) must not start the measured command
+# directly. ``ballast`` MiB are allocated and touched in the helper first.
+_MEASURE = r"""
+import json, resource, subprocess, sys
+ballast = b"x" * (int(sys.argv[1]) << 20)
+r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
+print(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
+                  "maxrss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
+"""
+
+
+def run_measured(args, env=None, ballast_mib: int = 0, cwd=None) -> tuple[int, str]:
+    """``(peak RSS in bytes, stdout)`` of ``kernelcli ARGS`` started by a fresh helper;
+    the command must succeed."""
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(ballast_mib), KERNELCLI,
+                          *map(str, args)], capture_output=True, text=True,
+                         env=env or cli_env(), cwd=cwd, timeout=900)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["rc"] == 0, got["stderr"]
+    return got["maxrss_bytes"], got["stdout"]
+
+
+def start_cli(*args, log_dir: Path, cwd=None, env=None,
+              program: Optional[list] = None) -> subprocess.Popen:
     """Start ``kernelcli ARGS`` in the background, stdout/stderr to files in ``log_dir``
-    (files, not pipes, so a chatty child never blocks on a full pipe)."""
+    (files, not pipes, so a chatty child never blocks on a full pipe). ``program``
+    replaces the console script (``[sys.executable, "-c", CODE]``: the CLI started by a
+    script that instruments it first)."""
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     n = len(list(log_dir.glob("*.out")))
     out = open(log_dir / f"{n:03d}.out", "w")
     err = open(log_dir / f"{n:03d}.err", "w")
-    proc = subprocess.Popen([KERNELCLI, *map(str, args)], cwd=cwd, stdout=out, stderr=err,
-                            env=env or cli_env())
+    proc = subprocess.Popen([*(program or [KERNELCLI]), *map(str, args)], cwd=cwd,
+                            stdout=out, stderr=err, env=env or cli_env())
     proc.log_paths = (log_dir / f"{n:03d}.out", log_dir / f"{n:03d}.err")
     proc._files = (out, err)
     return proc
+
+
+# The CLI started by a script that holds the process once it has published its
+# ``after``-th tile under the tile's final name (the rename that completes a tile), and
+# says so on stderr: a test kills it there, sure that the run is mid-way however fast
+# the machine computes the tiles left (they take milliseconds each).
+_HOLD_AFTER_TILES = """
+import os, re, sys, time
+after, published = int(sys.argv[1]), [0]
+replace = os.replace
+def replace_then_hold(src, dst, *args, **kwargs):
+    replace(src, dst, *args, **kwargs)
+    if re.fullmatch(r"r[0-9]+c[0-9]+[.]h5", os.path.basename(os.fsdecode(dst))):
+        published[0] += 1
+        if published[0] == after:
+            os.write(2, b"held: tile published\\n")
+            time.sleep(600)
+os.replace = replace_then_hold
+sys.argv = ["kernelcli", *sys.argv[2:]]
+from kernelcli._entry import main  # the console script's entry point
+sys.exit(main())
+"""
+
+
+def start_held(*args, after: int, log_dir: Path, cwd=None, env=None) -> subprocess.Popen:
+    """:func:`start_cli` of a CLI that holds once it has published ``after`` tiles;
+    :func:`wait_held` waits for that."""
+    return start_cli(*args, log_dir=log_dir, cwd=cwd, env=env,
+                     program=[sys.executable, "-c", _HOLD_AFTER_TILES, str(after)])
+
+
+def stderr_says(proc: subprocess.Popen, text: str) -> bool:
+    """Whether a process from :func:`start_cli` has written ``text`` on stderr so far."""
+    return text in proc.log_paths[1].read_text()
+
+
+def wait_held(proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until a process from :func:`start_held` holds; fail the test if it ends
+    first or never does."""
+    assert wait_until(lambda: stderr_says(proc, "held: tile published"), proc, timeout), (
+        f"the process ended or went on without publishing its tiles: "
+        f"{proc.log_paths[1].read_text()[-2000:]}")
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+# the angle function and the layer maps that use it: their bits are the point
 from kernelcli.kernels._angle import atan2_nonneg
 from kernelcli.kernels._xla import x64_scope
 
@@ -76,6 +77,7 @@ def test_float64_relu_of_an_input_with_itself_has_angle_exactly_zero():
     """The float64 ReLU map's ``sqrt(v1 v2)`` is also from per-position square roots
     (``kernels/_nonlinear.abrelu``): c = v1 = v2 must still give angle 0 exactly,
     nngp = v / 2 and the NTK's factor 1/2."""
+    # the ReLU map that uses the angle, on a state made here
     from kernelcli.kernels._nonlinear import abrelu
     from kernelcli.kernels._state import State
 

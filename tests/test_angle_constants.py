@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from kernelcli.kernels import _angle
+from kernelcli.kernels import _angle  # its constants are what is checked
 
 # fdlibm s_atan.c's aT[0..10], atanhi[0], atanlo[0], atanhi[1], atanlo[1] as its
 # comments give them: the high and low words of each float64

@@ -14,7 +14,7 @@ import pytest
 import kernelcli
 from kernelcli import stax
 from kernelcli.errors import ConfigError, DataError, RunDirError
-from kernelcli.kernels import _native
+from kernelcli.kernels import native_unavailable
 from conftest import FIXTURE_CASES, FIXTURES_DIR, load_case
 from helpers_cli import GAP_NET, images, write_config
 
@@ -162,7 +162,7 @@ def test_engine_picks_the_engine_and_all_give_the_same_kernels():
     kfn = kernelcli.kernel_fn(FIXTURES_DIR / "cnn1_gap.yaml")
     x = images(5, seed=3)
     auto = kfn(x, engine="auto")
-    resolved = kfn(x, engine="cpu" if _native.unavailable() else "native")
+    resolved = kfn(x, engine="cpu" if native_unavailable() else "native")
     assert all(np.array_equal(a, c) for a, c in zip(auto, resolved))
     for other in ("cpu", "accelerator"):
         for a, c in zip(kfn(x, engine=other), auto):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+# the console script's choice of OpenBLAS core, made before numpy loads
 from kernelcli._blas import SAFE_CORE, avx512, choose_blas_core
 
 

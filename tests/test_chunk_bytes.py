@@ -19,7 +19,7 @@ import json
 import numpy as np
 
 import kernelcli
-from kernelcli._env import CHUNK_BYTES
+CHUNK_BYTES = "KERNELCLI_CHUNK_BYTES"  # the documented variable, as a user sets it
 
 from helpers_cli import GAP_NET, assert_bit_identical, images, invoke, read_kernels, \
     write_config

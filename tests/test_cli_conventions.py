@@ -163,7 +163,7 @@ def test_the_library_leaves_logging_and_warnings_alone(project, tmp_path):
 def test_the_solver_choice_is_the_libraries_list():
     """``--solver`` spells ``kernelcli.solvers.SOLVERS`` (importing it would load numpy
     before ``--help``): the two stay one list."""
-    from kernelcli.cli._commands_analysis import predict
+    from kernelcli.cli._commands_analysis import predict  # the command's own option
     from kernelcli.solvers import SOLVERS
 
     (solver,) = [p for p in predict.params if p.name == "solver"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernelcli._env import cache_dir
+from kernelcli._env import cache_dir  # its order of variables, given environments
 from helpers_cli import cli_env, images, run_cli, write_config
 
 

@@ -120,7 +120,7 @@ MATRIX_SCRIPT = textwrap.dedent('''
     import numpy as np
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
-    from kernelcli.pipeline._devices import compute_streams
+    from kernelcli.pipeline import compute_streams
     from kernelcli.config import parse_architecture
 
     arch = parse_architecture({"layers": [
@@ -162,6 +162,7 @@ LIBRARY_SCRIPT = textwrap.dedent('''
     import numpy as np
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
+    # the device count the CLI picks from the cores: set before jax starts, no public call
     from kernelcli.pipeline._devices import _cores, default_devices
     from kernelcli.config import parse_architecture
 

@@ -43,9 +43,13 @@ def with_layers(*items: str) -> str:
 # --- fixtures and defaults ------------------------------------------------------------
 
 def test_fixture_copies_match_the_shared_fixtures():
+    """tests/fixtures/ holds copies (every fixture test reads those); this compares them
+    with the neural-tangents originals, where a checkout has them beside it."""
     shared = Path(__file__).parents[2] / "shared" / "fixtures"
     if not shared.is_dir():
-        pytest.skip("no shared/ checkout beside this one")
+        pytest.skip(f"{shared} is missing: the originals of tests/fixtures/, which CI's "
+                    f"clone has in shared/ beside the checkout; link or copy that shared/ "
+                    f"folder as {shared.parent} to compare the copies with them")
     for original in shared.iterdir():
         ours = (FIXTURES / original.name).read_bytes()
         if original.name == "CHECKS.md":  # our own fixtures' rows follow the shared ones

@@ -19,7 +19,7 @@ import pytest
 
 from kernelcli.errors import ConfigError
 from kernelcli.config import check_architecture, load_config, parse_config
-from kernelcli.config._fields import show
+from kernelcli.config._fields import show  # how messages show a value: bounded work
 
 from helpers_cli import CONFIGS_DIR, error_line, invoke, run_cli
 
@@ -162,7 +162,9 @@ def test_plain_anchors_and_aliases_still_work():
 def test_billion_laughs_in_the_name_is_refused_at_once():
     start = time.monotonic()
     message = error_of(laughs(9))
-    assert time.monotonic() - start < 5
+    # expanded, the 10**9 values would take hours and all the memory; a minute only
+    # catches that, not a loaded machine
+    assert time.monotonic() - start < 60
     assert message == ("demo.yaml: aliases expand the configuration to more than 100000 "
                        "values; expected at most 100000, aliases expanded")
 
@@ -225,7 +227,7 @@ def test_show_does_bounded_work_on_huge_shared_and_cyclic_values():
     cyclic.append(cyclic)
     start = time.monotonic()
     shown = [show(value), show(cyclic), show(10 ** 5000), show("a" * 10 ** 7)]
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < 60  # expanded: forever (10**16 leaves, a cycle)
     assert all(len(s) <= 60 for s in shown)
     assert shown[2] == "an integer of 5001 digits"
     assert show({"conv": None, "filter": [3, 3]}) == "{'conv': None, 'filter': [3, 3]}"

@@ -120,7 +120,7 @@ def test_small_integers_are_not_even_read(tmp_path):
 
 
 def test_check_streams_bounded_batches(tmp_path, monkeypatch):
-    from kernelcli.data import _value_checks as _values
+    from kernelcli.data import _value_checks as _values  # its batch, made small
 
     monkeypatch.setattr(_values, "_BATCH_BYTES", 3 * 12 * 8)  # 3 rows of 12 float64 a batch
     x = np.ones((10, 12), np.float32)

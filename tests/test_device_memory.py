@@ -35,7 +35,7 @@ class FakeDevice:
 
 
 def test_device_budget_is_the_least_free_device_of_the_pool():
-    from kernelcli.pipeline._devices import device_memory_available
+    from kernelcli.pipeline._devices import device_memory_available  # given stats made here
 
     # preallocated pools (bytes_limit) of 75% of 141 GiB, one device busier
     devices = [FakeDevice({"bytes_limit": 105 * GiB, "bytes_in_use": 5 * GiB}),
@@ -49,7 +49,7 @@ def test_device_budget_is_the_least_free_device_of_the_pool():
 @pytest.mark.parametrize("stats", [None, {}, {"bytes_in_use": 1}, NotImplementedError("no"),
                                    RuntimeError("UNIMPLEMENTED")])
 def test_a_device_without_memory_stats_falls_back_to_host_memory(stats):
-    from kernelcli.pipeline._devices import device_memory_available
+    from kernelcli.pipeline._devices import device_memory_available  # given stats made here
 
     assert device_memory_available([FakeDevice({"bytes_limit": GiB}), FakeDevice(stats)]) is None
 
@@ -57,7 +57,7 @@ def test_a_device_without_memory_stats_falls_back_to_host_memory(stats):
 def test_real_cpu_devices_plan_by_host_memory():
     import jax
 
-    from kernelcli.pipeline._devices import device_memory_available
+    from kernelcli.pipeline._devices import device_memory_available  # given stats made here
 
     devices = jax.local_devices()
     assert devices[0].platform == "cpu"
@@ -77,6 +77,7 @@ def _cfg(memory=None):
 def test_memory_budget_says_which_memory_it_is():
     import jax
 
+    # the budget's headroom below what the device reports
     from kernelcli.pipeline._budget import DEVICE_HEADROOM, memory_budget
     from kernelcli.plan import auto_budget
 

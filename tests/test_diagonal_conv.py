@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+# the diagonal convolution against the full one: both internal, their agreement the point
 from kernelcli.kernels._diagonal_conv import conv_mean
 from kernelcli.kernels._spatial import conv_cov
 from kernelcli.config import Conv
@@ -31,6 +32,7 @@ def test_block_is_the_conv_then_the_nonlinearity():
     """``block`` (the two layers of a pair pass in one conditional) against the two
     layers one after the other, with an NTK array and with the raw input's scalar
     zero, strided and not, in float32 (rounding apart: the sums fuse) and float64."""
+    # the diagonal chain against the full one on a state made here
     from kernelcli.kernels._diagonal_conv import block, conv
     from kernelcli.kernels._nonlinear import abrelu
     from kernelcli.kernels._state import State

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from kernelcli.errors import DiskFullError
-from kernelcli.run._finish import _disk_full
+from kernelcli.run._finish import _disk_full  # the message, without filling a disk
 from kernelcli.config import format_size
 from kernelcli.store import result_space_bytes
 

@@ -12,11 +12,13 @@ import yaml
 
 from conftest import FAST_CASES, FIXTURE_CASES, load_case
 from kernelcli.errors import ConfigError
+# native_helps: auto's rule, checked even where the library does not load
 from kernelcli.kernels import _engines
-from kernelcli.kernels import _native, build_kernel_fn, resolve_engine
-from kernelcli.kernels._linear_spatial import GRAM_CHANNELS
+from kernelcli.kernels import (NATIVE_REVISION, build_kernel_fn, native_library,
+                               native_unavailable, resolve_engine)
+from kernelcli.kernels._linear_spatial import GRAM_CHANNELS  # where the cpu engine's Gram path starts
 from kernelcli.run import kernel_matrix
-from kernelcli.pipeline._job import config_fingerprint
+from kernelcli.pipeline import config_fingerprint
 from kernelcli.config import check_architecture, load_config
 
 KINDS = ("nngp", "ntk")
@@ -88,7 +90,7 @@ GAP = [CONV3, "relu", "global_avg_pool"]
 def test_auto_is_native_on_cpus_where_it_helps(layers, shape, helps):
     arch = arch_of(layers)
     assert _engines.native_helps(arch.layers, shape) is helps
-    native = helps and _native.unavailable() is None
+    native = helps and native_unavailable() is None
     assert resolve_engine("auto", "cpu", arch.layers, shape) == ("native" if native else "cpu")
     assert resolve_engine("auto", "gpu", arch.layers, shape) == "accelerator"
 
@@ -103,35 +105,35 @@ def stored(plan_keys: dict):
 
 
 def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):
-    from kernelcli.pipeline._job import prepare
+    from kernelcli.pipeline import prepare
 
     def engine(compute, plan_keys=None):
         with prepare(load_config(write_cfg(tmp_path, compute)),
                      stored=None if plan_keys is None else stored(plan_keys)) as job:
             return job.kfn.engine.name, job.manifest()["engine"]["name"]
 
-    auto = "cpu" if _native.unavailable() else "native"  # auto on CPU devices, conv + relu
+    auto = "cpu" if native_unavailable() else "native"  # auto on CPU devices, conv + relu
     assert engine({}) == (auto, auto)
     assert engine({"engine": "accelerator"}) == ("accelerator", "accelerator")
     assert engine({"engine": "accelerator"}, {"engine": "cpu"}) == ("cpu", "cpu")
     assert engine({"engine": "cpu"}, {"engine": "accelerator"}) == ("accelerator",
                                                                     "accelerator")
     assert engine({"engine": "accelerator"}, {}) == ("cpu", "cpu")  # a run before the key
-    if _native.unavailable() is None:
+    if native_unavailable() is None:
         assert engine({"engine": "native"}) == ("native", "native")
-        keys = {"engine": "native", "native_library": _native.library().identity}
+        keys = {"engine": "native", "native_library": native_library().identity}
         assert engine({"engine": "cpu"}, keys) == ("native", "native")
 
 
-@pytest.mark.skipif(_native.unavailable() is not None,
-                    reason=f"no native engine here to record: {_native.unavailable()}")
+@pytest.mark.skipif(native_unavailable() is not None,
+                    reason=f"no native engine here to record: {native_unavailable()}")
 def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
     """Each revision of the native engine takes more layers into its custom calls (so
     its last bits differ): a run records it (``engine.native_revision``; format 2's
     ``plan.native``, absent in runs before the key, which are revision 1) and a resume
     computes with the run's, or refuses a newer one than this kernelcli has."""
     from kernelcli.errors import RunDirError
-    from kernelcli.pipeline._job import prepare
+    from kernelcli.pipeline import prepare
 
     def revision(plan_keys=None):
         with prepare(load_config(write_cfg(tmp_path, {"engine": "native"})),
@@ -139,13 +141,13 @@ def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
             return (job.kfn.engine.native_revision,
                     job.manifest()["engine"].get("native_revision"))
 
-    lib = _native.library().identity
-    assert revision() == (_native.REVISION, _native.REVISION)
+    lib = native_library().identity
+    assert revision() == (NATIVE_REVISION, NATIVE_REVISION)
     assert revision({"engine": "native", "native": 2, "native_library": lib}) == (2, 2)
-    newer = _native.REVISION + 1
+    newer = NATIVE_REVISION + 1
     with pytest.raises(RunDirError, match=re.escape(
             f"the run computes with revision {newer} of the native engine (as its "
-            f"manifest.json records), newer than this kernelcli's ({_native.REVISION}); "
+            f"manifest.json records), newer than this kernelcli's ({NATIVE_REVISION}); "
             f"continue it with the kernelcli that started it")):
         revision({"engine": "native", "native": newer, "native_library": lib})
     # a run from before runs recorded their library: built for its machine, not this one
@@ -155,13 +157,13 @@ def test_a_native_run_records_its_revision_and_a_resume_keeps_it(tmp_path):
             f"no other build reproduces (this kernelcli's "
             f"library is {lib}); continue it with the kernelcli that started it, or start "
             f"it again")):
-        revision({"engine": "native", "native": _native.REVISION})
+        revision({"engine": "native", "native": NATIVE_REVISION})
 
 
 # -- the accelerator engine gives the cpu engine's kernels ----------------------------------
 
 SHARED = ("cnn1_flatten", "cnn1_gap", "cnn3_flatten", "cnn3_gap", "erf_net", "fc3",
-          "myrtle5", "rect", "residual", "standard_param")  # /work/shared/fixtures
+          "myrtle5", "rect", "residual", "standard_param")  # ../shared/fixtures' cases
 OTHERS = tuple(n for n in FIXTURE_CASES if n not in SHARED)
 AGREE = {"float64": 1e-12, "float32": 1e-5}
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kernelcli
-from kernelcli import _env
+from kernelcli import _env  # the environment variables' parsing is what is tested
 from kernelcli.errors import ConfigError
 from helpers_cli import GAP_NET, error_line, images, invoke, write_config
 

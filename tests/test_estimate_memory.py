@@ -5,9 +5,9 @@ per-input statistics, plus every device's XLA peak) is compared with the measure
 resident set of a real ``kernelcli compute`` run of the same configuration, within
 +-25%.
 
-The measurement: a fresh helper Python process starts ``kernelcli compute`` and, after
-waiting for it, reads ``getrusage(RUSAGE_CHILDREN).ru_maxrss``, so exactly that one child
-is counted.
+The measurement (``helpers_cli.run_measured``): a fresh helper Python process starts
+``kernelcli compute`` and, after waiting for it, reads
+``getrusage(RUSAGE_CHILDREN).ru_maxrss``, so exactly that one child is counted.
 
 Configurations: kernel memory should dominate the ~0.3 GB process baseline, and every
 device should be busy at once (several pair batches per block). Under default settings
@@ -20,40 +20,14 @@ defaults (baseline-dominated).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from helpers_cli import (FLATTEN_NET, GAP2_NET, KERNELCLI, cli_env, fresh_cache, images,
+from helpers_cli import (FLATTEN_NET, GAP2_NET, cli_env, fresh_cache, images, run_measured,
                          write_config)
 
 MiB = 1 << 20
-
-# A fresh, small helper process runs one command and reports its peak RSS. Linux
-# carries the peak RSS of the process that forked a child into the child's own
-# ru_maxrss (across exec), so a big parent (pytest) must not start the measured
-# command directly. ``ballast`` MiB are allocated and touched in the helper first.
-_MEASURE = r"""
-import json, resource, subprocess, sys
-ballast = b"x" * (int(sys.argv[1]) << 20)
-r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
-print(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
-                  "maxrss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
-"""
-
-
-def run_measured(args, env, ballast_mib: int = 0) -> tuple[int, str]:
-    """``(peak RSS in bytes, stdout)`` of ``kernelcli ARGS`` started by a fresh helper."""
-    out = subprocess.run([sys.executable, "-c", _MEASURE, str(ballast_mib), KERNELCLI,
-                          *map(str, args)], capture_output=True, text=True, env=env,
-                         timeout=900)
-    assert out.returncode == 0, out.stderr
-    got = json.loads(out.stdout)
-    assert got["rc"] == 0, got["stderr"]
-    return got["maxrss_bytes"], got["stdout"]
-
 
 # Peaks are compared between processes: a compilation read from the persistent cache
 # needs less memory than one compiled afresh, so these runs compile afresh.

@@ -249,7 +249,7 @@ def test_an_extend_stopped_after_the_switch_is_unmistakable_and_resumes(files, s
     """Stopped right after the grown run replaced the old one (the kill test does this
     with real signals): the old kernels.h5 is gone, status says the extend is in
     progress, another extend is refused, and resume finishes it bit for bit."""
-    import kernelcli.run._extend as ext
+    import kernelcli.run._extend as ext  # stopped at one step of its own
 
     run = old_run(files, "stopped")
 

@@ -38,7 +38,7 @@ def extend(d, run):
 
 def test_a_kept_tile_of_another_run_refuses_the_extend(setup, tmp_path):
     from kernelcli.store import RunStore
-    from kernelcli.store._tiles import write_tile
+    from kernelcli.store._tiles import write_tile  # a whole tile of another run
 
     d, old, grown = setup
     run = copy_of(old, tmp_path)

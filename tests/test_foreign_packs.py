@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from helpers_cli import cli_env, images, run_cli, snapshot, write_config
+# packs made by hand: the format and its reader are what is tested
 from kernelcli.store._packs import PACK, TileSet, read_index
 
 N, BLOCK = 8, 2  # 10 tiles; packs of 4 (2 packs and 2 loose tiles)

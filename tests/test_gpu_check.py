@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernelcli.cli import _setup as _gpu_check
+from kernelcli.cli import _setup as _gpu_check  # given driver files made here
 from kernelcli.errors import ConfigError
 
 from helpers_cli import images, run_cli, write_config

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import struct
 import subprocess
 import sys
@@ -22,11 +21,11 @@ import h5py
 import numpy as np
 import pytest
 
-from kernelcli._stop import Stop
 from kernelcli.data import fingerprint, open_array
 from kernelcli.errors import DataError, Interrupted
+from kernelcli.run import Stop
 
-from helpers_cli import FLATTEN_NET, KERNELCLI, cli_env, run_cli, write_config
+from helpers_cli import FLATTEN_NET, run_cli, run_measured, write_config
 
 _MIB = 2**20
 
@@ -231,15 +230,11 @@ def test_cli_reads_the_rows_of_a_limit_from_a_bomb_quickly(tmp_path):
     cfg = write_config(tmp_path, x1=path, key="x", limit=64,
                        layers=[{"dense": {"W_std": 1.0, "b_std": 0.1}}])
     start = time.monotonic()
-    proc = subprocess.Popen([KERNELCLI, "compute", str(cfg)], cwd=tmp_path, env=cli_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = proc.stderr.read().decode()
-    proc.stderr.close()
-    assert proc.returncode == 0, stderr
-    assert time.monotonic() - start < 60
-    assert usage.ru_maxrss * 1024 < 1.5 * 2**30  # the member alone is 2 GiB
+    # measured from a small helper: a child forked by this test process starts with its
+    # resident set (gigabytes after another bomb test here), and ru_maxrss counts it
+    peak, _ = run_measured(["compute", cfg], cwd=tmp_path)
+    assert time.monotonic() - start < 60  # only a hang: the member inflates in seconds
+    assert peak < 1.5 * 2**30  # the member alone is 2 GiB; the run takes about 0.3
     with h5py.File(tmp_path / "run" / "kernels.h5") as f:
         np.testing.assert_allclose(f["nngp"][...], np.full((64, 64), 0.01), rtol=1e-6)
 

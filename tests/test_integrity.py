@@ -15,6 +15,7 @@ import pytest
 from helpers_cli import (KERNELCLI, assert_bit_identical, edit_manifest, error_line, images,
                          invoke, manifest_of_format_2, read_kernels, run_cli, small_filesystem,
                          write_config)
+# the seal over a file's bytes, damaged by hand
 from kernelcli.store._sealed import SealError, seal, unseal
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
@@ -273,6 +274,7 @@ def test_a_damaged_test_diagonal_is_never_assembled(tmp_path):
 def test_a_tile_with_non_finite_or_non_positive_values_is_never_published():
     from kernelcli.errors import ComputeError
     from kernelcli.plan import Block
+    # the check of a tile's values before it is written (no public call reaches a bad tile)
     from kernelcli.pipeline._tile_checks import check_tile
 
     diag = Block(1, 1, 8, 16, 8, 16, diagonal=True)

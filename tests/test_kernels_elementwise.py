@@ -34,6 +34,7 @@ import pytest
 import yaml
 from scipy.special import erf as sp_erf
 
+# each elementwise map on its own, against its closed form or quadrature
 from kernelcli.kernels._maps import kernel_map
 from kernelcli.kernels._nonlinear import erf as plain_erf
 from kernelcli.kernels._state import State

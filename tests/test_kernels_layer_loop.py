@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import one_device
-from kernelcli.kernels import _compose
+from kernelcli.kernels import _compose  # the layer loop itself: what it compiles
 from test_kernels_properties import KINDS, SQ2, arch_of, inputs, kernel_fn, rel
 from kernelcli.run import kernel_matrix
 from kernelcli.config import bind_architecture
@@ -71,7 +71,7 @@ def _first_full_state(arch, shape):
     """The state after the first (conv, nonlinearity) pair, for ``_repeats``."""
     import jax.numpy as jnp
 
-    from kernelcli.kernels._state import State
+    from kernelcli.kernels._state import State  # a state made here, fed to the loop
 
     h, w = shape[:2]
     width = getattr(arch.layers[0], "width", 1)

@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent('''
     import json, os, threading, time
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     import jax, jax.numpy as jnp, numpy as np
-    from kernelcli.kernels._xla import SerialJit
+    from kernelcli.kernels._xla import SerialJit  # the compile lock itself
 
     active, overlaps, compiles = [0], [0], []
 

@@ -12,7 +12,7 @@ import pytest
 from kernelcli.errors import ConfigError, DataError
 from kernelcli.solvers import fold_sums, nystrom_map, nystrom_weights
 from kernelcli.run import compute, predict
-from kernelcli.pipeline._landmark_rows import choose_landmarks
+from kernelcli.pipeline._landmark_rows import choose_landmarks  # which rows, on their own
 from kernelcli.config import load_config
 
 from helpers_cli import invoke

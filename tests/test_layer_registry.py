@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from finite_nets import FINITE_NETS
-from kernelcli.kernels._maps import KERNEL_MAPS
+from kernelcli.kernels._maps import KERNEL_MAPS  # every layer type has its map
 from kernelcli.config import LAYER_NAMES, layer_type, layer_types
 
 TYPES = layer_types()

@@ -18,7 +18,7 @@ from conftest import load_case
 from helpers_cli import cli_env, run_cli
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import build_kernel_fn, resolve_engine
-from kernelcli.kernels import _native
+from kernelcli.kernels import _native  # its custom calls, spied on and called alone
 from kernelcli.run import kernel_matrix
 from kernelcli.config import check_architecture
 
@@ -252,7 +252,7 @@ def test_the_diagonal_chain_refuses_rows_outside_its_tables():
     import jax
     import jax.numpy as jnp
 
-    from kernelcli.kernels._state import State
+    from kernelcli.kernels._state import State  # a state made here, fed to one call
     from kernelcli.config import Conv, Relu
 
     layers = [Conv(filter=(3, 3), strides=(1, 1)), Relu()]

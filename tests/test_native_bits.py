@@ -31,11 +31,11 @@ NAMES = ("seed", "valid", "filter_5x3", "standard_no_bias", "mixed_chain", "myrt
 def kernels() -> dict:
     """``{"<net>/<dtype>/<kind>": array}`` by the native engine, with the identity."""
     from kernelcli import kernel_fn
-    from kernelcli.kernels import _native
+    from kernelcli.kernels import native_library
     from test_native import NETS
 
     x = np.random.default_rng(7).standard_normal((5, 6, 6, 2))
-    out = {"identity": np.array(_native.library().identity)}
+    out = {"identity": np.array(native_library().identity)}
     for name in NAMES:
         kfn = kernel_fn(NETS[name])
         for dtype in ("float32", "float64"):
@@ -55,10 +55,10 @@ def differences(got: dict) -> list:
 
 
 def _skip_unless_native():
-    from kernelcli.kernels import _native
+    from kernelcli.kernels import native_unavailable
 
-    if _native.unavailable() is not None:
-        pytest.skip(f"the native engine: {_native.unavailable()}")
+    if native_unavailable() is not None:
+        pytest.skip(f"the native engine: {native_unavailable()}")
 
 
 def test_the_fixture_is_this_librarys_and_its_bits_are_the_same():
@@ -70,11 +70,12 @@ def test_the_fixture_is_this_librarys_and_its_bits_are_the_same():
 
 @pytest.mark.slow
 def test_every_variant_this_cpu_runs_gives_the_same_bits(tmp_path):
-    from kernelcli.kernels import _native, _native_recipe as recipe
+    from kernelcli.kernels import _native_recipe as recipe  # the variants and their record
+    from kernelcli.kernels import native_library
 
     _skip_unless_native()
     for variant in recipe.cpu_variants():
-        if variant == _native.library().variant:
+        if variant == native_library().variant:
             continue  # the test above
         root = tmp_path / variant
         shutil.copytree(recipe.NATIVE.parent.parent, root / "kernelcli",
@@ -96,11 +97,11 @@ if __name__ == "__main__":
         np.savez_compressed(FIXTURE, **kernels())
         print(f"wrote {FIXTURE}")
     elif sys.argv[1:2] == ["--check"]:
-        from kernelcli.kernels import _native
+        from kernelcli.kernels import describe_native, native_library
 
-        assert _native.library().variant == sys.argv[2], _native.describe()
+        assert native_library().variant == sys.argv[2], describe_native()
         diff = differences(kernels())
-        print(f"{_native.describe()}: {diff or 'the same bits'}")
+        print(f"{describe_native()}: {diff or 'the same bits'}")
         sys.exit(1 if diff else 0)
     else:
         sys.exit("usage: python tests/test_native_bits.py --write | --check VARIANT")

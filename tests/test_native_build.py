@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+# the library's loader and build at first use, given folders made here
 from kernelcli.kernels import _native, _native_build, _native_recipe as recipe
 
 SYMBOLS = _native.SYMBOLS

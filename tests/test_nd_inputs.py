@@ -240,7 +240,7 @@ def test_run_fingerprints_of_image_configs_are_those_of_before_n_d_inputs(tmp_pa
     """A one-int size is recorded as the pair it meant when every input was an image,
     so runs made then can still be resumed: ``filter: 3`` and ``filter: [3, 3]`` (and
     a default) are one configuration; ``[3]`` (sequences) is another."""
-    from kernelcli.pipeline._job import config_fingerprint
+    from kernelcli.pipeline import config_fingerprint
 
     def fp(conv, pool):
         cfg = write_config(tmp_path, x1="x.npy", layers=[conv, "relu", pool, "flatten",

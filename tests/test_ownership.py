@@ -316,7 +316,7 @@ def test_the_processes_of_a_job_array_share_the_lock_and_exclude_any_other(run):
 
 def test_clean_refuses_a_tile_of_another_run_deleting_nothing(run):
     from kernelcli.plan import Block
-    from kernelcli.store._tiles import write_tile
+    from kernelcli.store._tiles import write_tile  # a tile written by hand
 
     tile = run / "tiles" / "r00000c00000.h5"
     tile.unlink()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernelcli.errors import BudgetError, ConfigError
-from kernelcli._system import available_ram_bytes
+from kernelcli._system import available_ram_bytes  # given a meminfo file made here
 from kernelcli.plan import (Block, EngineCosts, assign, auto_block, auto_budget,
                             auto_pair_batch, make_plan, memory_line, plan_run)
 from kernelcli.config import format_size

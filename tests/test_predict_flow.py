@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from kernelcli.errors import UsageError
+# the wording of the not-positive-definite advice, at its edges
 from kernelcli.solvers._messages import not_pd_message, suggest_ridge
 from kernelcli.solvers import (check_times, cholesky_factor, eigen, flow_basis, flow_mean,
                                flow_weights, gradient_flow, predictive_variance, solve_cholesky)

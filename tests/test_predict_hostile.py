@@ -173,7 +173,7 @@ def test_a_cg_ridge_that_fails_beside_one_that_works_is_in_the_table(plain, tmp_
 
 def test_falkon_errors_are_spelled_and_every_ridge_is_in_the_table(plain, tmp_path,
                                                                   monkeypatch):
-    from kernelcli.run import _predict_landmarks as _landmarks
+    from kernelcli.run import _predict_landmarks as _landmarks  # a Falkon cut short
 
     run = _copy(plain["lm"], tmp_path)
     # five passes: the small ridge cannot converge, the large one does

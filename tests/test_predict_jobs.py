@@ -17,9 +17,10 @@ import pytest
 
 from kernelcli.errors import ComputeError, DataError
 from kernelcli.solvers import H5KernelOperator
-from kernelcli.solvers._bands import BandOperator
+from kernelcli.solvers import BandOperator
+from kernelcli.run import serve_shard as serve
+# the coordinator's side of a job array, and its checked reads of a shard's files
 from kernelcli.run._predict_shards import Coordination, ShardBands, load_array
-from kernelcli.run._predict_shards import serve_shard as serve
 
 from helpers_predict import assert_same_as_single_process
 from test_predict_spread import _predictions, finished, psd  # noqa: F401 - a fixture
@@ -103,7 +104,7 @@ def test_a_shard_refuses_a_session_kernelcli_did_not_write(run_dir):
 COORDINATOR = """
 import sys, time
 from kernelcli.solvers import H5KernelOperator
-from kernelcli.run._predict_shards import Coordination, ShardBands
+from kernelcli.run._predict_shards import Coordination, ShardBands  # a coordinator alone
 co = Coordination(sys.argv[1], heartbeat_s=0.1, stale_s=1.5)
 ShardBands(H5KernelOperator(sys.argv[1] + "/kernels.h5", "ntk", block_rows=8), co, 2)
 print("serving", flush=True)

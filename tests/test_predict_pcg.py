@@ -11,9 +11,9 @@ import pytest
 from kernelcli.errors import UsageError
 from kernelcli.solvers import (H5KernelOperator, load_kernel, solve_cg_folds, solve_cg_ridges,
                                solve_cholesky)
-from kernelcli.solvers._operator import ArrayOperator
+from kernelcli.solvers import ArrayOperator, fold_masks
+# the preconditioner inside solve_cg is what is tested, not only the solve it speeds up
 from kernelcli.solvers._precondition import NystromPreconditioner, landmarks, pivoted_cholesky
-from kernelcli.solvers._selection import fold_masks
 
 RIDGES = (1e-6, 1e-3, 1.0)
 
@@ -202,6 +202,7 @@ def test_the_xla_block_products_match_numpy_to_their_rounding(tmp_path):
     """The operator's products (a jitted XLA dot per row block, both dtypes, a vector
     and a matrix, a ragged last block) are numpy's to the dtype's rounding, and a block
     XLA must copy (not 64-byte aligned) gives the same bits as an aligned one."""
+    # the aligned buffers the product writes into (their layout is the point)
     from kernelcli.solvers._operator import aligned_empty, block_product, transposed
 
     rng = np.random.default_rng(4)

@@ -14,7 +14,8 @@ import pytest
 
 from kernelcli.errors import ComputeError, UsageError
 from kernelcli.solvers import H5KernelOperator
-from kernelcli.solvers._bands import BandOperator, BandWorker, band_bounds
+from kernelcli.solvers import BandOperator, BandWorker, band_bounds
+# the worker processes behind --executor processes: their restarts and refusals
 from kernelcli.run import _predict_spread as _spread
 from kernelcli.run._predict_spread import ProcessBands, check_executor, spread
 

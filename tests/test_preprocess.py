@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernelcli.data import _preprocess
-from kernelcli.data._preprocess import fit_preprocess
+from kernelcli.data import _preprocess  # its batch size, made small to stream in batches
+from kernelcli.data import fit_preprocess
 from kernelcli.errors import DataError, UsageError
 
 

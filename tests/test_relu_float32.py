@@ -4,6 +4,7 @@
 import jax
 import numpy as np
 
+# the ReLU map on its own in float32, where its rounding is the point
 from kernelcli.kernels._nonlinear import abrelu
 from kernelcli.kernels._state import State
 

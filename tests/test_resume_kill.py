@@ -179,7 +179,6 @@ def drive(cfg: Path, run: Path, kills, env, logs: Path, tiles: int, sig=signal.S
             wait_until(_trigger(*kill, run, start_tiles, tiles), proc)
             if proc.poll() is None:
                 proc.send_signal(sig)
-                killed += 1
                 tmp = [n for n in os.listdir(run / "tiles") if n.endswith(".tmp")] \
                     if (run / "tiles").is_dir() else []
                 print(f"{args[0]}: killed at {kill} with {len(tile_names(run))}/{tiles} "
@@ -192,6 +191,7 @@ def drive(cfg: Path, run: Path, kills, env, logs: Path, tiles: int, sig=signal.S
                 break
         else:
             assert rc == -sig, (rc, err)
+            killed += 1  # counted only where it landed, not as the process finished
         ledger.check_and_record()
     # every tile ever completed is still there, untouched; and the run is whole
     assert ledger.check_and_record() == tiles

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kernelcli.kernels._runner import run_on_devices
+from kernelcli.kernels import run_on_devices
 
 
 class Log:

@@ -28,8 +28,9 @@ from click.testing import CliRunner
 from kernelcli.cli import main
 from kernelcli.plan import assign, make_plan
 from kernelcli.store import Manifest
-from kernelcli.pipeline._shards import parse_shard, shard_blocks, worker_loads
+from kernelcli.pipeline import parse_shard, shard_blocks, worker_loads
 from kernelcli.store import RunStore
+# whose temporary files are stale: the store's own rule, with no public entry alone
 from kernelcli.store._atomic import host_tag, remove_stale_tmp
 
 KERNELCLI = shutil.which("kernelcli", path=os.path.dirname(sys.executable)) or os.path.join(
@@ -134,23 +135,22 @@ def tiles(run_dir: Path) -> set[str]:
 @pytest.mark.slow
 def test_concurrent_shards_one_killed_and_rerun_match_a_single_process_run(tmp_path,
                                                                            reference):
+    from helpers_cli import finish as finish_logged, start_held, wait_held
+
     cfg = write_case(tmp_path, keep_tiles=True)
     run_dir = tmp_path / "run"
-    # Three processes start at once on a run directory that does not exist yet.
-    procs = [start("compute", cfg, "--shard", f"{i}/3", "--quiet") for i in range(3)]
+    # Three processes start at once on a run directory that does not exist yet; shard 1
+    # holds right after its first tile (of 7, each a few milliseconds) and is killed there.
+    procs = [start_held("compute", cfg, "--shard", "1/3", "--quiet", after=1,
+                        log_dir=tmp_path / "logs") if i == 1 else
+             start("compute", cfg, "--shard", f"{i}/3", "--quiet") for i in range(3)]
     victim = procs[1]
-    deadline = time.monotonic() + 90
-    mine = None
-    while time.monotonic() < deadline and victim.poll() is None:
-        if mine is None and (run_dir / "manifest.json").exists():
-            mine = shard_keys(run_dir, 1, 3)
-        if mine is not None and tiles(run_dir) & mine:
-            break
-        time.sleep(0.005)
+    wait_held(victim, timeout=90)
     victim.send_signal(signal.SIGKILL)
-    code, _, err = finish(victim)
+    code, _, err = finish_logged(victim, timeout=120)
     assert code == -signal.SIGKILL, f"shard 1 ended before it was killed: {err}"
-    assert mine and tiles(run_dir) & mine and mine - tiles(run_dir), \
+    mine = shard_keys(run_dir, 1, 3)
+    assert tiles(run_dir) & mine and mine - tiles(run_dir), \
         "the kill should land after shard 1's first tile and before its last"
     for i in (0, 2):
         code, out, err = finish(procs[i])
@@ -334,11 +334,14 @@ def test_estimate_reports_the_busiest_workers_share(tmp_path):
 
 # -- the store under concurrency ------------------------------------------------------
 
+# Each process says it is ready, then waits for "go" on stdin: all go at one moment,
+# however long their interpreters took to start.
 _JOIN = """
-import json, sys, time
+import json, sys
 from kernelcli.store import RunStore
-run_dir, manifest, at = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
-time.sleep(max(0.0, at - time.time()))  # all processes go at the same moment
+run_dir, manifest = sys.argv[1], json.loads(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
 store, created = RunStore(run_dir).create_or_join(manifest)
 print(json.dumps([created, store.manifest == manifest]))
 """
@@ -347,11 +350,15 @@ print(json.dumps([created, store.manifest == manifest]))
 def test_exactly_one_of_many_concurrent_processes_creates_the_manifest(tmp_path):
     n = 8
     manifest = {"name": "t", "plan": {"block": 8}}
-    at = time.time() + 2.0  # after every interpreter has started
     procs = [subprocess.Popen([sys.executable, "-c", _JOIN, str(tmp_path / "run"),
-                               json.dumps(manifest), str(at)],
+                               json.dumps(manifest)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(n)]
+    for p in procs:  # a process that fails to start ends its stdout: "" here, not a hang
+        assert p.stdout.readline() == "ready\n", p.communicate(timeout=60)[1]
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     got = []
     for p in procs:
         out, err = p.communicate(timeout=60)

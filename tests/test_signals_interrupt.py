@@ -28,7 +28,7 @@ def test_keyboard_interrupt_in_library_use_is_an_interrupt_and_no_handler_is_ins
     """A notebook without the CLI's handlers: Ctrl-C's KeyboardInterrupt (here raised by
     the progress callback) stops ``compute`` with Interrupted, exit code 130, saying how
     to resume; the library leaves the process's signal handlers alone."""
-    from kernelcli import _interrupt
+    from kernelcli import _interrupt  # the process's signal state: the CLI's own
     from kernelcli.errors import Interrupted
     from kernelcli.run import compute
 
@@ -55,7 +55,7 @@ def test_keyboard_interrupt_in_library_use_is_an_interrupt_and_no_handler_is_ins
 
 
 def test_check_raises_interrupted_with_the_signal_exit_code():
-    from kernelcli import _interrupt
+    from kernelcli import _interrupt  # how a recorded signal is raised
     from kernelcli.errors import ComputeError, Interrupted
 
     _interrupt.reset()
@@ -94,7 +94,7 @@ class SignalOnImport(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, SignalOnImport())
 sys.argv = ["kernelcli", "--help"]
-from kernelcli._entry import main
+from kernelcli._entry import main  # the console script's entry point
 sys.exit(main())
 """
 
@@ -106,6 +106,22 @@ def test_a_signal_while_the_cli_is_imported_ends_it_with_one_line(sig):
     assert r.returncode == 128 + sig, r.stderr
     assert r.stderr.splitlines()[-1] == f"Error: interrupted ({sig.name}) before anything was written"
     assert "Traceback" not in r.stderr
+
+
+def mapped_bytes(pid: int, path: Path) -> int:
+    """Bytes of ``path`` resident in process ``pid``'s memory maps (a memory-mapped
+    .npy: the rows read so far, less what the kernel has already evicted)."""
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return 0
+    total, inside = 0, False
+    for line in text.splitlines():
+        if "-" in line.split(" ", 1)[0]:  # a mapping's header: "start-end perms ... path"
+            inside = line.endswith(" " + str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
 
 
 @pytest.mark.slow
@@ -122,13 +138,16 @@ def test_a_signal_while_input_values_are_checked_ends_the_command_at_once(tmp_pa
                    f"  layers: [flatten, dense, relu, dense]\noutput: {{run_dir: {tmp_path / 'run'}}}\n")
     proc = start_cli(command, cfg, log_dir=tmp_path / "logs", env=cli_env())
     wait_for_handlers(proc)
-    t0 = time.monotonic()
-    wait_until(lambda: time.monotonic() >= t0 + 2.0, proc, timeout=60)
-    assert proc.poll() is None, "the check ended within 2 s: the data is too small"
+    # the signal goes once the command has read 128 MiB of the rows: checking them
+    assert wait_until(lambda: mapped_bytes(proc.pid, tmp_path / "x.npy") >= 128 * 2**20,
+                      proc, timeout=300), "the command never read the input's rows"
+    assert proc.poll() is None, "the check ended already: the data is too small"
     proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
-    rc, _out, err = finish(proc, timeout=60)
+    rc, _out, err = finish(proc, timeout=120)
     assert rc == 143, err
-    assert time.monotonic() - sent < 15, "the signal waited for the check to end"
+    # reading all 100 GB takes minutes (13 s for 2.5 GB on a 2-core CI box): a minute
+    # only catches a signal that waited for the check, not a loaded machine
+    assert time.monotonic() - sent < 60, "the signal waited for the check to end"
     assert err.strip().splitlines()[-1].startswith("Error: interrupted (SIGTERM)")
     assert "Traceback" not in err

@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from kernelcli.store import RunStore
-from kernelcli.store._manifest_schema import bytes_bound
+from kernelcli.store._manifest_schema import bytes_bound  # the bound a tile must keep
 
 from helpers_cli import FLATTEN_NET, error_line, invoke
 from test_train_test import write_cfg, write_data

@@ -9,7 +9,7 @@ import pytest
 
 from kernelcli.solvers import (cg_operations, cholesky_operations, landmark_operations,
                                one_hot, solve_cg_folds)
-from kernelcli.solvers._memory import cg_product_cap
+from kernelcli.solvers._memory import cg_product_cap  # the bound the count must keep
 
 ROUTES = {
     "cholesky": lambda c: cholesky_operations(96, 10, c, 5, 2, 1),

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# the readers of /proc and cgroup files, given files made here
 from kernelcli._system import (available_ram_bytes, cgroup_memory_available,
                                memory_available)
 

@@ -15,14 +15,14 @@ import pytest
 
 from helpers_cli import images, write_config
 from kernelcli.errors import DiskFullError, Interrupted
-from kernelcli.pipeline._tile_writer import TileWriter
+from kernelcli.pipeline._tile_writer import TileWriter  # the writer thread on its own
 
 
 def test_items_are_published_in_order_on_another_thread():
     got, threads = [], set()
 
     def publish(k):
-        time.sleep(0.002)
+        time.sleep(0.002)  # a slow disk: the puts queue up behind the writer
         threads.add(threading.current_thread().name)
         got.append(k)
 
@@ -35,17 +35,23 @@ def test_items_are_published_in_order_on_another_thread():
 
 
 def test_the_queue_is_bounded():
-    gate = threading.Event()
-    with TileWriter(lambda k: gate.wait()) as w:
-        w.put(0)                   # taken by the writer, which waits
-        time.sleep(0.05)
+    gate, taken = threading.Event(), threading.Event()
+
+    def publish(k):
+        taken.set()
+        assert gate.wait(60), "the test never opened the gate"
+
+    with TileWriter(publish) as w:
+        w.put(0)
+        assert taken.wait(60)      # taken by the writer, which waits
         w.put(1)                   # queued (depth 1)
         t = threading.Thread(target=w.put, args=(2,), daemon=True)
         t.start()
-        t.join(0.3)
+        t.join(0.3)  # a put that returns does so at once: 0.3 s shows it waits
         assert t.is_alive()        # a third waits for room
         gate.set()
-        t.join(5)
+        t.join(60)
+        assert not t.is_alive()    # and goes in once there is room
         w.finish()
 
 
@@ -63,7 +69,6 @@ def test_the_writers_error_is_raised_in_the_computing_thread_and_stops_it():
         with TileWriter(publish) as w:
             for k in range(50):
                 w.put(k)
-                time.sleep(0.001)
             w.finish()
     assert info.value is err
     assert got == [0]              # nothing after the failed one is published
@@ -71,23 +76,24 @@ def test_the_writers_error_is_raised_in_the_computing_thread_and_stops_it():
     with pytest.raises(DiskFullError):
         with w2:
             w2.put(1)
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 60  # a generous bound: only a lost error fails
             while time.monotonic() < deadline:
                 w2.check()         # raised at the computing thread's next safe point
                 time.sleep(0.01)
 
 
 def test_tiles_queued_when_the_computation_fails_are_still_written():
-    got = []
+    got, interrupted = [], threading.Event()
 
-    def publish(k):
-        time.sleep(0.05)
+    def publish(k):  # 0 is published only once the interrupt has come
+        assert interrupted.wait(60), "the interrupt never came"
         got.append(k)
 
     with pytest.raises(Interrupted):
         with TileWriter(publish) as w:
             w.put(0)
             w.put(1)               # queued behind 0 when the interrupt comes
+            interrupted.set()
             raise Interrupted("interrupted (SIGINT)", signal.SIGINT)
     assert got == [0, 1]
 

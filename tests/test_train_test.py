@@ -21,7 +21,7 @@ from kernelcli.config import load_config
 from kernelcli.run import kernel_matrix
 
 from helpers_cli import (invoke, GAP_NET, assert_bit_identical, cli_env, finish, images,
-                         read_kernels, run_cli, snapshot, start_cli, tile_names, wait_until)
+                         read_kernels, run_cli, snapshot, start_held, tile_names, wait_held)
 
 N_TRAIN, N_TEST, BLOCK = 20, 13, 8
 
@@ -206,13 +206,13 @@ def test_sigkill_mid_run_then_resume_gives_the_same_bits(tmp_path, tt_run):
     for target in (1, 7):  # one kill among the training tiles, one among the test tiles
         args = ("resume", run, "--quiet") if (run / "manifest.json").exists() else \
             ("compute", cfg, "--quiet")
-        proc = start_cli(*args, log_dir=tmp_path / "logs", env=env)
-        wait_until(lambda: len(tile_names(run)) >= target, proc)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
+        proc = start_held(*args, after=target - len(tile_names(run)),
+                          log_dir=tmp_path / "logs", env=env)
+        wait_held(proc)  # held right after its tile number `target`: killed mid-run
+        proc.send_signal(signal.SIGKILL)
         rc, _, err = finish(proc)
         assert "Traceback" not in err
-        assert len(tile_names(run)) < total or rc == 0
+        assert rc == -signal.SIGKILL and len(tile_names(run)) == target < total, (rc, err)
     r = run_cli("resume", run, "--quiet", env=env)
     assert r.returncode == 0, r.stderr
     got, _ = read_kernels(run / "kernels.h5")

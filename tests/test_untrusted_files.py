@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import kernelcli
+# the bounded reader every run file goes through, fed hostile files directly
 from kernelcli.store._untrusted import UntrustedFileError, read_untrusted
 
 from helpers_cli import images, run_cli, write_config
@@ -183,6 +184,7 @@ def test_every_reader_refuses_a_fifo_in_process(tmp_path):
     """The readers the CLI cases do not reach (test_diag.h5 and other sealed side files,
     kernels.h5 by path): refused at once, never opened for reading."""
     from kernelcli.store import ResultFile
+    # the readers of sealed files and of .npz run files, each given a hostile one
     from kernelcli.store._sealed import read_sealed
     from kernelcli.store._run_files import read_npz
 
