@@ -15,8 +15,14 @@ import click
 from .. import _interrupt
 from . import _print_run
 from ._click_group import call
-from ._options import (executor_options, json_option, quiet_option, run_dir_argument,
-                       verbose_option, verbosity)
+from ._options import (
+    executor_options,
+    json_option,
+    quiet_option,
+    run_dir_argument,
+    verbose_option,
+    verbosity,
+)
 
 
 def _progress(name: str, quiet: bool, shard=None):
@@ -60,8 +66,8 @@ def compute(config, run_dir, overwrite, quiet, as_json, shard, executor, address
     With --shard I/N, N processes (a SLURM job array, a Kubernetes indexed Job)
     share the tiles of one run directory without talking to each other.
     """
-    from ..run import compute as run_compute
     from ..config import load_config
+    from ..run import compute as run_compute
 
     cfg = call(load_config, config)  # once: the library is given it
     out = call(run_compute, cfg, run_dir=run_dir, overwrite=overwrite,

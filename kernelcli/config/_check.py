@@ -30,7 +30,7 @@ themselves are in ``_shapes``): this module only walks the layers.
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Sequence
 
 from ..errors import ConfigError
 from ._allowed import Architecture
@@ -51,7 +51,7 @@ def _start(input_shape: Sequence[int]) -> State:
     return State(shape=shape, gaussian=False)
 
 
-def layer_shapes(arch: Architecture, input_shape: Sequence[int]) -> List[Tuple[Layer, Shape, Shape]]:
+def layer_shapes(arch: Architecture, input_shape: Sequence[int]) -> list[tuple[Layer, Shape, Shape]]:
     """``(layer, in_shape, out_shape)`` for each top-level layer, checking each one;
     the layers bound to their input's rank (one ``filter`` entry per spatial axis).
 

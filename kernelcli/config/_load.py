@@ -21,17 +21,26 @@ layers' bounds are in :mod:`._parse_layers`. The ``data`` section is read by
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import os
 import yaml
 
 from ..errors import ConfigError
 from . import _fields as f
 from . import _settings as settings
-from ._allowed import (EXECUTORS, KINDS, PARAMETERIZATIONS, Architecture, ComputeSpec,
-                      KernelSpec, OutputSpec, Readouts, RunConfig)
+from ._allowed import (
+    EXECUTORS,
+    KINDS,
+    PARAMETERIZATIONS,
+    Architecture,
+    ComputeSpec,
+    KernelSpec,
+    OutputSpec,
+    Readouts,
+    RunConfig,
+)
 from ._augment import parse_augment
 from ._load_data import data_section
 from ._parse_layers import MAX_LAYERS, parse_layers

@@ -17,7 +17,7 @@ A layer type with a spatial parameter of another name adds it to
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence, Tuple
+from typing import Any, Sequence
 
 from ..errors import ConfigError
 from ._fields import MAX_AXES, short_path, show
@@ -36,7 +36,7 @@ def _is_layer(value: Any) -> bool:
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
-def _bound(layer: Any, n: int, shape: Tuple[int, ...]) -> dict:
+def _bound(layer: Any, n: int, shape: tuple[int, ...]) -> dict:
     """The spatial fields of ``layer`` that change when bound to ``n`` axes."""
     changes = {}
     for field in dataclasses.fields(layer):
@@ -70,7 +70,7 @@ def bind_layer(layer: Any, shape: Sequence[int]) -> Any:
     return dataclasses.replace(layer, **changes) if changes else layer
 
 
-def _bind_tree(value: Any, shape: Tuple[int, ...]) -> Any:
+def _bind_tree(value: Any, shape: tuple[int, ...]) -> Any:
     if _is_layer(value):
         changes = _bound(value, len(shape) - 1, shape)
         for field in dataclasses.fields(value):
@@ -88,7 +88,7 @@ def _bind_tree(value: Any, shape: Tuple[int, ...]) -> Any:
     return value
 
 
-def bind_layers(layers: Sequence[Any], input_shape: Sequence[int]) -> Tuple[Any, ...]:
+def bind_layers(layers: Sequence[Any], input_shape: Sequence[int]) -> tuple[Any, ...]:
     """Every layer of ``layers``, branches included, bound to the network's input of
     one example's shape ``input_shape`` (spatial layers only ever see that rank: none
     may follow ``flatten`` or ``global_avg_pool``). Vector inputs: unchanged."""

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence, Tuple
+from typing import Any, Sequence
 
 from ..errors import ConfigError
 from ._fields import short_path
 from ._rank import bind_layer
 from ._registry import branches, layer_type, layer_types
 
-Shape = Tuple[int, ...]
+Shape = tuple[int, ...]
 
 
 def _either(names) -> str:

@@ -21,7 +21,7 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import h5py
 import numpy as np
@@ -49,9 +49,9 @@ def _name(name: str) -> str:
     return name if name.isprintable() and ", " not in name else repr(name)
 
 
-def names(f: h5py.File, most: int) -> List[str]:
+def names(f: h5py.File, most: int) -> list[str]:
     """At most ``most`` names of the datasets reachable through hard links, sorted."""
-    found: List[str] = []
+    found: list[str] = []
 
     def visit(name, obj):
         if isinstance(obj, h5py.Dataset):
@@ -66,7 +66,7 @@ def names(f: h5py.File, most: int) -> List[str]:
 
 def listing(f: h5py.File) -> str:
     """The datasets reachable through hard links, for "keys present" messages."""
-    names: List[str] = []
+    names: list[str] = []
     try:
         f.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
     except H5_ERRORS as exc:
@@ -125,7 +125,7 @@ def _file_of(dset: h5py.Dataset) -> Path:
 
 
 def check_storage(dset: h5py.Dataset, key: str, key_name: str, depth: int = 0,
-                  seen: Tuple[Tuple[str, str], ...] = ()) -> None:
+                  seen: tuple[tuple[str, str], ...] = ()) -> None:
     """Refuse ``dset`` unless every value it reads comes from an existing, complete file,
     and its compression filters are available (else every read fails)."""
     path = _file_of(dset)
@@ -197,7 +197,7 @@ def _unescape(pattern: str) -> Optional[str]:
     return pattern.replace("%%", "%")
 
 
-def _vds_candidates(fname: str, origin: Path) -> List[Path]:
+def _vds_candidates(fname: str, origin: Path) -> list[Path]:
     # HDF5's order for a relative source file name: each folder of HDF5_VDS_PREFIX,
     # then the folder of the virtual dataset's file, then the working directory.
     if os.path.isabs(fname):

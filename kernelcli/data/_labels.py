@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import DataError
 from ._h5 import one_line
-from ._readers import NPY_ERRORS, H5_ERRORS, npy_header, npz_member, open_any
+from ._readers import H5_ERRORS, NPY_ERRORS, npy_header, npz_member, open_any
 from ._value_checks import where_of
 
 MAX_LABEL = 2**31 - 1  # class indices fit int32 everywhere downstream

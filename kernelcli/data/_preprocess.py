@@ -36,7 +36,7 @@ import math
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy as np
 
@@ -78,7 +78,7 @@ class Preprocess:
     ``mean``, ``std`` (C,) for ``standardize``; ``whitening`` (d, d) for ``zca``."""
 
     kind: str
-    feature_shape: Tuple[int, ...]
+    feature_shape: tuple[int, ...]
     mean: Optional[np.ndarray] = None
     std: Optional[np.ndarray] = None
     whitening: Optional[np.ndarray] = None
@@ -154,7 +154,7 @@ class Preprocess:
         return buf.getvalue()
 
     @classmethod
-    def load(cls, path) -> "Preprocess":
+    def load(cls, path) -> Preprocess:
         """Read what :meth:`to_bytes` wrote (``DataError`` naming ``path`` if unreadable)."""
         try:
             with np.load(path, allow_pickle=False) as z:

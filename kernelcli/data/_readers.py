@@ -15,7 +15,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ NPY_ERRORS = (OSError, ValueError, TypeError, SyntaxError, OverflowError, EOFErr
 
 @dataclass
 class Opened:
-    shape: Tuple[int, ...]
+    shape: tuple[int, ...]
     dtype: np.dtype
     kwargs: dict = field(default_factory=dict)  # raw / loader / closer for ArraySource
 
@@ -42,7 +42,7 @@ class Opened:
             self.kwargs["closer"]()
 
 
-def npy_header(fp) -> Tuple[Tuple[int, ...], bool, np.dtype]:
+def npy_header(fp) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran_order, dtype) from an open .npy stream, reading no data."""
     version = np.lib.format.read_magic(fp)
     if version == (1, 0):

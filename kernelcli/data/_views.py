@@ -10,7 +10,7 @@ these views.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -35,7 +35,7 @@ class ConcatRows(RowSource):
         return int(self.starts[-1])
 
     @property
-    def example_shape(self) -> Tuple[int, ...]:
+    def example_shape(self) -> tuple[int, ...]:
         return tuple(self.parts[0].example_shape)
 
     def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
@@ -71,7 +71,7 @@ class Preprocessed(RowSource):
         return self.source.n
 
     @property
-    def example_shape(self) -> Tuple[int, ...]:
+    def example_shape(self) -> tuple[int, ...]:
         return tuple(self.source.example_shape)
 
     def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
@@ -86,7 +86,7 @@ class Preprocessed(RowSource):
         if path is None:
             return "the preprocessed data"
         key = getattr(src, "key", None)
-        return f"{getattr(src, 'what')}: {path}" + ("" if key is None else f" [{key!r}]")
+        return f"{src.what}: {path}" + ("" if key is None else f" [{key!r}]")
 
     def close(self) -> None:
         self.source.close()

@@ -31,7 +31,6 @@ from ._maps import is_pointwise, kernel_map
 from ._repeat import repeat_layers, repeats
 from ._state import PairVariances, SelfVariances, State, diagonal, to_diagonal
 
-
 SLAB_BYTES = 128 << 10  # one slab of a covariance: fits a core's L2 cache
 CPU = Engine("cpu")
 

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-
 from .._stop import Stop
-from ..errors import ConfigError
 from ..config import ENGINE_NAMES, ENGINES, bind_layers
+from ..errors import ConfigError
 from . import _native
 from ._compose import any_full
 

@@ -19,7 +19,6 @@ from ..config import AvgPool, Conv, Dense
 from ._spatial import avg_pool_cov, conv_cov
 from ._state import State, diagonal
 
-
 # Full float32 precision for every contraction: GPUs' default for float32 dots is TF32
 # (about 1e-3 relative); on CPU it changes nothing.
 _FULL = lax.Precision.HIGHEST

@@ -21,7 +21,6 @@ from ._spatial import conv_cov, sum_pool_cov
 from ._state import State, to_diagonal
 from ._transpose import transpose_cov
 
-
 # Inputs with at most this many channels take ``channel_gram`` on the cpu engine.
 GRAM_CHANNELS = 16
 

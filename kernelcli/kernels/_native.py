@@ -34,9 +34,18 @@ import jax
 import numpy as np
 
 from ..config import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu
+
 # the library's names, also this module's (the plan's routing asks them here)
-from ._native_library import (CHAIN_TARGETS, DIAG_TARGETS, SYMBOLS, TARGETS, describe,  # noqa: F401
-                              identity_problem, library, unavailable)
+from ._native_library import (  # noqa: F401
+    CHAIN_TARGETS,
+    DIAG_TARGETS,
+    SYMBOLS,
+    TARGETS,
+    describe,
+    identity_problem,
+    library,
+    unavailable,
+)
 from ._spatial import out_size, pads
 from ._state import State
 

@@ -54,7 +54,7 @@ def run_on_devices(devices: Sequence, n_jobs: int, work: Callable,
     ``on_done``, so a device never idles while the host reads a result back; at most
     two jobs are in flight per device. A thread leaves only once its jobs in flight
     are finished (their results dropped after a stop or an error)."""
-    todo: "queue.SimpleQueue" = queue.SimpleQueue()
+    todo: queue.SimpleQueue = queue.SimpleQueue()
     for k in range(n_jobs):
         todo.put(k)
     stop = stop or (lambda: False)

@@ -17,7 +17,7 @@ the slices and the sum (and the elementwise consumer) into one loop.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +26,7 @@ from jax import lax
 from ..config import spatial_out as out_size  # the shape rule the config check uses
 
 
-def pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:
+def pads(size: int, k: int, s: int, padding: str) -> tuple[int, int]:
     """``(low, high)`` padding that lax's SAME rule uses (CIRCULAR pads the same amounts)."""
     if padding == "VALID":
         return (0, 0)
@@ -34,7 +34,7 @@ def pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:
     return (total // 2, total - total // 2)
 
 
-def _pad(x, axes: Sequence[int], lo_hi: Tuple[int, int], padding: str):
+def _pad(x, axes: Sequence[int], lo_hi: tuple[int, int], padding: str):
     if lo_hi == (0, 0):
         return x
     width = [(0, 0)] * x.ndim

@@ -13,7 +13,7 @@ filter's overhang ``max(k - s, 0) // 2``.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import jax.numpy as jnp
 from jax import lax
@@ -22,7 +22,7 @@ from ..config import transpose_out
 from ._spatial import axis_groups
 
 
-def transpose_pads(k: int, s: int, padding: str) -> Tuple[int, int]:
+def transpose_pads(k: int, s: int, padding: str) -> tuple[int, int]:
     """``(low, high)`` padding of the dilated input (lax's ``conv_transpose`` rule)."""
     if padding == "VALID":
         total, low = k + s - 2 + max(k - s, 0), k - 1

@@ -54,7 +54,7 @@ class KernelFnSpec:
 
     @classmethod
     def of(cls, cfg: RunConfig, input_shape, chunk: Optional[int] = None,
-           stored_engine: Optional[Engine] = None) -> "KernelFnSpec":
+           stored_engine: Optional[Engine] = None) -> KernelFnSpec:
         """The spec of ``cfg``'s kernel on examples of ``input_shape``."""
         return cls(cfg.architecture, tuple(int(s) for s in input_shape),
                    tuple(cfg.kernel.kinds), cfg.kernel.dtype, tuple(cfg.kernel.augment),

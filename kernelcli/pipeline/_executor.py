@@ -30,8 +30,8 @@ import numpy as np
 
 from .. import _env
 from ..store import RunStore
-from ._tile_checks import check_diagonal, check_tile
 from ._job import Job
+from ._tile_checks import check_diagonal, check_tile
 from ._tile_writer import TileWriter
 
 

@@ -25,10 +25,22 @@ from typing import Optional
 
 import numpy as np
 
-from ..data import (ArraySource, ConcatRows, Preprocess, Preprocessed, RowSource,
-                    SliceableRows, check_finite, check_pair, fingerprint, fit_preprocess,
-                    input_bound, load_labels, open_array)
 from ..config import RunConfig, check_architecture
+from ..data import (
+    ArraySource,
+    ConcatRows,
+    Preprocess,
+    Preprocessed,
+    RowSource,
+    SliceableRows,
+    check_finite,
+    check_pair,
+    fingerprint,
+    fit_preprocess,
+    input_bound,
+    load_labels,
+    open_array,
+)
 from ._landmark_rows import FINGERPRINT_KEY, LandmarkRows, choose_landmarks, landmarks_fingerprint
 
 

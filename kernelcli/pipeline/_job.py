@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Optional
 
 from .._stop import Stop, check, or_new
-from ..plan import Plan, plan_run
-from ..errors import RunDirError
 from ..config import Engine, RunConfig, as_pairs
+from ..errors import RunDirError
+from ..plan import Plan, plan_run
 from ..store import LABELS, Manifest, StoredCompute, labels_name, new_manifest, preprocess_name
 from ._backend import Backend, open_backend
 from ._block_tile import KernelFnSpec
@@ -59,7 +59,7 @@ class Job:
         if self.backend is not None:
             self.backend.close()
 
-    def __enter__(self) -> "Job":
+    def __enter__(self) -> Job:
         return self
 
     def __exit__(self, *exc) -> None:

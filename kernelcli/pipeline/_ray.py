@@ -151,7 +151,7 @@ class RayBackend:
         self.info: Optional[dict] = None
 
     @classmethod
-    def for_compute(cls, compute, stop: Optional[Stop] = None) -> "RayBackend":
+    def for_compute(cls, compute, stop: Optional[Stop] = None) -> RayBackend:
         return cls(compute, stop)
 
     @property
@@ -163,7 +163,7 @@ class RayBackend:
     def progress_devices(self) -> tuple:
         return ()  # the actors run on the cluster's devices, not this process's
 
-    def __enter__(self) -> "RayBackend":
+    def __enter__(self) -> RayBackend:
         return self
 
     def __exit__(self, *exc) -> None:

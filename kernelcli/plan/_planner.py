@@ -26,8 +26,8 @@ import dataclasses
 import heapq
 from typing import Callable, Optional
 
-from ..errors import BudgetError, ConfigError
 from ..config import format_size
+from ..errors import BudgetError, ConfigError
 from ._geometry import Geometry, make_geometry, require_int
 
 MiB = 1024**2

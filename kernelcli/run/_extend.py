@@ -41,22 +41,28 @@ import numpy as np
 
 from .._stop import Stop, or_new, signal_name
 from ..errors import DataError, Interrupted, QuarantinedError, RunDirError
+from ..pipeline import (
+    STATS_ROWS,
+    LocalBackend,
+    Progress,
+    check_same_data,
+    closed_on_error,
+    extended_config,
+    load_run_config,
+    open_inputs,
+    prepare,
+    side_files,
+    stored_preprocess,
+    writes_run,
+)
 from ..plan import make_geometry
 from ..store import Manifest, RunStore
-from ..pipeline import writes_run
-from ..pipeline import STATS_ROWS
 from ._extend_carry import carry_keys, set_aside, take_over
-from ._resume import resume
-from ..pipeline import Progress
-from ._finish import finish
-from ..pipeline import open_inputs
-from ..pipeline import LocalBackend
-from ..pipeline import (closed_on_error, check_same_data, extended_config, prepare, side_files,
-                   stored_preprocess)
 from ._extend_request import check_extensible, request_of, resolve_files
-from ..pipeline import load_run_config
 from ._extend_restore import restore_tiles
+from ._finish import finish
 from ._results import ExtendResult
+from ._resume import resume
 
 
 @writes_run

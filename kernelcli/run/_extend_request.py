@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError, UsageError, resume_command
+from ..pipeline import APPEND_KEYS, TEST_KEYS, verified_result
 from ..store import RunStore
-from ..pipeline import APPEND_KEYS, TEST_KEYS
-from ..pipeline import verified_result
+
 
 def _abs(path) -> Optional[str]:
     return None if path is None else os.path.abspath(os.fspath(path))

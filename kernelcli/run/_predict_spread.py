@@ -39,8 +39,7 @@ from typing import Optional
 
 from .._stop import Stop, check
 from ..errors import ComputeError, ConfigError, UsageError
-from ..solvers import (DEFAULT_BAND_CACHE_BYTES, BandOperator, BandWorker,
-                               band_bounds, serve_band)
+from ..solvers import DEFAULT_BAND_CACHE_BYTES, BandOperator, BandWorker, band_bounds, serve_band
 from ._predict_shards import ShardBands
 from ._predict_shards import coordinate as coordinate
 

@@ -21,7 +21,7 @@ Ray actors of :mod:`kernelcli.run._predict_spread`).
 from __future__ import annotations
 
 import signal
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from ._operator import aligned_empty, block_product, transposed
 DEFAULT_BAND_CACHE_BYTES = 1 << 30  # a worker keeps its band in memory up to this size
 
 
-def band_bounds(n_rows: int, block_rows: int, workers: int) -> List[Tuple[int, int]]:
+def band_bounds(n_rows: int, block_rows: int, workers: int) -> list[tuple[int, int]]:
     """``[(start, stop), ...]``: at most ``workers`` bands covering ``n_rows``, each a
     whole number of ``block_rows`` blocks (the last one's end excepted), in order."""
     blocks = -(-n_rows // block_rows)

@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._library import KernelFunction
-from ..errors import FiniteNetworkError
 from ..config import KINDS
+from ..errors import FiniteNetworkError
+from ._library import KernelFunction
 
 
 class Kernel(NamedTuple):

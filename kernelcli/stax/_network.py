@@ -13,7 +13,7 @@ a network left with one is refused when it is used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Union
 
 import yaml
 
@@ -29,7 +29,7 @@ class _Piece:
     name: str
     stage: int
     num: int = 0
-    branches: Tuple[list, ...] = ()
+    branches: tuple[list, ...] = ()
     merge: str = ""
 
 
@@ -38,7 +38,7 @@ class Network:
     """An architecture: its layers as the items of ``architecture.layers`` and the
     parameterization its ``Dense``/``Conv`` layers asked for (``None``: none did)."""
 
-    layers: Tuple[Union[str, dict, _Piece], ...]
+    layers: tuple[Union[str, dict, _Piece], ...]
     parameterization: Optional[str] = None
 
     def to_dict(self) -> dict:

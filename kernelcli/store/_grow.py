@@ -19,9 +19,9 @@ from pathlib import Path
 
 from ._atomic import fsync_dir, storage_error
 from ._lineage import superseded
+from ._manifest_schema import labels_file_of
 from ._markers import SHARD_MARKER
 from ._ownership import check_tiles_own, is_predictions, run_ids
-from ._manifest_schema import labels_file_of
 from ._sealed import SealError, read_sealed
 from ._tiles import tile_path
 

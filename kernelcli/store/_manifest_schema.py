@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Optional
 
 from .. import __version__
+from ..config import DTYPES, ENGINE_NAMES, KINDS, Engine, is_kernel_name
 from ..errors import DamagedFileError, KernelcliError
 from ..plan import Geometry, make_geometry
-from ..config import DTYPES, ENGINE_NAMES, KINDS, Engine, is_kernel_name
 from ._run_files import LABELS
 
 # 2: manifest checksum, sealed tiles with run identity, checksummed result; 3: the
@@ -153,7 +153,7 @@ class Manifest:
         object.__setattr__(self, "geometry", _geometry(self.data, self.run_dir))
 
     @classmethod
-    def check(cls, data: dict, run_dir) -> "Manifest":
+    def check(cls, data: dict, run_dir) -> Manifest:
         """``data`` (a manifest's JSON object) checked as a kernelcli run's."""
         return cls(data, run_dir)
 
