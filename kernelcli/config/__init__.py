@@ -85,9 +85,9 @@ from ._registry import branches as branches
 from ._registry import layer_type as layer_type
 from ._registry import layer_types as layer_types
 from ._registry import walk as walk
-from ._settings import dtype as read_dtype
-from ._settings import engine as read_engine
-from ._settings import memory as read_memory
+from ._settings import dtype as read_dtype  # noqa: F401 - renamed: re-exported all the same
+from ._settings import engine as read_engine  # noqa: F401
+from ._settings import memory as read_memory  # noqa: F401
 from ._shapes import spatial_out as spatial_out
 from ._shapes import transpose_out as transpose_out
 from ._sizes import format_size as format_size

@@ -24,10 +24,13 @@ elementwise nonlinearities (``sin``, ``exp``, ``hermite``...) are declared in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from . import _shapes as S
 from ._registry import LayerType, Spelling
+
+if TYPE_CHECKING:  # the union of all layers, built from this module's classes
+    from ._layer_types import Layer
 
 PADDINGS = ("SAME", "VALID", "CIRCULAR")
 

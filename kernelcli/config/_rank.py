@@ -84,7 +84,7 @@ def _bind_tree(value: Any, shape: tuple[int, ...]) -> Any:
         return dataclasses.replace(value, **changes) if changes else value
     if isinstance(value, tuple) and any(_is_layer(v) or isinstance(v, tuple) for v in value):
         items = tuple(_bind_tree(v, shape) for v in value)
-        return value if all(a is b for a, b in zip(items, value)) else items
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return value
 
 
@@ -108,9 +108,9 @@ def bind_architecture(arch: Any, input_shape: Sequence[int]) -> Any:
     readouts = arch.readouts
     if readouts is not None:  # a head's spatial layers see the input's rank too
         readouts = dataclasses.replace(readouts, head=bind_layers(readouts.head, input_shape))
-        if all(a is b for a, b in zip(readouts.head, arch.readouts.head)):
+        if all(a is b for a, b in zip(readouts.head, arch.readouts.head, strict=True)):
             readouts = arch.readouts
-    if all(a is b for a, b in zip(layers, arch.layers)) and readouts is arch.readouts:
+    if all(a is b for a, b in zip(layers, arch.layers, strict=True)) and readouts is arch.readouts:
         return arch
     return dataclasses.replace(arch, layers=layers, readouts=readouts)
 

@@ -221,7 +221,7 @@ def _check_virtual(dset, dcpl, key, where, key_name, depth, seen) -> None:
     except H5_ERRORS as exc:
         raise DataError(f"{key_name}: the mappings of the virtual dataset {where} cannot be read "
                         f"({one_line(exc)}); accepted: virtual datasets of fixed size") from None
-    for (fname, dname, _, srcspace), npoints in zip(maps, points):
+    for (fname, dname, _, srcspace), npoints in zip(maps, points, strict=True):
         f_name, d_name = _unescape(fname), _unescape(dname)
         if f_name is None or d_name is None:
             raise DataError(f"{key_name}: the virtual dataset {where} names its sources by the "
@@ -287,7 +287,7 @@ def _check_extent(src, srcspace, npoints, where, source, key_name) -> None:
             ok = int(np.prod(shape)) == npoints
         elif kind in (h5s.SEL_HYPERSLABS, h5s.SEL_POINTS):
             _, hi = srcspace.get_select_bounds()
-            ok = len(hi) == len(shape) and all(h < s for h, s in zip(hi, shape))
+            ok = len(hi) == len(shape) and all(h < s for h, s in zip(hi, shape, strict=True))
         else:
             ok = False
     except H5_ERRORS:
@@ -307,7 +307,7 @@ def bounded(dset: h5py.Dataset, path: Path, key: str, what: str, bound: int) -> 
         dcpl = dset.id.get_create_plist()
         if dcpl.get_nfilters() == 0 or dset.chunks is None:
             return dset
-        shape, chunks, itemsize = tuple(dset.shape), tuple(dset.chunks), dset.dtype.itemsize
+        shape, chunks = tuple(dset.shape), tuple(dset.chunks)
     except H5_ERRORS as exc:
         raise DataError(f"{what}: the storage of {key!r} in {path} cannot be inspected "
                         f"({one_line(exc)})") from None
@@ -315,7 +315,7 @@ def bounded(dset: h5py.Dataset, path: Path, key: str, what: str, bound: int) -> 
                    f"shape {shape} of {dset.dtype}")
     chunk = array_bytes(chunks, dset.dtype)
     check_unpacked(path, key, what, chunk, bound, f"chunks of shape {chunks}")
-    per_row = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:]))
+    per_row = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:], strict=True))
     nbytes = min(bound, max(chunk * per_row, 2**20))
     dapl = h5p.create(h5p.DATASET_ACCESS)
     dapl.set_chunk_cache(min(2**24, max(521, 10 * per_row)), nbytes, 1.0)

@@ -28,6 +28,7 @@ import h5py
 import numpy as np
 from numpy.typing import DTypeLike
 
+from ..config import LAYOUTS  # one list: the configuration's
 from ..errors import DataError
 from ._h5 import one_line
 from ._readers import H5_ERRORS, NPY_ERRORS, open_any
@@ -35,7 +36,6 @@ from ._row_source import RowSource
 from ._value_checks import where_of
 
 SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
-from ..config import LAYOUTS  # one list: the configuration's
 
 _ACCEPTED_RANKS = ("rank 2 rows (N, D), rank 3 sequences (N, L, C), rank 4 images "
                    "(N, H, W, C) or rank 5 volumes (N, D, H, W, C)")

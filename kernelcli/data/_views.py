@@ -43,7 +43,7 @@ class ConcatRows(RowSource):
         if not 0 <= start <= stop <= self.n:
             raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n})")
         pieces = []
-        for part, s0 in zip(self.parts, self.starts[:-1]):
+        for part, s0 in zip(self.parts, self.starts[:-1], strict=True):
             lo, hi = max(start, s0), min(stop, s0 + part.n)
             if lo < hi:
                 pieces.append(part.read(int(lo - s0), int(hi - s0), dtype=dtype))

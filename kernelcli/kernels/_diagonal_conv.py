@@ -70,7 +70,7 @@ def window_mean(x, axis: int, k: int, s: int, padding: str):
 
 def conv_mean(x, layer: Conv):
     """The joint-shift mean of a diagonal ``(P, a1, ..., an)``, one axis at a time."""
-    for i, (k, s) in enumerate(zip(layer.filter, layer.strides)):
+    for i, (k, s) in enumerate(zip(layer.filter, layer.strides, strict=True)):
         x = window_mean(x, 1 + i, k, s, layer.padding)
     return x
 

@@ -80,7 +80,7 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
     layers ping-pong between two sets of buffers.
     """
     outs = tuple(out_size(n, k, s, layer.padding) for n, k, s in
-                 zip(state.spatial_shape, layer.filter, layer.strides))
+                 zip(state.spatial_shape, layer.filter, layer.strides, strict=True))
     ho, rest = outs[0], outs[1:]
     shape = state.nngp.shape[:1] + tuple(n for o in outs for n in (o, o))
     fan_in = state.channels * math.prod(layer.filter)

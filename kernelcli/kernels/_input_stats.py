@@ -29,5 +29,6 @@ class Stats(NamedTuple):
     def concat(parts) -> Stats:
         """One ``Stats`` of consecutive rows from those of each part, in order."""
         parts = list(parts)
-        return Stats(tuple(np.concatenate(vs) for vs in zip(*(p.variances for p in parts))),
+        return Stats(tuple(np.concatenate(vs)
+                           for vs in zip(*(p.variances for p in parts), strict=True)),
                      {k: np.concatenate([p.diag[k] for p in parts]) for k in parts[0].diag})

@@ -214,7 +214,7 @@ class KernelFn:
         return x64_scope(self.dtype)
 
     def _check_output_is_flat(self):
-        for kind, s in self._trace.shapes[1].items():
+        for s in self._trace.shapes[1].values():
             if s.shape != (1,):
                 raise ConfigError(
                     "architecture.layers: the network's output still has spatial axes "

@@ -100,7 +100,7 @@ class LayerPass:
                                         self.float64, seen=seen, engine=self.engine,
                                         inputs=inputs))
         out, start = {}, 0
-        for after, full in zip(ro.after, self.readout_full):
+        for after, full in zip(ro.after, self.readout_full, strict=True):
             stop = after - skipped
             state = forward(layers[start:stop], state, variances, self.standard,
                             self.float64, out=full, seen=seen, engine=self.engine)

@@ -46,7 +46,7 @@ def input_state(x1, x2, full: bool, want_ntk: bool) -> State:
         a = _AXIS_LETTERS[x1.ndim - 2]
         b = a.upper()
         if full:  # "phwc,pHWc->phHwW"
-            pairs = "".join(i + j for i, j in zip(a, b))
+            pairs = "".join(i + j for i, j in zip(a, b, strict=True))
             nngp = jnp.einsum(f"p{a}c,p{b}c->p{pairs}", x1, x2, precision=_FULL) / c
         else:     # "phwc,phwc->phw"
             nngp = _channel_products(x1, x2) / c

@@ -97,7 +97,7 @@ def _concat(outs: Sequence[State]) -> State:
     weights = [1] * len(outs) if len(set(widths)) == 1 else widths
 
     def mean(ks):
-        return sum(k * w for k, w in zip(ks, weights)) / sum(weights)
+        return sum(k * w for k, w in zip(ks, weights, strict=True)) / sum(weights)
 
     ntk = None if outs[0].ntk is None else mean([o.ntk for o in outs])
     return outs[0].replace(nngp=mean([o.nngp for o in outs]), ntk=ntk, channels=sum(widths))

@@ -162,7 +162,7 @@ def helps(layers, full: bool) -> bool:
     :func:`is_block` in a network that keeps full covariances (``full``), or a 3 x 3
     SAME block, which the diagonal chain computes on a network's diagonals."""
     return any((full and is_block(c, a)) or _chain_block(c, a)
-               for c, a in zip(layers, layers[1:]))
+               for c, a in zip(layers, layers[1:], strict=False))
 
 
 def reads_images(conv, images) -> bool:

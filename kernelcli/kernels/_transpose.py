@@ -69,6 +69,6 @@ def _transpose_axis(x, axes: Sequence[int], k: int, s: int, padding: str):
 def transpose_cov(x, filt: Sequence[int], strides: Sequence[int], padding: str, full: bool):
     """Transposed convolution of a covariance: ``x`` of shape ``(P, a1, a1', ..., an, an')``
     if ``full`` else ``(P, a1, ..., an)``, returned in the same layout at the output size."""
-    for axes, k, s in zip(axis_groups(len(filt), full), filt, strides):
+    for axes, k, s in zip(axis_groups(len(filt), full), filt, strides, strict=True):
         x = _transpose_axis(x, axes, k, s, padding)
     return x

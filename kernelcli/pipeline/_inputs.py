@@ -191,7 +191,8 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
         if d.has_labels:
             labels = load_labels(d.labels or d.x1, d.labels_key, limit=d.limit, n=x1.n,
                                  what="data.labels_key" if d.labels is None else "data.labels")
-            parts = [labels] + [_appended_labels(rec, src) for rec, src in zip(appends, appended)]
+            parts = [labels] + [_appended_labels(rec, src)
+                                for rec, src in zip(appends, appended, strict=True)]
             labels = np.concatenate(parts) if appended else labels
         if test is not None and (d.test_labels is not None or d.test_labels_key is not None):
             test_labels = load_labels(d.test_labels or d.test, d.test_labels_key,

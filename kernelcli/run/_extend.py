@@ -201,7 +201,7 @@ def _equal_rows(before, after, start: int, start_after: int, n: int) -> np.ndarr
     """Rows ``start + i`` of ``before`` whose numbers are the bits of rows
     ``start_after + i`` of ``after``, ``i < n``."""
     same = np.ones(n, bool)
-    pairs = list(zip(before.variances, after.variances))
+    pairs = list(zip(before.variances, after.variances, strict=True))
     pairs += [(before.diag[k], after.diag[k]) for k in before.diag]
     for a, b in pairs:
         a, b = a[start:start + n], b[start_after:start_after + n]

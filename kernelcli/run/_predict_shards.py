@@ -226,7 +226,7 @@ class ShardBands:
         names = [self.co.dir / f"r-{self.token}-{t}-{i}.npy" for i in range(len(self.bounds))]
         self._wait(lambda i: names[i].exists(), range(len(self.bounds)), self.timeout_s)
         out = []
-        for (s, e), name in zip(self.bounds, names):
+        for (s, e), name in zip(self.bounds, names, strict=True):
             out.append(load_array(name, (e - s,) + v.shape[1:], np.float64))
             name.unlink()
         return out
@@ -314,7 +314,9 @@ def serve_shard(run_dir, shard: tuple, stop: Optional[Stop] = None,
                                         s, e, session["block_rows"], cache_bytes)
                 text = f"{session['token']} ready"
                 if beat is None:
-                    beat = Beat(folder / f"server-{index}", lambda: text, session["heartbeat_s"])
+                    # late binding meant: each beat writes the current session's text
+                    beat = Beat(folder / f"server-{index}", lambda: text,  # noqa: B023
+                                session["heartbeat_s"])
                 beat.beat()
             if worker is not None:
                 t = _answer(folder, session, worker, index, done)

@@ -135,7 +135,7 @@ class BandOperator:
             raise DataError(f"{self.dataset!r} in {self.path} has {self.shape[1]:,} columns; "
                             f"it cannot multiply an array of shape {v.shape}")
         parts = self.pool.product(v, exact)
-        for (s, e), part in zip(self.bounds, parts):
+        for (s, e), part in zip(self.bounds, parts, strict=True):
             if part.shape != (e - s,) + v.shape[1:]:
                 raise DataError(f"the band {s}:{e} of {self.dataset!r} came back with shape "
                                 f"{part.shape}, not {(e - s,) + v.shape[1:]}")

@@ -175,8 +175,9 @@ def solve_cholesky(k_train, targets, ridges: Iterable[float], *, trace_scaled: b
     alphas = {}
     for ridge in ridges:
         reg = regularizer(ridge, trace, n, trace_scaled)
-        chol = _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled, reg, n,
-                                                         "Cholesky failed"))
+        # the message is built, if at all, within this iteration
+        chol = _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled,  # noqa: B023
+                                                         reg, n, "Cholesky failed"))  # noqa: B023
         alphas[ridge] = solve_with_factor(chol, y)
         del chol
     return alphas

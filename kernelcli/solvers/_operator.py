@@ -219,7 +219,7 @@ class H5KernelOperator:
                 # wait is on events: a KeyboardInterrupt in Thread.join can mark a running
                 # thread as ended (CPython 3.11), and a later join then returns at once.
                 halt.set()
-                for t, e in zip(threads, ended):
+                for t, e in zip(threads, ended, strict=True):
                     if t.ident is not None:
                         e.wait()
                         t.join()

@@ -210,7 +210,8 @@ def _create_with_lock(tmp: Path, path: Path, wait: float = 120.0) -> bool:
             time.sleep(0.05)
         if not path.exists():
             raise ComputeError(f"{lock} exists but {path} did not appear within {wait:.0f} s; "
-                               f"if no other process is starting this run, delete {lock}")
+                               f"if no other process is starting this run, delete {lock}"
+                               ) from None
         return False
     os.close(fd)
     try:
