@@ -100,6 +100,7 @@ class Architecture:
     def truncated(self, after: int) -> Architecture:
         """The network a readout stands for: the first ``after`` body layers, then the
         head."""
+        assert self.readouts is not None, "truncated at a readout of a network without"
         return Architecture(self.parameterization,
                             tuple(self.layers[:after]) + tuple(self.readouts.head))
 

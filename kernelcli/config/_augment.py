@@ -80,7 +80,7 @@ def flip_axes(augment: Sequence[str], n_spatial: int) -> tuple[int, ...]:
 def flip_group(augment: Sequence[str], n_spatial: int) -> tuple[tuple[int, ...], ...]:
     """The group's elements as the spatial axes each flips, identity first:
     ``((), (W,))`` for ``hflip``; ``((), (W,), (H,), (H, W))`` for both."""
-    group = [()]
+    group: list[tuple[int, ...]] = [()]
     for axis in flip_axes(augment, n_spatial):
         group += [tuple(sorted(g + (axis,))) for g in group]
     return tuple(group)
@@ -126,6 +126,7 @@ def _check_layer(layer, size: int, axis: int, value: str, name: str) -> None:
            f"inputs are flipped, but {label(layer)}"
     t = layer_type(layer)
     if t.flip == "window":
+        assert t.window is not None, "register() refuses a window rule without its window"
         k = t.window(layer)[axis]
         s = layer.strides[axis]
         lo, hi = _pads(size, k, s, layer.padding)

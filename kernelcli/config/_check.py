@@ -98,7 +98,9 @@ def _check_readouts(arch: Architecture, input_shape: Sequence[int],
     it met and the head layer's own rule. Returns the last head's output shape. The
     body's own output is never read past the last count, so it may end anywhere."""
     st = _start(input_shape)
-    after = arch.readouts.after
+    ro = arch.readouts
+    assert ro is not None, "called for a network with readouts"
+    after = ro.after
     out = None
     for n, layer in enumerate(arch.layers[:after[-1]], start=1):
         st = step(bind_layer(layer, st.shape), st)
@@ -107,7 +109,7 @@ def _check_readouts(arch: Architecture, input_shape: Sequence[int],
         i = after.index(n)
         head = st
         try:
-            for h in arch.readouts.head:
+            for h in ro.head:
                 head = step(bind_layer(h, head.shape), head)
             out = head.shape
             if require_vector_output and len(out) != 1:
@@ -118,4 +120,5 @@ def _check_readouts(arch: Architecture, input_shape: Sequence[int],
             what = "" if st.gaussian else f", not Gaussian ({st.not_gaussian})"
             raise ConfigError(f"architecture.readouts.after[{i}]: {n} reads out shape "
                               f"{st.shape}{what}, which the head cannot take: {e}") from None
+    assert out is not None, "the loop reaches after[-1], a count _load checked"
     return out

@@ -71,7 +71,7 @@ def _emit(value: Any, out: _Writer) -> None:
         if isinstance(value, (set, frozenset)) and not value:
             out.write("set()")
             return
-        opening, closing = {list: "[]", tuple: "()", dict: "{}"}.get(type(value), "{}")
+        opening, closing = {list: ("[", "]"), tuple: ("(", ")")}.get(type(value), ("{", "}"))
         out.write(opening)
         for i, item in enumerate(value):
             if i:

@@ -24,7 +24,7 @@ elementwise nonlinearities (``sin``, ``exp``, ``hermite``...) are declared in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from . import _shapes as S
 from ._registry import LayerType, Spelling
@@ -124,8 +124,8 @@ class ABRelu:
 
 
 # A nonlinearity acts alike at every position, so it keeps a flip equivariance.
-ACTIVATION = dict(shape=S.nonlinearity, needs_gaussian=True, reads_variances=True,
-                  flip="alike")
+ACTIVATION: dict[str, Any] = dict(shape=S.nonlinearity, needs_gaussian=True,
+                                  reads_variances=True, flip="alike")
 ACTIVATIONS = (
     LayerType(Relu, "relu", **ACTIVATION),
     LayerType(Erf, "erf", parameters=("a", "b", "c"), **ACTIVATION,

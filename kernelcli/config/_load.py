@@ -241,7 +241,7 @@ def _readouts(value, body: tuple) -> Optional[Readouts]:
         raise f.fail(f"{path}.after", f"{f.show(after)} is not a list of layer counts; "
                                       f"expected a non-empty list of increasing body layer "
                                       f"counts in 1..{n_body}")
-    counts = []
+    counts: list[int] = []
     for i, k in enumerate(after):
         at = f"{path}.after[{i}]"
         if not f._is_int(k) or not 1 <= k <= n_body:

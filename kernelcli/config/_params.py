@@ -33,10 +33,11 @@ class Params:
     """
 
     def __init__(self, name: str, raw: Any, path: str, allowed: Sequence[str],
-                 bare: Optional[str] = None,
-                 read: Optional[Callable[[Any, str, bool], tuple]] = None):
+                 bare: Optional[str] = None, *,
+                 read: Callable[[Any, str, bool], tuple]):
         self.path = f"{path}.{name}"
         self._bare, self._read = None, read
+        self.raw: dict
         if bare is not None and not isinstance(raw, dict):
             self.raw = {bare: raw}
             self._bare = bare
@@ -44,7 +45,7 @@ class Params:
         if not allowed:
             if raw is not None and raw != {}:
                 raise f.fail(self.path, f"{name} takes no parameters; got {f.show(raw)}")
-            self.raw: dict = {}
+            self.raw = {}
             return
         self.raw = f.mapping(raw, self.path, "a mapping of " + ", ".join(allowed))
         f.check_keys(self.raw, self.path, tuple(allowed), noun="parameter")
