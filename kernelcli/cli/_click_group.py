@@ -52,7 +52,7 @@ _LOWER = {
 def flags(group: click.Group) -> dict[str, str]:
     """``{parameter name: its long flag}`` over every command of ``group`` (the library's
     arguments are named as the CLI's parameters are: ``run_dir`` is ``--run-dir``)."""
-    out = {}
+    out: dict[str, str] = {}
     for command in group.commands.values():
         for param in command.params:
             if isinstance(param, click.Option):

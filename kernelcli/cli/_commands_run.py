@@ -147,12 +147,14 @@ def extend(run_dir, test, test_key, test_labels, test_labels_key, append, append
     from ..run import load_run_config
 
     # progress lines carry the run's name, as compute's and resume's do
-    name = None if dry_run or quiet else call(load_run_config, run_dir)[1].name
+    progress = None
+    if not (dry_run or quiet):
+        progress = _progress(call(load_run_config, run_dir)[1].name, quiet)
     out = call(run_extend, run_dir, test=test, append=append, test_key=test_key,
                test_labels=test_labels, test_labels_key=test_labels_key,
                append_key=append_key, append_labels=append_labels,
                append_labels_key=append_labels_key, dry_run=dry_run,
-               progress=None if dry_run else _progress(name, quiet),
+               progress=progress,
                on_start=_on_start(quiet), stop=_interrupt.stop(),
                for_run=None if dry_run else run_dir)
     finished = out.run is not None and out.run.already_finished
