@@ -46,7 +46,7 @@ _HOLDS = {3: "sequences", 4: "images", 5: "volumes"}
 
 # A failed slice read of a damaged file (a corrupt chunk, a CRC error in a .npz
 # member, a short external file that lost its end after opening).
-_READ_ERRORS = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
+_READ_ERRORS: tuple[type[Exception], ...] = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
 
 
 def channels_first(layout: str) -> bool:
