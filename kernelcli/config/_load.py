@@ -64,7 +64,7 @@ MAX_DEVICES = 4096        # compute.devices
 MAX_NAME = 255            # the default run directory is runs/<name>: one file name
 
 
-def load_config(path: Union[str, Path]) -> RunConfig:
+def load_config(path: Union[str, os.PathLike]) -> RunConfig:
     """Read and validate the YAML run configuration at ``path``.
 
     Raises ConfigError naming the file when it is missing, unreadable or not

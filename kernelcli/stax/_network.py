@@ -89,7 +89,8 @@ def refuse(layer: str, argument: str, value, accepted: str) -> None:
 def _merged(networks: Sequence, who: str) -> Network:
     """The items of ``networks`` in order (pieces not yet joined), with the one
     parameterization they ask for."""
-    items, chosen = [], None
+    items: list[Union[str, dict, _Piece]] = []
+    chosen = None
     for k, layer in enumerate(networks):
         if not isinstance(layer, Network):
             raise ConfigError(f"stax.{who}: argument {k} is {type(layer).__name__}, not a "
