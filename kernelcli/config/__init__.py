@@ -79,6 +79,7 @@ from ._rank import SPATIAL_FIELDS as SPATIAL_FIELDS
 from ._rank import as_pairs as as_pairs
 from ._rank import bind_architecture as bind_architecture
 from ._rank import bind_layers as bind_layers
+from ._rank import bound_axes as bound_axes
 from ._registry import LayerType as LayerType
 from ._registry import Spelling as Spelling
 from ._registry import branches as branches

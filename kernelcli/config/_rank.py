@@ -17,7 +17,7 @@ A layer type with a spatial parameter of another name adds it to
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
 from ..errors import ConfigError
 from ._fields import MAX_AXES, short_path, show
@@ -26,6 +26,14 @@ SPATIAL_FIELDS = ("filter", "window", "strides")
 
 # The per-example shape of an input with n spatial axes, for messages.
 SHAPE_NAMES = {1: "(L, C)", 2: "(H, W, C)", 3: "(D, H, W, C)"}
+
+
+def bound_axes(value: Union[int, tuple[int, ...]]) -> tuple[int, ...]:
+    """A spatial field of a bound layer (the kernels' layers): its tuple. An int is a
+    layer that was never bound, a bug."""
+    if not isinstance(value, tuple):
+        raise TypeError(f"{value!r}: a spatial field of a layer not bound to its input")
+    return value
 
 
 def _axes(n: int) -> str:

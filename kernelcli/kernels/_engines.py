@@ -54,7 +54,8 @@ def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
     if name == "auto":
         if not cpu:
             return "accelerator"
-        helps = layers is not None and native_helps(layers, input_shape)
+        helps = (layers is not None and input_shape is not None
+                 and native_helps(layers, input_shape))
         return "native" if helps and _native.unavailable(stop) is None else "cpu"
     if name not in ENGINE_NAMES:
         raise ValueError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")

@@ -32,7 +32,7 @@ whole matrices are assembled tile by tile in the run layer
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -289,7 +289,7 @@ class KernelFn:
             mesh = device_mesh(devices)
             batch *= len(mesh.devices.flat)
         starts = list(range(0, n, batch))
-        parts = [None] * len(starts)
+        parts: list[Any] = [None] * len(starts)  # each set by done()
 
         def work(device, b: int):
             rows = pad_rows(x[starts[b]:starts[b] + batch], batch)

@@ -15,7 +15,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from ..config import AvgPool, Conv, Dense
+from ..config import AvgPool, Conv, Dense, bound_axes
 from ._spatial import avg_pool_cov, conv_cov
 from ._state import State, diagonal
 
@@ -98,18 +98,19 @@ def dense(state: State, layer: Dense, standard: bool) -> State:
 
 def conv(state: State, layer: Conv, standard: bool) -> State:
     def a(x):
-        return conv_cov(x, layer.filter, layer.strides, layer.padding, state.full)
+        return conv_cov(x, bound_axes(layer.filter), bound_axes(layer.strides), layer.padding,
+                        state.full)
 
     ntk = map_ntk(state, a)
-    fan_in = state.channels * math.prod(layer.filter)
+    fan_in = state.channels * math.prod(bound_axes(layer.filter))
     return affine(state, a(state.nngp), ntk, layer.W_std, layer.b_std,
                    fan_in, standard, layer.width)
 
 
 def avg_pool(state: State, layer: AvgPool) -> State:
     def a(x):
-        return avg_pool_cov(x, layer.window, layer.strides, layer.padding,
-                            layer.normalize_edges)
+        return avg_pool_cov(x, bound_axes(layer.window), bound_axes(layer.strides),
+                            layer.padding, layer.normalize_edges)
 
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a))
 

@@ -135,7 +135,9 @@ def ffi_version(include_dir: str) -> Optional[tuple]:
         return None
     found = [re.search(rf"^#define XLA_FFI_API_{k} (\d+)\s*$", text, re.M)
              for k in ("MAJOR", "MINOR")]
-    return None if None in found else (int(found[0].group(1)), int(found[1].group(1)))
+    major, minor = found
+    return None if major is None or minor is None else (int(major.group(1)),
+                                                        int(minor.group(1)))
 
 
 def commands(cxx: str, variant: str, include_dir: str, folder: Path, out: Path,

@@ -41,6 +41,7 @@ def _joint_mean(x, axes: Sequence[int], k: int, n_out: int):
             start[a], limit[a] = t, t + n_out
         piece = lax.slice(x, start, limit)
         total = piece if total is None else total + piece
+    assert total is not None  # k >= 1 taps
     return total * (1.0 / k)
 
 
