@@ -34,7 +34,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from .. import __version__
 from ..config import DTYPES, ENGINE_NAMES, KINDS, Engine, is_kernel_name
@@ -77,7 +77,7 @@ def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_fro
     """The JSON object of a new run's manifest. ``extend`` (with ``lineage`` and
     ``labels_file``): keys of runs grown by ``kernelcli extend`` only, so the manifests
     of other runs keep their bytes."""
-    out = {
+    out: dict[str, Any] = {
         "format": FORMAT,
         "kernelcli_version": __version__,
         "name": name,
@@ -211,7 +211,7 @@ class Manifest:
     def result_shapes(self) -> dict:
         """dataset -> shape of every kernel dataset ``kernels.h5`` must hold."""
         g, kinds = self.geometry, self.kinds
-        shapes = {k: (g.n1, g.n2) for k in kinds}
+        shapes: dict[str, tuple[int, ...]] = {k: (g.n1, g.n2) for k in kinds}
         if g.n_test:
             shapes.update({f"{k}_test": (g.n_test, g.n2) for k in kinds})
             if self.test_diagonal:
