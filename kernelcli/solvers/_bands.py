@@ -21,6 +21,7 @@ Ray actors of :mod:`kernelcli.run._predict_spread`).
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -52,7 +53,7 @@ class BandWorker:
                  cache_bytes: int = DEFAULT_BAND_CACHE_BYTES):
         self.path, self.dataset = str(path), dataset
         self.start, self.stop, self.block_rows = int(start), int(stop), int(block_rows)
-        with ResultFile(self.path).kernel(dataset) as ds:
+        with ResultFile(Path(self.path)).kernel(dataset) as ds:
             self.n_cols, self.stored = int(ds.shape[1]), np.dtype(ds.dtype)
             if not (0 <= self.start < self.stop <= ds.shape[0]):
                 raise DataError(f"{dataset!r} in {self.path} has {ds.shape[0]:,} rows; it "
@@ -72,7 +73,7 @@ class BandWorker:
                 yield s, (block if block.dtype == dtype else block.astype(dtype))
             return
         buf = aligned_empty((self.block_rows, self.n_cols), dtype)
-        with ResultFile(self.path).kernel(self.dataset) as ds:
+        with ResultFile(Path(self.path)).kernel(self.dataset) as ds:
             for s in range(self.start, self.stop, self.block_rows):
                 e = min(s + self.block_rows, self.stop)
                 ds.read_direct(buf, np.s_[s:e], np.s_[0:e - s])

@@ -125,7 +125,7 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     while True:
         active = np.flatnonzero(np.sqrt(rs) > target)
         if active.size == 0:
-            kept = []
+            kept: list = []
             true_r = rhs(every)
             true_r -= apply(x, every, keep=kept)
             products += 1
@@ -361,6 +361,7 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
                                 for i in range(len(ridges))])
     # every fold's alpha times K: the final float64 residual's product had it (the
     # folds' x are zero outside their rows)
+    assert out.kx is not None  # _cg returns its last product
     fold_pred = out.kx[:, fold_cols]
     alphas, held_out = {}, {}
     for i, r in enumerate(ridges):
