@@ -49,7 +49,7 @@ class LandmarkRows(RowSource):
     def __init__(self, source: RowSource, indices: np.ndarray):
         self.source = source
         self.indices = np.asarray(indices, dtype=np.int64)
-        self._kept = None  # (dtype, rows)
+        self._kept: Optional[tuple[np.dtype, np.ndarray]] = None  # (dtype, rows)
 
     @property
     def n(self) -> int:
