@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._preprocess import Preprocess as Preprocess
     from ._preprocess import fit_preprocess as fit_preprocess
     from ._readers import array_names as array_names
+    from ._row_source import RowSource as RowSource
     from ._source import LAYOUTS as LAYOUTS
     from ._source import SUFFIXES as SUFFIXES
     from ._source import ArraySource as ArraySource

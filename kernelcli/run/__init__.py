@@ -67,16 +67,16 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._finish import RunSummary as RunSummary
     from ._finish import run_summary as run_summary
     from ._predict import predict as predict
-    from ._predict_dense import CV_FOLDS as CV_FOLDS
-    from ._predict_dense import DEFAULT_RIDGES as DEFAULT_RIDGES
+    from ._predict_full import CV_FOLDS as CV_FOLDS
+    from ._predict_full import DEFAULT_RIDGES as DEFAULT_RIDGES
+    from ._predict_results import FlowRow as FlowRow
+    from ._predict_results import PredictChoice as PredictChoice
+    from ._predict_results import PredictResult as PredictResult
+    from ._predict_results import PredictRow as PredictRow
     from ._predict_shards import serve_shard as serve_shard
     from ._results import CleanResult as CleanResult
     from ._results import EstimateResult as EstimateResult
     from ._results import ExtendResult as ExtendResult
-    from ._results import FlowRow as FlowRow
-    from ._results import PredictChoice as PredictChoice
-    from ._results import PredictResult as PredictResult
-    from ._results import PredictRow as PredictRow
     from ._results import RunResult as RunResult
     from ._results import ShardProgress as ShardProgress
     from ._results import StatusReport as StatusReport
