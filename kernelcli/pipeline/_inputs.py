@@ -195,6 +195,7 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
                                 for rec, src in zip(appends, appended, strict=True)]
             labels = np.concatenate(parts) if appended else labels
         if test is not None and (d.test_labels is not None or d.test_labels_key is not None):
+            assert d.test is not None  # test was opened from it
             test_labels = load_labels(d.test_labels or d.test, d.test_labels_key,
                                       limit=d.test_limit, n=test.n,
                                       what="data.test_labels_key" if d.test_labels is None
