@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from .._stop import Stop, check, or_new
 from ..config import Engine, RunConfig, as_pairs
@@ -311,7 +311,18 @@ _WHAT = {"labels": "the labels (data.labels_key, data.test_labels_key)",
          "append": "the training rows `kernelcli extend --append` added"}
 
 
-def check_same_data(job: Job, manifest: dict, run_dir) -> None:
+class DataOf(Protocol):
+    """What :func:`check_same_data` reads of a job: its data's fingerprints and the
+    opened inputs they name (a :class:`Job`, or extend's old data alone)."""
+
+    @property
+    def fingerprints(self) -> dict: ...
+
+    @property
+    def inputs(self) -> Any: ...
+
+
+def check_same_data(job: DataOf, manifest: dict, run_dir) -> None:
     """RunDirError unless ``job``'s data has the fingerprints the run started with."""
     stored = manifest.get("data_fingerprints", {})
     for key in sorted(set(stored) | set(job.fingerprints)):

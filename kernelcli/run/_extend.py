@@ -34,8 +34,7 @@ that is not the run's, so it can never pass as the grown result (it is deleted),
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -180,6 +179,13 @@ def _as_stored(store: RunStore, stats, n: int) -> np.ndarray:
     return same
 
 
+class _OldData(NamedTuple):
+    """The old run's data as check_same_data reads a job's."""
+
+    fingerprints: dict
+    inputs: Any
+
+
 def _old_inputs(store: RunStore, cfg, job, appends, keys):
     """The old run's data, opened, whose fingerprints of ``keys`` must be the ones it
     was computed with (``RunDirError`` otherwise)."""
@@ -188,8 +194,7 @@ def _old_inputs(store: RunStore, cfg, job, appends, keys):
     try:
         fps = old.fingerprints()
         stored = {k: v for k, v in m.get("data_fingerprints", {}).items() if k in keys}
-        check_same_data(SimpleNamespace(fingerprints={k: v for k, v in fps.items()
-                                                      if k in keys}, inputs=old),
+        check_same_data(_OldData({k: v for k, v in fps.items() if k in keys}, old),
                         {"data_fingerprints": stored}, store.run_dir)
     except BaseException:
         old.close()

@@ -38,6 +38,7 @@ class RunSummary:
 def run_summary(job: Job) -> RunSummary:
     """The :class:`RunSummary` given to the ``on_start`` callback of :func:`compute` and
     :func:`resume` before the first tile."""
+    assert job.backend is not None  # prepare() opened it
     platform = job.backend.platform
     return RunSummary(job.plan, job.cfg.name, platform, job.cfg.compute.executor,
                       job.memory_source, job.engine_reason)

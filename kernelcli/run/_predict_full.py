@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
@@ -157,7 +157,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
     diag = None
     if with_variance and f"{kind}_test_diag" in names:
         diag = ResultFile(result).read(f"{kind}_test_diag", np.float64)
-    out = {}
+    out: dict[float, dict[str, Any]] = {}
     if solver == "cholesky":
         work = load_kernel(result, kind)  # float64, factored in place, restored after
         for ridge in ridges:
@@ -274,7 +274,8 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
         check_kernel(store.result_path, f"{kind}_test", None, stop)
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
-    rows, choices, solved, flows = [], [], {}, {}
+    rows: list = []
+    choices, solved, flows = [], {}, {}
     for kind in kinds:
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
                                    with_variance=base_kind(kind) == "nngp", names=names,

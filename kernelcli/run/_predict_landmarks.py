@@ -170,7 +170,8 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
         check_kernel(store.result_path, kind, n + t, stop)
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
-    rows_out, choices, solved, passes = [], [], {}, []
+    rows_out: list = []
+    choices, solved, passes = [], {}, []
     for kind in kinds:
         solved[kind], p = _solve_kind(store.result_path, kind, y, ridges, n, t, m, route,
                                       progress, stop)

@@ -35,7 +35,7 @@ import signal
 import threading
 import time
 from multiprocessing.connection import wait
-from typing import Optional
+from typing import Optional, Union
 
 from .._stop import Stop, check
 from ..errors import ComputeError, ConfigError, UsageError
@@ -311,7 +311,9 @@ def spread(base, executor: str = "local", workers: Optional[int] = None,
     if executor == "local":
         yield base
         return
+    pool: Union[ShardBands, ProcessBands, RayBands]
     if executor == "shards":
+        assert workers is not None  # check_executor refused shards without workers
         pool = ShardBands(base, coordination, workers, stop=stop)
     elif executor == "processes":
         pool = ProcessBands(base, workers, cache_bytes, stop=stop)
