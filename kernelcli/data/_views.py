@@ -82,11 +82,16 @@ class Preprocessed(RowSource):
     def _where(self) -> str:
         """How output errors name the rows: ``data.test: path ['key']`` for a file."""
         src = self.source  # a file's (ArraySource) names it; another view does not
-        path = getattr(src, "path", None)
-        if path is None:
+        if getattr(src, "path", None) is None:
             return "the preprocessed data"
-        key = getattr(src, "key", None)
-        return f"{src.what}: {path}" + ("" if key is None else f" [{key!r}]")
+        # imported only here: a source with a path is a file's, whose module (and h5py)
+        # is loaded already; a view of rows in memory never loads it
+        from ._source import ArraySource
+
+        if not isinstance(src, ArraySource):
+            return "the preprocessed data"
+        key = src.key
+        return f"{src.what}: {src.path}" + ("" if key is None else f" [{key!r}]")
 
     def close(self) -> None:
         self.source.close()

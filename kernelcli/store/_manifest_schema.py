@@ -336,7 +336,7 @@ def engine_of(manifest: dict, run_dir) -> Engine:
         elif e["name"] == "native":
             e["native_revision"] = 1  # written only from 2 on
         keys = dict(zip(("name", "native_revision", "native_library"),
-                        (f"plan.{k}" for k in _ENGINE_IN_PLAN)))
+                        (f"plan.{k}" for k in _ENGINE_IN_PLAN), strict=True))
     else:
         section = manifest.get("engine")
         if not isinstance(section, dict):
