@@ -14,12 +14,11 @@ pair's covariances, capped as the planner caps it.
 from __future__ import annotations
 
 import argparse
-from cases import CASES, config_path, INPUT_SHAPE
 
-from kernelcli.kernels import (H200_BANDWIDTH, H200_LAUNCH_LATENCY, build_kernel_fn,
-                               cost_model)
-from kernelcli.plan import ACCELERATOR_MAX_PAIR_BATCH
+from cases import CASES, INPUT_SHAPE, config_path
 from kernelcli.config import load_config
+from kernelcli.kernels import H200_BANDWIDTH, H200_LAUNCH_LATENCY, build_kernel_fn, cost_model
+from kernelcli.plan import ACCELERATOR_MAX_PAIR_BATCH
 
 H200_POOL = int(0.75 * 141 * 2**30 * 0.9)
 

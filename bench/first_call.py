@@ -134,6 +134,7 @@ def worker(tool: str, n: int, depth: int) -> None:
         from neural_tangents import stax
     else:
         import jax
+
         from kernelcli import stax
     jax.config.update("jax_enable_compilation_cache", False)
     layers = [stax.Conv(1, (3, 3), padding="SAME", W_std=SQRT2, b_std=0.0), stax.Relu()]

@@ -26,8 +26,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cases import (CASES, INPUT_SHAPE, KINDS, config_path, device_peak_bytes, make_inputs,  # noqa: E402
-                   report, save_result)
+from cases import (  # noqa: E402
+    CASES,
+    INPUT_SHAPE,
+    KINDS,
+    config_path,
+    device_peak_bytes,
+    make_inputs,
+    report,
+    save_result,
+)
 
 
 def main(argv=None):
@@ -58,9 +66,10 @@ def main(argv=None):
         configure_host_devices()  # one XLA host device per core, as `kernelcli compute`
     import jax
     from jax import monitoring
+
+    from kernelcli.config import check_architecture, load_config
     from kernelcli.kernels import build_kernel_fn, resolve_engine
     from kernelcli.run import kernel_matrix
-    from kernelcli.config import check_architecture, load_config
 
     cfg = load_config(config_path(a.case))
     check_architecture(cfg.architecture, INPUT_SHAPE)

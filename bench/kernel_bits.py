@@ -49,9 +49,9 @@ def dump(out: str, only, dtypes) -> None:
     from kernelcli.run import configure_host_devices
 
     configure_host_devices()
+    from kernelcli.config import load_config
     from kernelcli.kernels import build_kernel_fn
     from kernelcli.run import kernel_matrix
-    from kernelcli.config import load_config
 
     got = {}
     for name, path, x1, x2 in _cases():

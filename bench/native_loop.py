@@ -32,7 +32,8 @@ import jax
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from kernelcli.kernels import _native_build, _native_recipe as recipe  # noqa: E402
+from kernelcli.kernels import _native_build  # noqa: E402
+from kernelcli.kernels import _native_recipe as recipe  # noqa: E402
 
 MAP_H = ROOT / "kernelcli" / "kernels" / "native" / "map.h"
 

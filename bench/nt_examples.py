@@ -18,6 +18,7 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 from neural_tangents import stax  # noqa: E402
+
 from nt_examples import EXAMPLES, inputs, kernels  # noqa: E402
 
 

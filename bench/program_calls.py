@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cases import CASES, config_path, INPUT_SHAPE, KINDS, make_inputs  # noqa: E402
+from cases import CASES, INPUT_SHAPE, KINDS, config_path, make_inputs  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -35,8 +35,9 @@ def main(argv=None) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from kernelcli.kernels import build_kernel_fn
+
     from kernelcli.config import load_config
+    from kernelcli.kernels import build_kernel_fn
 
     cfg = load_config(config_path(a.case))
     kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,

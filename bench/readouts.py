@@ -23,9 +23,9 @@ configure_host_devices()  # before jax starts: one CPU device per core, as the C
 
 import numpy as np  # noqa: E402
 
+from kernelcli.config import check_architecture, parse_architecture  # noqa: E402
 from kernelcli.kernels import build_kernel_fn  # noqa: E402
 from kernelcli.run import kernel_matrix  # noqa: E402
-from kernelcli.config import check_architecture, parse_architecture  # noqa: E402
 
 BLOCKS = 12
 AFTER_BLOCKS = (3, 6, 9, 12)

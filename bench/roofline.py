@@ -39,7 +39,7 @@ from typing import Optional
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import CASES, config_path, INPUT_SHAPE, KINDS  # noqa: E402
+from cases import CASES, INPUT_SHAPE, KINDS, config_path  # noqa: E402
 
 # Inputs per case for the timing: enough that a call's per-input pass (N inputs through
 # the layers, about N pairs' work beside the N(N+1)/2 pairs of a tri call: a share of
@@ -66,8 +66,8 @@ def pair_flops(kfn) -> tuple:
     """Operations one pair of ``kfn`` costs, from its layer list (branches included):
     ``(gram, elementwise)``, the input Gram's (a matrix product, at the FMA rate) and
     the rest (adds, multiplies and maps, one operation per vector lane)."""
-    from kernelcli.kernels._compose import full_needed
     from kernelcli.config import branches, layer_shapes, layer_type
+    from kernelcli.kernels._compose import full_needed
 
     arch = kfn.arch
     ntk = "ntk" in kfn.base_kinds
@@ -114,8 +114,8 @@ def pair_flops(kfn) -> tuple:
 
 
 def counts(case: str, dtype: str, n: int) -> dict:
-    from kernelcli.kernels import build_kernel_fn, cost_model
     from kernelcli.config import load_config
+    from kernelcli.kernels import build_kernel_fn, cost_model
 
     cfg = load_config(config_path(case))
     kfn = build_kernel_fn(cfg.architecture, INPUT_SHAPE, KINDS, dtype)

@@ -32,8 +32,9 @@ import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import CASES, case_config, INPUT_SHAPE  # noqa: E402
-from whole import WHOLE, run_all as run_whole  # noqa: E402
+from cases import CASES, INPUT_SHAPE, case_config  # noqa: E402
+from whole import WHOLE  # noqa: E402
+from whole import run_all as run_whole  # noqa: E402
 
 NT_PYTHON = os.environ.get("NT_PYTHON", str(BENCH / ".venv-nt" / "bin" / "python"))
 KC_PYTHON = os.environ.get("KC_PYTHON", sys.executable)

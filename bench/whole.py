@@ -39,7 +39,7 @@ import yaml
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import case_config, KINDS, make_inputs  # noqa: E402
+from cases import KINDS, case_config, make_inputs  # noqa: E402
 
 NT_PYTHON = os.environ.get("NT_PYTHON", str(BENCH / ".venv-nt" / "bin" / "python"))
 KC_PYTHON = os.environ.get("KC_PYTHON", sys.executable)

@@ -137,7 +137,8 @@ def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
         if value.strip().lower() in CACHE_OFF:
             return None
         return Path(value).expanduser()
-    if get("JAX_COMPILATION_CACHE_DIR", environ):
-        return Path(get("JAX_COMPILATION_CACHE_DIR", environ)).expanduser()
+    jax_dir = get("JAX_COMPILATION_CACHE_DIR", environ)
+    if jax_dir:
+        return Path(jax_dir).expanduser()
     base = get("XDG_CACHE_HOME", environ) or str(Path.home() / ".cache")
     return Path(base).expanduser() / "kernelcli" / "jax"

@@ -170,7 +170,8 @@ def install():
     reset()
     if threading.current_thread() is not threading.main_thread():
         return None
-    saved = ({s: signal.getsignal(s) for s in SIGNALS}, None)
+    # the handlers, and the wakeup fd set before ours (None: not set here)
+    saved: tuple[dict, Optional[int]] = ({s: signal.getsignal(s) for s in SIGNALS}, None)
     # a signal the console script's first code recorded (kernelcli._entry)
     early = getattr(saved[0][signal.SIGINT], "first", None)
     try:
@@ -201,8 +202,9 @@ def set_immediate(on: bool = True) -> None:
     came already does so now)."""
     global _immediate
     _immediate = on
-    if on and _stop.requested() is not None:
-        hard_exit(_stop.requested())
+    signum = _stop.requested()
+    if on and signum is not None:
+        hard_exit(signum)
 
 
 def final(code: int) -> Optional[int]:

@@ -15,6 +15,7 @@ other failure (out of memory, disk full, interrupted).
 
 
 import re
+from typing import Optional
 
 _ARGUMENT = re.compile(r"<<(\w+)>>")
 
@@ -36,7 +37,7 @@ class KernelcliError(Exception):
     """Base of every kernelcli error. ``exit_code`` is what the CLI exits with."""
 
     exit_code = 1
-    template = None  # the message with <<argument>> marks, for an error made by naming()
+    template: Optional[str] = None  # the message with <<argument>> marks, for an error made by naming()
 
     @classmethod
     def naming(cls, template: str, *args):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Dict
 
 import click
 
@@ -50,10 +49,10 @@ _LOWER = {
 }
 
 
-def flags(group: click.Group) -> Dict[str, str]:
+def flags(group: click.Group) -> dict[str, str]:
     """``{parameter name: its long flag}`` over every command of ``group`` (the library's
     arguments are named as the CLI's parameters are: ``run_dir`` is ``--run-dir``)."""
-    out = {}
+    out: dict[str, str] = {}
     for command in group.commands.values():
         for param in command.params:
             if isinstance(param, click.Option):

@@ -15,8 +15,14 @@ import click
 from .. import _interrupt
 from . import _print_run
 from ._click_group import call
-from ._options import (executor_options, json_option, quiet_option, run_dir_argument,
-                       verbose_option, verbosity)
+from ._options import (
+    executor_options,
+    json_option,
+    quiet_option,
+    run_dir_argument,
+    verbose_option,
+    verbosity,
+)
 
 
 def _progress(name: str, quiet: bool, shard=None):
@@ -60,8 +66,8 @@ def compute(config, run_dir, overwrite, quiet, as_json, shard, executor, address
     With --shard I/N, N processes (a SLURM job array, a Kubernetes indexed Job)
     share the tiles of one run directory without talking to each other.
     """
-    from ..run import compute as run_compute
     from ..config import load_config
+    from ..run import compute as run_compute
 
     cfg = call(load_config, config)  # once: the library is given it
     out = call(run_compute, cfg, run_dir=run_dir, overwrite=overwrite,
@@ -141,12 +147,14 @@ def extend(run_dir, test, test_key, test_labels, test_labels_key, append, append
     from ..run import load_run_config
 
     # progress lines carry the run's name, as compute's and resume's do
-    name = None if dry_run or quiet else call(load_run_config, run_dir)[1].name
+    progress = None
+    if not (dry_run or quiet):
+        progress = _progress(call(load_run_config, run_dir)[1].name, quiet)
     out = call(run_extend, run_dir, test=test, append=append, test_key=test_key,
                test_labels=test_labels, test_labels_key=test_labels_key,
                append_key=append_key, append_labels=append_labels,
                append_labels_key=append_labels_key, dry_run=dry_run,
-               progress=None if dry_run else _progress(name, quiet),
+               progress=progress,
                on_start=_on_start(quiet), stop=_interrupt.stop(),
                for_run=None if dry_run else run_dir)
     finished = out.run is not None and out.run.already_finished

@@ -6,10 +6,10 @@ import click
 
 from .. import __version__
 from . import _setup
+from ._click_group import Main
 from ._commands_analysis import estimate, predict
 from ._commands_files import assemble, clean, status, verify
 from ._commands_run import compute, extend, resume
-from ._click_group import Main
 from ._options import CONTEXT, group_verbose_option
 
 COMMANDS = (compute, resume, assemble, clean, estimate, predict, status, verify, extend)

@@ -21,6 +21,7 @@ import errno
 import io
 import os
 import sys
+from typing import Optional
 
 from ..errors import KernelcliError
 
@@ -33,7 +34,7 @@ class OutputError(KernelcliError):
     """A result could not be written to stdout (exit status 1)."""
 
 
-def output_error(code: int) -> OutputError:
+def output_error(code: Optional[int]) -> OutputError:
     """The error for a write to stdout that failed with ``errno`` ``code``."""
     reason = os.strerror(code) if code else "an unknown error"
     if code == errno.EBADF:

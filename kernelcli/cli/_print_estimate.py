@@ -89,7 +89,7 @@ def _print_parts(est) -> None:
         from ..kernels import describe_cost
 
         for label, line in zip(("cost model: launches", "  bytes", "  predicted"),
-                               describe_cost(est.cost)):
+                               describe_cost(est.cost), strict=True):
             _row(label, line)
     t = est.timing
     if t is None:

@@ -9,7 +9,7 @@ chosen ridge.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 
 def _pct(value: Optional[float], width: int) -> str:
@@ -20,7 +20,7 @@ def _num(value: Optional[float], width: int, fmt: str = ".4f") -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
 
 
-def predict_lines(out) -> List[str]:
+def predict_lines(out) -> list[str]:
     """The lines of ``predict``'s report for ``out`` (a ``PredictResult``)."""
     held = "LOO" if out.selection == "leave-one-out" else "CV"
     labels = any(r.accuracy is not None for r in out.results)
@@ -57,7 +57,7 @@ def predict_lines(out) -> List[str]:
     return lines
 
 
-def _flow_lines(out, labels: bool) -> List[str]:
+def _flow_lines(out, labels: bool) -> list[str]:
     lines = ["gradient flow at the chosen ridge (time t x learning rate, neural-tangents' "
              "units; inf: the ridge solution):",
              f"  {'kind':<6} {'ridge':>8} {'time':>8}  {'test accuracy':>13}  "

@@ -41,7 +41,7 @@ def cli_process(in_process: bool):
     try:
         yield
     finally:
-        if in_process:
+        if state is not None:  # in process
             state.restore()
             _interrupt.uninstall(saved)
 
@@ -98,7 +98,8 @@ class _ProcessState:
     def restore(self) -> None:
         for name, level in self.levels.items():
             logging.getLogger(name).setLevel(level)
-        warnings.filters[:] = self.filters
+        # typeshed has warnings.filters a Sequence; it is the module's own list
+        warnings.filters[:] = self.filters  # type: ignore[index]
         if self.cpp is None:
             os.environ.pop(_CPP_LOG_LEVEL, None)  # the one write: this variable only
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional
 
 from ._layer_types import Layer
 
@@ -62,8 +62,8 @@ class Readouts:
     """``architecture.readouts``: ``head`` applied after the first ``after[i]`` body layers
     (top-level layers, ``repeat`` expanded), each a kernel of its own."""
 
-    head: Tuple[Layer, ...]
-    after: Tuple[int, ...]
+    head: tuple[Layer, ...]
+    after: tuple[int, ...]
 
 
 def readout_name(kind: str, after: int) -> str:
@@ -87,29 +87,30 @@ def is_kernel_name(name: str) -> bool:
 @dataclass(frozen=True)
 class Architecture:
     parameterization: str = "ntk"
-    layers: Tuple[Layer, ...] = ()
+    layers: tuple[Layer, ...] = ()
     # not in the repr: run fingerprints are the repr, and runs without readouts keep theirs
     readouts: Optional[Readouts] = field(default=None, repr=False)
 
-    def kernel_names(self, kinds: Tuple[str, ...]) -> Tuple[str, ...]:
+    def kernel_names(self, kinds: tuple[str, ...]) -> tuple[str, ...]:
         """The kernels a run of ``kinds`` computes: the kinds, or each readout's."""
         if self.readouts is None:
             return tuple(kinds)
         return tuple(readout_name(k, a) for a in self.readouts.after for k in kinds)
 
-    def truncated(self, after: int) -> "Architecture":
+    def truncated(self, after: int) -> Architecture:
         """The network a readout stands for: the first ``after`` body layers, then the
         head."""
+        assert self.readouts is not None, "truncated at a readout of a network without"
         return Architecture(self.parameterization,
                             tuple(self.layers[:after]) + tuple(self.readouts.head))
 
 
 @dataclass(frozen=True)
 class KernelSpec:
-    kinds: Tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] = KINDS
     dtype: str = "float32"
     test_diagonal: bool = False       # also K(x, x) of every test example
-    augment: Tuple[str, ...] = ()     # flips averaged over (hflip, vflip); () = none
+    augment: tuple[str, ...] = ()     # flips averaged over (hflip, vflip); () = none
 
 
 @dataclass(frozen=True)

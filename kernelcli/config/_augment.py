@@ -34,7 +34,7 @@ is the ``flip`` field of its declaration (``LayerType``: ``"window"``, ``"alike"
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple
+from typing import Any, Sequence
 
 from ..errors import ConfigError
 from . import _fields as f
@@ -46,7 +46,7 @@ AUGMENTS = ("hflip", "vflip")
 _NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
 
-def parse_augment(value: Any, path: str) -> Tuple[str, ...]:
+def parse_augment(value: Any, path: str) -> tuple[str, ...]:
     """``kernel.augment`` (``path``): none (null, ``none``, ``[]``), a flip, or a list of
     flips; returned in canonical order. Whether the inputs and the network allow it
     is checked with the input shape (:func:`check_augment`)."""
@@ -72,15 +72,15 @@ def show_augment(augment: Sequence[str]) -> str:
     return repr(augment[0]) if len(augment) == 1 else f"[{', '.join(augment)}]"
 
 
-def flip_axes(augment: Sequence[str], n_spatial: int) -> Tuple[int, ...]:
+def flip_axes(augment: Sequence[str], n_spatial: int) -> tuple[int, ...]:
     """The spatial axes (from 0) each name of ``augment`` flips, in order."""
     return tuple(n_spatial - 1 if a == "hflip" else n_spatial - 2 for a in augment)
 
 
-def flip_group(augment: Sequence[str], n_spatial: int) -> Tuple[Tuple[int, ...], ...]:
+def flip_group(augment: Sequence[str], n_spatial: int) -> tuple[tuple[int, ...], ...]:
     """The group's elements as the spatial axes each flips, identity first:
     ``((), (W,))`` for ``hflip``; ``((), (W,), (H,), (H, W))`` for both."""
-    group = [()]
+    group: list[tuple[int, ...]] = [()]
     for axis in flip_axes(augment, n_spatial):
         group += [tuple(sorted(g + (axis,))) for g in group]
     return tuple(group)
@@ -126,6 +126,7 @@ def _check_layer(layer, size: int, axis: int, value: str, name: str) -> None:
            f"inputs are flipped, but {label(layer)}"
     t = layer_type(layer)
     if t.flip == "window":
+        assert t.window is not None, "register() refuses a window rule without its window"
         k = t.window(layer)[axis]
         s = layer.strides[axis]
         lo, hi = _pads(size, k, s, layer.padding)
@@ -147,7 +148,7 @@ def _check_layer(layer, size: int, axis: int, value: str, name: str) -> None:
                       f"in docs/config.md (kernel.augment)")
 
 
-def _pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:
+def _pads(size: int, k: int, s: int, padding: str) -> tuple[int, int]:
     """``(low, high)`` padding of the lax SAME rule (CIRCULAR pads the same amounts)."""
     if padding == "VALID":
         return (0, 0)

@@ -30,7 +30,7 @@ themselves are in ``_shapes``): this module only walks the layers.
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Sequence
 
 from ..errors import ConfigError
 from ._allowed import Architecture
@@ -51,7 +51,7 @@ def _start(input_shape: Sequence[int]) -> State:
     return State(shape=shape, gaussian=False)
 
 
-def layer_shapes(arch: Architecture, input_shape: Sequence[int]) -> List[Tuple[Layer, Shape, Shape]]:
+def layer_shapes(arch: Architecture, input_shape: Sequence[int]) -> list[tuple[Layer, Shape, Shape]]:
     """``(layer, in_shape, out_shape)`` for each top-level layer, checking each one;
     the layers bound to their input's rank (one ``filter`` entry per spatial axis).
 
@@ -98,7 +98,9 @@ def _check_readouts(arch: Architecture, input_shape: Sequence[int],
     it met and the head layer's own rule. Returns the last head's output shape. The
     body's own output is never read past the last count, so it may end anywhere."""
     st = _start(input_shape)
-    after = arch.readouts.after
+    ro = arch.readouts
+    assert ro is not None, "called for a network with readouts"
+    after = ro.after
     out = None
     for n, layer in enumerate(arch.layers[:after[-1]], start=1):
         st = step(bind_layer(layer, st.shape), st)
@@ -107,7 +109,7 @@ def _check_readouts(arch: Architecture, input_shape: Sequence[int],
         i = after.index(n)
         head = st
         try:
-            for h in arch.readouts.head:
+            for h in ro.head:
                 head = step(bind_layer(h, head.shape), head)
             out = head.shape
             if require_vector_output and len(out) != 1:
@@ -118,4 +120,5 @@ def _check_readouts(arch: Architecture, input_shape: Sequence[int],
             what = "" if st.gaussian else f", not Gaussian ({st.not_gaussian})"
             raise ConfigError(f"architecture.readouts.after[{i}]: {n} reads out shape "
                               f"{st.shape}{what}, which the head cannot take: {e}") from None
+    assert out is not None, "the loop reaches after[-1], a count _load checked"
     return out

@@ -18,7 +18,7 @@ import difflib
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from ..errors import ConfigError
 
@@ -35,7 +35,7 @@ class _Full(Exception):
 
 class _Writer:
     def __init__(self, budget: int):
-        self.parts: List[str] = []
+        self.parts: list[str] = []
         self.left = budget
 
     def write(self, text: str) -> None:
@@ -71,7 +71,7 @@ def _emit(value: Any, out: _Writer) -> None:
         if isinstance(value, (set, frozenset)) and not value:
             out.write("set()")
             return
-        opening, closing = {list: "[]", tuple: "()", dict: "{}"}.get(type(value), "{}")
+        opening, closing = {list: ("[", "]"), tuple: ("(", ")")}.get(type(value), ("{", "}"))
         out.write(opening)
         for i, item in enumerate(value):
             if i:
@@ -300,7 +300,7 @@ def count_or(value: Any, path: str, word: str, noun: str, *, maximum: int) -> Op
 MAX_AXES = 3  # spatial axes: sequences (L, C), images (H, W, C), volumes (D, H, W, C)
 
 
-def pair(value: Any, path: str, noun: str, *, maximum: int) -> Union[int, Tuple[int, ...]]:
+def pair(value: Any, path: str, noun: str, *, maximum: int) -> Union[int, tuple[int, ...]]:
     """Sizes along the spatial axes (``filter``, ``window``, ``strides``): one int ``k``,
     meaning ``k`` along every spatial axis (returned as the int), or a list of 1 to
     ``MAX_AXES`` ints, one per axis (returned as a tuple); each from 1 to ``maximum``.

@@ -15,10 +15,22 @@ from typing import Union
 
 from . import _layers, _layers_elementwise, _layers_spatial
 from . import _shapes as S
-from ._layers import (ABRelu, AvgPool, Conv, Dense, Erf, Flatten, Gelu, GlobalAvgPool,
-                      Identity, LayerNorm, Parallel, Relu, Residual)
-from ._layers_elementwise import (Exp, Gaussian, Hermite, Monomial, RectifiedMonomial, Rbf,
-                                  Sign, Sin)
+from ._layers import (
+    ABRelu,
+    AvgPool,
+    Conv,
+    Dense,
+    Erf,
+    Flatten,
+    Gelu,
+    GlobalAvgPool,
+    Identity,
+    LayerNorm,
+    Parallel,
+    Relu,
+    Residual,
+)
+from ._layers_elementwise import Exp, Gaussian, Hermite, Monomial, Rbf, RectifiedMonomial, Sign, Sin
 from ._layers_spatial import ConvLocal, ConvTranspose, GlobalSumPool, SumPool
 from ._registry import layer_types, register
 

@@ -24,10 +24,13 @@ elementwise nonlinearities (``sin``, ``exp``, ``hermite``...) are declared in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from . import _shapes as S
 from ._registry import LayerType, Spelling
+
+if TYPE_CHECKING:  # the union of all layers, built from this module's classes
+    from ._layer_types import Layer
 
 PADDINGS = ("SAME", "VALID", "CIRCULAR")
 
@@ -35,7 +38,7 @@ PADDINGS = ("SAME", "VALID", "CIRCULAR")
 # entry per spatial axis, or, as parsed before the input's rank is known, one int
 # meaning that size along every axis. The shape check and the kernels see the
 # layers bound to the input (``_rank.bind_layer``): tuples of the input's length.
-Axes = Union[int, Tuple[int, ...]]
+Axes = Union[int, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,8 @@ class ABRelu:
 
 
 # A nonlinearity acts alike at every position, so it keeps a flip equivariance.
-ACTIVATION = dict(shape=S.nonlinearity, needs_gaussian=True, reads_variances=True,
-                  flip="alike")
+ACTIVATION: dict[str, Any] = dict(shape=S.nonlinearity, needs_gaussian=True,
+                                  reads_variances=True, flip="alike")
 ACTIVATIONS = (
     LayerType(Relu, "relu", **ACTIVATION),
     LayerType(Erf, "erf", parameters=("a", "b", "c"), **ACTIVATION,
@@ -202,7 +205,7 @@ IDENTITY = LayerType(Identity, "identity", S.keep, flip="alike")
 class Residual:
     """``x + f(x)`` with ``f`` the serial composition of ``layers``."""
 
-    layers: Tuple["Layer", ...] = ()
+    layers: tuple[Layer, ...] = ()
     where: str = field(default="", compare=False, repr=False)
 
 
@@ -223,7 +226,7 @@ class Parallel:
     sum``) or ``FanInConcat(axis=-1)`` (``merge: concat``); an empty branch is the
     identity."""
 
-    branches: Tuple[Tuple["Layer", ...], ...] = ()
+    branches: tuple[tuple[Layer, ...], ...] = ()
     merge: str = "sum"
     where: str = field(default="", compare=False, repr=False)
 

@@ -21,17 +21,26 @@ layers' bounds are in :mod:`._parse_layers`. The ``data`` section is read by
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import os
 import yaml
 
 from ..errors import ConfigError
 from . import _fields as f
 from . import _settings as settings
-from ._allowed import (EXECUTORS, KINDS, PARAMETERIZATIONS, Architecture, ComputeSpec,
-                      KernelSpec, OutputSpec, Readouts, RunConfig)
+from ._allowed import (
+    EXECUTORS,
+    KINDS,
+    PARAMETERIZATIONS,
+    Architecture,
+    ComputeSpec,
+    KernelSpec,
+    OutputSpec,
+    Readouts,
+    RunConfig,
+)
 from ._augment import parse_augment
 from ._load_data import data_section
 from ._parse_layers import MAX_LAYERS, parse_layers
@@ -55,7 +64,7 @@ MAX_DEVICES = 4096        # compute.devices
 MAX_NAME = 255            # the default run directory is runs/<name>: one file name
 
 
-def load_config(path: Union[str, Path]) -> RunConfig:
+def load_config(path: Union[str, os.PathLike]) -> RunConfig:
     """Read and validate the YAML run configuration at ``path``.
 
     Raises ConfigError naming the file when it is missing, unreadable or not
@@ -232,7 +241,7 @@ def _readouts(value, body: tuple) -> Optional[Readouts]:
         raise f.fail(f"{path}.after", f"{f.show(after)} is not a list of layer counts; "
                                       f"expected a non-empty list of increasing body layer "
                                       f"counts in 1..{n_body}")
-    counts = []
+    counts: list[int] = []
     for i, k in enumerate(after):
         at = f"{path}.after[{i}]"
         if not f._is_int(k) or not 1 <= k <= n_body:

@@ -8,7 +8,7 @@ number has a bound, so that a hostile value fails here with its key named.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from . import _fields as f
 from ._layers import PADDINGS
@@ -33,10 +33,11 @@ class Params:
     """
 
     def __init__(self, name: str, raw: Any, path: str, allowed: Sequence[str],
-                 bare: Optional[str] = None,
-                 read: Optional[Callable[[Any, str, bool], tuple]] = None):
+                 bare: Optional[str] = None, *,
+                 read: Callable[[Any, str, bool], tuple]):
         self.path = f"{path}.{name}"
         self._bare, self._read = None, read
+        self.raw: dict
         if bare is not None and not isinstance(raw, dict):
             self.raw = {bare: raw}
             self._bare = bare
@@ -44,7 +45,7 @@ class Params:
         if not allowed:
             if raw is not None and raw != {}:
                 raise f.fail(self.path, f"{name} takes no parameters; got {f.show(raw)}")
-            self.raw: dict = {}
+            self.raw = {}
             return
         self.raw = f.mapping(raw, self.path, "a mapping of " + ", ".join(allowed))
         f.check_keys(self.raw, self.path, tuple(allowed), noun="parameter")
@@ -67,7 +68,7 @@ class Params:
         items = self.raw[key] if key == self._bare else self.required(key, LAYERS)
         return self._read(items, self.at(key), False)
 
-    def branches(self, key: str) -> Tuple[tuple, ...]:
+    def branches(self, key: str) -> tuple[tuple, ...]:
         """The branches under ``key``: a list of at least one layer list, each of
         which may be empty (the identity)."""
         items, at = self.required(key, BRANCHES), self.at(key)
@@ -108,7 +109,7 @@ class Params:
         return f.positive_int(self.raw.get("width", 1), self.at("width"), "a width",
                               maximum=MAX_WIDTH)
 
-    def pair(self, key: str, default, noun: str) -> Union[int, Tuple[int, ...]]:
+    def pair(self, key: str, default, noun: str) -> Union[int, tuple[int, ...]]:
         """Sizes along the spatial axes (``_fields.pair``): an int ``k`` (``k`` along every
         axis) or a tuple of 1 to 3 ints, one per axis. An absent key gives ``default``,
         where a default written for images, ``(k, k)``, means ``k`` along every axis."""

@@ -23,7 +23,7 @@ one plus one per branch plus those of its branches).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from . import _fields as f
 from ._layer_types import Layer
@@ -35,7 +35,7 @@ _REPEAT = "repeat"
 
 # Parameters each YAML name accepts, in the order the messages list them: those the
 # layer declarations (``_layers``) give, and ``repeat``'s.
-PARAMETERS: Dict[str, Tuple[str, ...]] = dict(sorted(
+PARAMETERS: dict[str, tuple[str, ...]] = dict(sorted(
     [(s.name, s.parameters) for t in layer_types() for s in t.spellings]
     + [(_REPEAT, ("times", "layers"))]))
 LAYER_NAMES = tuple(sorted(PARAMETERS))
@@ -44,7 +44,7 @@ MAX_REPEAT = 1000        # repeat.times
 MAX_LAYERS = 1000        # layers in all after expanding repeats; bounds the shape check
 
 
-def _name_and_params(item: Any, path: str) -> Tuple[str, Any]:
+def _name_and_params(item: Any, path: str) -> tuple[str, Any]:
     """Split one list item into its layer name and raw parameters (None when bare)."""
     if isinstance(item, dict):
         if len(item) != 1:
@@ -77,7 +77,7 @@ class _Budget:
             raise f.fail(path, f"{why}the architecture has {self.used} layers here; {_CAP}")
 
 
-def _repeat(p: Params, budget: _Budget) -> List[Layer]:
+def _repeat(p: Params, budget: _Budget) -> list[Layer]:
     times = f.positive_int(p.required("times", "a positive integer"), p.at("times"),
                            "a repeat count", maximum=MAX_REPEAT)
     before = budget.used
@@ -87,7 +87,7 @@ def _repeat(p: Params, budget: _Budget) -> List[Layer]:
     return body * times
 
 
-def _parse(items: Any, path: str, budget: _Budget, branch: bool = False) -> List[Layer]:
+def _parse(items: Any, path: str, budget: _Budget, branch: bool = False) -> list[Layer]:
     """The layers of the list ``items`` found at ``path``; a ``branch`` may be empty."""
     expected = BRANCH if branch else LAYERS
     if not isinstance(items, list):
@@ -100,7 +100,7 @@ def _parse(items: Any, path: str, budget: _Budget, branch: bool = False) -> List
             budget.take(1, at)
         return tuple(_parse(inner, at, budget, branch))
 
-    layers: List[Layer] = []
+    layers: list[Layer] = []
     for i, item in enumerate(items):
         item_path = f"{path}[{i}]"
         name, raw = _name_and_params(item, item_path)
@@ -116,7 +116,7 @@ def _parse(items: Any, path: str, budget: _Budget, branch: bool = False) -> List
     return layers
 
 
-def parse_layers(items: Any, path: str = "architecture.layers") -> List[Layer]:
+def parse_layers(items: Any, path: str = "architecture.layers") -> list[Layer]:
     """Parse a YAML layer list found at ``path``; repeats come back expanded.
 
     Raises ConfigError for an empty list, an unknown layer or parameter, a

@@ -17,7 +17,7 @@ A layer type with a spatial parameter of another name adds it to
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence, Tuple
+from typing import Any, Sequence, Union
 
 from ..errors import ConfigError
 from ._fields import MAX_AXES, short_path, show
@@ -28,6 +28,14 @@ SPATIAL_FIELDS = ("filter", "window", "strides")
 SHAPE_NAMES = {1: "(L, C)", 2: "(H, W, C)", 3: "(D, H, W, C)"}
 
 
+def bound_axes(value: Union[int, tuple[int, ...]]) -> tuple[int, ...]:
+    """A spatial field of a bound layer (the kernels' layers): its tuple. An int is a
+    layer that was never bound, a bug."""
+    if not isinstance(value, tuple):
+        raise TypeError(f"{value!r}: a spatial field of a layer not bound to its input")
+    return value
+
+
 def _axes(n: int) -> str:
     return f"{n} spatial axis" if n == 1 else f"{n} spatial axes"
 
@@ -36,7 +44,7 @@ def _is_layer(value: Any) -> bool:
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
-def _bound(layer: Any, n: int, shape: Tuple[int, ...]) -> dict:
+def _bound(layer: Any, n: int, shape: tuple[int, ...]) -> dict:
     """The spatial fields of ``layer`` that change when bound to ``n`` axes."""
     changes = {}
     for field in dataclasses.fields(layer):
@@ -70,7 +78,7 @@ def bind_layer(layer: Any, shape: Sequence[int]) -> Any:
     return dataclasses.replace(layer, **changes) if changes else layer
 
 
-def _bind_tree(value: Any, shape: Tuple[int, ...]) -> Any:
+def _bind_tree(value: Any, shape: tuple[int, ...]) -> Any:
     if _is_layer(value):
         changes = _bound(value, len(shape) - 1, shape)
         for field in dataclasses.fields(value):
@@ -84,11 +92,11 @@ def _bind_tree(value: Any, shape: Tuple[int, ...]) -> Any:
         return dataclasses.replace(value, **changes) if changes else value
     if isinstance(value, tuple) and any(_is_layer(v) or isinstance(v, tuple) for v in value):
         items = tuple(_bind_tree(v, shape) for v in value)
-        return value if all(a is b for a, b in zip(items, value)) else items
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return value
 
 
-def bind_layers(layers: Sequence[Any], input_shape: Sequence[int]) -> Tuple[Any, ...]:
+def bind_layers(layers: Sequence[Any], input_shape: Sequence[int]) -> tuple[Any, ...]:
     """Every layer of ``layers``, branches included, bound to the network's input of
     one example's shape ``input_shape`` (spatial layers only ever see that rank: none
     may follow ``flatten`` or ``global_avg_pool``). Vector inputs: unchanged."""
@@ -108,9 +116,9 @@ def bind_architecture(arch: Any, input_shape: Sequence[int]) -> Any:
     readouts = arch.readouts
     if readouts is not None:  # a head's spatial layers see the input's rank too
         readouts = dataclasses.replace(readouts, head=bind_layers(readouts.head, input_shape))
-        if all(a is b for a, b in zip(readouts.head, arch.readouts.head)):
+        if all(a is b for a, b in zip(readouts.head, arch.readouts.head, strict=True)):
             readouts = arch.readouts
-    if all(a is b for a, b in zip(layers, arch.layers)) and readouts is arch.readouts:
+    if all(a is b for a, b in zip(layers, arch.layers, strict=True)) and readouts is arch.readouts:
         return arch
     return dataclasses.replace(arch, layers=layers, readouts=readouts)
 

@@ -19,7 +19,7 @@ which imports every family module and registers its ``TYPES`` in order;
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Spelling:
     ``residual: {layers: [...]}``)."""
 
     name: str
-    parameters: Tuple[str, ...] = ()
+    parameters: tuple[str, ...] = ()
     parse: Optional[Callable[[Any], Any]] = None
     bare: Optional[str] = None
 
@@ -66,15 +66,15 @@ class LayerType:
     cls: type
     name: str
     shape: Callable[[Any, Any], Any]
-    parameters: Tuple[str, ...] = ()
+    parameters: tuple[str, ...] = ()
     parse: Optional[Callable[[Any], Any]] = None
     needs_gaussian: bool = False
     affine: bool = False
     reads_variances: bool = False
     pools: bool = False
-    branches: Optional[Callable[[Any], Tuple[Tuple[Any, ...], ...]]] = None
+    branches: Optional[Callable[[Any], tuple[tuple[Any, ...], ...]]] = None
     bare: Optional[str] = None
-    also: Tuple[Spelling, ...] = ()
+    also: tuple[Spelling, ...] = ()
     flip: Optional[str] = None
     window: Optional[Callable[[Any], Any]] = None
 
@@ -84,18 +84,18 @@ class LayerType:
         return self.branches is not None
 
     @property
-    def spellings(self) -> Tuple[Spelling, ...]:
+    def spellings(self) -> tuple[Spelling, ...]:
         return (Spelling(self.name, self.parameters, self.parse, self.bare),) + self.also
 
 
-_BY_CLASS: Dict[type, LayerType] = {}
-_BY_NAME: Dict[str, Tuple[LayerType, Spelling]] = {}
+_BY_CLASS: dict[type, LayerType] = {}
+_BY_NAME: dict[str, tuple[LayerType, Spelling]] = {}
 
 
 FLIP_RULES = ("alike", "window", "branches")
 
 
-def register(*types: LayerType) -> Tuple[LayerType, ...]:
+def register(*types: LayerType) -> tuple[LayerType, ...]:
     """Add ``types`` to the registry (called by ``_layer_types`` alone); a class or
     YAML name declared twice, or a flip rule not in ``FLIP_RULES``, is a bug."""
     for t in types:
@@ -123,12 +123,12 @@ def layer_type(layer: Any) -> LayerType:
         raise TypeError(f"{layer!r} is not a layer") from None  # a programming error
 
 
-def spelling(name: str) -> Tuple[LayerType, Spelling]:
+def spelling(name: str) -> tuple[LayerType, Spelling]:
     """``(type, spelling)`` of a YAML layer name; KeyError when it names no layer."""
     return _BY_NAME[name]
 
 
-def branches(layer: Any) -> Tuple[Tuple[Any, ...], ...]:
+def branches(layer: Any) -> tuple[tuple[Any, ...], ...]:
     """The layer lists ``layer`` holds, one per branch; ``()`` for a layer without any."""
     t = layer_type(layer)
     return t.branches(layer) if t.branches else ()
@@ -142,6 +142,6 @@ def walk(layers: Iterable[Any]) -> Iterator[Any]:
             yield from walk(branch)
 
 
-def layer_types() -> Tuple[LayerType, ...]:
+def layer_types() -> tuple[LayerType, ...]:
     """Every registered type, in declaration order."""
     return tuple(_BY_CLASS.values())

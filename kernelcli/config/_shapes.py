@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence, Tuple
+from typing import Any, Sequence
 
 from ..errors import ConfigError
 from ._fields import short_path
 from ._rank import bind_layer
 from ._registry import branches, layer_type, layer_types
 
-Shape = Tuple[int, ...]
+Shape = tuple[int, ...]
 
 
 def _either(names) -> str:
@@ -145,7 +145,8 @@ def _window(layer: Any, st: State, window: Sequence[int], strides: Sequence[int]
     """The shape after a windowed layer (conv, avg_pool), checking that the window fits.
     ``window``, ``strides``: one entry per spatial axis (the layer bound by ``step``)."""
     sizes = needs_image(layer, st)[:-1]
-    out = tuple(spatial_out(n, k, s, padding) for n, k, s in zip(sizes, window, strides))
+    out = tuple(spatial_out(n, k, s, padding)
+                for n, k, s in zip(sizes, window, strides, strict=True))
     if min(out) < 1:
         raise fail(layer, f"{noun} {tuple(window)} does not fit the input of shape "
                           f"{st.shape} under VALID padding; expected a {noun} no larger "
@@ -169,7 +170,7 @@ def conv(layer: Any, st: State) -> State:
 def conv_transpose(layer: Any, st: State) -> State:
     sizes = needs_image(layer, st)[:-1]
     out = tuple(transpose_out(n, k, s, layer.padding)
-                for n, k, s in zip(sizes, layer.filter, layer.strides))
+                for n, k, s in zip(sizes, layer.filter, layer.strides, strict=True))
     return replace(st, shape=out + (layer.width,), gaussian=True)
 
 

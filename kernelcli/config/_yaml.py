@@ -20,7 +20,7 @@ word as "not valid YAML"; the limits raise :class:`ConfigError`.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import yaml
 
@@ -51,7 +51,7 @@ class _Loader(yaml.SafeLoader):
         self._nodes = 0
         self._aliases = 0
         self._open: set = set()              # anchors of the nodes being composed
-        self.paths: Dict[int, str] = {}      # id(mapping node) -> its YAML path
+        self.paths: dict[int, str] = {}      # id(mapping node) -> its YAML path
         self._checked: set = set()           # ids of mappings checked for duplicate keys
 
     def compose_node(self, parent, index):
@@ -119,7 +119,7 @@ class _Loader(yaml.SafeLoader):
         if not isinstance(node, yaml.MappingNode) or id(node) in self._checked:
             return
         self._checked.add(id(node))
-        seen: Dict[Any, Any] = {}
+        seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
             if key_node.tag == _MERGE or not isinstance(key_node, yaml.ScalarNode):
                 continue  # merged keys may be overridden; SafeLoader refuses unhashable ones
@@ -141,7 +141,7 @@ def _duplicate(key: Any, path: str, first: int, second: int) -> str:
     return f"duplicate key {show(key)} in {short_path(path)} ({lines}); expected each key once"
 
 
-def _children(node: yaml.Node, path: str) -> List[Tuple[yaml.Node, str]]:
+def _children(node: yaml.Node, path: str) -> list[tuple[yaml.Node, str]]:
     if isinstance(node, yaml.SequenceNode):
         return [(child, f"{path}[{i}]") for i, child in enumerate(node.value)]
     if isinstance(node, yaml.MappingNode):
@@ -154,15 +154,15 @@ def _children(node: yaml.Node, path: str) -> List[Tuple[yaml.Node, str]]:
     return []
 
 
-def _measure(root: yaml.Node, paths: Dict[int, str]) -> int:
+def _measure(root: yaml.Node, paths: dict[int, str]) -> int:
     """The number of values ``root`` stands for with aliases expanded (capped just past
     MAX_EXPANDED), recording each mapping's YAML path in ``paths`` on the way.
 
     Iterative post-order over the composed graph, each node once: aliases share
     nodes, and compose_node refused cycles.
     """
-    sizes: Dict[int, int] = {}
-    stack: List[Tuple[yaml.Node, str, bool]] = [(root, "", False)]
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, str, bool]] = [(root, "", False)]
     while stack:
         node, path, done = stack.pop()
         children = _children(node, path)

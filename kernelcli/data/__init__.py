@@ -3,6 +3,8 @@
 numpy and h5py only; no jax, no click.
 """
 
+from typing import TYPE_CHECKING
+
 from .._lazy import lazy_names
 
 # Each name loaded on first use: checking rows (the library's in-memory calls) should
@@ -21,3 +23,27 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+
+if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on first use)
+    from ._fingerprint import fingerprint as fingerprint
+    from ._h5 import listed as listed
+    from ._labels import MAX_LABEL as MAX_LABEL
+    from ._labels import load_labels as load_labels
+    from ._preprocess import Preprocess as Preprocess
+    from ._preprocess import fit_preprocess as fit_preprocess
+    from ._readers import array_names as array_names
+    from ._row_source import RowSource as RowSource
+    from ._source import LAYOUTS as LAYOUTS
+    from ._source import SUFFIXES as SUFFIXES
+    from ._source import ArraySource as ArraySource
+    from ._source import check_pair as check_pair
+    from ._source import open_array as open_array
+    from ._value_checks import INPUT_BOUNDS as INPUT_BOUNDS
+    from ._value_checks import NUMERIC as NUMERIC
+    from ._value_checks import check_finite as check_finite
+    from ._value_checks import check_rows as check_rows
+    from ._value_checks import dtype_problem as dtype_problem
+    from ._value_checks import input_bound as input_bound
+    from ._views import ConcatRows as ConcatRows
+    from ._views import Preprocessed as Preprocessed
+    from ._views import SliceableRows as SliceableRows

@@ -21,7 +21,7 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import h5py
 import numpy as np
@@ -49,9 +49,9 @@ def _name(name: str) -> str:
     return name if name.isprintable() and ", " not in name else repr(name)
 
 
-def names(f: h5py.File, most: int) -> List[str]:
+def names(f: h5py.File, most: int) -> list[str]:
     """At most ``most`` names of the datasets reachable through hard links, sorted."""
-    found: List[str] = []
+    found: list[str] = []
 
     def visit(name, obj):
         if isinstance(obj, h5py.Dataset):
@@ -66,7 +66,7 @@ def names(f: h5py.File, most: int) -> List[str]:
 
 def listing(f: h5py.File) -> str:
     """The datasets reachable through hard links, for "keys present" messages."""
-    names: List[str] = []
+    names: list[str] = []
     try:
         f.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
     except H5_ERRORS as exc:
@@ -125,7 +125,7 @@ def _file_of(dset: h5py.Dataset) -> Path:
 
 
 def check_storage(dset: h5py.Dataset, key: str, key_name: str, depth: int = 0,
-                  seen: Tuple[Tuple[str, str], ...] = ()) -> None:
+                  seen: tuple[tuple[str, str], ...] = ()) -> None:
     """Refuse ``dset`` unless every value it reads comes from an existing, complete file,
     and its compression filters are available (else every read fails)."""
     path = _file_of(dset)
@@ -197,7 +197,7 @@ def _unescape(pattern: str) -> Optional[str]:
     return pattern.replace("%%", "%")
 
 
-def _vds_candidates(fname: str, origin: Path) -> List[Path]:
+def _vds_candidates(fname: str, origin: Path) -> list[Path]:
     # HDF5's order for a relative source file name: each folder of HDF5_VDS_PREFIX,
     # then the folder of the virtual dataset's file, then the working directory.
     if os.path.isabs(fname):
@@ -221,7 +221,7 @@ def _check_virtual(dset, dcpl, key, where, key_name, depth, seen) -> None:
     except H5_ERRORS as exc:
         raise DataError(f"{key_name}: the mappings of the virtual dataset {where} cannot be read "
                         f"({one_line(exc)}); accepted: virtual datasets of fixed size") from None
-    for (fname, dname, _, srcspace), npoints in zip(maps, points):
+    for (fname, dname, _, srcspace), npoints in zip(maps, points, strict=True):
         f_name, d_name = _unescape(fname), _unescape(dname)
         if f_name is None or d_name is None:
             raise DataError(f"{key_name}: the virtual dataset {where} names its sources by the "
@@ -287,7 +287,7 @@ def _check_extent(src, srcspace, npoints, where, source, key_name) -> None:
             ok = int(np.prod(shape)) == npoints
         elif kind in (h5s.SEL_HYPERSLABS, h5s.SEL_POINTS):
             _, hi = srcspace.get_select_bounds()
-            ok = len(hi) == len(shape) and all(h < s for h, s in zip(hi, shape))
+            ok = len(hi) == len(shape) and all(h < s for h, s in zip(hi, shape, strict=True))
         else:
             ok = False
     except H5_ERRORS:
@@ -307,7 +307,7 @@ def bounded(dset: h5py.Dataset, path: Path, key: str, what: str, bound: int) -> 
         dcpl = dset.id.get_create_plist()
         if dcpl.get_nfilters() == 0 or dset.chunks is None:
             return dset
-        shape, chunks, itemsize = tuple(dset.shape), tuple(dset.chunks), dset.dtype.itemsize
+        shape, chunks = tuple(dset.shape), tuple(dset.chunks)
     except H5_ERRORS as exc:
         raise DataError(f"{what}: the storage of {key!r} in {path} cannot be inspected "
                         f"({one_line(exc)})") from None
@@ -315,7 +315,7 @@ def bounded(dset: h5py.Dataset, path: Path, key: str, what: str, bound: int) -> 
                    f"shape {shape} of {dset.dtype}")
     chunk = array_bytes(chunks, dset.dtype)
     check_unpacked(path, key, what, chunk, bound, f"chunks of shape {chunks}")
-    per_row = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:]))
+    per_row = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:], strict=True))
     nbytes = min(bound, max(chunk * per_row, 2**20))
     dapl = h5p.create(h5p.DATASET_ACCESS)
     dapl.set_chunk_cache(min(2**24, max(521, 10 * per_row)), nbytes, 1.0)

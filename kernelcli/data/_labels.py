@@ -16,14 +16,14 @@ import numpy as np
 
 from ..errors import DataError
 from ._h5 import one_line
-from ._readers import NPY_ERRORS, H5_ERRORS, npy_header, npz_member, open_any
+from ._readers import H5_ERRORS, NPY_ERRORS, npy_header, npz_member, open_any
 from ._value_checks import where_of
 
 MAX_LABEL = 2**31 - 1  # class indices fit int32 everywhere downstream
 _ACCEPTED = f"integer class labels in 0..{MAX_LABEL}"
 # bool passes the dtype check of the opener only to get its own message below.
 _KINDS = ("biuf", f"{_ACCEPTED} (integer or whole-number float dtype)")
-_READ_ERRORS = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
+_READ_ERRORS: tuple[type[Exception], ...] = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
 
 
 def load_labels(path: Path, key: Optional[str], *, limit: Optional[int], n: Optional[int],
@@ -70,6 +70,7 @@ def _read(opened, path: Path, key: Optional[str], rows: int, what: str) -> np.nd
         if "raw" in opened.kwargs:  # memory map or h5py dataset: a slice read
             return np.array(opened.kwargs["raw"][:rows])
         # A .npz member: stream just its header and the first rows.
+        assert key is not None  # open_npz refused a member without one
         with np.load(path, allow_pickle=False) as npz, npz.zip.open(npz_member(npz, key)) as fp:
             _, _, dtype = npy_header(fp)
             data = fp.read(rows * dtype.itemsize)

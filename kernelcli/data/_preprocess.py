@@ -36,7 +36,7 @@ import math
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional
 
 import numpy as np
 
@@ -78,7 +78,7 @@ class Preprocess:
     ``mean``, ``std`` (C,) for ``standardize``; ``whitening`` (d, d) for ``zca``."""
 
     kind: str
-    feature_shape: Tuple[int, ...]
+    feature_shape: tuple[int, ...]
     mean: Optional[np.ndarray] = None
     std: Optional[np.ndarray] = None
     whitening: Optional[np.ndarray] = None
@@ -131,8 +131,10 @@ class Preprocess:
         L2 norm (1 after the per-image unit norm, else ``sqrt(d) * max_abs``)."""
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             if self.kind == "standardize":
+                assert self.mean is not None and self.std is not None  # _problem() saw them
                 bound = (max_abs + float(np.abs(self.mean).max())) / float(self.std.min())
             else:
+                assert self.whitening is not None  # _problem() saw it
                 col = float(np.sqrt((self.whitening ** 2).sum(axis=0)).max())
                 norm = 1.0 if self.per_image else math.sqrt(self.n_features) * max_abs
                 bound = col * norm
@@ -142,8 +144,8 @@ class Preprocess:
         """The fitted preprocessing as ``.npz`` bytes (plain arrays, no pickle)."""
         import io
 
-        arrays = {"kind": np.array(self.kind), "feature_shape": np.array(self.feature_shape),
-                  "per_image": np.array(self.per_image)}
+        arrays: dict[str, Any] = {"kind": np.array(self.kind), "feature_shape": np.array(self.feature_shape),
+                                  "per_image": np.array(self.per_image)}
         if self.zca_reg is not None:
             arrays["zca_reg"] = np.array(self.zca_reg)
         for name in ("mean", "std", "whitening"):
@@ -154,7 +156,7 @@ class Preprocess:
         return buf.getvalue()
 
     @classmethod
-    def load(cls, path) -> "Preprocess":
+    def load(cls, path) -> Preprocess:
         """Read what :meth:`to_bytes` wrote (``DataError`` naming ``path`` if unreadable)."""
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -180,14 +182,17 @@ class Preprocess:
             return f"kind {self.kind!r}"
         d = self.n_features
         c = (self.feature_shape[-1],) if self.feature_shape else (0,)
-        want = {"standardize": {"mean": c, "std": c}, "zca": {"whitening": (d, d)}}[self.kind]
+        wants: dict[str, dict[str, tuple[int, ...]]] = {
+            "standardize": {"mean": c, "std": c}, "zca": {"whitening": (d, d)}}
+        want = wants[self.kind]
         for name, shape in want.items():
             a = getattr(self, name)
             if a is None or a.shape != shape or a.dtype.kind != "f":
                 return f"{name} is not a float array of shape {shape}"
             if not np.isfinite(a).all():
                 return f"{name} is not finite"
-        if self.kind == "standardize" and not (self.std > 0).all():
+        std = self.std  # not None for standardize: checked above
+        if self.kind == "standardize" and not np.all(np.asarray(std) > 0):
             return "std is not positive"
         return None
 
@@ -278,7 +283,7 @@ def fit_preprocess(x_train, kind: str, *, zca_reg: Optional[float] = None,
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked for, below
             return _fit_standardize(x_train, n_features)
     try:
-        reg = float(zca_reg)
+        reg = math.nan if zca_reg is None else float(zca_reg)
     except (TypeError, ValueError):
         reg = math.nan
     if not math.isfinite(reg) or reg <= 0 or isinstance(zca_reg, bool):

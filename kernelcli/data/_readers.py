@@ -15,7 +15,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ NPY_ERRORS = (OSError, ValueError, TypeError, SyntaxError, OverflowError, EOFErr
 
 @dataclass
 class Opened:
-    shape: Tuple[int, ...]
+    shape: tuple[int, ...]
     dtype: np.dtype
     kwargs: dict = field(default_factory=dict)  # raw / loader / closer for ArraySource
 
@@ -42,7 +42,7 @@ class Opened:
             self.kwargs["closer"]()
 
 
-def npy_header(fp) -> Tuple[Tuple[int, ...], bool, np.dtype]:
+def npy_header(fp) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran_order, dtype) from an open .npy stream, reading no data."""
     version = np.lib.format.read_magic(fp)
     if version == (1, 0):
@@ -90,10 +90,12 @@ def _check_entry(path, key, what, shape, dtype, declared: int) -> None:
                         f"numpy.savez writes them)")
 
 
-def check_key(path, key, listed: str, key_name: str, kind: str) -> None:
+def check_key(path, key: Optional[str], listed: str, key_name: str, kind: str) -> str:
+    """``key``, which a file that can hold several arrays needs."""
     if key is None:
         raise DataError(f"{key_name}: not set, but {path} is a {kind} file that can hold several "
                         f"arrays; set {key_name} to one of: {listed}")
+    return key
 
 
 def open_npy(path: Path, what: str, accepted=NUMERIC) -> Opened:
@@ -128,17 +130,19 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
     if not isinstance(npz, np.lib.npyio.NpzFile):
         raise DataError(f"{what}: {path} is not a readable .npz file (it holds a single .npy "
                         "array)")
+    zf = npz.zip
+    assert zf is not None  # None only once closed
     try:
         listed = _h5.listed(npz.files)
-        check_key(path, key, listed, key_name, ".npz")
+        key = check_key(path, key, listed, key_name, ".npz")
         if key not in npz.files:
             raise DataError(f"{key_name}: {key!r} not found in {path}; keys present: {listed}")
         member = npz_member(npz, key)
         try:
-            with npz.zip.open(member) as fp:
+            with zf.open(member) as fp:
                 shape, fortran, dtype = npy_header(fp)
                 offset = fp.tell()
-            info = npz.zip.getinfo(member)
+            info = zf.getinfo(member)
             size = info.file_size
         except NPY_ERRORS as exc:
             raise DataError(f"{what}: member {key!r} of {path} is not a readable array "
@@ -158,7 +162,7 @@ def open_npz(path: Path, key: Optional[str], what: str, key_name: str,
         raise
 
     def load():
-        with npz.zip.open(member) as fp:
+        with zf.open(member) as fp:
             npy_header(fp)
             if not shape:
                 return read_member(fp, (1,), fortran, dtype, stop).reshape(())
@@ -175,7 +179,7 @@ def open_h5(path: Path, key: Optional[str], what: str, key_name: str,
     closers: list = [f.close]
     try:
         if key is None:
-            check_key(path, key, _h5.listing(f), key_name, ".h5")
+            key = check_key(path, key, _h5.listing(f), key_name, ".h5")
         dset = _h5.lookup(f, key, path, key_name)
         if dset.file.filename != f.filename:  # reached through an external link
             closers.insert(0, dset.file.close)

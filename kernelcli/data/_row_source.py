@@ -9,7 +9,7 @@ read through it alone, so any of them is planned and computed like any other.
 
 from __future__ import annotations
 
-from typing import Protocol, Tuple
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -24,7 +24,7 @@ class RowSource(Protocol):
         ...
 
     @property
-    def example_shape(self) -> Tuple[int, ...]:
+    def example_shape(self) -> tuple[int, ...]:
         """One example's shape: spatial sizes then channels, or ``(D,)``."""
         ...
 

@@ -22,12 +22,13 @@ would overflow the kernel.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import h5py
 import numpy as np
 from numpy.typing import DTypeLike
 
+from ..config import LAYOUTS  # one list: the configuration's
 from ..errors import DataError
 from ._h5 import one_line
 from ._readers import H5_ERRORS, NPY_ERRORS, open_any
@@ -35,7 +36,7 @@ from ._row_source import RowSource
 from ._value_checks import where_of
 
 SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
-from ..config import LAYOUTS  # one list: the configuration's
+
 _ACCEPTED_RANKS = ("rank 2 rows (N, D), rank 3 sequences (N, L, C), rank 4 images "
                    "(N, H, W, C) or rank 5 volumes (N, D, H, W, C)")
 # The layouts that fit each rank, and what an array of that rank holds, for messages.
@@ -45,7 +46,7 @@ _HOLDS = {3: "sequences", 4: "images", 5: "volumes"}
 
 # A failed slice read of a damaged file (a corrupt chunk, a CRC error in a .npz
 # member, a short external file that lost its end after opening).
-_READ_ERRORS = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
+_READ_ERRORS: tuple[type[Exception], ...] = tuple(set(H5_ERRORS) | set(NPY_ERRORS))
 
 
 def channels_first(layout: str) -> bool:
@@ -67,7 +68,7 @@ class ArraySource(RowSource):
     """
 
     def __init__(self, *, path: Path, key: Optional[str], what: str, layout: str,
-                 raw_shape: Tuple[int, ...], dtype: np.dtype, n: int,
+                 raw_shape: tuple[int, ...], dtype: np.dtype, n: int,
                  raw=None, loader=None, closer=None):
         self.path = path
         self.key = key
@@ -81,14 +82,14 @@ class ArraySource(RowSource):
         rest = tuple(raw_shape[1:])
         if channels_first(layout):  # (C, H, W) -> (H, W, C)
             rest = rest[1:] + rest[:1]
-        self.shape: Tuple[int, ...] = (n,) + rest
+        self.shape: tuple[int, ...] = (n,) + rest
 
     @property
     def n(self) -> int:
         return self.shape[0]
 
     @property
-    def example_shape(self) -> Tuple[int, ...]:
+    def example_shape(self) -> tuple[int, ...]:
         return self.shape[1:]
 
     @property
@@ -156,7 +157,7 @@ class ArraySource(RowSource):
         self._raw = None
         self._closed = True
 
-    def __enter__(self) -> "ArraySource":
+    def __enter__(self) -> ArraySource:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -20,7 +20,7 @@ between them.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy as np
 
@@ -49,11 +49,11 @@ def check_unpacked(path, key, what: str, declared: int, bound: int, detail: str)
                         f"the run may use; {_ACCEPTED}")
 
 
-def array_bytes(shape: Tuple[int, ...], dtype: np.dtype) -> int:
+def array_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: no overflow
 
 
-def read_member(fp, shape: Tuple[int, ...], fortran: bool, dtype: np.dtype,
+def read_member(fp, shape: tuple[int, ...], fortran: bool, dtype: np.dtype,
                 stop=None, rows: Optional[int] = None) -> np.ndarray:
     """The first ``rows`` rows (default: all) of the array whose ``.npy`` header was just
     read from the zip member stream ``fp``, in pieces with ``stop.check()`` between them.

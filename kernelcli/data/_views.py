@@ -10,7 +10,7 @@ these views.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -35,7 +35,7 @@ class ConcatRows(RowSource):
         return int(self.starts[-1])
 
     @property
-    def example_shape(self) -> Tuple[int, ...]:
+    def example_shape(self) -> tuple[int, ...]:
         return tuple(self.parts[0].example_shape)
 
     def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
@@ -43,7 +43,7 @@ class ConcatRows(RowSource):
         if not 0 <= start <= stop <= self.n:
             raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n})")
         pieces = []
-        for part, s0 in zip(self.parts, self.starts[:-1]):
+        for part, s0 in zip(self.parts, self.starts[:-1], strict=True):
             lo, hi = max(start, s0), min(stop, s0 + part.n)
             if lo < hi:
                 pieces.append(part.read(int(lo - s0), int(hi - s0), dtype=dtype))
@@ -71,7 +71,7 @@ class Preprocessed(RowSource):
         return self.source.n
 
     @property
-    def example_shape(self) -> Tuple[int, ...]:
+    def example_shape(self) -> tuple[int, ...]:
         return tuple(self.source.example_shape)
 
     def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
@@ -82,11 +82,16 @@ class Preprocessed(RowSource):
     def _where(self) -> str:
         """How output errors name the rows: ``data.test: path ['key']`` for a file."""
         src = self.source  # a file's (ArraySource) names it; another view does not
-        path = getattr(src, "path", None)
-        if path is None:
+        if getattr(src, "path", None) is None:
             return "the preprocessed data"
-        key = getattr(src, "key", None)
-        return f"{getattr(src, 'what')}: {path}" + ("" if key is None else f" [{key!r}]")
+        # imported only here: a source with a path is a file's, whose module (and h5py)
+        # is loaded already; a view of rows in memory never loads it
+        from ._source import ArraySource
+
+        if not isinstance(src, ArraySource):
+            return "the preprocessed data"
+        key = src.key
+        return f"{src.what}: {src.path}" + ("" if key is None else f" [{key!r}]")
 
     def close(self) -> None:
         self.source.close()

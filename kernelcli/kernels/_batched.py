@@ -66,6 +66,7 @@ def with_diagonal(cov, v):
         eq = (lax.broadcasted_iota(jnp.int32, cov.shape, 1 + 2 * i)
               == lax.broadcasted_iota(jnp.int32, cov.shape, 2 + 2 * i))
         on_diag = eq if on_diag is None else on_diag & eq
+    assert on_diag is not None  # a full covariance has spatial axes
     return jnp.where(on_diag, v[(slice(None),) + (slice(None), None) * n], cov)
 
 

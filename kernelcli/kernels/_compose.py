@@ -31,7 +31,6 @@ from ._maps import is_pointwise, kernel_map
 from ._repeat import repeat_layers, repeats
 from ._state import PairVariances, SelfVariances, State, diagonal, to_diagonal
 
-
 SLAB_BYTES = 128 << 10  # one slab of a covariance: fits a core's L2 cache
 CPU = Engine("cpu")
 
@@ -144,6 +143,7 @@ def _apply(layer, state: State, variances, standard: bool, float64: bool, out: b
         merged = m.merge(layer, [forward(branch, state, variances, standard, float64, out,
                                          seen, inner) for branch in branches(layer)])
         return _batched.boundary(merged) if batched else merged
+    assert m.pointwise is not None  # a map is linear, a merge or pointwise
     v1, v2 = variances(state)
     if batched:
         return _batched.boundary(m.pointwise(layer, float64)(state, v1, v2))
@@ -162,7 +162,9 @@ def _block(conv, act, standard: bool, float64: bool, batched: bool = False,
     the native engine's pair pass (``custom_calls``), where ``_native.layer_applies``, one
     custom call (``images``: as ``forward``'s ``inputs``, for the first layer).
     """
-    pointwise = kernel_map(act).pointwise(act, float64)
+    pointwise_of = kernel_map(act).pointwise
+    assert pointwise_of is not None  # the layer after a fusing one is pointwise
+    pointwise = pointwise_of(act, float64)
     if batched:
         return _batched.block(conv, pointwise, standard)
 

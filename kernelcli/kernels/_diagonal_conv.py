@@ -25,7 +25,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from ..config import Conv
+from ..config import Conv, bound_axes
 from ._linear import affine, map_ntk
 from ._spatial import out_size, pads
 from ._state import PairVariances, State
@@ -65,12 +65,14 @@ def window_mean(x, axis: int, k: int, s: int, padding: str):
     for t in range(k):
         piece = lax.slice_in_dim(xp, t, t + (n_out - 1) * s + 1, s, axis)
         total = piece if total is None else total + piece
+    assert total is not None  # k >= 1 taps
     return total * (1.0 / k)
 
 
 def conv_mean(x, layer: Conv):
     """The joint-shift mean of a diagonal ``(P, a1, ..., an)``, one axis at a time."""
-    for i, (k, s) in enumerate(zip(layer.filter, layer.strides)):
+    filt, strides = bound_axes(layer.filter), bound_axes(layer.strides)
+    for i, (k, s) in enumerate(zip(filt, strides, strict=True)):
         x = window_mean(x, 1 + i, k, s, layer.padding)
     return x
 
@@ -80,7 +82,7 @@ def conv(state: State, layer: Conv, standard: bool) -> State:
     def a(x):
         return conv_mean(x, layer)
 
-    fan_in = state.channels * math.prod(layer.filter)
+    fan_in = state.channels * math.prod(bound_axes(layer.filter))
     return affine(state, a(state.nngp), map_ntk(state, a), layer.W_std, layer.b_std,
                   fan_in, standard, layer.width)
 

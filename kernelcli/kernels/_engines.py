@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-
 from .._stop import Stop
-from ..errors import ConfigError
 from ..config import ENGINE_NAMES, ENGINES, bind_layers
+from ..errors import ConfigError
 from . import _native
 from ._compose import any_full
 
@@ -55,7 +54,8 @@ def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
     if name == "auto":
         if not cpu:
             return "accelerator"
-        helps = layers is not None and native_helps(layers, input_shape)
+        helps = (layers is not None and input_shape is not None
+                 and native_helps(layers, input_shape))
         return "native" if helps and _native.unavailable(stop) is None else "cpu"
     if name not in ENGINE_NAMES:
         raise ValueError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")

@@ -16,11 +16,11 @@ per-input pass, which evaluates the pairs ``(x, g x)`` the same way.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import jax.numpy as jnp
 
-Element = Tuple[int, ...]  # the spatial axes (from 0) that one group element flips
+Element = tuple[int, ...]  # the spatial axes (from 0) that one group element flips
 
 
 def flip_rows(a, g: Element):

@@ -34,7 +34,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from ..config import Conv
+from ..config import Conv, bound_axes
 from ._linear import affine, map_ntk
 from ._spatial import joint_window, out_size, pads, tap
 from ._state import State, reusable
@@ -44,7 +44,8 @@ def _conv_row(x, r, layer: Conv):
     """Row ``r`` of the joint-shift mean of ``x`` (``(P, a1, a1', ..., an, an')``):
     ``(P, 1, a1o', a2o, a2o', ...)``; ``(P, 1, Ho', Wo, Wo')`` for images."""
     size = x.shape[1]
-    k, s = layer.filter[0], layer.strides[0]
+    filt, strides = bound_axes(layer.filter), bound_axes(layer.strides)
+    k, s = filt[0], strides[0]
     lo, _ = pads(size, k, s, layer.padding)
     total = None
     for t in range(k):
@@ -57,10 +58,11 @@ def _conv_row(x, r, layer: Conv):
             row = jnp.where(inside, row, jnp.zeros((), x.dtype))
         row = tap(row, (2,), t, k, s, layer.padding)
         total = row if total is None else total + row
+    assert total is not None  # k >= 1 taps
     total = total * (1.0 / k)
-    for i in range(1, len(layer.filter)):  # the remaining axes: (3, 4) for images
-        total = joint_window(total, (1 + 2 * i, 2 + 2 * i), layer.filter[i],
-                             layer.strides[i], layer.padding)
+    for i in range(1, len(filt)):  # the remaining axes: (3, 4) for images
+        total = joint_window(total, (1 + 2 * i, 2 + 2 * i), filt[i], strides[i],
+                             layer.padding)
     return total
 
 
@@ -79,11 +81,12 @@ def conv_pointwise(state: State, layer: Conv, pointwise, v1, v2, standard: bool,
     dead input of the layer before over as this loop's carry makes consecutive
     layers ping-pong between two sets of buffers.
     """
+    filt = bound_axes(layer.filter)
     outs = tuple(out_size(n, k, s, layer.padding) for n, k, s in
-                 zip(state.spatial_shape, layer.filter, layer.strides))
+                 zip(state.spatial_shape, filt, bound_axes(layer.strides), strict=True))
     ho, rest = outs[0], outs[1:]
     shape = state.nngp.shape[:1] + tuple(n for o in outs for n in (o, o))
-    fan_in = state.channels * math.prod(layer.filter)
+    fan_in = state.channels * math.prod(filt)
     has_ntk = state.ntk is not None
     row_shape = (1, 1) + shape[2:]  # one row of one pair: (1, 1, Ho', Wo, Wo')
 

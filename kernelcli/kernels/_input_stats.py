@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Tuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -14,20 +14,21 @@ class Stats(NamedTuple):
     axis) or ``(n,)``;
     ``diag[kind]``: ``(n,)``, the kernel of each input with itself."""
 
-    variances: Tuple[np.ndarray, ...]
-    diag: Dict[str, np.ndarray]
+    variances: tuple[np.ndarray, ...]
+    diag: dict[str, np.ndarray]
 
-    def take(self, rows) -> "Stats":
+    def take(self, rows) -> Stats:
         return Stats(tuple(v[rows] for v in self.variances),
                      {k: v[rows] for k, v in self.diag.items()})
 
-    def pad(self, n: int) -> "Stats":
+    def pad(self, n: int) -> Stats:
         """The variances with their last row repeated up to ``n`` rows; no diagonal."""
         return Stats(tuple(pad_rows(v, n) for v in self.variances), {})
 
     @staticmethod
-    def concat(parts) -> "Stats":
+    def concat(parts) -> Stats:
         """One ``Stats`` of consecutive rows from those of each part, in order."""
         parts = list(parts)
-        return Stats(tuple(np.concatenate(vs) for vs in zip(*(p.variances for p in parts))),
+        return Stats(tuple(np.concatenate(vs)
+                           for vs in zip(*(p.variances for p in parts), strict=True)),
                      {k: np.concatenate([p.diag[k] for p in parts]) for k in parts[0].diag})

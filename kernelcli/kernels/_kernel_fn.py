@@ -32,26 +32,34 @@ whole matrices are assembled tile by tile in the run layer
 from __future__ import annotations
 
 import functools
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _env
+from ..config import (
+    ENGINE_NAMES,
+    KINDS,
+    Architecture,
+    Engine,
+    base_kind,
+    bind_architecture,
+    check_augment,
+    flip_group,
+    walk,
+)
 from ..errors import ConfigError, RunDirError
-from ..config import (ENGINE_NAMES, KINDS, Architecture, Engine, base_kind, bind_architecture,
-                      check_augment, flip_group, walk)
 from . import _native
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import is_flat_input
+from ._input_stats import Stats
+from ._layer_pass import LayerPass, Traced, trace
 from ._memory_model import CompiledMemory, call_pairs
 from ._programs import Programs, device_mesh, on_mesh, replicated, split
-from ._layer_pass import LayerPass, Traced, trace
 from ._runner import pad_rows, run_on_devices
-from ._input_stats import Stats
 from ._xla import compiler_options, default_chunk_bytes, x64_scope
-
 
 # Live covariance bytes of one per-input call on the accelerator engine (no chunk loop:
 # the call's rows are one program step).
@@ -206,7 +214,7 @@ class KernelFn:
         return x64_scope(self.dtype)
 
     def _check_output_is_flat(self):
-        for kind, s in self._trace.shapes[1].items():
+        for s in self._trace.shapes[1].values():
             if s.shape != (1,):
                 raise ConfigError(
                     "architecture.layers: the network's output still has spatial axes "
@@ -222,7 +230,7 @@ class KernelFn:
         return int(self._trace.largest)
 
     @property
-    def variance_shapes(self) -> Tuple[Tuple[int, ...], ...]:
+    def variance_shapes(self) -> tuple[tuple[int, ...], ...]:
         """Per-example shape of each recorded variance, e.g. ``((32, 32), (16, 16))``."""
         return tuple(s.shape[1:] for s in self._trace.shapes[0])
 
@@ -281,7 +289,7 @@ class KernelFn:
             mesh = device_mesh(devices)
             batch *= len(mesh.devices.flat)
         starts = list(range(0, n, batch))
-        parts = [None] * len(starts)
+        parts: list[Any] = [None] * len(starts)  # each set by done()
 
         def work(device, b: int):
             rows = pad_rows(x[starts[b]:starts[b] + batch], batch)
@@ -301,7 +309,7 @@ class KernelFn:
         run_on_devices(where, len(starts), work, done)
         return Stats.concat([Stats(tuple(p[0]), p[1]) for p in parts])
 
-    def pairs(self, x1, s1: Stats, x2, s2: Stats, i, j) -> Dict[str, jax.Array]:
+    def pairs(self, x1, s1: Stats, x2, s2: Stats, i, j) -> dict[str, jax.Array]:
         """Kernels of the pairs ``(x1[i[p]], x2[j[p]])``, each of shape ``(P,)``, in one
         call. ``x1``: ``(n1, *input_shape)``, ``s1`` its ``Stats``; likewise ``x2``,
         ``s2``; ``i``, ``j``: ``(P,)`` int32 row indices. Compiled once per shape tuple.
@@ -317,7 +325,7 @@ class KernelFn:
         batch holds the whole block."""
         return self.flat_input and pair_batch >= n_rows * n_cols
 
-    def grid_values(self, x1, s1: Stats, x2, s2: Stats, device=None) -> Dict[str, np.ndarray]:
+    def grid_values(self, x1, s1: Stats, x2, s2: Stats, device=None) -> dict[str, np.ndarray]:
         """Every pair of ``x1`` and ``x2`` of a flat-input network, ``{kind: (n1, n2)}``,
         in one call on ``device`` (default: the default device)."""
         cast = functools.partial(np.asarray, dtype=self.dtype)
@@ -330,7 +338,7 @@ class KernelFn:
     def pair_values(self, x1, s1: Stats, x2, s2: Stats, i, j, pair_batch: int,
                     devices=None, on_batch: Optional[Callable[[int], None]] = None,
                     stop: Optional[Callable[[], object]] = None
-                    ) -> Optional[Dict[str, np.ndarray]]:
+                    ) -> Optional[dict[str, np.ndarray]]:
         """``pairs`` over any number of pairs, in calls of exactly ``pair_batch`` pairs
         (the last one padded with a repeat of its last pair: one compiled shape; a small
         batch padded to :meth:`call_batch`) spread

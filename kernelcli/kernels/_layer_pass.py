@@ -16,7 +16,7 @@ per-input pass.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence, Tuple
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -62,7 +62,7 @@ class LayerPass:
     slab loops; the native engine's custom calls, ``_native``, of its revision).
     """
 
-    def __init__(self, arch, input_shape: Sequence[int], base_kinds: Tuple[str, ...],
+    def __init__(self, arch, input_shape: Sequence[int], base_kinds: tuple[str, ...],
                  group, n_spatial: int, standard: bool, dtype, engine: Engine):
         self.arch = arch
         self.base_kinds = base_kinds
@@ -100,7 +100,7 @@ class LayerPass:
                                         self.float64, seen=seen, engine=self.engine,
                                         inputs=inputs))
         out, start = {}, 0
-        for after, full in zip(ro.after, self.readout_full):
+        for after, full in zip(ro.after, self.readout_full, strict=True):
             stop = after - skipped
             state = forward(layers[start:stop], state, variances, self.standard,
                             self.float64, out=full, seen=seen, engine=self.engine)
@@ -144,7 +144,7 @@ class Trace(NamedTuple):
     runs: tuple
 
 
-def trace(net: LayerPass, input_shape: Tuple[int, ...]) -> Trace:
+def trace(net: LayerPass, input_shape: tuple[int, ...]) -> Trace:
     sizes = []
     rec = SelfVariances()
 

@@ -15,10 +15,9 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from ..config import AvgPool, Conv, Dense
+from ..config import AvgPool, Conv, Dense, bound_axes
 from ._spatial import avg_pool_cov, conv_cov
 from ._state import State, diagonal
-
 
 # Full float32 precision for every contraction: GPUs' default for float32 dots is TF32
 # (about 1e-3 relative); on CPU it changes nothing.
@@ -47,7 +46,7 @@ def input_state(x1, x2, full: bool, want_ntk: bool) -> State:
         a = _AXIS_LETTERS[x1.ndim - 2]
         b = a.upper()
         if full:  # "phwc,pHWc->phHwW"
-            pairs = "".join(i + j for i, j in zip(a, b))
+            pairs = "".join(i + j for i, j in zip(a, b, strict=True))
             nngp = jnp.einsum(f"p{a}c,p{b}c->p{pairs}", x1, x2, precision=_FULL) / c
         else:     # "phwc,phwc->phw"
             nngp = _channel_products(x1, x2) / c
@@ -99,18 +98,19 @@ def dense(state: State, layer: Dense, standard: bool) -> State:
 
 def conv(state: State, layer: Conv, standard: bool) -> State:
     def a(x):
-        return conv_cov(x, layer.filter, layer.strides, layer.padding, state.full)
+        return conv_cov(x, bound_axes(layer.filter), bound_axes(layer.strides), layer.padding,
+                        state.full)
 
     ntk = map_ntk(state, a)
-    fan_in = state.channels * math.prod(layer.filter)
+    fan_in = state.channels * math.prod(bound_axes(layer.filter))
     return affine(state, a(state.nngp), ntk, layer.W_std, layer.b_std,
                    fan_in, standard, layer.width)
 
 
 def avg_pool(state: State, layer: AvgPool) -> State:
     def a(x):
-        return avg_pool_cov(x, layer.window, layer.strides, layer.padding,
-                            layer.normalize_edges)
+        return avg_pool_cov(x, bound_axes(layer.window), bound_axes(layer.strides),
+                            layer.padding, layer.normalize_edges)
 
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a))
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..config import ConvLocal, ConvTranspose, SumPool
+from ..config import ConvLocal, ConvTranspose, SumPool, bound_axes
 from ._linear import affine, map_ntk
 from ._spatial import conv_cov, sum_pool_cov
 from ._state import State, to_diagonal
 from ._transpose import transpose_cov
-
 
 # Inputs with at most this many channels take ``channel_gram`` on the cpu engine.
 GRAM_CHANNELS = 16
@@ -78,7 +77,8 @@ def conv_local(state: State, layer: ConvLocal, standard: bool) -> State:
     diag = to_diagonal(state)
 
     def a(x):
-        return conv_cov(x, layer.filter, layer.strides, layer.padding, False)
+        return conv_cov(x, bound_axes(layer.filter), bound_axes(layer.strides), layer.padding,
+                        False)
 
     out = affine(diag, a(diag.nngp), map_ntk(diag, a), layer.W_std, layer.b_std,
                  _fan_in(state, layer), standard, layer.width)
@@ -87,7 +87,8 @@ def conv_local(state: State, layer: ConvLocal, standard: bool) -> State:
 
 def conv_transpose(state: State, layer: ConvTranspose, standard: bool) -> State:
     def a(x):
-        return transpose_cov(x, layer.filter, layer.strides, layer.padding, state.full)
+        return transpose_cov(x, bound_axes(layer.filter), bound_axes(layer.strides),
+                             layer.padding, state.full)
 
     return affine(state, a(state.nngp), map_ntk(state, a), layer.W_std, layer.b_std,
                   _fan_in(state, layer), standard, layer.width)
@@ -95,7 +96,8 @@ def conv_transpose(state: State, layer: ConvTranspose, standard: bool) -> State:
 
 def sum_pool(state: State, layer: SumPool) -> State:
     def a(x):
-        return sum_pool_cov(x, layer.window, layer.strides, layer.padding)
+        return sum_pool_cov(x, bound_axes(layer.window), bound_axes(layer.strides),
+                            layer.padding)
 
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a))
 

@@ -37,12 +37,35 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from ..config import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp, Flatten,
-                    Gaussian, Gelu, GlobalAvgPool, GlobalSumPool, Hermite, Identity, LayerNorm,
-                    Monomial, Parallel, Rbf, RectifiedMonomial, Relu, Residual, Sign, Sin,
-                    SumPool)
+from ..config import (
+    ABRelu,
+    AvgPool,
+    Conv,
+    ConvLocal,
+    ConvTranspose,
+    Dense,
+    Erf,
+    Exp,
+    Flatten,
+    Gaussian,
+    Gelu,
+    GlobalAvgPool,
+    GlobalSumPool,
+    Hermite,
+    Identity,
+    LayerNorm,
+    Monomial,
+    Parallel,
+    Rbf,
+    RectifiedMonomial,
+    Relu,
+    Residual,
+    Sign,
+    Sin,
+    SumPool,
+)
 from . import _elementwise, _linear, _linear_spatial, _nonlinear
 from ._state import State
 
@@ -74,7 +97,7 @@ def _concat(outs: Sequence[State]) -> State:
     weights = [1] * len(outs) if len(set(widths)) == 1 else widths
 
     def mean(ks):
-        return sum(k * w for k, w in zip(ks, weights)) / sum(weights)
+        return sum(k * w for k, w in zip(ks, weights, strict=True)) / sum(weights)
 
     ntk = None if outs[0].ntk is None else mean([o.ntk for o in outs])
     return outs[0].replace(nngp=mean([o.nngp for o in outs]), ntk=ntk, channels=sum(widths))
@@ -87,7 +110,7 @@ def _erf(layer: Erf, float64: bool) -> Callable:
     return lambda s, v1, v2: _elementwise.erf(s, v1, v2, layer.a, layer.b, layer.c, float64)
 
 
-KERNEL_MAPS: Dict[type, KernelMap] = {
+KERNEL_MAPS: dict[type, KernelMap] = {
     Dense: KernelMap(linear=_linear.dense),
     Conv: KernelMap(linear=_linear.conv, fuses=True),
     AvgPool: KernelMap(linear=lambda state, layer, standard: _linear.avg_pool(state, layer)),

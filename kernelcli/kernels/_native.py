@@ -33,10 +33,19 @@ from typing import Optional
 import jax
 import numpy as np
 
-from ..config import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu
+from ..config import ABRelu, AvgPool, Conv, GlobalAvgPool, Relu, bound_axes
+
 # the library's names, also this module's (the plan's routing asks them here)
-from ._native_library import (CHAIN_TARGETS, DIAG_TARGETS, SYMBOLS, TARGETS, describe,  # noqa: F401
-                              identity_problem, library, unavailable)
+from ._native_library import (  # noqa: F401
+    CHAIN_TARGETS,
+    DIAG_TARGETS,
+    SYMBOLS,
+    TARGETS,
+    describe,
+    identity_problem,
+    library,
+    unavailable,
+)
 from ._spatial import out_size, pads
 from ._state import State
 
@@ -47,7 +56,7 @@ from ._state import State
 # makes a network's input diagonal from the images.
 REVISION = 3
 
-def abrelu_params(layer) -> Optional[tuple]:
+def abrelu_params(layer) -> Optional[tuple[float, float]]:
     """``(a, b)`` of a nonlinearity the tail computes (``relu``, ``abrelu`` and what
     the configuration spells with it: ``leaky_relu``, ``abs``), else ``None``."""
     if isinstance(layer, Relu):
@@ -55,6 +64,14 @@ def abrelu_params(layer) -> Optional[tuple]:
     if isinstance(layer, ABRelu):
         return float(layer.a), float(layer.b)
     return None
+
+
+def _ab(act) -> tuple[float, float]:
+    """``abrelu_params`` of a nonlinearity the routing accepted (``is_block``)."""
+    params = abrelu_params(act)
+    if params is None:
+        raise ValueError(f"native call: {act!r} is not an ABReLU-family nonlinearity")
+    return params
 
 
 def is_block(conv, act) -> bool:
@@ -80,7 +97,7 @@ def applies(conv, act, pool, state: State) -> bool:
 
 def _chain_block(conv, act) -> bool:
     return (isinstance(conv, Conv) and abrelu_params(act) is not None
-            and tuple(conv.filter) == (3, 3) and tuple(conv.strides) == (1, 1)
+            and bound_axes(conv.filter) == (3, 3) and bound_axes(conv.strides) == (1, 1)
             and conv.padding == "SAME")
 
 
@@ -114,8 +131,8 @@ def _chain_end(layer) -> Optional[bool]:
     2 x 2 average pool of stride 2, VALID (``False``); ``None``: it cannot end one."""
     if isinstance(layer, GlobalAvgPool):
         return True
-    if (isinstance(layer, AvgPool) and tuple(layer.window) == (2, 2)
-            and tuple(layer.strides) == (2, 2) and layer.padding == "VALID"):
+    if (isinstance(layer, AvgPool) and bound_axes(layer.window) == (2, 2)
+            and bound_axes(layer.strides) == (2, 2) and layer.padding == "VALID"):
         return False
     return None
 
@@ -153,14 +170,15 @@ def helps(layers, full: bool) -> bool:
     :func:`is_block` in a network that keeps full covariances (``full``), or a 3 x 3
     SAME block, which the diagonal chain computes on a network's diagonals."""
     return any((full and is_block(c, a)) or _chain_block(c, a)
-               for c, a in zip(layers, layers[1:]))
+               for c, a in zip(layers, layers[1:], strict=False))
 
 
 def reads_images(conv, images) -> bool:
     """Whether the first layer's call can make the input's covariance itself from the
     two images ``images`` (a 3 x 3 convolution of 3-channel images): 9 multiply-adds an
     entry instead of reading the covariance XLA would write, 4 MiB a pair at 32 x 32."""
-    return (images is not None and isinstance(conv, Conv) and tuple(conv.filter) == (3, 3)
+    return (images is not None and isinstance(conv, Conv)
+            and bound_axes(conv.filter) == (3, 3)
             and images[0].ndim == 4 and images[0].shape[-1] == 3)
 
 
@@ -181,14 +199,15 @@ def layer(state: State, conv: Conv, act, v1, v2, standard: bool, images=None) ->
 
 def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool,
           images=None) -> State:
-    a, b = abrelu_params(act)
+    a, b = _ab(act)
     x = state.nngp
     (h, _), (w, _) = state.nngp.shape[1:3], state.nngp.shape[3:5]
-    kh, kw = conv.filter
+    kh, kw = bound_axes(conv.filter)
     sizes = (out_size(h, kh, 1, conv.padding), out_size(w, kw, 1, conv.padding))
     if v1.shape[1:] != sizes or v2.shape[1:] != sizes:
         raise ValueError(f"native tail: variances {v1.shape}, {v2.shape} for outputs {sizes}")
     mode = _ntk_mode(state)
+    assert mode is not None  # layer_applies() refused a constant NTK
     p = x.shape[0]
     shape = (p,) if pooled else (p, sizes[0], sizes[0], sizes[1], sizes[1])
     out = (jax.ShapeDtypeStruct(shape, x.dtype),
@@ -197,6 +216,7 @@ def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool,
     args = (x, state.ntk if mode == 2 else x)
     if images is not None:  # the covariance left to XLA's dead-code pass
         args = tuple(i.astype(x.dtype)[..., None] for i in images)
+    ntk: Optional[jax.Array]
     nngp, ntk = call(
         *args, v1, v2, from_images=np.int64(images is not None),
         kh=np.int64(kh), kw=np.int64(kw),
@@ -206,7 +226,8 @@ def _call(state: State, conv: Conv, act, v1, v2, standard: bool, pooled: bool,
         has_bias=np.int64(conv.b_std is not None),
         w_var=np.float64(conv.W_std ** 2),
         b_var=np.float64(0.0 if conv.b_std is None else conv.b_std ** 2),
-        fan_in=np.float64(state.channels * math.prod(conv.filter)), a=np.float64(a),
+        fan_in=np.float64(state.channels * math.prod(bound_axes(conv.filter))),
+        a=np.float64(a),
         b=np.float64(b))
     ntk = None if mode == 0 else ntk
     if pooled:
@@ -283,6 +304,7 @@ def _diag_call(state: State, layers, standard: bool, tables, images=None):
     convs, acts = layers[0::2], layers[1::2]
     x = state.nngp
     mode = _ntk_mode(state)
+    assert mode is not None  # the chain's routing refused a constant NTK
     out = [jax.ShapeDtypeStruct(x.shape, x.dtype),
            jax.ShapeDtypeStruct(x.shape if mode else (0, 0, 0), x.dtype)]
     if tables is None:
@@ -304,7 +326,7 @@ def _block_attrs(state: State, convs, acts, mode: int, standard: bool) -> dict:
     chains)."""
     f64 = functools.partial(np.asarray, dtype=np.float64)
     widths = [state.channels] + [c.width for c in convs[:-1]]
-    params = [abrelu_params(a) for a in acts]
+    params = [_ab(a) for a in acts]
     return dict(ntk_mode=np.int64(mode), standard=np.int64(bool(standard)),
                 has_bias=np.asarray([c.b_std is not None for c in convs], dtype=np.int64),
                 w_var=f64([c.W_std ** 2 for c in convs]),
@@ -315,9 +337,11 @@ def _block_attrs(state: State, convs, acts, mode: int, standard: bool) -> dict:
 
 def _chain_call(state: State, layers, standard: bool, images, variances):
     convs, acts, pooled = layers[0:-1:2], layers[1:-1:2], _chain_end(layers[-1])
+    assert pooled is not None  # _blocks_at's chains end in a pool
     x = state.nngp
     p, h, w = x.shape[0], x.shape[1], x.shape[3]
     mode = _ntk_mode(state)
+    assert mode is not None  # the chain's routing refused a constant NTK
     shape = (p,) if pooled else (p, h // 2, h // 2, w // 2, w // 2)
     out = [jax.ShapeDtypeStruct(shape, x.dtype),
            jax.ShapeDtypeStruct(shape if mode else (0,) * len(shape), x.dtype)]

@@ -269,7 +269,7 @@ def _build(cxx, ident, variant, symbols, ffi, work: Path, kept: Optional[Path], 
          f"{seconds:g} s)")
     failed = (recipe.run(compiles, work, seconds, lambda: check(stop))
               or recipe.run([link], work, seconds, lambda: check(stop)))
-    data = None if failed else out.read_bytes()
+    data = b"" if failed else out.read_bytes()
     handle, fd = (None, None) if failed else _map(data, symbols)
     if handle is None:
         why = f"its build with {cxx} failed: {failed or f'the library does not load ({fd})'}"
@@ -277,6 +277,7 @@ def _build(cxx, ident, variant, symbols, ffi, work: Path, kept: Optional[Path], 
             kept.mkdir(mode=0o700, exist_ok=True)
             recipe.write_file(kept / FAILED, (why + "\n").encode(), 0o600)
         return None, why
+    assert fd is not None  # a loaded handle comes with its descriptor
     origin = "built at first use" + (f" in {kept}" if kept is not None else "")
     if kept is not None:
         kept.mkdir(mode=0o700, exist_ok=True)

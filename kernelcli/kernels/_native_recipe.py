@@ -100,7 +100,7 @@ def cpu_variants(cpuinfo: Optional[bytes] = None) -> tuple:
             flags = set(line.partition(b":")[2].decode("ascii", "replace").split())
             break
     out = []
-    for k, (name, _, needs) in enumerate(table):
+    for k, (name, _, _) in enumerate(table):
         if all(f in flags for _, _, more in table[k:] for f in more):
             out.append(name)
     return tuple(out) or (table[-1][0],)
@@ -135,7 +135,9 @@ def ffi_version(include_dir: str) -> Optional[tuple]:
         return None
     found = [re.search(rf"^#define XLA_FFI_API_{k} (\d+)\s*$", text, re.M)
              for k in ("MAJOR", "MINOR")]
-    return None if None in found else (int(found[0].group(1)), int(found[1].group(1)))
+    major, minor = found
+    return None if major is None or minor is None else (int(major.group(1)),
+                                                        int(minor.group(1)))
 
 
 def commands(cxx: str, variant: str, include_dir: str, folder: Path, out: Path,
@@ -145,7 +147,7 @@ def commands(cxx: str, variant: str, include_dir: str, folder: Path, out: Path,
     flags = (*FLAGS, *variant_flags(variant), *WARNINGS, *(("-Werror",) if werror else ()))
     objects = [folder / f"{Path(s).stem}-{variant}.o" for s in SOURCES]
     compiles = [[cxx, *flags, "-isystem", include_dir, "-c", str(NATIVE / s), "-o", str(o)]
-                for s, o in zip(SOURCES, objects)]
+                for s, o in zip(SOURCES, objects, strict=True)]
     return compiles, [cxx, "-shared", *flags, *map(str, objects), "-o", str(out)]
 
 

@@ -32,16 +32,16 @@ def _shard_map():
     return shard_map
 
 
-def device_mesh(devices) -> "jax.sharding.Mesh":
+def device_mesh(devices) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(list(devices), dtype=object), (AXIS,))
 
 
-def split(mesh) -> "jax.sharding.NamedSharding":
+def split(mesh) -> jax.sharding.NamedSharding:
     """Leading axis split over the mesh's devices."""
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
 
 
-def replicated(mesh) -> "jax.sharding.NamedSharding":
+def replicated(mesh) -> jax.sharding.NamedSharding:
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
 

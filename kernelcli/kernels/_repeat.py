@@ -35,7 +35,7 @@ def repeats(layers: Sequence, k: int, state: State) -> int:
             and not isinstance(state.ntk, float) and state.channels == conv.width):
         return 0
     if any(out_size(n, k, s, conv.padding) != n
-           for n, k, s in zip(state.spatial_shape, conv.filter, conv.strides)):
+           for n, k, s in zip(state.spatial_shape, conv.filter, conv.strides, strict=True)):
         return 0
     m = 0
     while (k + 2 * m + 1 < len(layers) and layers[k + 2 * m] == conv

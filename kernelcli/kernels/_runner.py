@@ -54,7 +54,7 @@ def run_on_devices(devices: Sequence, n_jobs: int, work: Callable,
     ``on_done``, so a device never idles while the host reads a result back; at most
     two jobs are in flight per device. A thread leaves only once its jobs in flight
     are finished (their results dropped after a stop or an error)."""
-    todo: "queue.SimpleQueue" = queue.SimpleQueue()
+    todo: queue.SimpleQueue = queue.SimpleQueue()
     for k in range(n_jobs):
         todo.put(k)
     stop = stop or (lambda: False)
@@ -104,7 +104,7 @@ def run_on_devices(devices: Sequence, n_jobs: int, work: Callable,
     devices = list(devices)[:max(1, n_jobs)]
     began = [threading.Event() for _ in devices]
     threads = [threading.Thread(target=worker, args=(d, b), daemon=True)
-               for d, b in zip(devices, began)]
+               for d, b in zip(devices, began, strict=True)]
     launched = []
     try:
         for t in threads:
@@ -116,7 +116,7 @@ def run_on_devices(devices: Sequence, n_jobs: int, work: Callable,
     except BaseException:
         with lock:
             left.append(True)
-        for t, b in zip(launched, began):
+        for t, b in zip(launched, began, strict=False):
             b.wait(5.0)  # (not set only if start() was interrupted before the thread)
             while t.is_alive():
                 t.join(0.2)  # a second Ctrl-C stops this wait

@@ -17,7 +17,7 @@ the slices and the sum (and the elementwise consumer) into one loop.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +26,7 @@ from jax import lax
 from ..config import spatial_out as out_size  # the shape rule the config check uses
 
 
-def pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:
+def pads(size: int, k: int, s: int, padding: str) -> tuple[int, int]:
     """``(low, high)`` padding that lax's SAME rule uses (CIRCULAR pads the same amounts)."""
     if padding == "VALID":
         return (0, 0)
@@ -34,7 +34,7 @@ def pads(size: int, k: int, s: int, padding: str) -> Tuple[int, int]:
     return (total // 2, total - total // 2)
 
 
-def _pad(x, axes: Sequence[int], lo_hi: Tuple[int, int], padding: str):
+def _pad(x, axes: Sequence[int], lo_hi: tuple[int, int], padding: str):
     if lo_hi == (0, 0):
         return x
     width = [(0, 0)] * x.ndim
@@ -114,7 +114,7 @@ def conv_cov(x, filt: Sequence[int], strides: Sequence[int], padding: str, full:
     else ``(P, a1, ..., an)`` (``(P, H, H', W, W')``, ``(P, H, W)`` for images), with
     ``filt`` and ``strides`` one entry per spatial axis; returns the same layout at
     the output resolution."""
-    for axes, k, s in zip(axis_groups(len(filt), full), filt, strides):
+    for axes, k, s in zip(axis_groups(len(filt), full), filt, strides, strict=True):
         x = joint_window(x, axes, k, s, padding)
     return x
 
@@ -139,7 +139,7 @@ def avg_pool_cov(x, window: Sequence[int], strides: Sequence[int], padding: str,
     a time (the two images' windows move independently). Zero padding counts in the
     mean (neural-tangents' default ``normalize_edges=False``); with ``normalize_edges``
     and SAME padding each output divides by the taps inside the input instead."""
-    for i, (k, s) in enumerate(zip(window, strides)):
+    for i, (k, s) in enumerate(zip(window, strides, strict=True)):
         for axis in (1 + 2 * i, 2 + 2 * i):
             if normalize_edges and padding == "SAME":
                 n = edge_counts(x.shape[axis], k, s, padding)
@@ -152,7 +152,7 @@ def avg_pool_cov(x, window: Sequence[int], strides: Sequence[int], padding: str,
 
 def sum_pool_cov(x, window: Sequence[int], strides: Sequence[int], padding: str):
     """Sum pooling of a full covariance ``(P, a1, a1', ..., an, an')``: the windows' sums."""
-    for i, (k, s) in enumerate(zip(window, strides)):
+    for i, (k, s) in enumerate(zip(window, strides, strict=True)):
         for axis in (1 + 2 * i, 2 + 2 * i):
             x = window_sum(x, (axis,), k, s, padding)
     return x

@@ -22,7 +22,7 @@ covariance and axis ``1 + i`` of a diagonal one.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional
 
 import jax.numpy as jnp
 from jax import lax
@@ -36,7 +36,7 @@ class State:
     spatial: bool
     channels: int
 
-    def replace(self, **kw) -> "State":
+    def replace(self, **kw) -> State:
         return replace(self, **kw)
 
     @property
@@ -47,7 +47,7 @@ class State:
         return (self.nngp.ndim - 1) // 2 if self.full else self.nngp.ndim - 1
 
     @property
-    def spatial_shape(self) -> Tuple[int, ...]:
+    def spatial_shape(self) -> tuple[int, ...]:
         """Spatial sizes of the current feature map, one per axis (``(H, W)`` for
         images); ``()`` once the spatial axes are gone."""
         if self.full:
@@ -55,7 +55,7 @@ class State:
         return tuple(self.nngp.shape[1:]) if self.spatial else ()
 
     @property
-    def hw(self) -> Tuple[int, ...]:
+    def hw(self) -> tuple[int, ...]:
         """:attr:`spatial_shape` (the name is from when every input was an image)."""
         return self.spatial_shape
 
@@ -185,8 +185,8 @@ class SelfVariances:
     were recorded from index ``first`` on (what a pair pass reads with ``run``)."""
 
     def __init__(self):
-        self.recorded: List[Any] = []
-        self.runs: List[Tuple[int, int]] = []
+        self.recorded: list[Any] = []
+        self.runs: list[tuple[int, int]] = []
 
     def __call__(self, state: State):
         d = diagonal(state.nngp, state.full) if state.spatial else state.nngp

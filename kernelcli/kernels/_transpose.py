@@ -13,7 +13,7 @@ filter's overhang ``max(k - s, 0) // 2``.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import jax.numpy as jnp
 from jax import lax
@@ -22,7 +22,7 @@ from ..config import transpose_out
 from ._spatial import axis_groups
 
 
-def transpose_pads(k: int, s: int, padding: str) -> Tuple[int, int]:
+def transpose_pads(k: int, s: int, padding: str) -> tuple[int, int]:
     """``(low, high)`` padding of the dilated input (lax's ``conv_transpose`` rule)."""
     if padding == "VALID":
         total, low = k + s - 2 + max(k - s, 0), k - 1
@@ -41,6 +41,7 @@ def _joint_mean(x, axes: Sequence[int], k: int, n_out: int):
             start[a], limit[a] = t, t + n_out
         piece = lax.slice(x, start, limit)
         total = piece if total is None else total + piece
+    assert total is not None  # k >= 1 taps
     return total * (1.0 / k)
 
 
@@ -69,6 +70,6 @@ def _transpose_axis(x, axes: Sequence[int], k: int, s: int, padding: str):
 def transpose_cov(x, filt: Sequence[int], strides: Sequence[int], padding: str, full: bool):
     """Transposed convolution of a covariance: ``x`` of shape ``(P, a1, a1', ..., an, an')``
     if ``full`` else ``(P, a1, ..., an)``, returned in the same layout at the output size."""
-    for axes, k, s in zip(axis_groups(len(filt), full), filt, strides):
+    for axes, k, s in zip(axis_groups(len(filt), full), filt, strides, strict=True):
         x = _transpose_axis(x, axes, k, s, padding)
     return x

@@ -20,6 +20,8 @@ The commands that drive it are :mod:`kernelcli.run`'s. The names below load on f
 use, so a library call that needs :func:`kernel_matrix` alone imports no command.
 """
 
+from typing import TYPE_CHECKING
+
 from .._lazy import lazy_names
 
 # name -> the module that defines it
@@ -73,3 +75,49 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+
+if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on first use)
+    from ._block_tile import STATS_ROWS as STATS_ROWS
+    from ._block_tile import block_input as block_input
+    from ._block_tile import block_tile as block_tile
+    from ._block_tile import stats_slices as stats_slices
+    from ._devices import compute_streams as compute_streams
+    from ._devices import configure_host_devices as configure_host_devices
+    from ._devices import is_out_of_memory as is_out_of_memory
+    from ._devices import out_of_memory_error as out_of_memory_error
+    from ._executor import Progress as Progress
+    from ._executor import execute as execute
+    from ._inputs import input_paths as input_paths
+    from ._inputs import open_inputs as open_inputs
+    from ._job import APPEND_KEYS as APPEND_KEYS
+    from ._job import TEST_KEYS as TEST_KEYS
+    from ._job import Job as Job
+    from ._job import adopts as adopts
+    from ._job import check_same_data as check_same_data
+    from ._job import closed_on_error as closed_on_error
+    from ._job import config_fingerprint as config_fingerprint
+    from ._job import extended_config as extended_config
+    from ._job import prepare as prepare
+    from ._job import prepare_run as prepare_run
+    from ._job import side_files as side_files
+    from ._job import stored_preprocess as stored_preprocess
+    from ._landmark_rows import FINGERPRINT_KEY as FINGERPRINT_KEY
+    from ._landmark_rows import route_costs as route_costs
+    from ._local import LocalBackend as LocalBackend
+    from ._matrix import check_output as check_output
+    from ._matrix import kernel_matrix as kernel_matrix
+    from ._open_run import check_present_files as check_present_files
+    from ._open_run import check_recorded_config as check_recorded_config
+    from ._open_run import load_run_config as load_run_config
+    from ._open_run import missing_tiles_problem as missing_tiles_problem
+    from ._open_run import verified_result as verified_result
+    from ._open_run import with_run_dir as with_run_dir
+    from ._ray import connect_ray as connect_ray
+    from ._ray import describe_ray_error as describe_ray_error
+    from ._ray import require_ray as require_ray
+    from ._run_lock import writes_run as writes_run
+    from ._shards import check_shard_count as check_shard_count
+    from ._shards import parse_shard as parse_shard
+    from ._shards import shard_blocks as shard_blocks
+    from ._shards import shard_label as shard_label
+    from ._shards import worker_loads as worker_loads

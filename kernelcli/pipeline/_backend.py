@@ -14,7 +14,7 @@ process wrote meanwhile, the tally, the test diagonal, checking and writing the 
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from .._stop import Stop
 from ..data import RowSource
@@ -31,7 +31,7 @@ class Backend(Protocol):
         """The platform of the devices that compute (known once planned)."""
 
     @property
-    def progress_devices(self) -> list:
+    def progress_devices(self) -> Sequence[Any]:
         """This process's devices that compute (progress names them; none for Ray)."""
 
     def plan_inputs(self, spec: KernelFnSpec, engine: str) -> Planning:

@@ -18,12 +18,16 @@ dataclass of plain values: Ray pickles it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
 from ..config import Architecture, Engine, RunConfig
 from ..data import RowSource
+
+if TYPE_CHECKING:  # jax is imported lazily
+    from ..kernels import Stats
+    from ..plan import Block
 
 STATS_ROWS = 1024  # rows of an input read (and passed to the per-input pass) at once
 
@@ -54,7 +58,7 @@ class KernelFnSpec:
 
     @classmethod
     def of(cls, cfg: RunConfig, input_shape, chunk: Optional[int] = None,
-           stored_engine: Optional[Engine] = None) -> "KernelFnSpec":
+           stored_engine: Optional[Engine] = None) -> KernelFnSpec:
         """The spec of ``cfg``'s kernel on examples of ``input_shape``."""
         return cls(cfg.architecture, tuple(int(s) for s in input_shape),
                    tuple(cfg.kernel.kinds), cfg.kernel.dtype, tuple(cfg.kernel.augment),
@@ -83,11 +87,11 @@ class BlockInput:
     every call has one shape; the local pairs to evaluate; and, for a diagonal
     block, the self-kernels of its rows (its diagonal)."""
 
-    block: object
+    block: Block
     x1: np.ndarray
-    s1: object            # Stats, variances padded to the edge
+    s1: Stats             # variances padded to the edge
     x2: np.ndarray
-    s2: object
+    s2: Stats
     i: np.ndarray
     j: np.ndarray
     diag: Optional[dict]  # kind -> (rows,) for a diagonal block, else None
@@ -132,6 +136,7 @@ def block_tile(kfn, pair_batch: int, bi: BlockInput, devices,
         t[i, j] = vals[k]
         t[j, i] = vals[k]
         d = np.arange(block.shape[0])
+        assert bi.diag is not None  # block_input gives a diagonal block its diagonal
         t[d, d] = bi.diag[k]
         tile[k] = t
     return tile
@@ -152,6 +157,7 @@ def _grid_tile(kfn, bi: BlockInput, device, on_batch, stop) -> Optional[dict]:
         if block.diagonal:
             low = np.tril(t, -1)
             t = low + low.T
+            assert bi.diag is not None  # block_input gives a diagonal block its diagonal
             t[np.diag_indices(h)] = bi.diag[k]
         tile[k] = t
     if on_batch is not None:

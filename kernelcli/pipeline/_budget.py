@@ -9,7 +9,7 @@ a Ray run's from what its first actor reported (:mod:`._ray_worker`).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from .._system import memory_available
 from ..plan import EngineCosts, auto_budget
@@ -61,8 +61,8 @@ def engine_costs(facts: dict, compiled_memory: Callable[[int, int, int], int]) -
     """The planner's :class:`~kernelcli.plan.EngineCosts` from :func:`engine_facts` (of
     a local kernel function, or as an actor reported them) and the measurement of a
     compiled program's memory."""
-    return EngineCosts(**{k: (tuple(facts[k]) if k == "kinds" else facts[k]) for k in FACTS},
-                       compiled_memory=compiled_memory)
+    fields: dict[str, Any] = {k: (tuple(facts[k]) if k == "kinds" else facts[k]) for k in FACTS}
+    return EngineCosts(**fields, compiled_memory=compiled_memory)
 
 
 class Planning(NamedTuple):

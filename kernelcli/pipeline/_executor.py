@@ -30,8 +30,8 @@ import numpy as np
 
 from .. import _env
 from ..store import RunStore
-from ._tile_checks import check_diagonal, check_tile
 from ._job import Job
+from ._tile_checks import check_diagonal, check_tile
 from ._tile_writer import TileWriter
 
 
@@ -101,6 +101,7 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
     packer = store.packer(blocks, _env.pack_tiles())  # packs what earlier processes left
     pending, done = pending_blocks(store, blocks)
     backend = job.backend
+    assert backend is not None  # prepare() opened it
     tally = Tally(blocks, done, progress, backend.progress_devices)
     tally.report()
     if not pending and not needs_test_diagonal(job, store):

@@ -25,10 +25,22 @@ from typing import Optional
 
 import numpy as np
 
-from ..data import (ArraySource, ConcatRows, Preprocess, Preprocessed, RowSource,
-                    SliceableRows, check_finite, check_pair, fingerprint, fit_preprocess,
-                    input_bound, load_labels, open_array)
 from ..config import RunConfig, check_architecture
+from ..data import (
+    ArraySource,
+    ConcatRows,
+    Preprocess,
+    Preprocessed,
+    RowSource,
+    SliceableRows,
+    check_finite,
+    check_pair,
+    fingerprint,
+    fit_preprocess,
+    input_bound,
+    load_labels,
+    open_array,
+)
 from ._landmark_rows import FINGERPRINT_KEY, LandmarkRows, choose_landmarks, landmarks_fingerprint
 
 
@@ -179,9 +191,11 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
         if d.has_labels:
             labels = load_labels(d.labels or d.x1, d.labels_key, limit=d.limit, n=x1.n,
                                  what="data.labels_key" if d.labels is None else "data.labels")
-            parts = [labels] + [_appended_labels(rec, src) for rec, src in zip(appends, appended)]
+            parts = [labels] + [_appended_labels(rec, src)
+                                for rec, src in zip(appends, appended, strict=True)]
             labels = np.concatenate(parts) if appended else labels
         if test is not None and (d.test_labels is not None or d.test_labels_key is not None):
+            assert d.test is not None  # test was opened from it
             test_labels = load_labels(d.test_labels or d.test, d.test_labels_key,
                                       limit=d.test_limit, n=test.n,
                                       what="data.test_labels_key" if d.test_labels is None

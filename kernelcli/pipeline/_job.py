@@ -18,24 +18,27 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from .._stop import Stop, check, or_new
-from ..plan import Plan, plan_run
-from ..errors import RunDirError
 from ..config import Engine, RunConfig, as_pairs
+from ..errors import RunDirError
+from ..plan import Plan, plan_run
 from ..store import LABELS, Manifest, StoredCompute, labels_name, new_manifest, preprocess_name
 from ._backend import Backend, open_backend
 from ._block_tile import KernelFnSpec
 from ._inputs import Inputs, check_preprocess_file, open_inputs
 from ._shards import check_shard_count
 
+if TYPE_CHECKING:  # jax is imported lazily
+    from ..kernels import KernelFn
+
 
 @dataclass
 class Job:
     cfg: RunConfig
     inputs: Inputs
-    kfn: object          # kernelcli.kernels.KernelFn (imported lazily: jax is heavy)
+    kfn: KernelFn
     plan: Plan
     devices: list
     fingerprints: dict
@@ -59,7 +62,7 @@ class Job:
         if self.backend is not None:
             self.backend.close()
 
-    def __enter__(self) -> "Job":
+    def __enter__(self) -> Job:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -78,6 +81,7 @@ class Job:
         """Why ``kfn.engine`` computes this run (what estimate and -v say)."""
         from ..kernels import engine_reason
 
+        assert self.backend is not None  # prepare() opened it
         return engine_reason(self.requested_engine, self.kfn.engine.name, self.backend.platform,
                              self.cfg.architecture.layers, self.inputs.x1.example_shape)
 
@@ -144,7 +148,7 @@ def config_fingerprint(cfg: RunConfig, extension: Optional[dict] = None) -> str:
     # as_pairs: a one-int filter is recorded as the pair it meant before inputs of other
     # ranks were accepted, so runs made then keep their fingerprint
     arch = as_pairs(cfg.architecture)
-    what = {"data": data, "architecture": repr(arch), "kernel": kernel}
+    what: dict[str, Any] = {"data": data, "architecture": repr(arch), "kernel": kernel}
     if arch.readouts is not None:  # only when set: runs without readouts keep theirs
         what["readouts"] = repr(arch.readouts)
     if extension and extension.get("append"):
@@ -307,7 +311,18 @@ _WHAT = {"labels": "the labels (data.labels_key, data.test_labels_key)",
          "append": "the training rows `kernelcli extend --append` added"}
 
 
-def check_same_data(job: Job, manifest: dict, run_dir) -> None:
+class DataOf(Protocol):
+    """What :func:`check_same_data` reads of a job: its data's fingerprints and the
+    opened inputs they name (a :class:`Job`, or extend's old data alone)."""
+
+    @property
+    def fingerprints(self) -> dict: ...
+
+    @property
+    def inputs(self) -> Any: ...
+
+
+def check_same_data(job: DataOf, manifest: dict, run_dir) -> None:
     """RunDirError unless ``job``'s data has the fingerprints the run started with."""
     stored = manifest.get("data_fingerprints", {})
     for key in sorted(set(stored) | set(job.fingerprints)):
@@ -330,8 +345,9 @@ def side_files(job: Job) -> dict:
     out = {}
     inputs = job.inputs
     if inputs.labels is not None or inputs.test_labels is not None:
-        arrays = {k: v for k, v in (("labels", inputs.labels),
-                                    ("test_labels", inputs.test_labels)) if v is not None}
+        arrays: dict[str, Any] = {k: v for k, v in (("labels", inputs.labels),
+                                                    ("test_labels", inputs.test_labels))
+                                  if v is not None}
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         name = job.manifest().get("labels_file", LABELS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -49,14 +49,14 @@ class LandmarkRows(RowSource):
     def __init__(self, source: RowSource, indices: np.ndarray):
         self.source = source
         self.indices = np.asarray(indices, dtype=np.int64)
-        self._kept = None  # (dtype, rows)
+        self._kept: Optional[tuple[np.dtype, np.ndarray]] = None  # (dtype, rows)
 
     @property
     def n(self) -> int:
         return int(self.indices.size)
 
     @property
-    def example_shape(self) -> Tuple[int, ...]:
+    def example_shape(self) -> tuple[int, ...]:
         return tuple(self.source.example_shape)
 
     def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
@@ -102,8 +102,12 @@ def route_costs(n: int, t: int, m: int, kinds: int, itemsize: int, classes: int,
                 seconds_per_pair: Optional[float] = None) -> RouteCosts:
     """The two routes for ``n`` training rows, ``t`` test rows and ``m`` landmarks: the
     lower triangle of ``K(X, X)`` plus ``K(T, X)``, against ``K([X; T; Z], Z)``."""
-    from ..solvers import (cholesky_operations, landmark_memory_bytes, landmark_operations,
-                           solve_memory_bytes)
+    from ..solvers import (
+        cholesky_operations,
+        landmark_memory_bytes,
+        landmark_operations,
+        solve_memory_bytes,
+    )
 
     full = n * (n + 1) // 2 + t * n
     rect = (n + t + m) * m

@@ -47,7 +47,7 @@ class LocalBackend:
         self.stop, self.memory = stop, memory
 
     @classmethod
-    def for_compute(cls, compute, stop: Optional[Stop] = None) -> "LocalBackend":
+    def for_compute(cls, compute, stop: Optional[Stop] = None) -> LocalBackend:
         """The backend of a configuration's ``compute`` section."""
         return cls(local_devices(compute.devices), stop, compute.memory)
 
@@ -60,7 +60,7 @@ class LocalBackend:
         """The devices that compute here (progress names them)."""
         return self.devices
 
-    def __enter__(self) -> "LocalBackend":
+    def __enter__(self) -> LocalBackend:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,7 +9,7 @@ and its matrix is bit for bit the ``kernels.h5`` of a run with the same plan.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -35,7 +35,7 @@ class _Rows(RowSource):
         return self.x.shape[0]
 
     @property
-    def example_shape(self) -> Tuple[int, ...]:
+    def example_shape(self) -> tuple[int, ...]:
         return tuple(self.x.shape[1:])
 
     def read(self, start: int, stop: int, dtype: Optional[DTypeLike] = None) -> np.ndarray:
@@ -48,7 +48,7 @@ class _Rows(RowSource):
 def kernel_matrix(kfn, x1, x2=None, *, memory: Optional[int] = None, devices=None,
                   block: Optional[int] = None,
                   pair_batch: Optional[int] = None,
-                  stop: Optional[Stop] = None) -> Dict[str, np.ndarray]:
+                  stop: Optional[Stop] = None) -> dict[str, np.ndarray]:
     """The kernels of ``kfn`` (a :class:`~kernelcli.kernels.KernelFn`) between the rows
     of ``x1`` (``(n1, *input_shape)``) and of ``x2`` (``(n2, ...)``): ``{kind: (n1, n2)}``.
 

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from ..errors import DamagedFileError, UsageError
 from ..config import RunConfig, parse_config
+from ..errors import DamagedFileError, UsageError
 from ..store import TEST_DIAG, Manifest, RunStore, check_untrusted
 from ._job import config_fingerprint, extended_config
 

@@ -51,7 +51,7 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 from .. import _env
 from .._stop import Stop, check
@@ -91,7 +91,7 @@ def _connect(ray, address: Optional[str]) -> bool:
     """Connect (or start a local instance); whether this call did it."""
     if ray.is_initialized():
         return False
-    kwargs = dict(logging_level=logging.ERROR, log_to_driver=False)
+    kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False)
     local = address is None and not _env.get("RAY_ADDRESS")
     if address is None:
         kwargs["include_dashboard"] = False
@@ -151,19 +151,20 @@ class RayBackend:
         self.info: Optional[dict] = None
 
     @classmethod
-    def for_compute(cls, compute, stop: Optional[Stop] = None) -> "RayBackend":
+    def for_compute(cls, compute, stop: Optional[Stop] = None) -> RayBackend:
         return cls(compute, stop)
 
     @property
     def platform(self) -> str:
         """The workers' platform (known once planned)."""
+        assert self.info is not None, "the platform is known once planned"
         return self.info["platform"]
 
     @property
     def progress_devices(self) -> tuple:
         return ()  # the actors run on the cluster's devices, not this process's
 
-    def __enter__(self) -> "RayBackend":
+    def __enter__(self) -> RayBackend:
         return self
 
     def __exit__(self, *exc) -> None:

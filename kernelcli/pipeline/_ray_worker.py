@@ -48,7 +48,7 @@ class KernelWorker:
         self.builds = 1
         self.memory, self.share = memory, max(1, int(share))
 
-    def _count(self, event, duration, **kwargs) -> None:
+    def _count(self, event: str, duration_secs: float, **kwargs) -> None:
         if event == _COMPILE_EVENT:
             self.compiles += 1
 

@@ -37,12 +37,12 @@ class TileWriter:
 
     def __init__(self, publish: Callable, depth: int = 1):
         self._publish = publish
-        self._queue: "queue.Queue" = queue.Queue(maxsize=max(1, depth))
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="kernelcli-tile-writer",
                                         daemon=True)
 
-    def __enter__(self) -> "TileWriter":
+    def __enter__(self) -> TileWriter:
         self._thread.start()
         return self
 

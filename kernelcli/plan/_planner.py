@@ -26,8 +26,8 @@ import dataclasses
 import heapq
 from typing import Callable, Optional
 
-from ..errors import BudgetError, ConfigError
 from ..config import format_size
+from ..errors import BudgetError, ConfigError
 from ._geometry import Geometry, make_geometry, require_int
 
 MiB = 1024**2
@@ -174,30 +174,30 @@ def make_plan(n1: int, n2: int, *, symmetric: bool, bytes_per_pair: int, fixed_b
     ``memory``: which memory the budget is (``"host"`` or ``"device"``, for messages).
     """
     bytes_per_pair = require_int("bytes_per_pair", bytes_per_pair, minimum=1, error=ValueError)
-    memory = MemoryFigures(
+    figures = MemoryFigures(
         bytes_per_pair=bytes_per_pair,
         fixed_bytes=require_int("fixed_bytes", fixed_bytes, minimum=0, error=ValueError),
         budget_bytes=require_int("budget_bytes", budget_bytes, minimum=None, error=ValueError),
         devices=require_int("compute.devices", devices, minimum=1, error=ConfigError),
         untiled_bytes_per_pair=int(untiled_bytes_per_pair), memory_kind=memory)
     # the key, and which memory it means where that is not the host's
-    key = "`compute.memory`" + (", device memory" if memory.memory_kind == "device" else "")
+    key = "`compute.memory`" + (", device memory" if figures.memory_kind == "device" else "")
     if pair_batch is not None:
         pair_batch = require_int("pair_batch", pair_batch, minimum=1, error=ConfigError)
-    fit = memory.fit()
+    fit = figures.fit()
     if fit < 1:
-        smallest = memory.peak(1)
+        smallest = figures.peak(1)
         raise BudgetError(
-            f"the memory budget ({key}) of {format_size(memory.budget_bytes)} "
+            f"the memory budget ({key}) of {format_size(figures.budget_bytes)} "
             f"cannot hold one pair evaluation, which needs {format_size(bytes_per_pair)} on "
-            f"top of {format_size(memory.fixed_bytes)} fixed; the smallest budget that works "
+            f"top of {format_size(figures.fixed_bytes)} fixed; the smallest budget that works "
             f"is {format_size(smallest)} ({smallest} bytes)"
         )
     if pair_batch is not None and pair_batch > fit:
-        needed = memory.peak(pair_batch)
+        needed = figures.peak(pair_batch)
         raise BudgetError(
             f"`pair_batch` (={pair_batch}) needs {format_size(needed)} but the memory "
-            f"budget ({key}) is {format_size(memory.budget_bytes)}; at most {fit} "
+            f"budget ({key}) is {format_size(figures.budget_bytes)}; at most {fit} "
             f"pairs fit, or the smallest budget that works for {pair_batch} is "
             f"{format_size(needed)} ({needed} bytes)"
         )
@@ -207,7 +207,7 @@ def make_plan(n1: int, n2: int, *, symmetric: bool, bytes_per_pair: int, fixed_b
     if pair_batch is None:  # a batch larger than a block would never be filled
         largest = max(b.n_pairs for b in geometry.blocks)
         geometry = dataclasses.replace(geometry, pair_batch=min(fit, largest))
-    return Plan(geometry, memory)
+    return Plan(geometry, figures)
 
 
 def plan_run(n1: int, n2: int, *, symmetric: bool, costs: EngineCosts, budget_bytes: int,
@@ -229,6 +229,7 @@ def plan_run(n1: int, n2: int, *, symmetric: bool, costs: EngineCosts, budget_by
         n1, n2, symmetric=symmetric, block=block, pair_batch=1, kinds=costs.kinds,
         itemsize=costs.itemsize, n_test=n_test).blocks)
     want = pair_batch or auto_pair_batch(costs, block, devices, 1 << 62, largest)
+    assert want is not None  # None only where not one pair fits, and 2^62 pairs do
     bytes_per_pair, fixed = memory_line(costs, block, want)
     if pair_batch is None:
         fit = (budget_bytes - fixed) // bytes_per_pair

@@ -20,6 +20,8 @@ The names below are loaded on first use (as ``kernelcli``'s own): a library call
 (the store, h5py, prediction) would cost a first call on 8 images 0.14 s.
 """
 
+from typing import TYPE_CHECKING
+
 from .._lazy import lazy_names
 
 # name -> the module that defines it
@@ -46,3 +48,39 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+
+if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on first use)
+    from .._stop import Stop as Stop
+    from ..pipeline import Progress as Progress
+    from ..pipeline import check_output as check_output
+    from ..pipeline import configure_host_devices as configure_host_devices
+    from ..pipeline import is_out_of_memory as is_out_of_memory
+    from ..pipeline import kernel_matrix as kernel_matrix
+    from ..pipeline import load_run_config as load_run_config
+    from ..pipeline import out_of_memory_error as out_of_memory_error
+    from ..pipeline import parse_shard as parse_shard
+    from ._assemble import assemble as assemble
+    from ._clean import clean as clean
+    from ._compute import compute as compute
+    from ._estimate import estimate as estimate
+    from ._extend import extend as extend
+    from ._finish import RunSummary as RunSummary
+    from ._finish import run_summary as run_summary
+    from ._predict import predict as predict
+    from ._predict_full import CV_FOLDS as CV_FOLDS
+    from ._predict_full import DEFAULT_RIDGES as DEFAULT_RIDGES
+    from ._predict_results import FlowRow as FlowRow
+    from ._predict_results import PredictChoice as PredictChoice
+    from ._predict_results import PredictResult as PredictResult
+    from ._predict_results import PredictRow as PredictRow
+    from ._predict_shards import serve_shard as serve_shard
+    from ._results import CleanResult as CleanResult
+    from ._results import EstimateResult as EstimateResult
+    from ._results import ExtendResult as ExtendResult
+    from ._results import RunResult as RunResult
+    from ._results import ShardProgress as ShardProgress
+    from ._results import StatusReport as StatusReport
+    from ._resume import resume as resume
+    from ._status import status as status
+    from ._verify import VerifyReport as VerifyReport
+    from ._verify import verify as verify

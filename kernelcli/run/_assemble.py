@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ComputeError, DamagedTiles, resume_command
+from ..pipeline import check_recorded_config, verified_result, writes_run
 from ..store import Manifest, RunStore, result_attrs
-from ..pipeline import writes_run
-from ..pipeline import check_recorded_config, verified_result
 from ._results import RunResult
 from ._status import shard_counts
 

@@ -11,9 +11,8 @@ the one copy left is known to be whole; otherwise nothing is deleted.
 from __future__ import annotations
 
 from ..errors import ComputeError, resume_command
+from ..pipeline import check_recorded_config, writes_run
 from ..store import Manifest, RunStore
-from ..pipeline import writes_run
-from ..pipeline import check_recorded_config
 from ._results import CleanResult
 
 

@@ -16,17 +16,32 @@ import os
 from typing import Callable, Optional, Union
 
 from .._stop import Stop, or_new
-from ..errors import RunDirError, UsageError, resume_command
 from ..config import EXECUTORS, RunConfig, load_config
-from ..store import (Manifest, RunStore, check_new_run_dir, check_run_dir_path, input_clash,
-                     owned_files, stored_identity)
-from ..pipeline import Progress
+from ..errors import RunDirError, UsageError, resume_command
+from ..pipeline import (
+    Job,
+    Progress,
+    adopts,
+    check_recorded_config,
+    config_fingerprint,
+    input_paths,
+    prepare_run,
+    shard_label,
+    side_files,
+    verified_result,
+    with_run_dir,
+)
+from ..store import (
+    Manifest,
+    RunStore,
+    check_new_run_dir,
+    check_run_dir_path,
+    input_clash,
+    owned_files,
+    stored_identity,
+)
 from ._finish import RunSummary, finish
-from ..pipeline import input_paths
-from ..pipeline import Job, adopts, config_fingerprint, prepare_run, side_files
-from ..pipeline import check_recorded_config, verified_result, with_run_dir
 from ._results import RunResult
-from ..pipeline import shard_label
 
 __all__ = ["check_combination", "compute", "with_executor"]
 

@@ -11,14 +11,11 @@ from typing import Optional
 
 from .._stop import Stop, check, or_new
 from .._system import peak_rss_bytes, process_age_seconds
-from ..errors import UsageError
 from ..config import RunConfig, load_config, walk
-from ..pipeline import STATS_ROWS
-from ..pipeline import Job, prepare
-from ..pipeline import route_costs
-from ._results import EstimateResult, PlannedFiles, ReadoutWork, SolveNeed, WorkerSplit
-from ..pipeline import check_shard_count, worker_loads
+from ..errors import UsageError
+from ..pipeline import STATS_ROWS, Job, check_shard_count, prepare, route_costs, worker_loads
 from ._estimate_time import time_run
+from ._results import EstimateResult, PlannedFiles, ReadoutWork, SolveNeed, WorkerSplit
 
 
 def estimate(config, run_time: bool = False, workers: Optional[int] = None,
@@ -167,11 +164,16 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
     default ridges, memory and multiply-adds, and which solver it will pick on this
     machine (Cholesky when it fits, else CG; ``none`` when neither fits, as predict
     then refuses)."""
-    from ..errors import BudgetError
-    from ..solvers import (cg_memory_bytes, cg_operations, choose_solver,
-                           cholesky_memory_bytes, cholesky_operations)
     from .._system import available_ram_bytes
+    from ..errors import BudgetError
     from ..plan import auto_budget
+    from ..solvers import (
+        cg_memory_bytes,
+        cg_operations,
+        cholesky_memory_bytes,
+        cholesky_operations,
+        choose_solver,
+    )
     from ._predict_full import CV_FOLDS, DEFAULT_RIDGES
 
     available = auto_budget(available_ram_bytes())

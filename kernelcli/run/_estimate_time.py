@@ -28,9 +28,7 @@ from typing import Optional
 import numpy as np
 
 from .._stop import Stop, check
-from ..pipeline import STATS_ROWS, block_input, block_tile, stats_slices
-from ..pipeline import compute_streams
-from ..pipeline import Job
+from ..pipeline import STATS_ROWS, Job, block_input, block_tile, compute_streams, stats_slices
 from ._results import Timing
 
 

@@ -34,29 +34,34 @@ that is not the run's, so it can never pass as the grown result (it is deleted),
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
 from .._stop import Stop, or_new, signal_name
 from ..errors import DataError, Interrupted, QuarantinedError, RunDirError
+from ..pipeline import (
+    STATS_ROWS,
+    LocalBackend,
+    Progress,
+    check_same_data,
+    closed_on_error,
+    extended_config,
+    load_run_config,
+    open_inputs,
+    prepare,
+    side_files,
+    stored_preprocess,
+    writes_run,
+)
 from ..plan import make_geometry
 from ..store import Manifest, RunStore
-from ..pipeline import writes_run
-from ..pipeline import STATS_ROWS
 from ._extend_carry import carry_keys, set_aside, take_over
-from ._resume import resume
-from ..pipeline import Progress
-from ._finish import finish
-from ..pipeline import open_inputs
-from ..pipeline import LocalBackend
-from ..pipeline import (closed_on_error, check_same_data, extended_config, prepare, side_files,
-                   stored_preprocess)
 from ._extend_request import check_extensible, request_of, resolve_files
-from ..pipeline import load_run_config
 from ._extend_restore import restore_tiles
+from ._finish import finish
 from ._results import ExtendResult
+from ._resume import resume
 
 
 @writes_run
@@ -174,6 +179,13 @@ def _as_stored(store: RunStore, stats, n: int) -> np.ndarray:
     return same
 
 
+class _OldData(NamedTuple):
+    """The old run's data as check_same_data reads a job's."""
+
+    fingerprints: dict
+    inputs: Any
+
+
 def _old_inputs(store: RunStore, cfg, job, appends, keys):
     """The old run's data, opened, whose fingerprints of ``keys`` must be the ones it
     was computed with (``RunDirError`` otherwise)."""
@@ -182,8 +194,7 @@ def _old_inputs(store: RunStore, cfg, job, appends, keys):
     try:
         fps = old.fingerprints()
         stored = {k: v for k, v in m.get("data_fingerprints", {}).items() if k in keys}
-        check_same_data(SimpleNamespace(fingerprints={k: v for k, v in fps.items()
-                                                      if k in keys}, inputs=old),
+        check_same_data(_OldData({k: v for k, v in fps.items() if k in keys}, old),
                         {"data_fingerprints": stored}, store.run_dir)
     except BaseException:
         old.close()
@@ -195,7 +206,7 @@ def _equal_rows(before, after, start: int, start_after: int, n: int) -> np.ndarr
     """Rows ``start + i`` of ``before`` whose numbers are the bits of rows
     ``start_after + i`` of ``after``, ``i < n``."""
     same = np.ones(n, bool)
-    pairs = list(zip(before.variances, after.variances))
+    pairs = list(zip(before.variances, after.variances, strict=True))
     pairs += [(before.diag[k], after.diag[k]) for k in before.diag]
     for a, b in pairs:
         a, b = a[start:start + n], b[start_after:start_after + n]

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError, UsageError, resume_command
+from ..pipeline import APPEND_KEYS, TEST_KEYS, verified_result
 from ..store import RunStore
-from ..pipeline import APPEND_KEYS, TEST_KEYS
-from ..pipeline import verified_result
+
 
 def _abs(path) -> Optional[str]:
     return None if path is None else os.path.abspath(os.fspath(path))
@@ -42,10 +42,11 @@ def request_of(test, test_key, test_labels, test_labels_key, append, append_key,
         raise UsageError.naming("give <<test>> FILE (a test set), <<append>> FILE (more "
                                 "training rows), or both")
     t = None if test is None else dict(zip(TEST_KEYS, (_abs(test), test_key,
-                                                       _abs(test_labels), test_labels_key)))
+                                                       _abs(test_labels), test_labels_key),
+                                           strict=True))
     a = None if append is None else dict(zip(APPEND_KEYS, (_abs(append), append_key,
                                                            _abs(append_labels),
-                                                           append_labels_key)))
+                                                           append_labels_key), strict=True))
     return {"test": t, "append": a}
 
 

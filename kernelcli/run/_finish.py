@@ -9,16 +9,12 @@ import dataclasses
 from typing import Optional
 
 from .._stop import Stop, check, interrupted_error, or_new
-from ..errors import (ComputeError, DiskFullError, Interrupted, QuarantinedError,
-                      resume_command)
+from ..errors import ComputeError, DiskFullError, Interrupted, QuarantinedError, resume_command
+from ..pipeline import Job, execute, is_out_of_memory, out_of_memory_error, shard_blocks
 from ..store import RunStore, result_space_bytes
 from ._assemble import assemble_if_complete
 from ._clean import remove_verified_tiles
-from ..pipeline import is_out_of_memory, out_of_memory_error
-from ..pipeline import execute
-from ..pipeline import Job
 from ._results import RunResult
-from ..pipeline import shard_blocks
 
 __all__ = ["finish", "run_summary", "RunSummary"]
 
@@ -42,6 +38,7 @@ class RunSummary:
 def run_summary(job: Job) -> RunSummary:
     """The :class:`RunSummary` given to the ``on_start`` callback of :func:`compute` and
     :func:`resume` before the first tile."""
+    assert job.backend is not None  # prepare() opened it
     platform = job.backend.platform
     return RunSummary(job.plan, job.cfg.name, platform, job.cfg.compute.executor,
                       job.memory_source, job.engine_reason)

@@ -16,8 +16,8 @@ import functools
 
 from ._predict_full import predict as full_predict
 from ._predict_landmarks import is_landmark_run, predict_landmarks
-from ._predict_spread import without_spread
 from ._predict_results import PredictResult
+from ._predict_spread import without_spread
 
 
 @functools.wraps(full_predict)

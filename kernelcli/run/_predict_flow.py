@@ -16,9 +16,20 @@ from pathlib import Path
 
 import numpy as np
 
-from ..solvers import (H5KernelOperator, accuracy, eigen, flow_basis, flow_mean, flow_weights,
-                       load_kernel, mse, nngp_flow_variance, ntk_covariance, ntk_flow_variance)
 from ..config import base_kind
+from ..solvers import (
+    H5KernelOperator,
+    accuracy,
+    eigen,
+    flow_basis,
+    flow_mean,
+    flow_weights,
+    load_kernel,
+    mse,
+    nngp_flow_variance,
+    ntk_covariance,
+    ntk_flow_variance,
+)
 from ..store import ResultFile
 from ._predict_results import FlowRow
 

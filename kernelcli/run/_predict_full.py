@@ -27,26 +27,43 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
 from .._stop import Stop, check
-from ..errors import DamagedFileError, RunDirError, UsageError, resume_command, spelled
-from ..solvers import (H5KernelOperator, NotConvergedError, NotPositiveDefiniteError,
-                       accuracy, check_ridges, check_times, choose_ridge, choose_solver,
-                       class_count,
-                       check_flow_memory, cholesky_factor, held_out_scores, load_kernel,
-                       loo_predictions, mse, one_hot, predictive_variance, solve_cg_folds,
-                       solve_memory_bytes, solve_with_factor, VARIANCE_ROWS)
-from ..solvers import predict as predict_mean
 from ..config import KINDS, base_kind, is_kernel_name
+from ..errors import DamagedFileError, RunDirError, UsageError, resume_command, spelled
+from ..solvers import (
+    VARIANCE_ROWS,
+    H5KernelOperator,
+    NotConvergedError,
+    NotPositiveDefiniteError,
+    accuracy,
+    check_flow_memory,
+    check_ridges,
+    check_times,
+    cholesky_factor,
+    choose_ridge,
+    choose_solver,
+    class_count,
+    held_out_scores,
+    load_kernel,
+    loo_predictions,
+    mse,
+    one_hot,
+    predictive_variance,
+    solve_cg_folds,
+    solve_memory_bytes,
+    solve_with_factor,
+)
+from ..solvers import predict as predict_mean
 from ..store import PREDICTIONS, ResultFile, RunStore
+from ._predict_checks import check_kernel
 from ._predict_file import RIDGE_CONVENTION, write_predictions
 from ._predict_flow import flow_kind, flow_rows
-from ._predict_spread import check_executor, coordinate, spread
-from ._predict_checks import check_kernel
 from ._predict_results import PredictChoice, PredictResult, PredictRow
+from ._predict_spread import check_executor, coordinate, spread
 
 DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
 CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG
@@ -140,7 +157,7 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
     diag = None
     if with_variance and f"{kind}_test_diag" in names:
         diag = ResultFile(result).read(f"{kind}_test_diag", np.float64)
-    out = {}
+    out: dict[float, dict[str, Any]] = {}
     if solver == "cholesky":
         work = load_kernel(result, kind)  # float64, factored in place, restored after
         for ridge in ridges:
@@ -257,7 +274,8 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
         check_kernel(store.result_path, f"{kind}_test", None, stop)
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
-    rows, choices, solved, flows = [], [], {}, {}
+    rows: list = []
+    choices, solved, flows = [], {}, {}
     for kind in kinds:
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
                                    with_variance=base_kind(kind) == "nngp", names=names,

@@ -23,17 +23,33 @@ import numpy as np
 
 from .._stop import Stop, check
 from ..errors import DamagedFileError, UsageError
-from ..solvers import (NystromMap, check_ridges, choose_landmark_solver, choose_ridge,
-                       class_count,
-                       falkon_weights, fold_sums, landmark_memory_bytes, nystrom_map,
-                       nystrom_weights, one_hot)
-from ..store import PREDICTIONS, ResultFile, RunStore
 from ..pipeline import FINGERPRINT_KEY
-from ._predict_results import PredictResult
-from ._predict_file import write_predictions
-from ._predict_full import (CV_FOLDS, DEFAULT_RIDGES, _check_run, _choice, _kinds,
-                     raise_if_none_solved, score_rows)
+from ..solvers import (
+    NystromMap,
+    check_ridges,
+    choose_landmark_solver,
+    choose_ridge,
+    class_count,
+    falkon_weights,
+    fold_sums,
+    landmark_memory_bytes,
+    nystrom_map,
+    nystrom_weights,
+    one_hot,
+)
+from ..store import PREDICTIONS, ResultFile, RunStore
 from ._predict_checks import check_kernel
+from ._predict_file import write_predictions
+from ._predict_full import (
+    CV_FOLDS,
+    DEFAULT_RIDGES,
+    _check_run,
+    _choice,
+    _kinds,
+    raise_if_none_solved,
+    score_rows,
+)
+from ._predict_results import PredictResult
 
 RIDGE_CONVENTION = ("ridge * trace(K_mm) / m (the landmarks' estimate of trace(K) / n) "
                     "on the diagonal of the Nystrom kernel")
@@ -154,7 +170,8 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
         check_kernel(store.result_path, kind, n + t, stop)
     y = one_hot(labels, classes)
     y_test = None if test_labels is None else one_hot(test_labels, classes)
-    rows_out, choices, solved, passes = [], [], {}, []
+    rows_out: list = []
+    choices, solved, passes = [], {}, []
     for kind in kinds:
         solved[kind], p = _solve_kind(store.result_path, kind, y, ridges, n, t, m, route,
                                       progress, stop)

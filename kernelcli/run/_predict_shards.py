@@ -129,7 +129,8 @@ class Watch:
     """When a heartbeat file last changed, by this process's clock."""
 
     def __init__(self, path: Path):
-        self.path, self.seen, self.since = path, None, time.monotonic()
+        self.path, self.since = path, time.monotonic()
+        self.seen: Optional[str] = None
 
     def idle_s(self) -> float:
         text = _read_text(self.path)
@@ -226,7 +227,7 @@ class ShardBands:
         names = [self.co.dir / f"r-{self.token}-{t}-{i}.npy" for i in range(len(self.bounds))]
         self._wait(lambda i: names[i].exists(), range(len(self.bounds)), self.timeout_s)
         out = []
-        for (s, e), name in zip(self.bounds, names):
+        for (s, e), name in zip(self.bounds, names, strict=True):
             out.append(load_array(name, (e - s,) + v.shape[1:], np.float64))
             name.unlink()
         return out
@@ -314,9 +315,12 @@ def serve_shard(run_dir, shard: tuple, stop: Optional[Stop] = None,
                                         s, e, session["block_rows"], cache_bytes)
                 text = f"{session['token']} ready"
                 if beat is None:
-                    beat = Beat(folder / f"server-{index}", lambda: text, session["heartbeat_s"])
+                    # late binding meant: each beat writes the current session's text
+                    beat = Beat(folder / f"server-{index}", lambda: text,  # noqa: B023
+                                session["heartbeat_s"])
                 beat.beat()
             if worker is not None:
+                assert session is not None  # the worker is the session's
                 t = _answer(folder, session, worker, index, done)
                 served, done = served + (t > done), max(done, t)
             time.sleep(_POLL_S)
@@ -329,7 +333,7 @@ def serve_shard(run_dir, shard: tuple, stop: Optional[Stop] = None,
 
 def _latest(folder: Path, token: str) -> tuple:
     """``(t, exact)`` of the newest ``v-<token>-<t>-*.npy``, ``(0, None)`` if none."""
-    best = (0, None)
+    best: tuple[int, Optional[bool]] = (0, None)
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir(folder):
             m = re.fullmatch(rf"v-{token}-(\d+)-(f64|f32)\.npy", name)

@@ -35,12 +35,11 @@ import signal
 import threading
 import time
 from multiprocessing.connection import wait
-from typing import Optional
+from typing import Optional, Union
 
 from .._stop import Stop, check
 from ..errors import ComputeError, ConfigError, UsageError
-from ..solvers import (DEFAULT_BAND_CACHE_BYTES, BandOperator, BandWorker,
-                               band_bounds, serve_band)
+from ..solvers import DEFAULT_BAND_CACHE_BYTES, BandOperator, BandWorker, band_bounds, serve_band
 from ._predict_shards import ShardBands
 from ._predict_shards import coordinate as coordinate
 
@@ -312,7 +311,9 @@ def spread(base, executor: str = "local", workers: Optional[int] = None,
     if executor == "local":
         yield base
         return
+    pool: Union[ShardBands, ProcessBands, RayBands]
     if executor == "shards":
+        assert workers is not None  # check_executor refused shards without workers
         pool = ShardBands(base, coordination, workers, stop=stop)
     elif executor == "processes":
         pool = ProcessBands(base, workers, cache_bytes, stop=stop)

@@ -4,13 +4,24 @@ the ``to_dict()`` that ``--json`` prints (its keys are a contract)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol
 
 from ..config import Engine
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+
+class _Part(Protocol):
+    """A part of a result that gives its own ``to_dict()`` keys."""
+
+    def to_dict(self) -> dict: ...
 
 
 class _Flat:
     """A part of a result whose fields are keys of the result's ``to_dict()``."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # each subclass is a dataclass
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -261,7 +272,7 @@ class EstimateResult:
     what bound the memory budget (``memory_source``), and the optional parts: ``solve`` (what ``predict`` will need), ``workers`` (how a job
     array divides the work) and ``timing`` (a timed batch, extrapolated)."""
 
-    plan: object                 # kernelcli.plan.Plan
+    plan: Plan
     name: str
     kinds: tuple
     dtype: str
@@ -279,8 +290,8 @@ class EstimateResult:
     group_size: int = 1
     # on an accelerator: the devices' peak, per device (the process peak is the host's)
     device_peak_bytes: Optional[int] = None
-    cost: Optional[object] = None  # an accelerator engine's kernelcli.kernels.CostModel
-    routes: Optional[object] = None  # data.landmarks: run._landmarks.RouteCosts
+    cost: Optional[_Part] = None  # an accelerator engine's kernelcli.kernels.CostModel
+    routes: Optional[_Part] = None  # data.landmarks: run._landmarks.RouteCosts
     files: Optional[PlannedFiles] = None  # the finished run directory's files
     engine_reason: str = ""  # why plan.engine, the engine, computes (kernels.engine_reason)
 

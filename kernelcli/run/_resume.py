@@ -11,13 +11,10 @@ from typing import Callable, Optional
 
 from .._stop import Stop, or_new
 from ..config import RunConfig
+from ..pipeline import Progress, load_run_config, prepare_run, verified_result, writes_run
 from ..store import RunStore
-from ..pipeline import writes_run
 from ._compute import check_combination, check_inputs_outside, with_executor
-from ..pipeline import Progress
 from ._finish import RunSummary, finish
-from ..pipeline import prepare_run
-from ..pipeline import load_run_config, verified_result
 from ._results import RunResult
 
 __all__ = ["resume"]

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import UsageError, resume_command
-from ..plan import assign
 from ..config import KINDS
+from ..errors import UsageError, resume_command
+from ..pipeline import check_present_files, check_shard_count, missing_tiles_problem
+from ..plan import assign
 from ..store import Manifest, RunStore
 from ._results import ExtendSummary, ShardProgress, StatusReport
-from ..pipeline import check_present_files, missing_tiles_problem
-from ..pipeline import check_shard_count
 
 
 def shard_counts(store: RunStore, plan, shards: Optional[int],

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import KernelcliError, resume_command
-from ..store import RunStore
 from ..pipeline import check_present_files, check_recorded_config, missing_tiles_problem
+from ..store import RunStore
 
 
 @dataclass

@@ -13,6 +13,8 @@ gradient-flow predictions of neural-tangents' ``gradient_descent_mse_ensemble``.
 """
 
 # CG's products over row bands, for run/_predict_spread's executors
+from ..errors import NotConvergedError as NotConvergedError
+from ..errors import NotPositiveDefiniteError as NotPositiveDefiniteError
 from ._bands import DEFAULT_BAND_CACHE_BYTES as DEFAULT_BAND_CACHE_BYTES
 from ._bands import BandOperator as BandOperator
 from ._bands import BandWorker as BandWorker
@@ -30,8 +32,11 @@ from ._cholesky import predictive_variance as predictive_variance
 from ._cholesky import regularizer as regularizer
 from ._cholesky import solve_cholesky as solve_cholesky
 from ._cholesky import solve_with_factor as solve_with_factor
-from ..errors import NotConvergedError as NotConvergedError
-from ..errors import NotPositiveDefiniteError as NotPositiveDefiniteError
+from ._falkon import FalkonSolution as FalkonSolution
+from ._falkon import choose_landmark_solver as choose_landmark_solver
+from ._falkon import falkon_weights as falkon_weights
+from ._falkon import landmark_memory_bytes as landmark_memory_bytes
+from ._falkon import landmark_operations as landmark_operations
 from ._gradient_flow import Eigen as Eigen
 from ._gradient_flow import FlowBasis as FlowBasis
 from ._gradient_flow import NTKCovariance as NTKCovariance
@@ -46,28 +51,23 @@ from ._gradient_flow import ntk_covariance as ntk_covariance
 from ._gradient_flow import ntk_flow_variance as ntk_flow_variance
 from ._memory import SOLVERS as SOLVERS
 from ._memory import VARIANCE_ROWS as VARIANCE_ROWS
-from ._memory import cholesky_memory_bytes as cholesky_memory_bytes
 from ._memory import cg_memory_bytes as cg_memory_bytes
 from ._memory import cg_operations as cg_operations
-from ._memory import cholesky_operations as cholesky_operations
 from ._memory import check_flow_memory as check_flow_memory
+from ._memory import cholesky_memory_bytes as cholesky_memory_bytes
+from ._memory import cholesky_operations as cholesky_operations
+from ._memory import choose_solver as choose_solver
 from ._memory import falkon_memory_bytes as falkon_memory_bytes
 from ._memory import flow_memory_bytes as flow_memory_bytes
-from ._memory import choose_solver as choose_solver
 from ._memory import solve_memory_bytes as solve_memory_bytes
-from ._operator import ArrayOperator as ArrayOperator
-from ._operator import H5KernelOperator as H5KernelOperator
-from ._operator import load_kernel as load_kernel
-from ._falkon import FalkonSolution as FalkonSolution
-from ._falkon import choose_landmark_solver as choose_landmark_solver
-from ._falkon import falkon_weights as falkon_weights
-from ._falkon import landmark_memory_bytes as landmark_memory_bytes
-from ._falkon import landmark_operations as landmark_operations
 from ._nystrom import NystromMap as NystromMap
 from ._nystrom import fold_sums as fold_sums
 from ._nystrom import nystrom_map as nystrom_map
 from ._nystrom import nystrom_memory_bytes as nystrom_memory_bytes
 from ._nystrom import nystrom_weights as nystrom_weights
+from ._operator import ArrayOperator as ArrayOperator
+from ._operator import H5KernelOperator as H5KernelOperator
+from ._operator import load_kernel as load_kernel
 from ._selection import choose_ridge as choose_ridge
 from ._selection import fold_masks as fold_masks
 from ._selection import held_out_scores as held_out_scores

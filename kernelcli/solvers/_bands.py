@@ -21,7 +21,8 @@ Ray actors of :mod:`kernelcli.run._predict_spread`).
 from __future__ import annotations
 
 import signal
-from typing import List, Optional, Tuple
+from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from ._operator import aligned_empty, block_product, transposed
 DEFAULT_BAND_CACHE_BYTES = 1 << 30  # a worker keeps its band in memory up to this size
 
 
-def band_bounds(n_rows: int, block_rows: int, workers: int) -> List[Tuple[int, int]]:
+def band_bounds(n_rows: int, block_rows: int, workers: int) -> list[tuple[int, int]]:
     """``[(start, stop), ...]``: at most ``workers`` bands covering ``n_rows``, each a
     whole number of ``block_rows`` blocks (the last one's end excepted), in order."""
     blocks = -(-n_rows // block_rows)
@@ -52,7 +53,7 @@ class BandWorker:
                  cache_bytes: int = DEFAULT_BAND_CACHE_BYTES):
         self.path, self.dataset = str(path), dataset
         self.start, self.stop, self.block_rows = int(start), int(stop), int(block_rows)
-        with ResultFile(self.path).kernel(dataset) as ds:
+        with ResultFile(Path(self.path)).kernel(dataset) as ds:
             self.n_cols, self.stored = int(ds.shape[1]), np.dtype(ds.dtype)
             if not (0 <= self.start < self.stop <= ds.shape[0]):
                 raise DataError(f"{dataset!r} in {self.path} has {ds.shape[0]:,} rows; it "
@@ -72,7 +73,7 @@ class BandWorker:
                 yield s, (block if block.dtype == dtype else block.astype(dtype))
             return
         buf = aligned_empty((self.block_rows, self.n_cols), dtype)
-        with ResultFile(self.path).kernel(self.dataset) as ds:
+        with ResultFile(Path(self.path)).kernel(self.dataset) as ds:
             for s in range(self.start, self.stop, self.block_rows):
                 e = min(s + self.block_rows, self.stop)
                 ds.read_direct(buf, np.s_[s:e], np.s_[0:e - s])
@@ -135,7 +136,7 @@ class BandOperator:
             raise DataError(f"{self.dataset!r} in {self.path} has {self.shape[1]:,} columns; "
                             f"it cannot multiply an array of shape {v.shape}")
         parts = self.pool.product(v, exact)
-        for (s, e), part in zip(self.bounds, parts):
+        for (s, e), part in zip(self.bounds, parts, strict=True):
             if part.shape != (e - s,) + v.shape[1:]:
                 raise DataError(f"the band {s}:{e} of {self.dataset!r} came back with shape "
                                 f"{part.shape}, not {(e - s,) + v.shape[1:]}")

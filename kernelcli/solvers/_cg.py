@@ -27,7 +27,7 @@ each fold is a masked column, so the folds cost no extra pass over K per iterati
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 
@@ -125,7 +125,7 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     while True:
         active = np.flatnonzero(np.sqrt(rs) > target)
         if active.size == 0:
-            kept = []
+            kept: list = []
             true_r = rhs(every)
             true_r -= apply(x, every, keep=kept)
             products += 1
@@ -250,7 +250,7 @@ def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional
 def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: bool = True,
                     tol: float = 1e-10, maxiter: Optional[int] = None, kind: str = "kernel",
                     on_iteration: Optional[Callable[[int, float], None]] = None,
-                    rank: int = DEFAULT_RANK, mixed: bool = True) -> Dict[float, np.ndarray]:
+                    rank: int = DEFAULT_RANK, mixed: bool = True) -> dict[float, np.ndarray]:
     """``{ridge: alpha (n, C)}`` like ``solve_cholesky``, by conjugate gradients.
 
     ``k_train``: an (n, n) array or a square ``H5KernelOperator``; ``targets`` (n, C).
@@ -319,7 +319,7 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
                    maxiter: Optional[int] = None, kind: str = "kernel",
                    on_iteration: Optional[Callable[[int, float], None]] = None,
                    rank: int = DEFAULT_RANK, mixed: bool = True
-                   ) -> Tuple[Dict[float, np.ndarray], Dict[float, np.ndarray]]:
+                   ) -> tuple[dict[float, np.ndarray], dict[float, np.ndarray]]:
     """``({ridge: alpha (n, C)}, {ridge: held-out predictions (n, C)})``: the fit of
     ``solve_cg_ridges`` and k-fold cross-validation, in one CG run.
 
@@ -361,6 +361,7 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
                                 for i in range(len(ridges))])
     # every fold's alpha times K: the final float64 residual's product had it (the
     # folds' x are zero outside their rows)
+    assert out.kx is not None  # _cg returns its last product
     fold_pred = out.kx[:, fold_cols]
     alphas, held_out = {}, {}
     for i, r in enumerate(ridges):

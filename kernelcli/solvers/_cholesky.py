@@ -23,7 +23,7 @@ Only the lower triangle of ``k_train`` is read: it must be symmetric.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, Optional
+from typing import Iterable, Optional
 
 import numpy as np
 
@@ -160,7 +160,7 @@ def cholesky_factor(k_train, ridge: float, *, trace_scaled: bool = True,
 
 
 def solve_cholesky(k_train, targets, ridges: Iterable[float], *, trace_scaled: bool = True,
-                   kind: str = "kernel") -> Dict[float, np.ndarray]:
+                   kind: str = "kernel") -> dict[float, np.ndarray]:
     """Dual coefficients ``alpha = (K + reg I)^{-1} Y`` for every ridge.
 
     ``k_train`` (n, n) symmetric, ``targets`` (n, C). Returns ``{ridge: alpha (n, C)}``
@@ -175,8 +175,9 @@ def solve_cholesky(k_train, targets, ridges: Iterable[float], *, trace_scaled: b
     alphas = {}
     for ridge in ridges:
         reg = regularizer(ridge, trace, n, trace_scaled)
-        chol = _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled, reg, n,
-                                                         "Cholesky failed"))
+        # the message is built, if at all, within this iteration
+        chol = _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled,  # noqa: B023
+                                                         reg, n, "Cholesky failed"))  # noqa: B023
         alphas[ridge] = solve_with_factor(chol, y)
         del chol
     return alphas

@@ -245,7 +245,7 @@ def falkon_weights(k_mm: np.ndarray, bands: Callable[[], Iterable], y: np.ndarra
     every = np.arange(cols)
     b = by_ridge(t_inv.T @ np.tile(kty, len(ridges)) / n, every, lambda r, x: a_inv[r].T @ x)
     del kty
-    errors = {}
+    errors: dict = {}
     x, passes = _cg(operator, b, tol, maxiter, col_ridge, ridges, regs, kind, n, errors,
                     on_pass)
     alpha = t_inv @ by_ridge(x, every, lambda r, v: a_inv[r] @ v)

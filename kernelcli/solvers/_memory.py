@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import BudgetError, UsageError
 from .._system import available_ram_bytes
-from ..plan import auto_budget
 from ..config import format_size
+from ..errors import BudgetError, UsageError
+from ..plan import auto_budget
 
 SOLVERS = ("auto", "cholesky", "cg")
 # A sweep is a handful of values: each ridge is a solve, each (ridge, time) an (m, C)

@@ -93,7 +93,7 @@ def nystrom_weights(nmap: NystromMap, gram: np.ndarray, rhs: np.ndarray, ridges,
     systems = [(total_g - gram[f], total_b - rhs[f]) for f in range(gram.shape[0])]
     systems.append((total_g, total_b))
     eye = np.eye(nmap.rank)
-    out = {}
+    out: dict = {}  # ridge -> weights, or the message
     for ridge in ridges:
         reg = ridge * nmap.scale
         weights = []

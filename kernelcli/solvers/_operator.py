@@ -39,7 +39,7 @@ import functools
 import signal
 import threading
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy as np
 
@@ -146,7 +146,7 @@ class H5KernelOperator:
             if ds.ndim != 2 or 0 in ds.shape:
                 raise DataError(f"{dataset!r} in {self.path} must be a non-empty 2-D kernel, "
                                 f"got shape {ds.shape}")
-            self.shape: Tuple[int, int] = (int(ds.shape[0]), int(ds.shape[1]))
+            self.shape: tuple[int, int] = (int(ds.shape[0]), int(ds.shape[1]))
             self.dtype = ds.dtype
         if block_rows is None:
             block_rows = max(1, DEFAULT_BLOCK_BYTES // (8 * self.shape[1]))
@@ -219,7 +219,7 @@ class H5KernelOperator:
                 # wait is on events: a KeyboardInterrupt in Thread.join can mark a running
                 # thread as ended (CPython 3.11), and a later join then returns at once.
                 halt.set()
-                for t, e in zip(threads, ended):
+                for t, e in zip(threads, ended, strict=True):
                     if t.ident is not None:
                         e.wait()
                         t.join()

@@ -26,9 +26,10 @@ widened by chunks of rows in each product); no matrix here is larger than ``n x 
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
+import numpy.typing as npt
 
 DEFAULT_RANK = 1000  # landmark columns; memory n * rank * 4 bytes (the factor in float32)
 _CHUNK_ROWS = 4096  # rows of the factor widened to float64 at a time in a product
@@ -128,7 +129,7 @@ class NystromPreconditioner:
 
     def __init__(self, matvec: Callable[[np.ndarray], np.ndarray], n: int,
                  ridge: np.ndarray, rank: int = DEFAULT_RANK,
-                 masks: Optional[np.ndarray] = None, group: Optional[Sequence[int]] = None,
+                 masks: Optional[np.ndarray] = None, group: Optional[npt.ArrayLike] = None,
                  columns: Optional[Callable[[np.ndarray], np.ndarray]] = None,
                  diagonal: Optional[np.ndarray] = None):
         self.ridge = np.asarray(ridge, dtype=np.float64)

@@ -8,7 +8,7 @@ centring does not change it; MSE is measured against the targets used to fit.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional
+from typing import Mapping, Optional
 
 import numpy as np
 
@@ -81,7 +81,7 @@ def mse(predictions, targets) -> float:
 
 
 def evaluate(predictions: Mapping[float, np.ndarray], labels,
-             targets) -> Dict[float, Dict[str, float]]:
+             targets) -> dict[float, dict[str, float]]:
     """``{ridge: {"accuracy": a, "mse": e}}`` for ``{ridge: predictions (m, C)}``."""
     return {r: {"accuracy": accuracy(p, labels), "mse": mse(p, targets)}
             for r, p in predictions.items()}

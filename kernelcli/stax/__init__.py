@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from ..errors import ConfigError
 from ._network import FanInConcat as FanInConcat
 from ._network import FanInSum as FanInSum
 from ._network import FanOut as FanOut
@@ -36,7 +37,6 @@ from ._network import parallel as parallel
 from ._network import repeat as repeat
 from ._network import residual as residual
 from ._network import serial as serial
-from ..errors import ConfigError
 
 __all__ = ["ABRelu", "Abs", "AvgPool", "Conv", "ConvLocal", "ConvTranspose", "Cos", "Dense",
            "Erf", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gaussian", "Gelu",

@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._library import KernelFunction
-from ..errors import FiniteNetworkError
 from ..config import KINDS
+from ..errors import FiniteNetworkError
+from ._library import KernelFunction
 
 
 class Kernel(NamedTuple):
@@ -69,7 +69,7 @@ class NTKernelFn:
             dtype = getattr(x1, "dtype", None) or np.asarray(x1).dtype
             kwargs["dtype"] = "float64" if dtype == np.float64 else "float32"
         wanted = tuple(dict.fromkeys(names))  # each kind computed once
-        arrays = dict(zip(wanted, self._kfn(x1, x2, get=wanted, **kwargs)))
+        arrays = dict(zip(wanted, self._kfn(x1, x2, get=wanted, **kwargs), strict=True))
         if get is None:
             return Kernel(arrays["nngp"], arrays["ntk"])
         if isinstance(get, str):

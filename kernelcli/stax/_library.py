@@ -23,8 +23,8 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import ConfigError, DataError, RunDirError
 from ..config import KINDS as _KINDS
+from ..errors import ConfigError, DataError, RunDirError
 
 
 def _architecture_of(architecture):
@@ -150,8 +150,8 @@ class KernelFunction:
                  dtype: str = "float32", memory: Union[int, str] = "auto", devices=None,
                  augment: Union[None, str, Sequence[str]] = None, engine: str = "auto",
                  stop=None):
-        from ..run import kernel_matrix
         from ..config import parse_augment, read_dtype, read_engine, read_memory
+        from ..run import kernel_matrix
 
         # read as a config's kernel.dtype and compute.engine are, naming the argument
         dtype = read_dtype(dtype, "dtype")
@@ -191,8 +191,8 @@ class KernelFunction:
     def _kernel(self, shape, kinds, dtype, augment=(), engine="cpu"):
         key = (tuple(shape), kinds, dtype, augment, engine)
         if key not in self._built:
-            from ..kernels import build_kernel_fn
             from ..config import check_architecture
+            from ..kernels import build_kernel_fn
 
             check_architecture(self.architecture, tuple(shape))
             self._built[key] = build_kernel_fn(self.architecture, shape, kinds, dtype, augment,

@@ -13,7 +13,7 @@ a network left with one is refused when it is used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Union
 
 import yaml
 
@@ -29,7 +29,7 @@ class _Piece:
     name: str
     stage: int
     num: int = 0
-    branches: Tuple[list, ...] = ()
+    branches: tuple[list, ...] = ()
     merge: str = ""
 
 
@@ -38,7 +38,7 @@ class Network:
     """An architecture: its layers as the items of ``architecture.layers`` and the
     parameterization its ``Dense``/``Conv`` layers asked for (``None``: none did)."""
 
-    layers: Tuple[Union[str, dict, _Piece], ...]
+    layers: tuple[Union[str, dict, _Piece], ...]
     parameterization: Optional[str] = None
 
     def to_dict(self) -> dict:
@@ -89,7 +89,8 @@ def refuse(layer: str, argument: str, value, accepted: str) -> None:
 def _merged(networks: Sequence, who: str) -> Network:
     """The items of ``networks`` in order (pieces not yet joined), with the one
     parameterization they ask for."""
-    items, chosen = [], None
+    items: list[Union[str, dict, _Piece]] = []
+    chosen = None
     for k, layer in enumerate(networks):
         if not isinstance(layer, Network):
             raise ConfigError(f"stax.{who}: argument {k} is {type(layer).__name__}, not a "

@@ -89,13 +89,23 @@ command writes it at a time (:mod:`._lock`, ``<run_dir>/.kernelcli.lock``). OS e
 name the path.
 """
 
-from ._store import RunStore as RunStore
+from ._assembly import result_space_bytes as result_space_bytes
+from ._lock import run_lock as run_lock
+from ._manifest_file import MANIFEST as MANIFEST
+from ._manifest_schema import FORMAT as MANIFEST_FORMAT
+from ._manifest_schema import Manifest as Manifest
+from ._manifest_schema import StoredCompute as StoredCompute
+from ._manifest_schema import engine_of as engine_of
+from ._manifest_schema import new_manifest as new_manifest
+from ._manifest_schema import result_attrs as result_attrs
 from ._ownership import check_new as check_new_run_dir
 from ._ownership import check_path as check_run_dir_path
 from ._ownership import input_clash as input_clash
 from ._ownership import owned_files as owned_files
 from ._ownership import stored_identity as stored_identity
-from ._lock import run_lock as run_lock
+from ._packer import planned_tile_files as planned_tile_files
+from ._result_file import ResultFile as ResultFile
+from ._result_file import row_bands as row_bands
 from ._run_files import LABELS as LABELS
 from ._run_files import PREDICTIONS as PREDICTIONS
 from ._run_files import RESULT as RESULT
@@ -103,19 +113,9 @@ from ._run_files import TEST_DIAG as TEST_DIAG
 from ._run_files import TILES as TILES
 from ._run_files import labels_name as labels_name
 from ._run_files import preprocess_name as preprocess_name
-from ._manifest_file import MANIFEST as MANIFEST
-from ._manifest_schema import FORMAT as MANIFEST_FORMAT
-from ._manifest_schema import Manifest as Manifest
-from ._manifest_schema import engine_of as engine_of
-from ._manifest_schema import StoredCompute as StoredCompute
-from ._manifest_schema import new_manifest as new_manifest
-from ._manifest_schema import result_attrs as result_attrs
-from ._result_file import ResultFile as ResultFile
-from ._tiles import tile_write_seconds as tile_write_seconds
-from ._packer import planned_tile_files as planned_tile_files
-from ._assembly import result_space_bytes as result_space_bytes
-from ._result_file import row_bands as row_bands
 from ._sealed import h5_written_whole as h5_written_whole
+from ._store import RunStore as RunStore
+from ._tiles import tile_write_seconds as tile_write_seconds
 from ._untrusted import check_untrusted as check_untrusted
 
 __all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_files",

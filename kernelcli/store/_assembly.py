@@ -139,7 +139,7 @@ def _write_bands(datasets: dict, blocks, n: int, n2: int, tiles, symmetric: bool
                 got = tiles.read(b, kinds, runs(b))
                 for k in kinds:
                     band[k][:, b.r0:b.r1] = got[k].T
-        for k, name in zip(kinds, datasets):
+        for k, name in zip(kinds, datasets, strict=True):
             datasets[name][r0:r1] = band[k]
             hashes[k].update(band[k].data)
     return {k: h.hexdigest() for k, h in hashes.items()}

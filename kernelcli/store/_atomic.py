@@ -111,8 +111,8 @@ def storage_error(exc: BaseException, path: Path) -> Exception:
     if code in _NO_PERMISSION or "Permission denied" in text or "Read-only file system" in text:
         return RunDirError(f"cannot write {path}: permission denied or read-only file system")
     if code in _IN_THE_WAY:  # a file where a folder should be, or the reverse
-        return RunDirError(f"cannot write {path}: {exc.strerror}")
-    reason = exc.strerror if getattr(exc, "strerror", None) else text
+        return RunDirError(f"cannot write {path}: {getattr(exc, 'strerror', None)}")
+    reason = getattr(exc, "strerror", None) or text
     return ComputeError(f"could not write {path}: {reason}")
 
 
@@ -125,7 +125,7 @@ def remove_stale_tmp(folder: Path) -> list[Path]:
     only when untouched for a day: its pid means nothing here. Returns the removed
     paths.
     """
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
@@ -210,7 +210,8 @@ def _create_with_lock(tmp: Path, path: Path, wait: float = 120.0) -> bool:
             time.sleep(0.05)
         if not path.exists():
             raise ComputeError(f"{lock} exists but {path} did not appear within {wait:.0f} s; "
-                               f"if no other process is starting this run, delete {lock}")
+                               f"if no other process is starting this run, delete {lock}"
+                               ) from None
         return False
     os.close(fd)
     try:

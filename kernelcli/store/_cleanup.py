@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ._atomic import fsync_dir, storage_error, write_bytes_atomic
 from ..errors import RunDirError
+from ._atomic import fsync_dir, storage_error, write_bytes_atomic
 from ._ownership import check_tiles_own
-from ._run_files import TILES
 from ._packs import TileSet
+from ._run_files import TILES
 from ._tiles import tile_path
 from ._untrusted import read_untrusted
 

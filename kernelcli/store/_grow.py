@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Optional
 
 from ._atomic import fsync_dir, storage_error
 from ._lineage import superseded
+from ._manifest_schema import labels_file_of
 from ._markers import SHARD_MARKER
 from ._ownership import check_tiles_own, is_predictions, run_ids
-from ._manifest_schema import labels_file_of
 from ._sealed import SealError, read_sealed
 from ._tiles import tile_path
 
@@ -77,10 +78,10 @@ class Growth:
             return []
         return sorted(m[1] for m in map(_CARRIED.match, names) if m is not None)
 
-    def take_carried(self, new_key: str, block, run: str, attrs: dict) -> bool:
+    def take_carried(self, new_key: str, block, run: Optional[str], attrs: dict) -> bool:
         """Write the tile set aside for ``new_key`` as ``block``'s tile of this run, when
-        it is whole and carries ``run`` and the block coordinates ``attrs``; remove it
-        either way. Whether a tile was written."""
+        it is whole and carries ``run`` (``None``: none does) and the block coordinates
+        ``attrs``; remove it either way. Whether a tile was written."""
         path = self._carry_path(new_key)
         try:
             datasets, found = read_sealed(path)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._result_file import ResultFile
 from ._manifest_schema import parse_lineage as lineage
+from ._result_file import ResultFile
 from ._sealed import SealError, read_sealed
 
 

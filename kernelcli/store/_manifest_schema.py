@@ -34,12 +34,12 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from .. import __version__
+from ..config import DTYPES, ENGINE_NAMES, KINDS, Engine, is_kernel_name
 from ..errors import DamagedFileError, KernelcliError
 from ..plan import Geometry, make_geometry
-from ..config import DTYPES, ENGINE_NAMES, KINDS, Engine, is_kernel_name
 from ._run_files import LABELS
 
 # 2: manifest checksum, sealed tiles with run identity, checksummed result; 3: the
@@ -77,7 +77,7 @@ def new_manifest(*, name: str, config_text: str, config_dir: str, config_dir_fro
     """The JSON object of a new run's manifest. ``extend`` (with ``lineage`` and
     ``labels_file``): keys of runs grown by ``kernelcli extend`` only, so the manifests
     of other runs keep their bytes."""
-    out = {
+    out: dict[str, Any] = {
         "format": FORMAT,
         "kernelcli_version": __version__,
         "name": name,
@@ -153,7 +153,7 @@ class Manifest:
         object.__setattr__(self, "geometry", _geometry(self.data, self.run_dir))
 
     @classmethod
-    def check(cls, data: dict, run_dir) -> "Manifest":
+    def check(cls, data: dict, run_dir) -> Manifest:
         """``data`` (a manifest's JSON object) checked as a kernelcli run's."""
         return cls(data, run_dir)
 
@@ -211,7 +211,7 @@ class Manifest:
     def result_shapes(self) -> dict:
         """dataset -> shape of every kernel dataset ``kernels.h5`` must hold."""
         g, kinds = self.geometry, self.kinds
-        shapes = {k: (g.n1, g.n2) for k in kinds}
+        shapes: dict[str, tuple[int, ...]] = {k: (g.n1, g.n2) for k in kinds}
         if g.n_test:
             shapes.update({f"{k}_test": (g.n_test, g.n2) for k in kinds})
             if self.test_diagonal:
@@ -336,7 +336,7 @@ def engine_of(manifest: dict, run_dir) -> Engine:
         elif e["name"] == "native":
             e["native_revision"] = 1  # written only from 2 on
         keys = dict(zip(("name", "native_revision", "native_library"),
-                        (f"plan.{k}" for k in _ENGINE_IN_PLAN)))
+                        (f"plan.{k}" for k in _ENGINE_IN_PLAN), strict=True))
     else:
         section = manifest.get("engine")
         if not isinstance(section, dict):

@@ -38,13 +38,21 @@ from ._atomic import _TMP
 from ._lineage import ancestors
 from ._lock import LOCK
 from ._manifest_file import CHECKSUM, MANIFEST
-from ._packs import PACK, pack_run
-from ._markers import SHARD_MARKER
-from ._result_file import ResultFile
 from ._manifest_schema import labels_file_of
+from ._markers import SHARD_MARKER
+from ._packs import PACK, pack_run
+from ._result_file import ResultFile
+from ._run_files import (
+    PREDICTIONS,
+    QUARANTINE,
+    RESULT,
+    SHARDS,
+    TEST_DIAG,
+    TILES,
+    is_side_file,
+    preprocess_name,
+)
 from ._sealed import SealError, read_sealed
-from ._run_files import (PREDICTIONS, QUARANTINE, RESULT, SHARDS, TEST_DIAG, TILES, is_side_file,
-                    preprocess_name)
 
 FOLDERS = (TILES, SHARDS, QUARANTINE)
 _NAME_MAX = 255     # bytes in one file name (Linux, macOS)

@@ -52,7 +52,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import ComputeError, DamagedFileError, RunDirError
 from ._atomic import atomic_path, fsync_dir, storage_error
@@ -340,7 +340,8 @@ def quarantine_tiles(tiles: TileSet, blocks, quarantine) -> list:
     """Move the tiles of ``blocks`` to quarantine (``quarantine(path)`` moves one file and
     gives its new path); the new paths. A pack holding one is moved whole, after its
     other tiles are unpacked, so only the damaged ones are computed again."""
-    moved, packs = [], {}
+    moved: list = []
+    packs: dict[Path, tuple[Any, set]] = {}
     for b in blocks:
         path = tile_path(tiles.dir, b.key)
         pack = None if path.is_file() else tiles.find(b.key)

@@ -185,7 +185,7 @@ def dataset_digest(dataset) -> str:
     return h.hexdigest()
 
 
-def verify_result(path: Path, run: str, expected: dict = None, full: bool = True,
+def verify_result(path: Path, run: str, expected: Optional[dict] = None, full: bool = True,
                   max_bytes: Optional[int] = None):
     """``None`` when ``kernels.h5`` at ``path`` is whole; else what is wrong, in words.
 

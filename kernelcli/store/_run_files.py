@@ -8,6 +8,7 @@ import re
 import time
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def move_to_quarantine(folder: Path, path: Path) -> Path:
     return target
 
 
-def check_test_diagonal(path: Path, run_id: str, kinds, max_bytes: int) -> tuple:
+def check_test_diagonal(path: Path, run_id: str, kinds, max_bytes: Optional[int]) -> tuple:
     """``(datasets, None)`` of a whole ``test_diag.h5`` of run ``run_id`` holding
     ``kinds``, else ``(None, what is wrong)``: one read serves the check and the values.
     A file over ``max_bytes`` (what the plan implies) is refused unread."""

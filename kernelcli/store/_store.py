@@ -18,24 +18,37 @@ from typing import Optional
 from ..errors import KernelcliError, RunDirError
 from ._assembly import assemble as _assemble
 from ._assembly import check_tiles
+from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
-from ._test_diagonal import DiagonalFile
 from ._grow import Growth
 from ._lineage import accepted_runs
-from ._markers import mark_shard, shard_markers
-from ._result_file import ResultFile
-from ._manifest_schema import Manifest, labels_file_of
-from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
-from ._manifest_file import (CHECKSUM, MANIFEST, create_manifest, encode_manifest, manifest_id,
-                        read_manifest, write_manifest)
 from ._lock import run_lock
-from ._ownership import (check_folders, check_new, check_path, check_tiles_own, owned_files,
-                         run_ids)
+from ._manifest_file import (
+    CHECKSUM,
+    MANIFEST,
+    create_manifest,
+    encode_manifest,
+    manifest_id,
+    read_manifest,
+    write_manifest,
+)
+from ._manifest_schema import Manifest, labels_file_of
+from ._markers import mark_shard, shard_markers
+from ._ownership import check_folders, check_new, check_path, check_tiles_own, owned_files, run_ids
 from ._packer import Packer
 from ._packs import PACK_TILES, TileSet, quarantine_tiles
+from ._result_file import ResultFile
+from ._run_files import (
+    QUARANTINE,
+    RESULT,
+    SHARDS,
+    TILES,
+    is_side_file,
+    move_to_quarantine,
+    read_npz,
+)
+from ._test_diagonal import DiagonalFile
 from ._tiles import write_tile as _write_tile
-from ._run_files import (QUARANTINE, RESULT, SHARDS, TILES, is_side_file, move_to_quarantine,
-                    read_npz)
 
 
 class RunStore:
@@ -151,7 +164,7 @@ class RunStore:
         return packer
 
     @classmethod
-    def open(cls, run_dir) -> "RunStore":
+    def open(cls, run_dir) -> RunStore:
         """An existing run; :class:`RunDirError` if ``run_dir`` holds none.
 
         Temporary files left by killed writers are removed.
@@ -168,7 +181,7 @@ class RunStore:
         return store
 
     def create(self, manifest: dict, overwrite: bool = False,
-               side_files: Optional[dict] = None) -> "RunStore":
+               side_files: Optional[dict] = None) -> RunStore:
         """Start a new run: make the folders and write ``manifest`` (a JSON object).
 
         ``side_files`` (name -> bytes; names as in the module docstring) are written
@@ -200,7 +213,7 @@ class RunStore:
         return self
 
     def create_or_join(self, manifest: dict,
-                       side_files: Optional[dict] = None) -> tuple["RunStore", bool]:
+                       side_files: Optional[dict] = None) -> tuple[RunStore, bool]:
         """Start a new run, or join the one another process started at the same moment.
 
         Exactly one of several processes calling this at once (on one machine or on a

@@ -14,8 +14,8 @@ import numpy as np
 
 from ..errors import QuarantinedError, RunDirError, resume_command
 from ._manifest_schema import bytes_bound
-from ._sealed import write_sealed
 from ._run_files import TEST_DIAG, check_test_diagonal
+from ._sealed import write_sealed
 
 
 class DiagonalFile:

@@ -17,6 +17,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -95,7 +96,7 @@ def write_tile(tiles_dir: Path, block, arrays: dict, run: str = "") -> Path:
         if not isinstance(kind, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", kind):
             raise ValueError(f"kind {kind!r} is not a valid dataset name")
         tiles[kind] = full_tile(block, values)
-    attrs = {name: int(getattr(block, name)) for name in _RANGE_ATTRS}
+    attrs: dict[str, Any] = {name: int(getattr(block, name)) for name in _RANGE_ATTRS}
     attrs.update(diagonal=bool(block.diagonal), key=block.key, run=run)
     return write_sealed(tile_path(tiles_dir, block.key), tiles, attrs)
 
