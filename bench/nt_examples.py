@@ -1,4 +1,4 @@
-"""The references of tests/test_nt_dropin.py: neural-tangents 0.6.5 in float64 on the
+"""The references of tests/stax/test_nt_dropin.py: neural-tangents 0.6.5 in float64 on the
 examples of tests/nt_examples.py, written to tests/fixtures/nt_examples.npz.
 
     bash bench/setup_nt.sh && bench/.venv-nt/bin/python bench/nt_examples.py

@@ -1,4 +1,4 @@
-"""A notebook session with kernelcli, as a script (CI runs it: tests/test_api.py).
+"""A notebook session with kernelcli, as a script (CI runs it: tests/stax/test_api.py).
 
 A network is built with neural-tangents' stax names, its kernels computed in memory,
 then the same network becomes a batch job through ``to_yaml()``, the job is run, and

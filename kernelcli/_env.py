@@ -1,7 +1,7 @@
 """Every environment variable kernelcli reads, read and checked here and nowhere else.
 
-docs/environment.md documents each name in :data:`VARIABLES` (tests/test_docs.py
-keeps the two in step, and tests/test_env.py that no other module reads the
+docs/environment.md documents each name in :data:`VARIABLES` (tests/project/test_docs.py
+keeps the two in step, and tests/project/test_env.py that no other module reads the
 environment). None of them changes a kernel's value beyond its last bits: the chunk
 size does that (XLA compiles each chunk size differently), so a run records its chunk
 and a resume or extend uses the recorded one. A value kernelcli cannot

@@ -34,6 +34,7 @@ import pytest
 
 from kernelcli.config import RunConfig, load_config
 
+
 # The CLI's persistent compilation cache (kernelcli/cli/_setup.py): one folder per test
 # session, so subprocess tests share compiled programs but never touch the user's cache.
 def pytest_addoption(parser):
@@ -214,9 +215,9 @@ class ReferenceKernels:
         return self._kernels[name, dtype]
 
     def _compute(self, name: str, dtype: str) -> dict:
+        from kernelcli.config import check_architecture
         from kernelcli.kernels import build_kernel_fn
         from kernelcli.run import kernel_matrix
-        from kernelcli.config import check_architecture
 
         c = self.case(name)
         arch = c.config.architecture

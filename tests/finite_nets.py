@@ -1,5 +1,5 @@
 """The finite-width network of each layer type: the Monte-Carlo oracle's half of a
-layer's declaration (``tests/test_kernels_montecarlo.py``).
+layer's declaration (``tests/kernels/test_kernels_montecarlo.py``).
 
 Each layer class maps to a :class:`FiniteNet`: how to draw its parameters and how
 to run it on a batch, in plain JAX, NTK parameterization:
@@ -8,7 +8,7 @@ conv through ``jax.lax.conv_general_dilated`` (SAME / VALID; CIRCULAR as a wrap
 pad then VALID), over 1 to 3 spatial axes (channels last). The layers are bound to
 the input's rank first (``kernelcli.config.bind_layers``), so every ``filter``,
 ``window`` and ``strides`` has one entry per spatial axis. A layer added to the
-registry without an entry here fails ``tests/test_layer_registry.py``.
+registry without an entry here fails ``tests/config/test_layer_registry.py``.
 
 Parameters come from a seeded numpy generator, drawn layer by layer in order
 (``W`` then ``b``), so every run draws the same networks.
@@ -19,17 +19,42 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import erf as jerf
 
-from kernelcli.config import (ABRelu, AvgPool, Conv, ConvLocal, ConvTranspose, Dense, Erf, Exp,
-                            Flatten, Gaussian, Gelu, GlobalAvgPool, GlobalSumPool, Hermite,
-                            Identity, LayerNorm, Monomial, Parallel, Rbf, RectifiedMonomial, Relu,
-                            Residual, Sign, Sin, SumPool, bind_layers, transpose_out)
+from kernelcli.config import (
+    ABRelu,
+    AvgPool,
+    Conv,
+    ConvLocal,
+    ConvTranspose,
+    Dense,
+    Erf,
+    Exp,
+    Flatten,
+    Gaussian,
+    Gelu,
+    GlobalAvgPool,
+    GlobalSumPool,
+    Hermite,
+    Identity,
+    LayerNorm,
+    Monomial,
+    Parallel,
+    Rbf,
+    RectifiedMonomial,
+    Relu,
+    Residual,
+    Sign,
+    Sin,
+    SumPool,
+    bind_layers,
+    transpose_out,
+)
 
 # lax dimension numbers of channels-last inputs with 1, 2, 3 spatial axes
 _DIMENSIONS = {1: ("NWC", "WIO", "NWC"), 2: ("NHWC", "HWIO", "NHWC"),
@@ -209,7 +234,7 @@ def _parallel(layer, x, p, run):
     return sum(outs[1:], outs[0]) if layer.merge == "sum" else jnp.concatenate(outs, -1)
 
 
-FINITE_NETS: Dict[type, FiniteNet] = {
+FINITE_NETS: dict[type, FiniteNet] = {
     Dense: FiniteNet(_dense, init=_dense_init),
     Conv: FiniteNet(_conv, init=_conv_init),
     Relu: FiniteNet(lambda layer, x, p, run: jnp.maximum(x, 0)),

@@ -1,20 +1,19 @@
 """The README's and docs/'s own words, read for the tests that hold them true
-(tests/test_docs.py parses every documented command line, tests/test_docs_run.py
-runs them, tests/test_config_reference.py reads docs/config.md's tables). Nothing
+(tests/project/test_docs.py parses every documented command line, tests/project/test_docs_run.py
+runs them, tests/config/test_config_reference.py reads docs/config.md's tables). Nothing
 here is a test."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import List, Tuple
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 README = DOCS.parent / "README.md"
 TICKED = re.compile(r"`([^`]+)`")
 
 
-def documented_commands() -> List[Tuple[str, str]]:
+def documented_commands() -> list[tuple[str, str]]:
     """``[(page, command line)]``: every ``kernelcli ...`` line of a README or docs
     code block (continuation lines joined, comments and ``.venv/bin/`` dropped), and
     every inline ```kernelcli COMMAND ARG ...``` span (one that only names an
@@ -38,7 +37,7 @@ def documented_commands() -> List[Tuple[str, str]]:
     return out
 
 
-def sections(text: str, level: str) -> List[Tuple[str, str]]:
+def sections(text: str, level: str) -> list[tuple[str, str]]:
     """``[(heading text, body)]`` for the headings of exactly ``level`` (``"##"``); a
     body ends at the next heading of any level."""
     pattern = re.compile(rf"^{level} (.+)$", re.M)
@@ -49,7 +48,7 @@ def sections(text: str, level: str) -> List[Tuple[str, str]]:
     return out
 
 
-def table_rows(body: str, first_table_only: bool = False) -> List[List[str]]:
+def table_rows(body: str, first_table_only: bool = False) -> list[list[str]]:
     """Cells of the table rows in ``body``, each table's header and rule rows dropped."""
     rows, started = [], False
     for line in body.splitlines():

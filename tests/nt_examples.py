@@ -2,7 +2,7 @@
 
 Each example is the neural-tangents code with ``stax`` as its only free name: the
 reference script (``bench/nt_examples.py``) passes ``neural_tangents.stax`` and
-``tests/test_nt_dropin.py`` passes ``kernelcli.stax``, so that "only the import
+``tests/stax/test_nt_dropin.py`` passes ``kernelcli.stax``, so that "only the import
 changed" is literally true. ``EXAMPLES``: name -> (the example, its input shape,
 the ``get`` it is called with, where it comes from).
 """
@@ -56,7 +56,7 @@ def readme_wide_resnet(stax):
 
 
 def myrtle_notebook(stax):
-    def MyrtleNetwork(depth, W_std=np.sqrt(2.0), b_std=0.):
+    def MyrtleNetwork(depth, W_std=np.sqrt(2.0), b_std=0.):  # noqa: B008 - the notebook's own code
         layer_factor = {5: [2, 1, 1], 7: [2, 2, 2], 10: [3, 3, 3]}
         width = 1
         activation_fn = stax.Relu()

@@ -4,7 +4,7 @@ The spec declares what a layer is (``kernelcli.config.layer_type``: its YAML
 name, shape rule and flags); this table says what it does to a covariance.
 Keyed by the same dataclasses, it is the one place in the kernels to touch when
 a layer is added (``_compose`` and ``_repeat`` only look layers up here), and
-``tests/test_layer_registry.py`` checks that every registered layer type has
+``tests/config/test_layer_registry.py`` checks that every registered layer type has
 an entry of the kind its spec flags call for.
 
 An entry has exactly one of:

@@ -8,7 +8,7 @@ temporaries whatever the number of chunks (the loop's buffers are one chunk's): 
 memory at another such size differs only by the index arguments and the outputs of
 the pairs between. So once one such size is compiled, the planner's question at
 another (``plan.memory_line`` asks at a batch and at half of it) is answered without
-compiling a program the run would not call (``tests/test_kernels_memory.py`` checks
+compiling a program the run would not call (``tests/kernels/test_kernels_memory.py`` checks
 the answer against the compiled program's)."""
 
 from __future__ import annotations

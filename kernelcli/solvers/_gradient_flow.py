@@ -9,7 +9,7 @@ K's eigenvalues, so one ``eigh`` of ``K(x1, x1)`` serves every time and every ri
 (ridge, time) costs ``O(m n C)`` for the mean.
 
 Conventions, those of neural-tangents (checked against it in
-``tests/test_predict_flow.py``):
+``tests/solvers/test_predict_flow.py``):
 
 * ``t`` is neural-tangents' ``t * learning_rate``; the loss is the mean squared
   error over all ``N = n C`` target entries (``N`` = ``y_train.size``), so

@@ -15,7 +15,7 @@ the page cache overlaps the other's product, and the two products use both cores
 A lane multiplies whole blocks, the blocks a sequential pass of the same
 ``block_rows`` multiplies: XLA's float32 dot rounds a row differently with the
 block's row count (its vector tiles' remainder; bench/history/), not with the device,
-so the lanes are bit-identical to the sequential pass (``tests/test_predict_overlap.py``),
+so the lanes are bit-identical to the sequential pass (``tests/run/test_predict_overlap.py``),
 and ``_bands``' workers, which multiply the same blocks, to both.
 
 ``matmul32`` is the fast product of conjugate gradients' inner steps: the kernel read

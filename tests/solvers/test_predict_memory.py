@@ -1,0 +1,66 @@
+"""``predict``'s Cholesky route counts everything it allocates before it starts: the
+factorisation (kernel, LAPACK's copy, factor), the targets, the streamed test kernel
+and the results of every kind and ridge; a budget too small is refused before any
+work (exit 2 in the CLI), naming what to change. In-process, small N."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+from test_train_test import write_cfg, write_data
+
+from helpers_cli import FLATTEN_NET, invoke, snapshot
+from kernelcli.errors import BudgetError
+from kernelcli.run import predict
+from kernelcli.solvers import cholesky_memory_bytes, solve_memory_bytes
+
+pytestmark = pytest.mark.usefixtures("keep_process_state")
+
+N, M, C = 40, 17, 3
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("predict_memory")
+    write_data(folder, n_train=N, n_test=M, seed=3)
+    cfg = write_cfg(folder, layers=FLATTEN_NET, block=16)
+    assert invoke("compute", cfg, "--quiet").exit_code == 0
+    return folder / "run_tt"
+
+
+def test_the_count_holds_what_the_route_allocates(run):
+    need = cholesky_memory_bytes(N, M, C, ridges=3, kinds=2)
+    assert need > solve_memory_bytes(N) == 24 * N * N
+    predict(run, ridges=(1.0,), kinds=("nngp",))  # first-call set-up is not the route's
+    tracemalloc.start()
+    try:
+        out = predict(run, ridges=(1e-4, 1e-2, 1.0), solver="cholesky", available_bytes=need)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        (run / "predictions.h5").unlink()
+    assert out.solver == "cholesky"
+    # every array and object Python allocated (LAPACK's own copy is not traced here,
+    # and it is counted anyway)
+    assert peak <= need, (peak, need)
+
+
+def test_too_small_a_budget_is_refused_before_any_work(run):
+    need = cholesky_memory_bytes(N, M, C, ridges=2, kinds=2)
+    before = snapshot(run)
+    with pytest.raises(BudgetError) as err:  # CG's columns of two ridges fit there
+        predict(run, ridges=(1e-4, 1.0), solver="cholesky", available_bytes=need - 1)
+    msg = str(err.value)
+    assert msg.startswith(f"solver= cholesky: a {N} x {N} Cholesky solve needs ")
+    assert "2 ridge(s) and 2 kind(s) for 17 test rows" in msg
+    assert msg.endswith("use solver= cg, which streams the kernel from kernels.h5 by row "
+                        "blocks (memory: one block)")
+    # one ridge of one kind fits: the message says so
+    assert "give fewer ridges= or kinds= values, or use solver= cg" in msg
+    assert snapshot(run) == before
+    # auto takes CG where the Cholesky route does not fit, whatever its factor alone needs
+    assert predict(run, ridges=(0.1,), available_bytes=need - 1).solver == "cholesky"
+    assert predict(run, ridges=(1e-4, 1.0), available_bytes=need - 1).solver == "cg"
+    (run / "predictions.h5").unlink()
+
