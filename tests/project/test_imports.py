@@ -108,3 +108,14 @@ def test_only_the_store_and_data_import_h5py():
     found = sorted(set(h5py_importers()))
     assert not found, "h5py imported outside kernelcli.store and kernelcli.data:\n" + \
         "\n".join(f"  {m}" for m in found)
+
+
+def test_every_module_basename_is_unique_and_says_what_it_holds():
+    """One name per module: a basename used twice (``_group.py`` for the click group and
+    the flip group) makes every mention of it ambiguous."""
+    seen: dict = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not twice, twice

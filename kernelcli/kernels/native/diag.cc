@@ -3,7 +3,7 @@
 // flatten nets) or after its last pool, where each input position meets only the same
 // position of the other input.
 //
-// Why: on the CPU plan XLA writes each layer's diagonals and reads them back, and
+// Why: on the cpu engine XLA writes each layer's diagonals and reads them back, and
 // evaluates the angle once per kind; the pair's whole diagonal is an H x W plane, a few
 // KiB, so here all L layers run on it while it stays in L1, ping-ponging between two
 // zero-bordered planes per kind, and only the last layer's plane is written. What a pair
@@ -15,7 +15,7 @@
 // entry (h, w), at flat index i = h (W + 2) + w, writes to i + (W + 3), and its window
 // reads i + t1 (W + 2) + t2 of the input plane: the first axis's taps as the three tap
 // planes of ChainPlane (map.h), the second's at distance 1, so the sums are
-// _diagonal.conv_mean's in its order. The scratch columns w >= W are written as 0, the
+// _diagonal_conv.conv_mean's in its order. The scratch columns w >= W are written as 0, the
 // zero border the next layer reads.
 #include "map.h"
 
@@ -49,7 +49,7 @@ __attribute__((noinline)) void SelfRoots(const Unit<T> unit, int64_t n, int64_t 
 // the channel mean of the products (_linear.input_state), the channels summed in order.
 // Why here: XLA gathered each pair's two images and summed their interleaved channels in
 // a loop that did not vectorise, a quarter of a 5-layer flatten network's time
-// (BENCHMARKS.md, issue 26 point 4). kC: the channels where known when compiled (1 and 3
+// (bench/program_calls.py). kC: the channels where known when compiled (1 and 3
 // are vectorised across pixels), else 0 and C.
 template <typename T, int64_t kC>
 __attribute__((noinline)) void ImageDiag(const T* __restrict a, const T* __restrict b,
@@ -80,7 +80,7 @@ void ImageDiag(const T* a, const T* b, int64_t H, int64_t W, int64_t C, int64_t 
 // Where a pair pass reads layer l's roots of pair p: row ra[p] of the first input's table
 // a[l] (n_a, H, W) and row rb[p] of the second's b[l]. Why not the pairs' own rows:
 // gathered and stacked by XLA they were written and read back, L x H x W per side and
-// pair, as much as the chain's own planes (BENCHMARKS.md, issue 26 point 4).
+// pair, as much as the chain's own planes (bench/program_calls.py).
 template <typename T>
 struct Tables {
   std::vector<const T*> a, b;

@@ -1,11 +1,11 @@
-// The native plan's custom calls: convolution -> ABReLU-family nonlinearity, on a batch
+// The native engine's custom calls: convolution -> ABReLU-family nonlinearity, on a batch
 // of pairs' full covariances, writing the output covariances (a layer) or their global
 // average pool (the tail before a global pool), as one XLA custom call each.
 //
 // Why C++: XLA:CPU evaluates the nonlinearity's angle once per output kind (no
 // multi-output fusion there), does not vectorise a reduction fused with the
 // nonlinearity's chain, and streams every intermediate (H W)^2 array through memory
-// (BENCHMARKS.md, issue 26). Here each output row pair (h, h') is windowed, mapped and
+// (measured: bench/roofline.py and bench/history/). Here each output row pair (h, h') is windowed, mapped and
 // written or summed into the pool in one pass over cache-resident planes: the angle
 // once per entry. The formulas and their order are kernelcli's own
 // (kernels/_fused._conv_row, _linear.affine, _nonlinear.abrelu, _angle.atan2_nonneg);

@@ -1,4 +1,4 @@
-// What the native plan's custom calls share (layer.cc, chain.cc): the angle, one layer's
+// What the native engine's custom calls share (layer.cc, chain.cc): the angle, one layer's
 // map of one covariance entry, and a shape check. The formulas and their order are
 // kernelcli's own (kernels/_linear.affine, _nonlinear.abrelu, _angle.atan2_nonneg).
 #pragma once
@@ -96,7 +96,7 @@ struct Unit {
 
 // The 3 x 3 window's mean at flat entry i of the tap planes t0, t1, t2 (the first
 // axis's taps summed, then the second's at i, i + dd, i + 2 dd): the layer's sums in
-// its order (layer.cc's Tail with kThree; _diagonal.conv_mean's on a diagonal).
+// its order (layer.cc's Tail with kThree; _diagonal_conv.conv_mean's on a diagonal).
 template <typename T>
 inline T Window3(const T* t0, const T* t1, const T* t2, int64_t i, int64_t dd) {
   const T third = T(1.0 / 3);
