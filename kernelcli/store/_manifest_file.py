@@ -87,3 +87,10 @@ def read_manifest(run_dir: Path) -> dict:
                                f"after the run started; restore it, or start afresh with "
                                f"`kernelcli compute CONFIG --overwrite`")
     return manifest
+
+
+def decoded_manifest(data: bytes) -> dict:
+    """The manifest that :func:`encode_manifest` made ``data`` of, without its checksum."""
+    manifest = json.loads(data)
+    manifest.pop(CHECKSUM, None)
+    return manifest

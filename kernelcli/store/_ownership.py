@@ -302,3 +302,13 @@ def input_clash(run_dir, inputs: dict) -> Optional[tuple]:
             if real == inside or real.startswith(inside + os.sep):
                 return what, Path(path), Path(run_dir) / folder
     return None
+
+
+def remove_owned(paths) -> None:
+    """Delete ``paths`` (:func:`owned_files`: kernelcli's own), the result first (never a
+    result without a run), folders once emptied, the manifest last."""
+    for path in sorted(paths, key=lambda p: p.name != RESULT):
+        if path.is_dir() and not path.is_symlink():
+            os.rmdir(path)
+        elif os.path.lexists(path):
+            os.unlink(path)

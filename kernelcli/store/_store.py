@@ -10,7 +10,6 @@ extend`` does beyond a run's own writes is its helper :class:`~._grow.Growth`
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Optional
@@ -24,9 +23,9 @@ from ._grow import Growth
 from ._lineage import accepted_runs
 from ._lock import run_lock
 from ._manifest_file import (
-    CHECKSUM,
     MANIFEST,
     create_manifest,
+    decoded_manifest,
     encode_manifest,
     manifest_id,
     read_manifest,
@@ -34,7 +33,15 @@ from ._manifest_file import (
 )
 from ._manifest_schema import Manifest, labels_file_of
 from ._markers import mark_shard, shard_markers
-from ._ownership import check_folders, check_new, check_path, check_tiles_own, owned_files, run_ids
+from ._ownership import (
+    check_folders,
+    check_new,
+    check_path,
+    check_tiles_own,
+    owned_files,
+    remove_owned,
+    run_ids,
+)
 from ._packer import Packer
 from ._packs import PACK_TILES, TileSet, quarantine_tiles
 from ._result_file import ResultFile
@@ -202,14 +209,14 @@ class RunStore:
                     f"choose another run directory, or overwrite it")
             check_new(run_dir, side_files or {})
         try:
-            _remove(doomed)
+            remove_owned(doomed)
             self.tiles_dir.mkdir(parents=True, exist_ok=True)
             fsync_dir(run_dir)
         except OSError as exc:
             raise storage_error(exc, run_dir) from None
         self._write_side_files(side_files)
         write_manifest(run_dir, data)  # last: a manifest means the run exists
-        self._manifest = _decoded(data)  # exactly what open() will read back
+        self._manifest = decoded_manifest(data)  # exactly what open() will read back
         return self
 
     def create_or_join(self, manifest: dict,
@@ -243,7 +250,7 @@ class RunStore:
                 raise storage_error(exc, run_dir) from None
             self._write_side_files(side_files)
             if create_manifest(run_dir, data):
-                self._manifest = _decoded(data)
+                self._manifest = decoded_manifest(data)
                 return self, True
         self._manifest = read_manifest(run_dir)
         check_folders(run_dir)
@@ -258,7 +265,7 @@ class RunStore:
         self.growth.before_switch(self.manifest)
         self._write_side_files(side_files)
         write_manifest(self.run_dir, data)
-        self._manifest = _decoded(data)
+        self._manifest = decoded_manifest(data)
 
     def _write_side_files(self, side_files: Optional[dict]) -> None:
         for name, content in (side_files or {}).items():
@@ -398,20 +405,3 @@ def _mkdir(path: Path, parents: bool = False) -> None:
         path.mkdir(parents=parents, exist_ok=True)
     except OSError as exc:
         raise storage_error(exc, path) from None
-
-
-def _remove(paths) -> None:
-    """Delete ``paths`` (:func:`owned_files`: kernelcli's own), the result first (never a
-    result without a run), folders once emptied, the manifest last."""
-    paths = sorted(paths, key=lambda p: p.name != RESULT)
-    for path in paths:
-        if path.is_dir() and not path.is_symlink():
-            os.rmdir(path)
-        elif os.path.lexists(path):
-            os.unlink(path)
-
-
-def _decoded(data: bytes) -> dict:
-    manifest = json.loads(data)
-    manifest.pop(CHECKSUM, None)
-    return manifest

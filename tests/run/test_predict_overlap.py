@@ -4,6 +4,7 @@ raised in the caller, a stop or Ctrl-C ending the pass with no lane left running
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -130,9 +131,15 @@ class SigintAt(Counted):
 def default_sigint():
     """Python's own SIGINT handler (``KeyboardInterrupt``), as a terminal or a notebook
     has it: a process started in the background by a non-interactive shell inherits
-    SIGINT ignored, and Python then leaves it ignored."""
+    SIGINT ignored, and Python then leaves it ignored. The garbage collector is off
+    meanwhile: a KeyboardInterrupt raised inside a gc callback (hypothesis installs one
+    in the worker) is printed and dropped by Python, and the test would lose its signal."""
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    collecting = gc.isenabled()
+    gc.disable()
     yield
+    if collecting:
+        gc.enable()
     signal.signal(signal.SIGINT, before)
 
 
