@@ -284,6 +284,9 @@ def test_each_actor_compiles_once_for_any_number_of_blocks(tmp_path, ray_driver)
             s1 = backend.input_stats(kfn, rows)
             actors, ray = backend.actors, backend.ray
             assert len(actors) == 2  # one per CPU of the cluster
+            # an actor is fed once it is placed and built: both are, before the first
+            # block, so that each computes blocks in both rounds
+            ray.get([a.where.remote() for a in actors])
             first = {b.key: t for b, t, _ in backend.tiles(kfn, plan, blocks, rows, rows,
                                                            s1, s1)}
             after_one = ray.get([a.counters.remote() for a in actors])

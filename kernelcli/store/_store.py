@@ -22,7 +22,7 @@ from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
 from ._test_diagonal import DiagonalFile
 from ._grow import Growth
 from ._lineage import accepted_runs
-from ._markers import mark_shard, shard_markers
+from ._markers import mark_ray, mark_shard, ray_record, shard_markers
 from ._result_file import ResultFile
 from ._manifest_schema import Manifest, labels_file_of
 from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_atomic
@@ -278,6 +278,14 @@ class RunStore:
     def shard_markers(self) -> list[dict]:
         """The shard records of this run, newest first (:mod:`._markers`)."""
         return shard_markers(self.shards_dir)
+
+    def mark_ray(self, info: dict) -> Path:
+        """Record what this Ray driver sees of its cluster (``shards/ray.json``)."""
+        return mark_ray(self.shards_dir, info)
+
+    def ray_record(self) -> Optional[dict]:
+        """What the last Ray driver recorded of its cluster, or ``None``."""
+        return ray_record(self.shards_dir)
 
     def done_keys(self) -> set[str]:
         """Keys of the blocks whose tile is complete (loose or packed)."""
