@@ -34,98 +34,7 @@ from helpers_cli import cli_env
 from test_ray import KERNELCLI, NEEDS_RAY, SQRT2, _kill_tree, read_kernels
 from test_ray_loopback import is_loopback
 
-_CHILD = r"""
-import json, signal, sys, time
-import psutil
-import ray
-from ray._private import ray_constants
-from ray.cluster_utils import Cluster
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-ARGS = dict(num_cpus=1, num_gpus=0, node_ip_address="127.0.0.1",
-            object_store_memory=80 << 20)
-cluster = Cluster(initialize_head=True, head_node_args=dict(
-    ARGS, include_dashboard=False,
-    _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 4}))
-nodes, held = [], []
-
-def tree(node):
-    raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
-    return psutil.Process(raylet).children(recursive=True)
-
-def computing(node):  # the node's kernel actor is in the middle of a tile
-    for p in tree(node):
-        try:
-            if " ".join(p.cmdline()).startswith("ray::KernelWorker.tile"):
-                return True
-        except psutil.Error:
-            pass
-    return False
-
-def kill(busy):
-    node = nodes.pop(0)
-    deadline = time.monotonic() + 60
-    seen = False
-    while busy and not seen and time.monotonic() < deadline:
-        seen = computing(node)
-    for p in tree(node):
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            pass
-    cluster.remove_node(node, allow_graceful=False)
-    return seen
-
-def sockets():
-    me = psutil.Process()
-    out = set()
-    for p in [me] + me.children(recursive=True):
-        try:
-            for c in p.net_connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN:
-                    out.add((p.name(), c.laddr.ip))
-        except psutil.Error:
-            continue
-    return sorted(out)
-
-@ray.remote(num_cpus=1)
-class Hold:
-    def ready(self):
-        return True
-
-nodes.append(cluster.add_node(**ARGS))
-ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
-print(json.dumps({"address": cluster.address}), flush=True)
-for line in sys.stdin:
-    cmd, *arg = line.split()
-    out = {}
-    if cmd == "add":  # and wait until a node killed before is declared dead
-        nodes.append(cluster.add_node(**ARGS))
-        cluster.wait_for_nodes(timeout=60)
-    elif cmd == "kill":
-        out["busy"] = kill(arg == ["busy"])
-    elif cmd == "hold":  # hold N, or hold head: the head node's CPU
-        if arg == ["head"]:
-            new = [Hold.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                cluster.head_node.node_id, soft=False)).remote()]
-        else:
-            new = [Hold.remote() for _ in range(int(arg[0]))]
-        ray.get([h.ready.remote() for h in new], timeout=60)
-        held.extend(new)
-    elif cmd == "release":
-        for h in held:
-            ray.kill(h)
-        held.clear()
-        while ray.available_resources().get("CPU", 0) < 1:
-            time.sleep(0.05)
-    elif cmd == "sockets":
-        out["sockets"] = sockets()
-    elif cmd == "quit":
-        break
-    print(json.dumps(dict(out, done=cmd)), flush=True)
-ray.shutdown()
-cluster.shutdown()
-"""
+CHILD = Path(__file__).with_name("helpers_ray_cluster.py")  # the cluster's process
 
 N, BLOCK = 64, 4  # 16 row blocks of 4 rows: 136 tiles, each a few milliseconds
 
@@ -164,7 +73,7 @@ def cluster(tmp_path_factory):
                   RAY_USAGE_STATS_ENABLED=0, KERNELCLI_PACK_TILES=0)
     for key in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(key, None)
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD], env=env, stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(CHILD)], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         first = proc.stdout.readline()
