@@ -7,7 +7,8 @@ Run as a process of its own (``python tests/helpers_ray_cluster.py``, with
 Ray's token authentication for that process and writes ``~/.ray/auth_token``). It
 starts Ray's test helper ``ray.cluster_utils.Cluster``: a head and one more node, one
 CPU each, Ray's health checks every half second (a dead node is declared dead within
-about 2 s rather than 15), and prints ``{"address": ...}``. Then, one command a line,
+about 2 s rather than 15; ``--ray-health-checks``: Ray's own), and prints
+``{"address": ...}``. Then, one command a line,
 each answered by one JSON line (``done`` and what it found):
 
 * ``kill`` / ``kill busy``: SIGKILL every process of the oldest added node at once
@@ -88,9 +89,10 @@ class Hold:
 
 
 def main() -> None:
+    quick = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
     cluster = Cluster(initialize_head=True, head_node_args=dict(
         ARGS, include_dashboard=False,
-        _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 4}))
+        _system_config={} if "--ray-health-checks" in sys.argv else quick))
     nodes, held = [cluster.add_node(**ARGS)], []
     ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
     print(json.dumps({"address": cluster.address}), flush=True)

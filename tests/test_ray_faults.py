@@ -36,7 +36,7 @@ from test_ray_loopback import is_loopback
 
 CHILD = Path(__file__).with_name("helpers_ray_cluster.py")  # the cluster's process
 
-N, BLOCK = 64, 4  # 16 row blocks of 4 rows: 136 tiles, each a few milliseconds
+N, BLOCK = 48, 4  # 12 row blocks of 4 rows: 78 tiles, each a few milliseconds
 
 
 class Cluster:

@@ -183,7 +183,7 @@ class _ClusterRecord:
 
     def _write(self, running: bool) -> None:
         try:
-            self.store.mark_ray(dict(self.last, running=running))
+            self.store.mark_ray(dict(self.last or {}, running=running))
         except (OSError, KernelcliError):
             pass
 

@@ -208,10 +208,15 @@ class RayBackend:
         self.pool.watch = self._watch
         self.pool.grow(1)
 
+    def _started(self) -> ActorPool:
+        if self.pool is None:
+            raise RuntimeError("the actors are started by plan_inputs()")
+        return self.pool
+
     def call(self, method: str, *args):
         """One call on an actor, waited for (responsive to a stop; a lost actor's call is
         made again on another)."""
-        return self.pool.call(method, *args)
+        return self._started().call(method, *args)
 
     def plan_inputs(self, spec: KernelFnSpec, engine: str) -> Planning:
         """What the planner needs, from the first actor: the driver's kernel function is
@@ -246,7 +251,7 @@ class RayBackend:
     def input_stats(self, kfn, src: RowSource):
         from ..kernels import Stats
 
-        pool = self.pool
+        pool = self._started()
         pool.grow(pool.planned)
         slices = list(enumerate(stats_slices(src.n)))
 
@@ -266,7 +271,7 @@ class RayBackend:
     def tiles(self, kfn, plan, blocks, rows: RowSource, columns: RowSource, s1, s2,
               wanted=lambda b: True, on_pairs=None):
         """``(block, tile, 0)`` as the actors return them (no per-batch progress)."""
-        pool = self.pool
+        pool = self._started()
         pool.grow(pool.planned)
 
         def submit(actor, block):

@@ -38,7 +38,7 @@ import math
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from .. import _env
 from .._stop import Stop, check
@@ -138,7 +138,7 @@ class ActorPool:
     (default ``KERNELCLI_RAY_WAIT_SECONDS``). ``watch``: called with each new
     :class:`ClusterState`."""
 
-    def __init__(self, ray, make: Callable[[], object], planned: int, resource: str,
+    def __init__(self, ray, make: Callable[[], Any], planned: int, resource: str,
                  stop: Optional[Stop] = None, wait: Optional[float] = None):
         self.ray, self.make, self.resource, self.stop = ray, make, resource, stop
         self.planned, self.want = planned, 0
@@ -178,13 +178,15 @@ class ActorPool:
                                       name=lambda m: f"the call {m}"):
             return result
 
-    def run(self, items: Iterable, submit: Callable, name: Callable[[object], str],
-            wanted: Callable[[object], bool] = lambda item: True) -> Iterator[tuple]:
+    def run(self, items: Iterable, submit: Callable, name: Callable[[Any], str],
+            wanted: Callable[[Any], bool] = lambda item: True) -> Iterator[tuple]:
         """``(item, result)`` for each item of ``items`` that ``wanted`` accepts (asked
         just before it is first sent), in any order; ``submit(actor, item)`` sends one and
         returns its ref; ``name(item)`` names it in an error."""
         ray, inflight = self.ray, self.inflight
-        todo, again, tries = iter(items), deque(), {}
+        todo = iter(items)
+        again: deque = deque()  # lost calls' items, sent again first
+        tries: dict[str, int] = {}  # name -> actors the item was lost with
         more = True
 
         def take():
