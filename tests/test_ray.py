@@ -420,7 +420,10 @@ def test_a_lost_actors_calls_go_to_the_others_and_a_block_lost_four_times_fails(
             with pytest.raises(ComputeError, match=rf"^item 3 was lost with {MAX_RETRIES + 1} "
                                                    r"kernel actors on the Ray cluster"):
                 dict(pool.run(items, submit, name=lambda i: f"item {i}"))
-            assert len(pool.lost) == MAX_RETRIES + 1
+            # one more when the first actor's answer to the call before item 3 was lost
+            # with it: that loss counts against that call (the oldest not answered); item
+            # 3, sent again alone, counts each of its own
+            assert MAX_RETRIES + 1 <= len(pool.lost) <= MAX_RETRIES + 2
         else:
             got = dict(pool.run(items, submit, name=lambda i: f"item {i}"))
             assert got == {i: i * i for i in items}  # every call answered once

@@ -9,10 +9,12 @@ whose process or node is gone fails as soon as Ray knows (``ActorUnavailableErro
 the connection drops, ``ActorDiedError`` once the cluster has declared it dead), and the
 pool decides what follows:
 
-* the lost actor is dropped (and killed), and every call queued or running on it goes
-  back to the front of the queue, for the actors that are left. Each item counts the
-  actors it was lost with; one lost with more than :data:`MAX_RETRIES` fails the run (a
-  block that kills whatever computes it must not go round the cluster for ever);
+* the lost actor is dropped (and killed), the answers it sent are kept, and every call
+  queued or running on it goes back to the front of the queue, for the actors that are
+  left, each sent again to an idle actor with nothing queued behind it. A loss counts
+  against the item the actor was computing (its oldest call not answered), and an item
+  lost with more than :data:`MAX_RETRIES` actors fails the run (a block that kills
+  whatever computes it must not go round the cluster for ever);
 * a new actor is asked for in its place, and fed only once it is placed and built (its
   :meth:`~._ray_worker.KernelWorker.where` answered), so an actor that cannot be placed
   holds no block;
@@ -49,6 +51,7 @@ PER_ACTOR = 2    # calls queued on one actor: one computing, the next already sh
 GRACE = 3.0      # seconds an actor may take to start before the progress line says so
 POLL = 0.5       # the wait loop's period: a stop is honoured within it
 LOOK = 2.0       # seconds between looks at the cluster (free resources, dead nodes)
+SETTLE = 1.0     # seconds a lost actor's other calls are given to answer or fail
 
 
 def _s(n) -> str:
@@ -71,6 +74,19 @@ def is_lost(ray, exc: BaseException) -> bool:
     if isinstance(exc, ex.RayActorError):
         return not exc.actor_init_failed  # an error in __init__ would recur anywhere
     return isinstance(exc, (ex.ObjectLostError, ex.NodeDiedError, ex.WorkerCrashedError))
+
+
+def first_sentence(text: str) -> str:
+    return text.split(". ")[0].rstrip(".")
+
+
+def item_of(entry: tuple):
+    return entry[1]  # an in-flight call's (actor, item)
+
+
+def ray_ready(ray, ref) -> bool:
+    """Whether the call of ``ref`` has answered (or failed), without waiting."""
+    return bool(ray.wait([ref], timeout=0)[0])
 
 
 def call_failed(ray, exc: BaseException) -> Exception:
@@ -129,7 +145,8 @@ class _Actor:
         self.live = False
         self.node: Optional[str] = None
         self.ip: Optional[str] = None
-        self.load = 0
+        self.sent: list = []  # refs of the calls not yet answered, in the order sent
+        self.alone = False  # computing an item lost before: nothing is queued behind it
 
 
 class ActorPool:
@@ -189,29 +206,32 @@ class ActorPool:
         tries: dict[str, int] = {}  # name -> actors the item was lost with
         more = True
 
-        def take():
+        def take(idle: bool) -> tuple:
+            """The next item and whether it was lost before: such an item goes only to
+            an idle actor, alone, so that a loss while it runs is its own."""
             nonlocal more
-            if again:
-                return again.popleft()
+            if again and idle:
+                return again.popleft(), True
             while more:
                 item = next(todo, None)
                 if item is None:
                     more = False
                 elif wanted(item):
-                    return item
-            return None
+                    return item, False
+            return None, False
 
         while True:
             check(self.stop)
             self._ask()
             self.settle()
             for actor in [a for a in self.members if a.live]:
-                while actor.load < PER_ACTOR:
-                    item = take()
+                while len(actor.sent) < PER_ACTOR and not actor.alone:
+                    item, actor.alone = take(idle=not actor.sent)
                     if item is None:
                         break
-                    inflight[submit(actor.handle, item)] = (actor, item)
-                    actor.load += 1
+                    ref = submit(actor.handle, item)
+                    inflight[ref] = (actor, item)
+                    actor.sent.append(ref)
             if not inflight and not again and not more:
                 return
             if not self.members:  # every actor lost, and no more may be started
@@ -222,36 +242,64 @@ class ActorPool:
             for ref in ready:
                 if ref not in inflight:
                     continue  # an actor placed: the next settle() takes it
-                actor, item = inflight.pop(ref)
-                actor.load -= 1
+                actor = inflight[ref][0]
                 try:
-                    result = ray.get(ref)
+                    result = self._answer(ref)
                 except Exception as exc:  # noqa: BLE001 - Ray's errors, sorted here
                     if not is_lost(ray, exc):
-                        raise call_failed(ray, exc) from None
-                    self._requeue(actor, item, exc, again, tries, name)
+                        raise
+                    yield from self._lost(actor, exc, again, tries, name)
                     continue
+                item = item_of(inflight.pop(ref))
+                actor.sent.remove(ref)
+                actor.alone = False
                 yield item, result
 
-    def _requeue(self, actor: _Actor, item, exc, again: deque, tries: dict, name) -> None:
-        """``actor`` is lost: its calls back to the front of the queue, each counted."""
-        items = [item]
-        for ref, (owner, other) in list(self.inflight.items()):
-            if owner is actor:
-                del self.inflight[ref]
-                items.append(other)
+    def _answer(self, ref):
+        """The result of an answered call: Ray's error when the actor was lost, the run's
+        error (:func:`call_failed`) when the call failed."""
+        try:
+            return self.ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - Ray's errors, sorted here
+            if not is_lost(self.ray, exc):
+                raise call_failed(self.ray, exc) from None
+            raise
+
+    def _lost(self, actor: _Actor, exc, again: deque, tries: dict, name) -> Iterator[tuple]:
+        """``actor`` is lost: the results of its calls answered meanwhile are kept, the
+        others go back to the queue. Only the oldest of those counts a loss: the one it
+        was computing (an actor runs its calls in the order sent); the rest never ran.
+        The others' answers, already on their way, are given a moment to arrive; an
+        answer lost with the actor makes the blame uncertain once, and an item sent
+        again runs alone (:meth:`run`), so its next loss is its own."""
+        kept, back = [], []
+        self.ray.wait(list(actor.sent), num_returns=len(actor.sent), timeout=SETTLE)
+        for ref in actor.sent:
+            item = item_of(self.inflight.pop(ref))
+            if ray_ready(self.ray, ref):
+                try:
+                    kept.append((item, self._answer(ref)))
+                    continue
+                except Exception as err:  # noqa: BLE001 - Ray's errors, sorted here
+                    if not is_lost(self.ray, err):
+                        raise
+            back.append(item)
+        actor.sent = []
         self._drop(actor)
-        for it in items:
-            key = name(it)
-            tries[key] = tries.get(key, 0) + 1
-            if tries[key] > MAX_RETRIES:
-                raise ComputeError(f"{key} was lost with {tries[key]} kernel actors on the Ray "
-                                   f"cluster (their node or process died: {describe(exc)}); "
-                                   f"completed tiles are kept")
-            again.append(it)
+        for n, item in enumerate(back):
+            if n == 0:
+                key = name(item)
+                tries[key] = tries.get(key, 0) + 1
+                if tries[key] > MAX_RETRIES:
+                    raise ComputeError(f"{key} was lost with {tries[key]} kernel actors on the "
+                                       f"Ray cluster (their node or process died: "
+                                       f"{first_sentence(describe(exc))}); completed tiles are "
+                                       f"kept")
             self.requeued += 1
+        again.extendleft(reversed(back))  # first in the queue, in their order
         self._ask()
         self._report()
+        yield from kept
 
     def _drop(self, actor: _Actor) -> None:
         self.members.remove(actor)
