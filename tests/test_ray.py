@@ -2,10 +2,11 @@
 
 The cluster is started by the test on the loopback address only (`ray start --head
 --num-cpus 2`, its processes killed by pid afterwards); a kernel actor's process is
-SIGKILLed mid-tile, Ray restarts it and retries its calls, and the assembled matrix
-must be bit-identical to a single-process local run. In-process drivers check that
+SIGKILLed mid-tile, its calls go to the other actor (and a new one), and the assembled
+matrix must be bit-identical to a single-process local run. In-process drivers check that
 each actor compiles its programs once for any number of blocks, that the plan is
-made on a worker, and that a stop kills the actors. Ray is an optional extra
+made on a worker, and that a stop kills the actors (the actor pool itself:
+test_ray_pool.py; nodes lost: test_ray_faults.py). Ray is an optional extra
 (`pip install 'kernelcli[ray]'`): without it these tests are skipped; the tests
 that check the configuration and the missing-Ray message, in test_ray_config.py, run
 anyway.
@@ -366,105 +367,3 @@ def test_an_actor_out_of_device_memory_is_the_out_of_memory_error(ray_driver):
     finally:
         ray.shutdown()
 
-
-# -- the actor pool, on the same cluster (plain actors: no JAX) ------------------------------
-
-def _pool_actor(ray, **options):
-    @ray.remote(**options)
-    class Worker:
-        def __init__(self, fail: bool = False):
-            if fail:
-                raise ValueError("no kernel here")
-
-        def where(self):
-            return ray.get_runtime_context().get_node_id(), "127.0.0.1"
-
-        def work(self, i, die=()):
-            if i in die:
-                os._exit(1)  # the process dies in the middle of the call, as with its node
-            time.sleep(0.05)
-            return i * i
-
-    return Worker
-
-
-@pytest.mark.parametrize("lose", ["one call's actor", "every actor that computes item 3"])
-def test_a_lost_actors_calls_go_to_the_others_and_a_block_lost_four_times_fails(ray_driver,
-                                                                               lose):
-    import ray
-
-    from kernelcli.errors import ComputeError
-    from kernelcli.pipeline._ray import _connect
-    from kernelcli.pipeline._ray_pool import MAX_RETRIES, ActorPool
-
-    _connect(ray, ray_driver)
-    try:
-        worker = _pool_actor(ray, num_cpus=1, max_restarts=0, max_task_retries=0)
-        pool = ActorPool(ray, worker.remote, 2, "CPU", wait=60)
-        pool.grow(2)
-        states = []
-        pool.watch = states.append
-        die = {3} if lose != "one call's actor" else set()
-        killed = []
-
-        def submit(actor, i):
-            if i == 5 and not killed and not die:  # one actor killed with a call on it
-                ref = actor.work.remote(i)
-                killed.append(actor)
-                ray.kill(actor)
-                return ref
-            return actor.work.remote(i, die)
-
-        items = range(12)
-        if die:
-            with pytest.raises(ComputeError, match=rf"^item 3 was lost with {MAX_RETRIES + 1} "
-                                                   r"kernel actors on the Ray cluster"):
-                dict(pool.run(items, submit, name=lambda i: f"item {i}"))
-            # one more when the first actor's answer to the call before item 3 was lost
-            # with it: that loss counts against that call (the oldest not answered); item
-            # 3, sent again alone, counts each of its own
-            assert MAX_RETRIES + 1 <= len(pool.lost) <= MAX_RETRIES + 2
-        else:
-            got = dict(pool.run(items, submit, name=lambda i: f"item {i}"))
-            assert got == {i: i * i for i in items}  # every call answered once
-            assert len(pool.lost) == 1 and pool.requeued >= 1
-            assert states[-1].actors_lost == 1 and "1 actor lost" in states[-1].note
-        pool.close()
-    finally:
-        ray.shutdown()
-
-
-def test_a_pool_that_places_no_actor_fails_with_one_line_within_its_bound(ray_driver):
-    import ray
-
-    from kernelcli.errors import ComputeError
-    from kernelcli.pipeline._ray import _connect
-    from kernelcli.pipeline._ray_pool import ActorPool
-
-    _connect(ray, ray_driver)
-    try:
-        big = _pool_actor(ray, num_cpus=64)  # more than the cluster has
-        pool = ActorPool(ray, big.remote, 3, "CPU", wait=1.5)
-        pool.grow(1)
-        t0 = time.monotonic()
-        with pytest.raises(ComputeError) as exc:
-            pool.call("where")
-        assert time.monotonic() - t0 < 10
-        text = str(exc.value)
-        assert "\n" not in text and text.startswith(
-            "the Ray cluster placed 0 of the 3 kernel actors the run asks for within 1.5 s: "
-            "each needs 1 CPU, and the cluster has "), text
-        assert text.endswith(" CPUs free of 2 on 1 live node; add nodes or free resources (or "
-                             "raise KERNELCLI_RAY_WAIT_SECONDS) and run the command again; "
-                             "completed tiles are kept"), text
-        pool.close()
-
-        broken = _pool_actor(ray, num_cpus=1)
-        pool = ActorPool(ray, lambda: broken.remote(True), 1, "CPU", wait=60)
-        pool.grow(1)
-        with pytest.raises(ComputeError, match="^a kernel actor could not start on the Ray "
-                                               "cluster: .*no kernel here"):
-            pool.call("where")
-        pool.close()
-    finally:
-        ray.shutdown()
