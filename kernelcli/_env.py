@@ -23,6 +23,7 @@ FUSION_EMITTERS = "KERNELCLI_XLA_FUSION_EMITTERS"
 NO_GPU_WARNING = "KERNELCLI_NO_GPU_WARNING"
 PACK_TILES = "KERNELCLI_PACK_TILES"
 NATIVE_BUILD_SECONDS = "KERNELCLI_NATIVE_BUILD_SECONDS"
+RAY_WAIT_SECONDS = "KERNELCLI_RAY_WAIT_SECONDS"
 
 #: name -> the module that uses it (as docs/environment.md's "read by" column says).
 VARIABLES = {
@@ -41,6 +42,7 @@ VARIABLES = {
     NATIVE_BUILD_SECONDS: "kernelcli/kernels/_native_build.py",
     "OPENBLAS_CORETYPE": "kernelcli/_blas.py",
     "RAY_ADDRESS": "kernelcli/pipeline/_ray.py",
+    RAY_WAIT_SECONDS: "kernelcli/pipeline/_ray_pool.py",
 }
 
 
@@ -121,6 +123,23 @@ def native_build_seconds(environ: Optional[Mapping[str, str]] = None) -> float:
     if not 0 < n <= 86400:
         raise ConfigError(f"{NATIVE_BUILD_SECONDS}: {value!r} is not accepted; expected a "
                           f"number of seconds in (0, 86400], or unset it for 300")
+    return n
+
+
+def ray_wait_seconds(environ: Optional[Mapping[str, str]] = None) -> float:
+    """``KERNELCLI_RAY_WAIT_SECONDS``: how long the Ray executor waits for the cluster to
+    place a kernel actor before it gives that actor up, or fails the run when it has no
+    actor at all (default 120: beyond Ray's own detection of a dead node)."""
+    value = get(RAY_WAIT_SECONDS, environ)
+    if value is None or not value.strip():
+        return 120.0
+    try:
+        n = float(value.strip())
+    except ValueError:
+        n = -1.0
+    if not 0 < n <= 86400:
+        raise ConfigError(f"{RAY_WAIT_SECONDS}: {value!r} is not accepted; expected a "
+                          f"number of seconds in (0, 86400], or unset it for 120")
     return n
 
 

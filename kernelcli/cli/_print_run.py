@@ -114,6 +114,8 @@ def print_status(report) -> None:
         click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
                    f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
+    if report.ray is not None:
+        click.echo(ray_line(report.ray))
     engine = report.engine
     line = f"engine: {engine.name} (recorded in its manifest.json"
     if engine.native:
@@ -129,6 +131,27 @@ def print_status(report) -> None:
         click.echo(f"result: {shown(report.result)}")
     elif report.result_problem:
         click.echo(f"result: {report.result_problem}")
+
+
+def ray_line(r) -> str:
+    """``status``'s line on what the last Ray driver saw of its cluster."""
+    def n(count: int, what: str) -> str:
+        return f"{count} {what}{'' if count == 1 else 's'}"
+
+    parts = []
+    if r.nodes_lost:
+        parts.append(f"{n(len(r.nodes_lost), 'node')} lost ({', '.join(r.nodes_lost)})")
+    if r.actors_lost:
+        parts.append(f"{n(r.actors_lost, 'actor')} lost")
+    parts.append(f"{n(r.requeued, 'block')} requeued")
+    placed = f"{r.placed} of {r.planned} actors placed"
+    if r.waiting:
+        placed += f", waiting for {r.waiting}"
+    if r.given_up:
+        placed += f", {r.given_up} given up"
+    state = "running" if r.running else "not running"
+    return (f"ray: {', '.join(parts)}; {placed} (driver pid {r.pid} on {r.host}, {state}; "
+            f"recorded {r.updated})")
 
 
 def print_verify(report, run_dir) -> None:

@@ -20,7 +20,10 @@ class ProgressPrinter:
     prints a line each time another ``step`` percent is done, so logs stay short.
     The first line also says where the run computes (``on 2 cpu devices``), so a log
     shows whether a job got the accelerator it asked for; it is ended with a newline
-    on a terminal too, to stay visible above the redrawn line.
+    on a terminal too, to stay visible above the redrawn line. What the backend says of
+    its workers (a Ray cluster: "waiting for 1 actor (cluster has 0 CPUs free); 1 node
+    lost, 2 blocks requeued") ends the line, and a line is printed whenever it changes;
+    said before the plan exists (nothing counted yet), it is a line of its own.
     """
 
     def __init__(self, name: str, stream=None, step: float = 5.0):
@@ -31,6 +34,7 @@ class ProgressPrinter:
         self._last_draw = 0.0
         self._last_pct = -1.0
         self._first = True
+        self._note = ""
 
     def line(self, p) -> str:
         pct = 100.0 * p.pairs_done / max(p.pairs_total, 1)
@@ -42,9 +46,17 @@ class ProgressPrinter:
         bar = "#" * filled + "-" * (width - filled)
         return (f"{self.name} [{bar}] {pct:5.1f}%  pairs {p.pairs_done:,}/{p.pairs_total:,}  "
                 f"blocks {p.blocks_done}/{p.blocks_total}  {rate:,.1f} pairs/s  "
-                f"elapsed {format_duration(p.elapsed)}  ETA {eta}")
+                f"elapsed {format_duration(p.elapsed)}  ETA {eta}"
+                + (f"  {p.note}" if getattr(p, "note", "") else ""))
 
     def __call__(self, p) -> None:
+        note = getattr(p, "note", "")
+        changed, self._note = note != self._note, note
+        if not p.blocks_total and note:  # before the plan: the backend's word alone
+            if changed:
+                self.stream.write(f"{self.name}: {note}\n")
+                self.stream.flush()
+            return
         pct = 100.0 * p.pairs_done / max(p.pairs_total, 1)
         finished = p.pairs_done >= p.pairs_total
         if self._first:
@@ -55,11 +67,11 @@ class ProgressPrinter:
             self.stream.flush()
         elif self.tty:
             now = time.monotonic()
-            if finished or now - self._last_draw >= 0.2:
+            if finished or changed or now - self._last_draw >= 0.2:
                 self._last_draw = now
                 self.stream.write("\r" + self.line(p) + ("\n" if finished else ""))
                 self.stream.flush()
-        elif finished or pct >= self._last_pct + self.step or self._last_pct < 0:
+        elif finished or changed or pct >= self._last_pct + self.step or self._last_pct < 0:
             self._last_pct = pct - pct % self.step
             self.stream.write(self.line(p) + "\n")
             self.stream.flush()

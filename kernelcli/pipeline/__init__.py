@@ -12,7 +12,8 @@ Bottom to top (each module imports only those above it in this list, or beside i
 * the pure per-block computation: ``_block_tile`` (a block and a kernel function to a
   tile);
 * backends: the ``Backend`` protocol and the choice of one (``_backend``), the local
-  (``_local``) and the Ray implementation (``_ray``, ``_ray_worker``) side by side;
+  (``_local``) and the Ray implementation (``_ray``, ``_ray_pool``: its actors under
+  faults, ``_ray_worker``) side by side;
 * the prepared run (``_job``: a ``Job`` on the backend it was given), the driver
   (``_executor``), and whole matrices in memory (``_matrix``, the library's route).
 

@@ -49,6 +49,11 @@ class Backend(Protocol):
         """``(block, tile, pairs reported through on_pairs)`` for each block that
         ``wanted(block)`` accepts, in any order."""
 
+    def watch(self, callback: Optional[Callable[[object], None]]) -> None:
+        """Give ``callback`` each change of the state of the workers (a Ray backend's
+        :class:`~._ray_pool.ClusterState`: actors awaited, nodes lost, blocks requeued;
+        a local backend has nothing to say); ``None``: stop."""
+
     def close(self) -> None:
         """Release what the backend holds (idempotent)."""
 

@@ -29,6 +29,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import _env
+from ..errors import KernelcliError
 from ..store import RunStore
 from ._job import Job
 from ._tile_checks import check_diagonal, check_tile
@@ -47,6 +48,8 @@ class Progress:
     pairs_this_run: int   # pairs computed by this process (for the rate)
     platform: str = ""    # of the local devices computing ("" when not known: Ray)
     devices: int = 0      # how many of them
+    note: str = ""        # what the backend says of its workers ("" while all is well; Ray:
+    #                       "waiting for 1 actor (cluster has 0 CPUs free); 1 node lost, ...")
 
 
 class Tally:
@@ -63,12 +66,21 @@ class Tally:
         self.blocks_done = sum(1 for b in self.blocks if b.key in done)
         self.this_run = 0
         self.t0 = time.monotonic()
+        self.text = ""
 
     def report(self):
         if self.progress is not None:
             self.progress(Progress(self.pairs_done, self.pairs_total, self.blocks_done,
                                    len(self.blocks), time.monotonic() - self.t0,
-                                   self.this_run, *self.where))
+                                   self.this_run, platform=self.where[0],
+                                   devices=self.where[1], note=self.text))
+
+    def note(self, text: str):
+        """What the backend says of its workers, reported when it changes."""
+        with self._lock:
+            if text != self.text:
+                self.text = text
+                self.report()
 
     def pairs(self, m: int, computed: bool = True):
         with self._lock:
@@ -106,7 +118,6 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
     tally.report()
     if not pending and not needs_test_diagonal(job, store):
         return
-    rows, columns = job.inputs.rows, job.inputs.columns
 
     def publish(block, tile, reported) -> None:  # on the writer's thread, in order
         check_tile(block, tile)
@@ -117,6 +128,17 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
         if after_tile is not None:
             after_tile(block)
 
+    recorder = _ClusterRecord(store, tally)
+    backend.watch(recorder)
+    try:
+        _compute(job, backend, pending, tally, publish, store)
+    finally:
+        backend.watch(None)
+        recorder.close()
+
+
+def _compute(job: Job, backend, pending, tally: Tally, publish, store: RunStore) -> None:
+    rows, columns = job.inputs.rows, job.inputs.columns
     with TileWriter(publish) as writer:
 
         def wanted(block) -> bool:
@@ -138,6 +160,34 @@ def execute(job: Job, store: RunStore, progress: Optional[Callable[[Progress], N
             writer.put(block, tile, reported)
             del tile
         writer.finish()
+
+
+class _ClusterRecord:
+    """The backend's word on its workers (a Ray driver's
+    :class:`~._ray_pool.ClusterState`): on the progress line, and in the run directory
+    (``shards/ray.json``, which ``status`` shows) once there is something to say; once
+    more when computing ends (``running: false``). A record that cannot be written is
+    skipped: it is never worth failing a run for."""
+
+    def __init__(self, store: RunStore, tally: Tally):
+        self.store, self.tally = store, tally
+        self.last: Optional[dict] = None
+
+    def __call__(self, state) -> None:
+        self.tally.note(state.note)
+        if state.note or self.last is not None:
+            self.last = state.to_dict()
+            self._write(running=True)
+
+    def close(self) -> None:
+        if self.last is not None:
+            self._write(running=False)
+
+    def _write(self, running: bool) -> None:
+        try:
+            self.store.mark_ray(dict(self.last or {}, running=running))
+        except (OSError, KernelcliError):
+            pass
 
 
 def needs_test_diagonal(job: Job, store: RunStore) -> bool:

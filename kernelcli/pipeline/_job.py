@@ -16,9 +16,10 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from .._stop import Stop, check, or_new
 from ..config import Engine, RunConfig, as_pairs
@@ -181,7 +182,7 @@ def prepare(cfg: RunConfig, *, stored: Optional[StoredCompute] = None,
             fingerprints: Optional[dict] = None, preprocess=None,
             fit_preprocess: bool = True, extension: Optional[dict] = None,
             backend: Optional[Backend] = None, stop: Optional[Stop] = None,
-            check_values: bool = True) -> Job:
+            check_values: bool = True, progress: Optional[Callable] = None) -> Job:
     """Open and check the data, compile the kernel, plan within the memory budget.
 
     ``stored`` (an existing run's, :attr:`Manifest.compute`) fixes the block edge, the
@@ -194,6 +195,8 @@ def prepare(cfg: RunConfig, *, stored: Optional[StoredCompute] = None,
     ``extension``: what ``kernelcli extend`` added (the manifest's ``extend``).
     ``backend``: where the plan is made and the tiles computed (default: the one
     ``compute.executor`` names, :func:`~._backend.open_backend`); the job owns it.
+    ``progress``: the run's progress callback, told while the backend waits for its
+    workers before the plan exists (a Ray cluster placing the first actor).
 
     A requested ``stop`` is honoured between the steps (loading, compiling,
     fingerprinting): :class:`~kernelcli.errors.Interrupted`, naming the run directory
@@ -202,7 +205,7 @@ def prepare(cfg: RunConfig, *, stored: Optional[StoredCompute] = None,
     stop = or_new(stop)
     with stop.where(cfg.output.run_dir if stored is not None else None):
         return _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
-                        backend, stop, check_values)
+                        backend, stop, check_values, progress)
 
 
 def _native_here(run_dir, engine: Engine) -> None:
@@ -223,7 +226,7 @@ def _native_here(run_dir, engine: Engine) -> None:
 
 
 def _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
-             backend, stop, check_values) -> Job:
+             backend, stop, check_values, progress) -> Job:
     check(stop)
     inputs = open_inputs(cfg, check_values=check_values, preprocess=preprocess,
                          fit=fit_preprocess, appends=(extension or {}).get("append", ()),
@@ -239,6 +242,8 @@ def _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
                                stored.chunk if stored is not None else None, kept)
         if backend is None:
             backend = open_backend(cfg.compute, stop)
+        if progress is not None:
+            backend.watch(_before_the_plan(progress))
         # a Ray backend plans on a worker, for its platform
         kfn, costs, budget, source, memory, n_devices, devices = backend.plan_inputs(spec,
                                                                                     engine)
@@ -261,22 +266,38 @@ def _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
                backend=backend, requested_engine=engine)
 
 
+def _before_the_plan(progress: Callable) -> Callable:
+    """A backend's word on its workers before the plan exists, as a
+    :class:`~._executor.Progress` with nothing counted yet (``blocks_total`` 0)."""
+    from ._executor import Progress
+
+    t0 = time.monotonic()
+
+    def say(state) -> None:
+        if state.note:
+            progress(Progress(0, 0, 0, 0, time.monotonic() - t0, 0, note=state.note))
+
+    return say
+
+
 def prepare_run(cfg: RunConfig, store=None, shard=None,
-                fingerprints: Optional[dict] = None, stop: Optional[Stop] = None) -> Job:
+                fingerprints: Optional[dict] = None, stop: Optional[Stop] = None,
+                progress: Optional[Callable] = None) -> Job:
     """The job of a run: against ``store``'s plan and fitted preprocessing when the run
     exists (checking that its data did not change), else planned afresh; a ``shard``
     count the plan cannot serve is refused. The one place a run is prepared: a new run,
     a continued one and a job array's process that joins one all come here.
 
     ``fingerprints``: the data's, known already (a process that joined a run).
-    ``stop``: honoured while preparing, and by the job's backend.
+    ``stop``: honoured while preparing, and by the job's backend. ``progress``: see
+    :func:`prepare`.
     """
     if store is None:
-        job = prepare(cfg, fingerprints=fingerprints, stop=stop)
+        job = prepare(cfg, fingerprints=fingerprints, stop=stop, progress=progress)
     else:
         job = prepare(cfg, stored=store.run_manifest.compute, fingerprints=fingerprints,
                       preprocess=stored_preprocess(store),
-                      extension=store.manifest.get("extend"), stop=stop)
+                      extension=store.manifest.get("extend"), stop=stop, progress=progress)
         job.lineage = store.manifest.get("lineage")
     with closed_on_error(job):
         if store is not None:

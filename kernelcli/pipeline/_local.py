@@ -69,6 +69,9 @@ class LocalBackend:
     def close(self) -> None:
         pass
 
+    def watch(self, callback) -> None:
+        """Nothing to watch: this process's devices come and go with it."""
+
     def plan_inputs(self, spec: KernelFnSpec, engine: str) -> Planning:
         """The kernel function of ``spec`` for these devices, its costs and the budget."""
         kfn = spec.build(engine, self.platform, self.stop)

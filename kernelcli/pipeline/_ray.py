@@ -23,11 +23,19 @@ memory.
 the local backend: the per-input pass runs on the same row slices the local backend
 reads (:func:`~._block.stats_slices`), and each tile on an actor is
 :func:`~._block.block_tile`, the local backend's own per-block computation, on the
-same padded inputs and pair batches. At most :data:`PER_ACTOR` blocks are queued on
-an actor at once (one computing, the next already shipped), so the inputs in flight
-are bounded. An actor whose process dies is restarted and its queued calls are
-retried (``MAX_RETRIES`` times); a call that raises fails the run (the same
-computation would raise again), naming the cause; the tiles written are kept.
+same padded inputs and pair batches.
+
+Faults (:mod:`._ray_pool`): the actors are fed by an :class:`~._ray_pool.ActorPool`, at
+most :data:`~._ray_pool.PER_ACTOR` blocks queued on each (one computing, the next
+already shipped), so the inputs in flight are bounded. When an actor's process or node
+is lost, its queued and running blocks go back to the queue for the actors that are
+left and a new actor is asked for in its place; a block lost with more than
+:data:`~._ray_pool.MAX_RETRIES` actors fails the run. Placing actors is bounded
+(``KERNELCLI_RAY_WAIT_SECONDS``): the run goes on with the actors it has, or fails with
+one line when it has none. A call that raises fails the run (the same computation would
+raise again), naming the cause; the tiles written are kept. What the pool sees (actors
+awaited, nodes lost, blocks requeued) goes to :meth:`RayBackend.watch`'s callback: the
+progress line and the run directory's ``shards/ray.json``, which ``status`` shows.
 
 A stop (the ``stop`` the backend is given, :mod:`kernelcli._stop`; the CLI's signal
 handlers request it): the driver's wait loops check it every half second; on a stop
@@ -51,7 +59,7 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .. import _env
 from .._stop import Stop, check
@@ -60,8 +68,7 @@ from ..errors import ComputeError, ConfigError
 from ._block_tile import KernelFnSpec, block_input, stats_slices
 from ._budget import Planning, engine_costs
 from ._devices import local_devices
-
-MAX_RETRIES = 3
+from ._ray_pool import ActorPool, call_failed, describe
 
 _INSTALL = "pip install 'kernelcli[ray]'"
 
@@ -78,14 +85,6 @@ def require_ray():
 
 
 # -- the driver -----------------------------------------------------------------------
-
-def _describe(exc) -> str:
-    cause = getattr(exc, "cause", None)
-    if cause is not None and cause is not exc:
-        return f"{type(cause).__name__}: {cause}".splitlines()[0]
-    text = str(exc).strip().splitlines()
-    return text[-1] if text else type(exc).__name__
-
 
 def _connect(ray, address: Optional[str]) -> bool:
     """Connect (or start a local instance); whether this call did it."""
@@ -105,7 +104,7 @@ def _connect(ray, address: Optional[str]) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "RAY_ADDRESS / a new local instance"
         raise ComputeError.naming(f"cannot connect to the Ray cluster at {where} "
-                                  f"(compute.address / <<address>>): {_describe(exc)}") from None
+                                  f"(compute.address / <<address>>): {describe(exc)}") from None
     finally:
         # ray.init replaces the driver's SIGTERM handler with one that raises SystemExit
         # at any bytecode; this library installs no handlers, so the caller's stays.
@@ -136,7 +135,7 @@ class RayBackend:
     other backend (:class:`~kernelcli.pipeline._backend.Backend`, beside :mod:`._local`).
 
     Made from the configuration's ``compute`` section; :meth:`plan_inputs` connects and
-    starts the first actor, which plans; :meth:`input_stats` and :meth:`tiles` grow
+    asks for the first actor, which plans; :meth:`input_stats` and :meth:`tiles` grow
     the pool to its full size. :meth:`close` (with the job) kills the actors and shuts
     Ray down when this backend started it. A requested ``stop`` is honoured in the
     driver's wait loops, every half second."""
@@ -144,11 +143,10 @@ class RayBackend:
     def __init__(self, compute, stop: Optional[Stop] = None):
         self.ray = require_ray()
         self.compute, self.stop = compute, stop
-        self.actors: list = []
-        self.inflight: dict = {}  # ref -> (actor index, block)
+        self.pool: Optional[ActorPool] = None
         self.started = False
-        self.size = 0
         self.info: Optional[dict] = None
+        self._watch: Optional[Callable] = None
 
     @classmethod
     def for_compute(cls, compute, stop: Optional[Stop] = None) -> RayBackend:
@@ -163,6 +161,23 @@ class RayBackend:
     @property
     def progress_devices(self) -> tuple:
         return ()  # the actors run on the cluster's devices, not this process's
+
+    @property
+    def actors(self) -> list:
+        """The actors asked for and not lost (placed or still on their way)."""
+        return [] if self.pool is None else self.pool.handles
+
+    @property
+    def inflight(self) -> dict:
+        """The calls sent and not yet answered."""
+        return {} if self.pool is None else self.pool.inflight
+
+    def watch(self, callback: Optional[Callable]) -> None:
+        """Give each new :class:`~._ray_pool.ClusterState` (actors awaited, nodes lost,
+        blocks requeued) to ``callback`` (``None``: to nobody)."""
+        self._watch = callback
+        if self.pool is not None:
+            self.pool.watch = callback
 
     def __enter__(self) -> RayBackend:
         return self
@@ -180,26 +195,28 @@ class RayBackend:
         size = gpus if gpus >= 1 else cpus
         if compute.devices is not None:
             size = min(size, compute.devices)
-        self.size = max(1, size)
+        size = max(1, size)
         ask = {"num_gpus": 1} if gpus >= 1 else {"num_cpus": 1}
         # A CPU node's actors share its memory: as many as it has CPUs (at most
         # the pool), the count a local run there would give its host devices.
-        share = 1 if gpus >= 1 else max(1, min(self.size, _cpus_per_node(ray)))
-        self.worker = ray.remote(KernelWorker).options(
-            max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES, **ask)
+        share = 1 if gpus >= 1 else max(1, min(size, _cpus_per_node(ray)))
+        # no restarts by Ray: a lost actor's blocks go to the others (._ray_pool)
+        worker = ray.remote(KernelWorker).options(max_restarts=0, max_task_retries=0, **ask)
         self.args = (spec, engine, compute.memory, share)
-        self.grow(1)
+        self.pool = ActorPool(ray, lambda: worker.remote(*self.args), size,
+                              "GPU" if gpus >= 1 else "CPU", self.stop)
+        self.pool.watch = self._watch
+        self.pool.grow(1)
 
-    def grow(self, n: int) -> list:
-        """The first ``n`` actors (started as needed; at most the pool's size)."""
-        while len(self.actors) < min(n, self.size):
-            self.actors.append(self.worker.remote(*self.args))
-        return self.actors
+    def _started(self) -> ActorPool:
+        if self.pool is None:
+            raise RuntimeError("the actors are started by plan_inputs()")
+        return self.pool
 
     def call(self, method: str, *args):
-        """One call on the first actor, waited for (responsive to a stop)."""
-        return _get_all(self.ray, [getattr(self.actors[0], method).remote(*args)],
-                        self.stop)[0]
+        """One call on an actor, waited for (responsive to a stop; a lost actor's call is
+        made again on another)."""
+        return self._started().call(method, *args)
 
     def plan_inputs(self, spec: KernelFnSpec, engine: str) -> Planning:
         """What the planner needs, from the first actor: the driver's kernel function is
@@ -225,13 +242,8 @@ class RayBackend:
             raise
 
     def close(self) -> None:
-        self.inflight.clear()
-        for actor in self.actors:
-            try:
-                self.ray.kill(actor)
-            except Exception:  # noqa: BLE001 - best effort; the driver is leaving anyway
-                pass
-        self.actors = []
+        if self.pool is not None:
+            self.pool.close()
         if self.started:
             self.started = False
             self.ray.shutdown()
@@ -239,45 +251,37 @@ class RayBackend:
     def input_stats(self, kfn, src: RowSource):
         from ..kernels import Stats
 
-        actors = self.grow(self.size)
-        refs = []
-        for n, (s, e) in enumerate(stats_slices(src.n)):
-            check(self.stop)
-            actor = actors[n % len(actors)]
-            refs.append(actor.stats.remote(src.read(s, e, dtype=kfn.dtype)))
-        return Stats.concat(_get_all(self.ray, refs, self.stop))
+        pool = self._started()
+        pool.grow(pool.planned)
+        slices = list(enumerate(stats_slices(src.n)))
+
+        def submit(actor, item):
+            s, e = item[1]
+            return actor.stats.remote(src.read(s, e, dtype=kfn.dtype))
+
+        try:
+            parts = dict(pool.run(slices, submit,
+                                  name=lambda item: f"rows {item[1][0]}:{item[1][1]} of the "
+                                                    f"per-input pass"))
+        except BaseException:
+            self.close()
+            raise
+        return Stats.concat([parts[item] for item in slices])
 
     def tiles(self, kfn, plan, blocks, rows: RowSource, columns: RowSource, s1, s2,
               wanted=lambda b: True, on_pairs=None):
         """``(block, tile, 0)`` as the actors return them (no per-batch progress)."""
-        ray, inflight, stop = self.ray, self.inflight, self.stop
-        actors = self.grow(self.size)
-        todo = iter(blocks)
-        load = [0] * len(actors)
+        pool = self._started()
+        pool.grow(pool.planned)
 
-        def submit():
-            while min(load) < PER_ACTOR:
-                check(stop)
-                block = next(todo, None)
-                if block is None:
-                    return
-                if not wanted(block):
-                    continue
-                a = load.index(min(load))
-                bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
-                inflight[actors[a].tile.remote(plan.pair_batch, bi)] = (a, block)
-                load[a] += 1
+        def submit(actor, block):
+            bi = block_input(kfn, rows, columns, s1, s2, block, plan.block)
+            return actor.tile.remote(plan.pair_batch, bi)
 
         try:
-            submit()
-            while inflight:
-                check(stop)
-                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
-                for ref in ready:
-                    a, block = inflight.pop(ref)
-                    load[a] -= 1
-                    yield block, _get_all(ray, [ref], stop)[0], 0
-                submit()
+            for block, tile in pool.run(blocks, submit, name=lambda b: f"block {b.key}",
+                                        wanted=wanted):
+                yield block, tile, 0
         except BaseException:
             self.close()  # a stop or a failure: the actors go (and Ray, when started here)
             raise
@@ -290,9 +294,7 @@ def _cpus_per_node(ray) -> int:
 
 
 # the connection and error text, public for predict's band actors (run/_predict_spread)
-connect_ray, describe_ray_error = _connect, _describe
-
-PER_ACTOR = 2  # blocks queued on one actor: one computing, the next already shipped
+connect_ray, describe_ray_error = _connect, describe
 
 
 def _get_all(ray, refs, stop: Optional[Stop] = None):
@@ -306,9 +308,4 @@ def _get_all(ray, refs, stop: Optional[Stop] = None):
     try:
         return ray.get(list(refs))
     except ray.exceptions.RayError as exc:
-        if "RESOURCE_EXHAUSTED" in str(exc):  # a device out of memory on the worker:
-            # the out-of-memory error of a local run (run/_finish.py), naming the budget
-            raise RuntimeError(f"RESOURCE_EXHAUSTED on a Ray worker: {_describe(exc)}") from None
-        raise ComputeError(f"a kernel actor's call failed on the Ray cluster (a dead actor "
-                           f"is restarted {MAX_RETRIES} times): {_describe(exc)}; completed "
-                           f"tiles are kept") from None
+        raise call_failed(ray, exc) from None

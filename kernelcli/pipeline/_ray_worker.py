@@ -66,6 +66,14 @@ class KernelWorker:
         return dict(platform=self.platform, devices=devices, budget=budget, source=source,
                     memory=memory, **engine_facts(self.kfn))
 
+    def where(self) -> tuple:
+        """``(node id, node address)`` of this actor: answered once it is placed and
+        built (the driver feeds it only then), and kept so that the driver can tell a lost
+        node from a lost process."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
     def compiled_memory(self, rows: int, cols: int, pairs: int) -> int:
         return self.kfn.compiled_memory(rows, cols, pairs)
 

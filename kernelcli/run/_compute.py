@@ -120,7 +120,7 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
         store = None if overwrite else _existing_run(cfg)
         if store is None:
             _check_new(cfg.output.run_dir, overwrite)  # before the data is read
-            with prepare_run(cfg, None, shard, stop=stop) as job:
+            with prepare_run(cfg, None, shard, stop=stop, progress=progress) as job:
                 store, created = _create_run(job, overwrite, shard,
                                               None if locked else held)
                 if created or adopts(job, store):
@@ -131,7 +131,7 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
             fingerprints = job.fingerprints
         else:
             fingerprints = None
-        with prepare_run(cfg, store, shard, fingerprints, stop) as job:
+        with prepare_run(cfg, store, shard, fingerprints, stop, progress) as job:
             return _continue(job, store, progress, shard, True, on_start, stop)
 
 

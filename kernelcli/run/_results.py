@@ -200,6 +200,31 @@ class ShardProgress:
 
 
 @dataclasses.dataclass(frozen=True)
+class RayRecord(_Flat):
+    """What the last Ray driver of a run saw of its cluster (``shards/ray.json``),
+    written only when it had something to say: actors awaited (``waiting``) or given
+    up, nodes and actors lost, blocks requeued. ``running``: the driver was computing
+    when it wrote it (false once it stopped, or, on this host, when its process is
+    gone)."""
+
+    note: str
+    planned: int
+    placed: int
+    waiting: int
+    given_up: int
+    nodes_lost: tuple
+    actors_lost: int
+    requeued: int
+    running: bool
+    host: str
+    pid: int
+    updated: str
+
+    def to_dict(self) -> dict:
+        return dict(dataclasses.asdict(self), nodes_lost=list(self.nodes_lost))
+
+
+@dataclasses.dataclass(frozen=True)
 class StatusReport:
     """``status``: how far a run has got, from its files alone. ``result_problem``: why a
     ``kernels.h5`` that exists does not verify; ``shards`` (with ``shard_count`` and the
@@ -225,6 +250,7 @@ class StatusReport:
     tile_packs: int = 0   # of them, packs of tiles
     tiles_loose: int = 0  # and tiles in files of their own
     engine: Engine = Engine("cpu")  # the execution engine the run computes with
+    ray: Optional[RayRecord] = None  # what its last Ray driver saw (when it said anything)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
@@ -239,6 +265,8 @@ class StatusReport:
             out["result_problem"] = self.result_problem
         if self.extend is not None:
             out["extend"] = self.extend.to_dict()
+        if self.ray is not None:
+            out["ray"] = self.ray.to_dict()
         if self.shard_count is not None:
             out.update(shard_count=self.shard_count,
                        shards=[s.to_dict() for s in self.shards],

@@ -43,5 +43,5 @@ def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
     result = verified_result(store)  # a finished run needs neither its data nor jax
     if result is not None:
         return RunResult(result=result, already_finished=True)
-    with prepare_run(cfg, store, shard, stop=stop) as job:
+    with prepare_run(cfg, store, shard, stop=stop, progress=progress) as job:
         return finish(job, store, progress, shard, True, on_start, stop)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import socket
 from typing import Optional
 
 from ..config import KINDS
@@ -9,7 +12,7 @@ from ..errors import UsageError, resume_command
 from ..pipeline import check_present_files, check_shard_count, missing_tiles_problem
 from ..plan import assign
 from ..store import Manifest, RunStore
-from ._results import ExtendSummary, ShardProgress, StatusReport
+from ._results import ExtendSummary, RayRecord, ShardProgress, StatusReport
 
 
 def shard_counts(store: RunStore, plan, shards: Optional[int],
@@ -91,7 +94,41 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
         tiles_removed=removed, extend=_extend_summary(m, plan),
         readouts=tuple(k for k in m.kinds if k not in KINDS), engine=m.engine,
-        **store.file_counts())
+        ray=ray_record(store), **store.file_counts())
+
+
+def ray_record(store: RunStore) -> Optional[RayRecord]:
+    """What the run's last Ray driver recorded of its cluster (``shards/ray.json``), or
+    ``None`` (none, or not readable as one). A driver recorded as running on this host
+    whose process is gone was killed: it is shown as not running."""
+    r = store.ray_record()
+    if r is None:
+        return None
+    try:
+        record = RayRecord(
+            note=str(r.get("note", "")), planned=int(r["planned"]), placed=int(r["placed"]),
+            waiting=int(r.get("waiting", 0)), given_up=int(r.get("given_up", 0)),
+            nodes_lost=tuple(str(n) for n in r.get("nodes_lost", ())),
+            actors_lost=int(r.get("actors_lost", 0)), requeued=int(r.get("requeued", 0)),
+            running=r.get("running") is True, host=str(r.get("host", "")),
+            pid=int(r.get("pid", 0)), updated=str(r.get("updated", "")))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if record.running and record.host == socket.gethostname() and not _alive(record.pid):
+        record = dataclasses.replace(record, running=False)
+    return record
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # no pid to ask about: the record stands
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # someone else's process, or not a pid we can ask about
+    return True
 
 
 def _extend_summary(m: Manifest, plan) -> Optional[ExtendSummary]:

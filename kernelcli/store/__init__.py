@@ -17,6 +17,9 @@ Layout::
     <run_dir>/kernels.h5           the assembled result; its existence = finished
     <run_dir>/shards/<I>of<N>.json written by process I of a job array of N when it
                                    starts (who ran; status counts per shard from it)
+    <run_dir>/shards/ray.json      what the last Ray driver saw of its cluster, written
+                                   only when there was something to say (actors
+                                   awaited, nodes lost, blocks requeued); status shows it
     <run_dir>/labels.npz           with a configuration that names labels: the training
                                    (and test) labels, written before the manifest
                                    (``labels-<fp>.npz``, named by the manifest, for a

@@ -21,7 +21,7 @@ from typing import Optional
 from ._atomic import fsync_dir, storage_error
 from ._lineage import superseded
 from ._manifest_schema import labels_file_of
-from ._markers import SHARD_MARKER
+from ._markers import PROCESS_RECORD
 from ._ownership import check_tiles_own, is_predictions, run_ids
 from ._sealed import SealError, read_sealed
 from ._tiles import tile_path
@@ -134,11 +134,12 @@ class Growth:
         unlink(path)
 
     def remove_shard_markers(self) -> None:
-        """Forget which processes of a job array ran (the run they ran is superseded)."""
+        """Forget which processes of a job array ran, and what a Ray driver saw (the run
+        they ran is superseded)."""
         shards_dir = self.store.shards_dir
         if shards_dir.is_dir() and not shards_dir.is_symlink():
             for entry in os.listdir(shards_dir):
-                if SHARD_MARKER.match(entry):
+                if PROCESS_RECORD.match(entry):
                     unlink(shards_dir / entry)
 
     def superseded(self) -> list:

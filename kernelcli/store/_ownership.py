@@ -39,7 +39,7 @@ from ._lineage import ancestors
 from ._lock import LOCK
 from ._manifest_file import CHECKSUM, MANIFEST
 from ._manifest_schema import labels_file_of
-from ._markers import SHARD_MARKER
+from ._markers import PROCESS_RECORD
 from ._packs import PACK, pack_run
 from ._result_file import ResultFile
 from ._run_files import (
@@ -198,7 +198,7 @@ def owned_files(run_dir, side_files: Optional[dict] = None) -> list:
                      "is not a file this run wrote (its manifest does not name it)")
             out.append(path)
     out += _owned_in(run_dir / TILES, ids, _TILE, "a tile of this run")
-    out += _owned_in(run_dir / SHARDS, ids, SHARD_MARKER, "a shard record")
+    out += _owned_in(run_dir / SHARDS, ids, PROCESS_RECORD, "a process record")
     out += _owned_in(run_dir / QUARANTINE, ids, _QUARANTINED, "a file kernelcli moved there")
     out.append(run_dir / MANIFEST)  # last: until it goes, the run is there to overwrite
     return out

@@ -32,7 +32,7 @@ from ._manifest_file import (
     write_manifest,
 )
 from ._manifest_schema import Manifest, labels_file_of
-from ._markers import mark_shard, shard_markers
+from ._markers import mark_ray, mark_shard, ray_record, shard_markers
 from ._ownership import (
     check_folders,
     check_new,
@@ -298,6 +298,14 @@ class RunStore:
     def shard_markers(self) -> list[dict]:
         """The shard records of this run, newest first (:mod:`._markers`)."""
         return shard_markers(self.shards_dir)
+
+    def mark_ray(self, info: dict) -> Path:
+        """Record what this Ray driver sees of its cluster (``shards/ray.json``)."""
+        return mark_ray(self.shards_dir, info)
+
+    def ray_record(self) -> Optional[dict]:
+        """What the last Ray driver recorded of its cluster, or ``None``."""
+        return ray_record(self.shards_dir)
 
     def done_keys(self) -> set[str]:
         """Keys of the blocks whose tile is complete (loose or packed)."""

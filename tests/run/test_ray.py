@@ -2,10 +2,11 @@
 
 The cluster is started by the test on the loopback address only (`ray start --head
 --num-cpus 2`, its processes killed by pid afterwards); a kernel actor's process is
-SIGKILLed mid-tile, Ray restarts it and retries its calls, and the assembled matrix
-must be bit-identical to a single-process local run. In-process drivers check that
+SIGKILLed mid-tile, its calls go to the other actor (and a new one), and the assembled
+matrix must be bit-identical to a single-process local run. In-process drivers check that
 each actor compiles its programs once for any number of blocks, that the plan is
-made on a worker, and that a stop kills the actors. Ray is an optional extra
+made on a worker, and that a stop kills the actors (the actor pool itself:
+test_ray_pool.py; nodes lost: test_ray_faults.py). Ray is an optional extra
 (`pip install 'kernelcli[ray]'`): without it these tests are skipped; the tests
 that check the configuration and the missing-Ray message, in test_ray_config.py, run
 anyway.
@@ -283,6 +284,9 @@ def test_each_actor_compiles_once_for_any_number_of_blocks(tmp_path, ray_driver)
             s1 = backend.input_stats(kfn, rows)
             actors, ray = backend.actors, backend.ray
             assert len(actors) == 2  # one per CPU of the cluster
+            # an actor is fed once it is placed and built: both are, before the first
+            # block, so that each computes blocks in both rounds
+            ray.get([a.where.remote() for a in actors])
             first = {b.key: t for b, t, _ in backend.tiles(kfn, plan, blocks, rows, rows,
                                                            s1, s1)}
             after_one = ray.get([a.counters.remote() for a in actors])
@@ -363,3 +367,4 @@ def test_an_actor_out_of_device_memory_is_the_out_of_memory_error(ray_driver):
         assert "81.00GiB" in str(exc.value)
     finally:
         ray.shutdown()
+
