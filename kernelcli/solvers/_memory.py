@@ -1,9 +1,9 @@
 """How much memory a solve needs, and which solver a machine can afford (no numpy needed).
 
-A Cholesky solve holds the training kernel in float64 and its factor, and while it
-factors LAPACK (numpy's ``cholesky``) works on a copy of its own: three ``n x n``
-float64 matrices, ``24 n^2`` bytes at the peak (the kernel read with ``load_kernel``
-straight into float64; a float32 copy held by the caller comes on top).
+A Cholesky solve holds the training kernel in float64 and its factor, made in place
+by block columns: two ``n x n`` float64 matrices, ``16 n^2`` bytes at the peak and a
+block column's temporaries (the kernel read with ``load_kernel`` straight into
+float64; a float32 copy held by the caller comes on top).
 ``predict``'s Cholesky route holds more beside them (:func:`cholesky_memory_bytes`):
 the targets and coefficients, a block of the test kernel streamed from
 ``kernels.h5``, and the results kept for every kind and ridge. Conjugate gradients on
@@ -40,11 +40,14 @@ VARIANCE_ROWS = 1024  # test rows per block of predict's posterior variance
 _INVERSE_SLAB = 256  # columns of L^{-1} per slab of the leave-one-out diagonal
 
 
+FACTOR_BLOCK = 512  # columns per block of the Cholesky factorisation (``_cholesky``)
+
+
 def solve_memory_bytes(n: int) -> int:
     """Peak bytes of a Cholesky factorisation of an (n, n) kernel: the float64 kernel,
-    LAPACK's working copy and the factor (measured: numpy's ``cholesky`` peaks at two
-    ``n x n`` arrays beside its input)."""
-    return 3 * 8 * n * n
+    the factor made in place beside it, and a block column's three temporaries (its
+    update's product, the solve's transposed right-hand side and solution)."""
+    return 2 * 8 * n * n + 3 * 8 * n * min(n, FACTOR_BLOCK)
 
 
 def cholesky_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
@@ -197,8 +200,7 @@ def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] =
              else "give fewer <<ridges>> or <<kinds>> values, or ")
     raise BudgetError.naming(
         f"<<solver>> cholesky: a {n:,} x {n:,} Cholesky solve needs {format_size(need)} "
-        f"(the float64 kernel, its factor and LAPACK's copy while it factors, "
-        f"{format_size(factor // 3)} each{rest}), but {format_size(available_bytes)} is "
+        f"(the float64 kernel and its factor, {format_size(8 * n * n)} each{rest}), but {format_size(available_bytes)} is "
         f"available; {fewer}use <<solver>> cg, which streams the kernel from kernels.h5 "
         "by row blocks (memory: one block)")
 

@@ -60,7 +60,7 @@ def test_cg_folds_equal_a_refit_per_fold_and_the_fit_equals_cholesky():
     k, _, _ = psd_kernel(n, seed=5)
     y = one_hot(np.arange(n) % 4, center=True)
     ridges = [1e-3, 0.1]
-    alphas, held = solve_cg_folds(k, y, ridges, folds, tol=1e-12)
+    alphas, held = solve_cg_folds(k, y, ridges, folds, tol=1e-12, fold_tol=1e-12)
     chol = solve_cholesky(k, y, ridges)
     masks = fold_masks(n, folds)
     for r in ridges:
