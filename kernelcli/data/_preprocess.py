@@ -159,6 +159,20 @@ class Preprocess:
             out[start:stop] = result
         return out
 
+    def apply_bytes(self, rows: int) -> int:
+        """Bytes :meth:`apply` holds mapping ``rows`` rows besides its output: their
+        float64 copy and one batch's work."""
+        row = self.patches.row_bytes(self.feature_shape) if self.patches else 8 * self.n_features
+        return 8 * rows * self.n_features + min(rows, max(1, _BATCH_BYTES // row)) * row
+
+    def fit_bytes(self, rows: int) -> int:
+        """Bytes a fit on ``rows`` training rows holds: one batch and its statistics
+        (the ``random_patches`` kind's; the others' (d, d) moments at most)."""
+        batch = min(rows, max(1, _BATCH_BYTES // (8 * self.n_features))) * 8 * self.n_features
+        if self.patches is not None:
+            return batch + self.patches.fit_bytes(self.feature_shape)
+        return batch + 3 * 8 * self.n_features ** 2
+
     def output_bound(self, max_abs: float) -> float:
         """An upper bound of ``|apply(x)|`` over every ``x`` with ``|x| <= max_abs``,
         without reading ``x``: ``(max_abs + max|mean|) / min(std)`` for ``standardize``;
