@@ -214,7 +214,7 @@ def stand_in(shape, settings: PatchSettings):
 
 
 def patches_file_bytes(shape, settings: PatchSettings) -> int:
-    """Bytes of the run directory's fitted ``random_patches`` file (``.npz``: the
+    """Bytes (at most) of the run directory's fitted ``random_patches`` file (``.npz``: the
     float64 mean, whitening and filters, and a little of their names and settings)."""
     d = settings.size * settings.size * int(shape[-1])
-    return 8 * (d + d * d + settings.count * d) + 2048
+    return 8 * (d + d * d + settings.count * d) + 4096
