@@ -211,15 +211,15 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
                                       limit=d.test_limit, n=test.n,
                                       what="data.test_labels_key" if d.test_labels is None
                                       else "data.test_labels")
+        settings = patch_settings(cfg)
         if d.preprocess is not None and preprocess is None and fit:
             p = d.preprocess
             preprocess = fit_preprocess(SliceableRows(x1), p.kind,
                                         zca_reg=p.zca_reg if p.kind != "standardize" else None,
-                                        per_image=p.per_image, patches=patch_settings(cfg))
-        elif d.preprocess is not None and preprocess is None and patch_settings(cfg):
+                                        per_image=p.per_image, patches=settings)
+        elif d.preprocess is not None and preprocess is None and settings is not None:
             assert d.preprocess.zca_reg is not None  # random_patches: filled in by the loader
-            preprocess = Preprocess.stand_in(x1.example_shape, patch_settings(cfg),
-                                             d.preprocess.zca_reg)
+            preprocess = Preprocess.stand_in(x1.example_shape, settings, d.preprocess.zca_reg)
         if check_values and preprocess is not None:
             for src in opened:
                 check_preprocessed(src, preprocess, largest[src.what], cfg.kernel.dtype)

@@ -10,8 +10,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kernelcli.data import PatchSettings, Preprocess, fit_preprocess, patches_file_bytes
-from kernelcli.data import _preprocess  # its batch size, made small to stream in batches
+from kernelcli.data import (
+    PatchSettings,
+    Preprocess,
+    _preprocess,  # its batch size, made small to stream in batches
+    fit_preprocess,
+    patches_file_bytes,
+)
 from kernelcli.errors import DataError, UsageError
 
 SETTINGS = PatchSettings(count=6, size=3, seed=5, bias=0.25, pool=2, stride=1, split=True)
