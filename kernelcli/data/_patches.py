@@ -178,12 +178,17 @@ def apply_patches(rows: np.ndarray, settings: PatchSettings, mean: np.ndarray,
     # z = f . W (p - M) = p . G - f . W M with G = W f^T: one product per image
     g = whitening @ filters.T
     offset = mean @ g
+    k = settings.count
     for i in range(rows.shape[0]):
-        z = normalise(patches_of(rows[i], settings.size)) @ g - offset
-        feats = np.maximum(z - settings.bias, 0.0)
+        p = normalise(patches_of(rows[i], settings.size))
+        h, w, d = p.shape
+        z = p.reshape(h * w, d) @ g  # one 2-D product: numpy's stacked 3-D one is slower
+        z -= offset
+        feats = np.empty((h * w, settings.channels))
+        np.maximum(z - settings.bias, 0.0, out=feats[:, :k])
         if settings.split:
-            feats = np.concatenate([feats, np.maximum(-z - settings.bias, 0.0)], axis=-1)
-        out[i] = _pool(feats, settings.pool, settings.stride)
+            np.maximum(-z - settings.bias, 0.0, out=feats[:, k:])
+        out[i] = _pool(feats.reshape(h, w, -1), settings.pool, settings.stride)
     return out
 
 

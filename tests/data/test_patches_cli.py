@@ -141,6 +141,18 @@ def test_estimate_counts_the_patches(rp_run):
     assert "random patches fit on disk" in text
 
 
+def test_a_zca_run_keeps_the_configuration_fingerprint_it_had_before_random_patches(
+        tmp_path):
+    """random_patches' keys are null for the other kinds and left out of the hash: a zca
+    run made before them is still the same configuration (the value: before them)."""
+    from kernelcli.pipeline import config_fingerprint
+
+    write_data(tmp_path)
+    cfg = write_cfg(tmp_path, preprocess={"kind": "zca", "zca_reg": 0.1}, test=None)
+    assert config_fingerprint(load_config(cfg)) == (
+        "42950d2da07b868df21e37ffc6aa06d127918a52471857f6e282750b56231e18")
+
+
 @pytest.mark.parametrize("preprocess, message", [
     (dict(PATCHES, count=0), "rp.yaml: data.preprocess.count: 0 is not a number of patches; expected "
                              "a positive integer"),
