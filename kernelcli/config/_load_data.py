@@ -86,7 +86,7 @@ _PREPROCESS_KEYS = ("kind", "zca_reg", "per_image") + PATCH_KEYS
 PATCH_DEFAULTS = {"count": 2048, "size": 6, "seed": 0, "bias": 1.0, "pool": 1, "split": True,
                   "zca_reg": 0.1}
 MAX_PATCH_COUNT = 65536   # filters (channels: twice as many with split)
-MAX_PATCH_SIZE = 64       # pixels: a patch of 64 x 64 x 3 is d = 12288 values to whiten
+MAX_PATCH_SIZE = 32       # pixels: 32 x 32 x 3 is d = 3072 values to whiten (zca on CIFAR)
 MAX_PATCH_POOL = 1024
 MAX_PATCH_BIAS = 1e3      # a response of a whitened patch is about unit size
 MAX_SEED = 2 ** 63 - 1
