@@ -9,7 +9,7 @@ the patches and mapping every row read cost, and the fitted file's size.
   of patches and responses), once per device that reads at the same time;
 * time (``--time``): the mapping's per row, timed on the first rows, times the rows a
   run reads (the per-input pass reads every row once, each block its rows and its
-  columns); the fit's, a fit on the first rows timed (its sampled patches, whitening and
+  columns: a run maps every row many times, it does not keep the maps); the fit's, a fit on the first rows timed (its sampled patches, whitening and
   filters cost the same whatever the rows) plus reading the rest of ``x1`` once;
 * disk: the fitted file (``preprocess-<fp>.npz``) the run directory keeps.
 """
@@ -65,13 +65,11 @@ def patch_cost(job: Job, run_time: bool, stop: Optional[Stop] = None) -> Optiona
 
 
 def _rows_read(job: Job) -> int:
-    """Rows a run maps: once each in the per-input pass, then each block's rows and
-    columns (a diagonal block's once)."""
+    """Rows a run maps: once each in the per-input pass, then each block's rows and its
+    columns (``pipeline.block_input`` reads both, a diagonal block's too)."""
     inputs, plan = job.inputs, job.plan
     total = inputs.n1 + inputs.n_test + (0 if inputs.symmetric else inputs.n2)
-    for b in plan.blocks:
-        total += (b.r1 - b.r0) + (0 if b.diagonal else b.c1 - b.c0)
-    return total
+    return total + sum((b.r1 - b.r0) + (b.c1 - b.c0) for b in plan.blocks)
 
 
 class _Head:
