@@ -51,7 +51,23 @@ def print_estimate(est) -> None:
         _row("files in the run directory",
              f"{f.total:,} ({f.tiles:,} tiles, {f.packs:,} packs, {f.other:,} others; "
              f"output.keep_tiles: {'true' if f.keep_tiles else 'false'})")
+    if est.patches is not None:
+        _print_patches(est.patches)
     _print_parts(est)
+
+
+def _print_patches(p) -> None:
+    """data.preprocess: random_patches: its feature maps and what they cost."""
+    _row("random patches: feature maps", " x ".join(f"{s:,}" for s in p.patches_output_shape)
+         + f" ({p.patches_channels:,} channels)")
+    _row("random patches: memory", f"fit {format_size(p.patches_fit_bytes)}, mapping the "
+                                   f"rows read {format_size(p.patches_apply_bytes)}")
+    _row("random patches fit on disk", format_size(p.patches_file_bytes))
+    if p.patches_fit_seconds is not None and p.patches_apply_seconds is not None:
+        _row("random patches: time", f"fit {format_duration(p.patches_fit_seconds)}, "
+                                     f"mapping every row read "
+                                     f"{format_duration(p.patches_apply_seconds)} "
+                                     f"(in the estimated wall time)")
 
 
 def _print_parts(est) -> None:

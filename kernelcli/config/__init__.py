@@ -22,6 +22,7 @@ from ._allowed import EXECUTORS as EXECUTORS
 from ._allowed import KINDS as KINDS
 from ._allowed import LAYOUTS as LAYOUTS
 from ._allowed import PARAMETERIZATIONS as PARAMETERIZATIONS
+from ._allowed import PATCH_KEYS as PATCH_KEYS
 from ._allowed import Architecture as Architecture
 from ._allowed import ComputeSpec as ComputeSpec
 from ._allowed import DataSpec as DataSpec

@@ -22,16 +22,30 @@ PARAMETERIZATIONS = ("ntk", "standard")
 EXECUTORS = ("local", "ray")
 # compute.engine: the engine that computes the kernels (kernelcli.kernels.resolve_engine)
 ENGINES = ("auto", "cpu", "native", "accelerator")
-PREPROCESS_KINDS = ("standardize", "zca")
+PREPROCESS_KINDS = ("standardize", "zca", "random_patches")
+# data.preprocess keys of random_patches alone: null for the other kinds, and then left out
+# of the configuration's fingerprint, so runs made before them keep theirs
+PATCH_KEYS = ("count", "size", "seed", "bias", "pool", "stride", "split")
 
 
 @dataclass(frozen=True)
 class PreprocessSpec:
     """``data.preprocess``: fitted on the training rows (``x1``) only, applied to every set."""
 
-    kind: str                         # standardize | zca
-    zca_reg: Optional[float] = None   # zca only: regulariser relative to the mean eigenvalue
+    kind: str                         # standardize | zca | random_patches
+    zca_reg: Optional[float] = None   # zca, random_patches: regulariser relative to the mean
+    #                                   eigenvalue (random_patches: of the patches')
     per_image: bool = True            # zca only: centre and L2-normalise each example first
+    # random_patches only (Coates et al. 2011): patches sampled as filters, their edge, the
+    # sampling's seed, the responses' threshold, the average pool's window and stride, and
+    # whether both signs of a response are kept (2 * count channels)
+    count: Optional[int] = None
+    size: Optional[int] = None
+    seed: Optional[int] = None
+    bias: Optional[float] = None
+    pool: Optional[int] = None
+    stride: Optional[int] = None
+    split: Optional[bool] = None
 
 
 @dataclass(frozen=True)

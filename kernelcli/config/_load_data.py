@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import _fields as f
-from ._allowed import LAYOUTS, PREPROCESS_KINDS, DataSpec, PreprocessSpec
+from ._allowed import LAYOUTS, PATCH_KEYS, PREPROCESS_KINDS, DataSpec, PreprocessSpec
 
 MAX_ROWS = 2 ** 40        # data.limit, data.test_limit, data.landmarks
 MAX_ZCA_REG = 1e6         # relative to the mean eigenvalue: beyond this zca is a scaling
@@ -81,37 +81,82 @@ def _landmarks(value) -> Optional[int]:
                           maximum=MAX_ROWS)
 
 
-_PREPROCESS_KEYS = ("kind", "zca_reg", "per_image")
+_PREPROCESS_KEYS = ("kind", "zca_reg", "per_image") + PATCH_KEYS
+# random_patches: the defaults (docs/config.md says whose they are) and the largest values
+PATCH_DEFAULTS = {"count": 2048, "size": 6, "seed": 0, "bias": 1.0, "pool": 1, "split": True,
+                  "zca_reg": 0.1}
+MAX_PATCH_COUNT = 65536   # filters (channels: twice as many with split)
+MAX_PATCH_SIZE = 32       # pixels: 32 x 32 x 3 is d = 3072 values to whiten (zca on CIFAR)
+MAX_PATCH_POOL = 1024
+MAX_PATCH_BIAS = 1e3      # a response of a whitened patch is about unit size
+MAX_SEED = 2 ** 63 - 1
 
 
 def _preprocess(value) -> Optional[PreprocessSpec]:
     """``null`` | ``standardize`` | ``zca`` (needs zca_reg, so only as a mapping) |
-    ``{kind: ..., zca_reg: ..., per_image: ...}``."""
+    ``random_patches`` | ``{kind: ..., zca_reg: ..., per_image: ...}`` (with
+    random_patches: ``count``, ``size``, ``seed``, ``bias``, ``pool``, ``stride``,
+    ``split``)."""
     path = "data.preprocess"
     if value is None:
         return None
     if isinstance(value, str):
         value = {"kind": value}
-    value = f.mapping(value, path, "null, standardize, or a mapping such as "
+    value = f.mapping(value, path, "null, standardize, random_patches, or a mapping such as "
                                    "{kind: zca, zca_reg: 0.1}")
     f.check_keys(value, path, _PREPROCESS_KEYS)
     if value.get("kind") is None:
         raise f.fail(f"{path}.kind", f"missing; expected one of {', '.join(PREPROCESS_KINDS)}")
     kind = f.choice(value["kind"], f"{path}.kind", PREPROCESS_KINDS, "a preprocessing")
+    if kind != "random_patches":
+        for key in PATCH_KEYS:
+            if value.get(key) is not None:
+                raise f.fail(f"{path}.{key}", f"{f.show(value[key])} is only used with kind: "
+                                              f"random_patches; drop it for {kind}")
     if kind == "standardize":
         for key in ("zca_reg", "per_image"):
             if value.get(key) is not None:
                 raise f.fail(f"{path}.{key}", f"{f.show(value[key])} is only used with kind: "
                                               "zca; drop it for standardize")
         return PreprocessSpec("standardize")
+    if kind == "random_patches":
+        return _patches(value, path)
     if value.get("zca_reg") is None:
         raise f.fail(f"{path}.zca_reg", "missing; kind: zca needs a regulariser, a number "
                                         "> 0 relative to the mean eigenvalue (e.g. 0.1)")
-    reg = f.number(value["zca_reg"], f"{path}.zca_reg", minimum=0.0, maximum=MAX_ZCA_REG,
-                   expected="a number > 0 (e.g. 0.1)")
-    if not reg > 0:
-        raise f.fail(f"{path}.zca_reg", f"{f.show(value['zca_reg'])} is not accepted; "
-                                        "expected a number > 0 (e.g. 0.1)")
+    reg = _zca_reg(value["zca_reg"], f"{path}.zca_reg")
     per_image = value.get("per_image", True)
     return PreprocessSpec("zca", zca_reg=reg,
                           per_image=f.boolean(per_image, f"{path}.per_image"))
+
+
+def _zca_reg(value, path: str) -> float:
+    reg = f.number(value, path, minimum=0.0, maximum=MAX_ZCA_REG,
+                   expected="a number > 0 (e.g. 0.1)")
+    if not reg > 0:
+        raise f.fail(path, f"{f.show(value)} is not accepted; expected a number > 0 (e.g. 0.1)")
+    return reg
+
+
+def _patches(value: dict, path: str) -> PreprocessSpec:
+    """``kind: random_patches``: every setting checked and its default filled in (the
+    sizes against the images wait for the data: ``kernelcli.data.PatchSettings``)."""
+    if value.get("per_image") is not None:
+        raise f.fail(f"{path}.per_image", f"{f.show(value['per_image'])} is only used with "
+                                          "kind: zca; random_patches normalises every patch")
+    got = {k: value[k] if value.get(k) is not None else PATCH_DEFAULTS.get(k)
+           for k in PATCH_KEYS + ("zca_reg",)}
+    pool = f.positive_int(got["pool"], f"{path}.pool", "a pooling window",
+                          maximum=MAX_PATCH_POOL)
+    return PreprocessSpec(
+        "random_patches", zca_reg=_zca_reg(got["zca_reg"], f"{path}.zca_reg"),
+        count=f.positive_int(got["count"], f"{path}.count", "a number of patches",
+                             maximum=MAX_PATCH_COUNT),
+        size=f.positive_int(got["size"], f"{path}.size", "a patch size",
+                            maximum=MAX_PATCH_SIZE),
+        seed=f.integer(got["seed"], f"{path}.seed", minimum=0, maximum=MAX_SEED),
+        bias=f.number(got["bias"], f"{path}.bias", minimum=0.0, maximum=MAX_PATCH_BIAS),
+        pool=pool,
+        stride=pool if got["stride"] is None else f.positive_int(
+            got["stride"], f"{path}.stride", "a pooling stride", maximum=MAX_PATCH_POOL),
+        split=f.boolean(got["split"], f"{path}.split"))

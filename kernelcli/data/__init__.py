@@ -16,7 +16,8 @@ _LAZY = {
     "check_rows": "._value_checks", "NUMERIC": "._value_checks", "dtype_problem": "._value_checks",
     "INPUT_BOUNDS": "._value_checks", "input_bound": "._value_checks",
     "MAX_LABEL": "._labels", "load_labels": "._labels", "Preprocess": "._preprocess",
-    "fit_preprocess": "._preprocess", "ConcatRows": "._views",
+    "fit_preprocess": "._preprocess", "PatchSettings": "._patches",
+    "patches_file_bytes": "._patches", "ConcatRows": "._views",
     "Preprocessed": "._views", "SliceableRows": "._views", "RowSource": "._row_source",
 }
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._h5 import listed as listed
     from ._labels import MAX_LABEL as MAX_LABEL
     from ._labels import load_labels as load_labels
+    from ._patches import PatchSettings as PatchSettings
+    from ._patches import patches_file_bytes as patches_file_bytes
     from ._preprocess import Preprocess as Preprocess
     from ._preprocess import fit_preprocess as fit_preprocess
     from ._readers import array_names as array_names

@@ -1,4 +1,5 @@
-"""Input preprocessing fitted on the training set only: standardisation and ZCA (numpy only).
+"""Input preprocessing fitted on the training set only: standardisation, ZCA and random-patch
+features (numpy only).
 
 ``fit_preprocess`` reads the training rows in batches (a memory-mapped uint8
 array is fine) and returns a frozen ``Preprocess``; ``apply`` maps any set,
@@ -18,9 +19,14 @@ training or test, with those training statistics.
   and ``x -> x W``. When ``n < d`` only the top ``n`` eigen-directions are
   whitened (the rest get factor 1: "rank control"). There is no per-feature
   centring, exactly as in the reference.
+* ``random_patches``: a fixed first convolution whose filters are whitened patches
+  sampled from the training images (Coates et al. 2011, as Li et al. 2019 use it):
+  examples (H, W, C) become feature maps (H', W', count or 2 count); the recipe is
+  :mod:`._patches`'s.
 
 Memory: the fit holds one batch and the (d, d) float64 moment (75 MiB at
-d = 3072); ``apply`` holds its output and one batch.
+d = 3072); ``apply`` holds its output and one batch (for ``random_patches`` a batch is
+as many images as their patches and responses fit in, at least one).
 
 Nothing non-finite passes unnoticed: the fitted parameters must be finite (huge
 inputs can overflow the float64 sums of squares), every output batch of
@@ -41,9 +47,11 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import DataError, UsageError
+from . import _patches
+from ._patches import PatchSettings
 from ._value_checks import INPUT_BOUNDS
 
-KINDS = ("standardize", "zca")
+KINDS = ("standardize", "zca", "random_patches")
 _VERSION = "kernelcli-preprocess-v1"
 _BATCH_BYTES = 64 * 2**20  # float64 bytes of one batch of rows
 # A channel whose training std is below this fraction of its mean is constant up
@@ -53,9 +61,10 @@ _BATCH_BYTES = 64 * 2**20  # float64 bytes of one batch of rows
 _CONSTANT_STD = 1e-12
 
 
-def _batches(x, n_features: int):
-    """Yield ``(start, stop, rows (stop - start, ...) float64)``, checking finiteness."""
-    step = max(1, _BATCH_BYTES // (8 * max(1, n_features)))
+def _batches(x, n_features: int, row_bytes: int = 0):
+    """Yield ``(start, stop, rows (stop - start, ...) float64)``, checking finiteness;
+    a batch holds ``_BATCH_BYTES`` of float64 rows, or of ``row_bytes`` per row."""
+    step = max(1, _BATCH_BYTES // max(1, row_bytes or 8 * n_features))
     for start in range(0, x.shape[0], step):
         rows = np.asarray(x[start:start + step], dtype=np.float64)
         bad = ~np.isfinite(rows.reshape(rows.shape[0], -1)).all(axis=1)
@@ -75,7 +84,9 @@ def _layer_norm(flat: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class Preprocess:
     """A fitted preprocessing. Shapes: ``feature_shape`` is ``x.shape[1:]`` of the training set;
-    ``mean``, ``std`` (C,) for ``standardize``; ``whitening`` (d, d) for ``zca``."""
+    ``mean``, ``std`` (C,) for ``standardize``; ``whitening`` (d, d) for ``zca``; for
+    ``random_patches`` (d = size * size * C) ``mean`` (d,), ``whitening`` (d, d) and
+    ``filters`` (count, d), with ``patches`` its settings."""
 
     kind: str
     feature_shape: tuple[int, ...]
@@ -84,10 +95,28 @@ class Preprocess:
     whitening: Optional[np.ndarray] = None
     zca_reg: Optional[float] = None
     per_image: bool = True
+    patches: Optional[PatchSettings] = None
+    filters: Optional[np.ndarray] = None
 
     @property
     def n_features(self) -> int:
         return int(np.prod(self.feature_shape))
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """An example's shape after :meth:`apply` (``feature_shape`` but for
+        ``random_patches``, whose feature maps are (H', W', channels))."""
+        if self.patches is None:
+            return self.feature_shape
+        return self.patches.output_shape(self.feature_shape)
+
+    @classmethod
+    def stand_in(cls, feature_shape, patches: PatchSettings, zca_reg: float) -> Preprocess:
+        """A ``random_patches`` mapping of the fitted one's shapes and cost, made without
+        reading data: what ``estimate`` (which fits nothing) reads rows through."""
+        mean, whitening, filters = _patches.stand_in(feature_shape, patches)
+        return cls("random_patches", tuple(feature_shape), mean=mean, whitening=whitening,
+                   zca_reg=zca_reg, patches=patches, filters=filters)
 
     def apply(self, x, dtype=np.float64, *, where: str = "the preprocessed data",
               row0: int = 0) -> np.ndarray:
@@ -103,10 +132,16 @@ class Preprocess:
                             f"preprocessing fitted on examples of shape {self.feature_shape}")
         dtype = np.dtype(dtype)
         bound = INPUT_BOUNDS.get(dtype.name, math.inf)
-        out = np.empty(shape, dtype=dtype)
-        for start, stop, rows in _batches(x, self.n_features):
+        out = np.empty(shape[:1] + self.output_shape, dtype=dtype)
+        row_bytes = 0 if self.patches is None else self.patches.row_bytes(self.feature_shape)
+        for start, stop, rows in _batches(x, self.n_features, row_bytes):
             if self.kind == "standardize":
                 result = (rows - self.mean) / self.std
+            elif self.patches is not None:
+                assert self.mean is not None and self.whitening is not None  # _problem()
+                assert self.filters is not None
+                result = _patches.apply_patches(rows, self.patches, self.mean, self.whitening,
+                                                self.filters)
             else:
                 flat = rows.reshape(stop - start, -1)
                 if self.per_image:
@@ -124,13 +159,31 @@ class Preprocess:
             out[start:stop] = result
         return out
 
+    def apply_bytes(self, rows: int) -> int:
+        """Bytes :meth:`apply` holds mapping ``rows`` rows besides its output: their
+        float64 copy and one batch's work."""
+        row = self.patches.row_bytes(self.feature_shape) if self.patches else 8 * self.n_features
+        return 8 * rows * self.n_features + min(rows, max(1, _BATCH_BYTES // row)) * row
+
+    def fit_bytes(self, rows: int) -> int:
+        """Bytes a fit on ``rows`` training rows holds: one batch and its statistics
+        (the ``random_patches`` kind's; the others' (d, d) moments at most)."""
+        batch = min(rows, max(1, _BATCH_BYTES // (8 * self.n_features))) * 8 * self.n_features
+        if self.patches is not None:
+            return batch + self.patches.fit_bytes(self.feature_shape)
+        return batch + 3 * 8 * self.n_features ** 2
+
     def output_bound(self, max_abs: float) -> float:
         """An upper bound of ``|apply(x)|`` over every ``x`` with ``|x| <= max_abs``,
         without reading ``x``: ``(max_abs + max|mean|) / min(std)`` for ``standardize``;
         for ``zca`` the largest column norm of the whitening times the rows' largest
-        L2 norm (1 after the per-image unit norm, else ``sqrt(d) * max_abs``)."""
+        L2 norm (1 after the per-image unit norm, else ``sqrt(d) * max_abs``); for
+        ``random_patches`` one that holds for any input (every patch is normalised)."""
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            if self.kind == "standardize":
+            if self.patches is not None:
+                assert self.mean is not None and self.whitening is not None  # _problem()
+                bound = _patches.output_bound(self.mean, self.whitening)
+            elif self.kind == "standardize":
                 assert self.mean is not None and self.std is not None  # _problem() saw them
                 bound = (max_abs + float(np.abs(self.mean).max())) / float(self.std.min())
             else:
@@ -148,7 +201,12 @@ class Preprocess:
                                   "per_image": np.array(self.per_image)}
         if self.zca_reg is not None:
             arrays["zca_reg"] = np.array(self.zca_reg)
-        for name in ("mean", "std", "whitening"):
+        if self.patches is not None:
+            p = self.patches
+            arrays["patch_settings"] = np.array([p.count, p.size, p.seed, p.pool, p.stride,
+                                                 int(p.split)], dtype=np.int64)
+            arrays["patch_bias"] = np.array(p.bias)
+        for name in ("mean", "std", "whitening", "filters"):
             if getattr(self, name) is not None:
                 arrays[name] = getattr(self, name)
         buf = io.BytesIO()
@@ -166,7 +224,8 @@ class Preprocess:
                                                                   z["feature_shape"]),
                          mean=get("mean"), std=get("std"), whitening=get("whitening"),
                          zca_reg=None if reg is None else float(reg),
-                         per_image=bool(z["per_image"]))
+                         per_image=bool(z["per_image"]), filters=get("filters"),
+                         patches=_settings(get("patch_settings"), get("patch_bias")))
             problem = pp._problem()
         except (OSError, ValueError, KeyError, TypeError, EOFError, RuntimeError,
                 zipfile.BadZipFile, zlib.error) as exc:
@@ -180,6 +239,8 @@ class Preprocess:
         """What makes this (read back) preprocessing unusable, or None."""
         if self.kind not in KINDS:
             return f"kind {self.kind!r}"
+        if self.kind == "random_patches":
+            return self._patches_problem()
         d = self.n_features
         c = (self.feature_shape[-1],) if self.feature_shape else (0,)
         wants: dict[str, dict[str, tuple[int, ...]]] = {
@@ -196,12 +257,32 @@ class Preprocess:
             return "std is not positive"
         return None
 
+    def _patches_problem(self) -> Optional[str]:
+        p = self.patches
+        if p is None:
+            return "patch_settings are missing"
+        why = p.problem(self.feature_shape)
+        if why is not None:
+            return why
+        d = p.size * p.size * self.feature_shape[-1]
+        for name, shape in (("mean", (d,)), ("whitening", (d, d)), ("filters", (p.count, d))):
+            a = getattr(self, name)
+            if a is None or a.shape != shape or a.dtype.kind != "f":
+                return f"{name} is not a float array of shape {shape}"
+            if not np.isfinite(a).all():
+                return f"{name} is not finite"
+        return None
+
     def fingerprint(self) -> str:
         """sha256 hex digest of the kind, settings and fitted parameters (for the run's)."""
         h = hashlib.sha256()
         h.update(f"{_VERSION}\nkind={self.kind}\nshape={self.feature_shape}\n"
                  f"zca_reg={self.zca_reg!r}\nper_image={self.per_image}\n".encode())
-        for name in ("mean", "std", "whitening"):
+        names = ["mean", "std", "whitening"]
+        if self.patches is not None:  # only then: the other kinds keep their fingerprints
+            h.update(self.patches.describe().encode())
+            names.append("filters")
+        for name in names:
             a = getattr(self, name)
             h.update(f"{name}=".encode())
             if a is not None:
@@ -260,14 +341,26 @@ def _fit_zca(x, n_features: int, zca_reg: float, per_image: bool) -> Preprocess:
                       per_image=per_image)
 
 
-def fit_preprocess(x_train, kind: str, *, zca_reg: Optional[float] = None,
-                   per_image: bool = True) -> Preprocess:
-    """Fit ``kind`` (``standardize`` | ``zca``) on ``x_train`` (n, H, W, C) or (n, D)
-    (or (n, L, C), (n, D, H, W, C): channels last, 1 to 3 spatial axes).
+def _settings(values, bias) -> Optional[PatchSettings]:
+    """The :class:`PatchSettings` :meth:`Preprocess.to_bytes` wrote (None if none)."""
+    if values is None or bias is None:
+        return None
+    count, size, seed, pool, stride, split = (int(v) for v in values)
+    return PatchSettings(count=count, size=size, seed=seed, bias=float(bias), pool=pool,
+                         stride=stride, split=bool(split))
 
-    ``zca_reg`` (required for ``zca``, > 0): the regularisation strength relative
-    to the mean eigenvalue. ``per_image`` (``zca`` only): per-example centring and
-    unit norm first. Any array with row slicing works (numpy memmap, h5py dataset).
+
+def fit_preprocess(x_train, kind: str, *, zca_reg: Optional[float] = None,
+                   per_image: bool = True,
+                   patches: Optional[PatchSettings] = None) -> Preprocess:
+    """Fit ``kind`` (``standardize`` | ``zca`` | ``random_patches``) on ``x_train``
+    (n, H, W, C) or (n, D) (or (n, L, C), (n, D, H, W, C): channels last, 1 to 3
+    spatial axes; ``random_patches``: images (n, H, W, C) only).
+
+    ``zca_reg`` (required for ``zca`` and ``random_patches``, > 0): the regularisation
+    strength relative to the mean eigenvalue. ``per_image`` (``zca`` only): per-example
+    centring and unit norm first. ``patches`` (``random_patches`` only): its settings.
+    Any array with row slicing works (numpy memmap, h5py dataset).
     """
     if kind not in KINDS:
         raise UsageError(f"preprocess: {kind!r} is not accepted; accepted: {', '.join(KINDS)}")
@@ -287,7 +380,25 @@ def fit_preprocess(x_train, kind: str, *, zca_reg: Optional[float] = None,
     except (TypeError, ValueError):
         reg = math.nan
     if not math.isfinite(reg) or reg <= 0 or isinstance(zca_reg, bool):
-        raise UsageError(f"zca_reg: {zca_reg!r} is not accepted; preprocess: zca needs a "
+        raise UsageError(f"zca_reg: {zca_reg!r} is not accepted; preprocess: {kind} needs a "
                          "finite number > 0 (e.g. 0.1)")
+    if kind == "random_patches":
+        return _fit_patches(x_train, reg, patches)
     with np.errstate(over="ignore", invalid="ignore"):
         return _fit_zca(x_train, n_features, reg, per_image)
+
+
+def _fit_patches(x, zca_reg: float, patches: Optional[PatchSettings]) -> Preprocess:
+    if patches is None:
+        raise UsageError("preprocess: random_patches needs its settings (patches=)")
+    shape = tuple(x.shape[1:])
+    why = patches.problem(shape)
+    if why is not None:
+        raise DataError(f"data.preprocess.{why}")
+    n_features = int(np.prod(shape))
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, whitening, filters = _patches.fit_patches(
+            _batches(x, n_features), x.shape[0], shape, patches, zca_reg)
+    _require_finite("random_patches", mean=mean, whitening=whitening, filters=filters)
+    return Preprocess("random_patches", shape, mean=mean, whitening=whitening,
+                      zca_reg=float(zca_reg), patches=patches, filters=filters)

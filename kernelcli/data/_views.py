@@ -72,7 +72,8 @@ class Preprocessed(RowSource):
 
     @property
     def example_shape(self) -> tuple[int, ...]:
-        return tuple(self.source.example_shape)
+        """The preprocessed shape (random patches make images feature maps)."""
+        return tuple(self.preprocess.output_shape)
 
     def read(self, start: int, stop: int, dtype: DTypeLike = "float32") -> np.ndarray:
         rows = self.source.read(start, stop, dtype="float64")

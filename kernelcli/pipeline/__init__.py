@@ -54,6 +54,7 @@ _LAZY = {
     "load_run_config": "._open_run",
     "missing_tiles_problem": "._open_run",
     "open_inputs": "._inputs",
+    "patch_settings": "._inputs",
     "out_of_memory_error": "._devices",
     "prepare": "._job",
     "prepare_run": "._job",
@@ -90,6 +91,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._executor import execute as execute
     from ._inputs import input_paths as input_paths
     from ._inputs import open_inputs as open_inputs
+    from ._inputs import patch_settings as patch_settings
     from ._job import APPEND_KEYS as APPEND_KEYS
     from ._job import TEST_KEYS as TEST_KEYS
     from ._job import Job as Job

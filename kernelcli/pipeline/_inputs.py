@@ -29,6 +29,7 @@ from ..config import RunConfig, check_architecture
 from ..data import (
     ArraySource,
     ConcatRows,
+    PatchSettings,
     Preprocess,
     Preprocessed,
     RowSource,
@@ -69,6 +70,13 @@ class Inputs:
         if self.landmarks is not None:
             n += (0 if self.test is None else self.test.n) + self.landmarks.size
         return n
+
+    @property
+    def example_shape(self) -> tuple[int, ...]:
+        """An example's shape as the kernel reads it (preprocessed)."""
+        if self.preprocess is None:
+            return tuple(self.x1.example_shape)
+        return tuple(self.preprocess.output_shape)
 
     @property
     def n2(self) -> int:
@@ -148,7 +156,10 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
     checked batches (a data set of 10**9 rows takes a while).
 
     ``data.preprocess``: ``preprocess`` (a fitted one, e.g. read back from a run
-    directory) is used as given; otherwise, with ``fit``, it is fitted on ``x1``.
+    directory) is used as given; otherwise, with ``fit``, it is fitted on ``x1``;
+    without ``fit`` (``estimate``) ``random_patches`` maps rows with a stand-in of the
+    fit's shapes and cost (:meth:`~kernelcli.data.Preprocess.stand_in`), the other kinds
+    not at all.
 
     ``appends``: the training rows ``kernelcli extend --append`` added, as the
     manifest records them (``x``, ``key``, ``labels``, ``labels_key``), in order.
@@ -178,7 +189,7 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
             opened.append(src)
             appended.append(src)
             check_pair(x1, src)
-        check_architecture(cfg.architecture, x1.example_shape)
+        check_architecture(cfg.architecture, preprocessed_shape(cfg, x1.example_shape))
         landmarks = None
         if d.landmarks is not None:
             landmarks = choose_landmarks(x1.n, d.landmarks)
@@ -200,11 +211,15 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
                                       limit=d.test_limit, n=test.n,
                                       what="data.test_labels_key" if d.test_labels is None
                                       else "data.test_labels")
+        settings = patch_settings(cfg)
         if d.preprocess is not None and preprocess is None and fit:
             p = d.preprocess
             preprocess = fit_preprocess(SliceableRows(x1), p.kind,
-                                        zca_reg=p.zca_reg if p.kind == "zca" else None,
-                                        per_image=p.per_image)
+                                        zca_reg=p.zca_reg if p.kind != "standardize" else None,
+                                        per_image=p.per_image, patches=settings)
+        elif d.preprocess is not None and preprocess is None and settings is not None:
+            assert d.preprocess.zca_reg is not None  # random_patches: filled in by the loader
+            preprocess = Preprocess.stand_in(x1.example_shape, settings, d.preprocess.zca_reg)
         if check_values and preprocess is not None:
             for src in opened:
                 check_preprocessed(src, preprocess, largest[src.what], cfg.kernel.dtype)
@@ -213,6 +228,31 @@ def open_inputs(cfg: RunConfig, check_values: bool = True,
             src.close()
         raise
     return Inputs(x1, x2, test, labels, test_labels, preprocess, tuple(appended), landmarks)
+
+
+def patch_settings(cfg: RunConfig) -> Optional[PatchSettings]:
+    """``data.preprocess: {kind: random_patches, ...}``'s settings (None for any other)."""
+    p = cfg.data.preprocess
+    if p is None or p.kind != "random_patches":
+        return None
+    assert None not in (p.count, p.size, p.seed, p.bias, p.pool, p.stride, p.split)
+    return PatchSettings(count=int(p.count or 0), size=int(p.size or 0), seed=int(p.seed or 0),
+                         bias=float(p.bias or 0.0), pool=int(p.pool or 0),
+                         stride=int(p.stride or 0), split=bool(p.split))
+
+
+def preprocessed_shape(cfg: RunConfig, shape) -> tuple[int, ...]:
+    """An example's shape after ``data.preprocess`` (only random patches change it);
+    ConfigError naming the ``data.preprocess`` key when the images cannot take it."""
+    settings = patch_settings(cfg)
+    if settings is None:
+        return tuple(shape)
+    why = settings.problem(shape)
+    if why is not None:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"data.preprocess.{why}")
+    return settings.output_shape(shape)
 
 
 def _appended_labels(rec: dict, src) -> np.ndarray:
@@ -254,7 +294,9 @@ def check_preprocessed(src: ArraySource, preprocess: Preprocess, largest: float,
     if preprocess.output_bound(largest) <= input_bound(dtype):
         return
     view = Preprocessed(src, preprocess)
-    step = max(1, _CHECK_BATCH_BYTES // (8 * max(1, int(np.prod(src.example_shape)))))
+    # as many rows as their raw or their preprocessed values fit in the batch
+    features = max(int(np.prod(src.example_shape)), int(np.prod(view.example_shape)))
+    step = max(1, _CHECK_BATCH_BYTES // (8 * max(1, features)))
     for start in range(0, src.n, step):
         view.read(start, min(start + step, src.n), dtype=dtype)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from .._stop import Stop, check, or_new
-from ..config import Engine, RunConfig, as_pairs
+from ..config import PATCH_KEYS, Engine, RunConfig, as_pairs
 from ..errors import RunDirError
 from ..plan import Plan, plan_run
 from ..store import LABELS, Manifest, StoredCompute, labels_name, new_manifest, preprocess_name
@@ -84,7 +84,7 @@ class Job:
 
         assert self.backend is not None  # prepare() opened it
         return engine_reason(self.requested_engine, self.kfn.engine.name, self.backend.platform,
-                             self.cfg.architecture.layers, self.inputs.x1.example_shape)
+                             self.cfg.architecture.layers, self.inputs.example_shape)
 
     @property
     def _config_dir(self) -> Path:
@@ -137,8 +137,9 @@ def config_fingerprint(cfg: RunConfig, extension: Optional[dict] = None) -> str:
     for key in ("labels_key", "test_key", "test_labels_key", "test_limit", "landmarks"):
         if getattr(d, key) is not None:
             data[key] = getattr(d, key)
-    if d.preprocess is not None:
-        data["preprocess"] = dataclasses.asdict(d.preprocess)
+    if d.preprocess is not None:  # random_patches' keys only when set: see PATCH_KEYS
+        data["preprocess"] = {k: v for k, v in dataclasses.asdict(d.preprocess).items()
+                              if v is not None or k not in PATCH_KEYS}
     kernel = dataclasses.asdict(cfg.kernel)
     if not kernel["test_diagonal"]:
         del kernel["test_diagonal"]
@@ -238,7 +239,7 @@ def _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
         engine = kept.name if kept is not None else cfg.compute.engine
         if kept is not None and kept.native:
             _native_here(cfg.output.run_dir, kept)
-        spec = KernelFnSpec.of(cfg, inputs.x1.example_shape,
+        spec = KernelFnSpec.of(cfg, inputs.example_shape,
                                stored.chunk if stored is not None else None, kept)
         if backend is None:
             backend = open_backend(cfg.compute, stop)

@@ -14,6 +14,7 @@ from .._system import peak_rss_bytes, process_age_seconds
 from ..config import RunConfig, load_config, walk
 from ..errors import UsageError
 from ..pipeline import STATS_ROWS, Job, check_shard_count, prepare, route_costs, worker_loads
+from ._estimate_patches import patch_cost
 from ._estimate_time import time_run
 from ._results import EstimateResult, PlannedFiles, ReadoutWork, SolveNeed, WorkerSplit
 
@@ -96,6 +97,15 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
                                  else 0, plan.n2, len(plan.kinds), plan.itemsize,
                                  _classes(labels, job.inputs.test_labels),
                                  None if timing is None else timing.seconds_per_pair)
+        patches = patch_cost(job, run_time, stop)
+        if patches is not None:  # mapping rows while computing; fitting before
+            process_peak = max(process_peak + patches.patches_apply_bytes,
+                               peak_rss_bytes() + patches.patches_fit_bytes)
+            if timing is not None:
+                seconds = (patches.patches_fit_seconds or 0.0) + (
+                    patches.patches_apply_seconds or 0.0)
+                timing = dataclasses.replace(
+                    timing, seconds_estimate=timing.seconds_estimate + seconds)
         return EstimateResult(
             plan=plan, name=cfg.name, kinds=tuple(plan.kinds), dtype=cfg.kernel.dtype,
             platform=job.devices[0].platform, stats_bytes=job.stats_bytes,
@@ -105,7 +115,7 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             augment=tuple(job.kfn.augment), group_size=len(job.kfn.group),
             readouts=readout_work(cfg.architecture), device_peak_bytes=device_peak,
             cost=cost, routes=routes, files=planned_files(cfg, plan),
-            engine_reason=job.engine_reason)
+            engine_reason=job.engine_reason, patches=patches)
 
 
 def _cost(job: Job, bandwidth, launch_latency, stop: Stop):

@@ -85,6 +85,24 @@ class Timing(_Flat):
 
 
 @dataclasses.dataclass(frozen=True)
+class PatchCost(_Flat):
+    """``data.preprocess: random_patches``: the feature maps, the memory of the fit and
+    of the mapping (all devices' reads together), the fitted file's bytes, and with
+    ``--time`` the seconds of the fit and of mapping every row a run reads."""
+
+    patches_channels: int
+    patches_output_shape: list
+    patches_fit_bytes: int
+    patches_apply_bytes: int
+    patches_file_bytes: int
+    patches_fit_seconds: Optional[float] = None
+    patches_apply_seconds: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
 class ReadoutWork(_Flat):
     """What one pass with readouts saves, as layers evaluated per pair."""
 
@@ -322,6 +340,7 @@ class EstimateResult:
     routes: Optional[_Part] = None  # data.landmarks: run._landmarks.RouteCosts
     files: Optional[PlannedFiles] = None  # the finished run directory's files
     engine_reason: str = ""  # why plan.engine, the engine, computes (kernels.engine_reason)
+    patches: Optional[PatchCost] = None  # data.preprocess: random_patches
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -335,7 +354,7 @@ class EstimateResult:
                    group_size=self.group_size, engine_reason=self.engine_reason,
                    network_evaluations=self.plan.pairs_total * self.group_size)
         for part in (self.solve, self.workers, self.timing, self.readouts, self.routes,
-                     self.files):
+                     self.files, self.patches):
             if part is not None:
                 out.update(part.to_dict())
         if self.device_peak_bytes is not None:
