@@ -168,8 +168,8 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 out[ridge] = {"error": exc.template or str(exc)}
                 continue
             alpha = solve_with_factor(chol, y)
-            held_out = loo_predictions(chol, alpha, y)
             var = None if diag is None else _variance(diag, test_op, chol)
+            held_out = loo_predictions(chol, alpha, y, overwrite=True)  # chol's last use
             del chol
             out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": var,
                           "held_out": held_out}

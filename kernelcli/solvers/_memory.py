@@ -37,7 +37,6 @@ MAX_RIDGE = 1e12
 # two lanes hold half of it
 STREAM_BLOCK_BYTES = 256 * 2**20
 VARIANCE_ROWS = 1024  # test rows per block of predict's posterior variance
-_INVERSE_SLAB = 256  # columns of L^{-1} per slab of the leave-one-out diagonal
 
 
 FACTOR_BLOCK = 512  # columns per block of the Cholesky factorisation (``_cholesky``)
@@ -45,9 +44,11 @@ FACTOR_BLOCK = 512  # columns per block of the Cholesky factorisation (``_choles
 
 def solve_memory_bytes(n: int) -> int:
     """Peak bytes of a Cholesky factorisation of an (n, n) kernel: the float64 kernel,
-    the factor made in place beside it, and a block column's three temporaries (its
-    update's product, the solve's transposed right-hand side and solution)."""
-    return 2 * 8 * n * n + 3 * 8 * n * min(n, FACTOR_BLOCK)
+    the factor made in place beside it, a block column's three temporaries (its
+    update's product, the solve's transposed right-hand side and solution) and its
+    diagonal block's three (LAPACK's copy, the block's factor, its lower triangle)."""
+    b = min(n, FACTOR_BLOCK)
+    return 2 * 8 * n * n + 3 * 8 * (n * b + b * b)
 
 
 def cholesky_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
@@ -56,12 +57,13 @@ def cholesky_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
     kernels, ``classes`` targets, ``ridges`` ridges and ``kinds`` kinds (solved one after
     the other): the factorisation (:func:`solve_memory_bytes`); the targets, the
     triangular solves' right-hand sides, the coefficients and held-out predictions of
-    the ridge being solved (``4 n C``) and the leave-one-out diagonal's slabs; the larger
+    the ridge being solved (``4 n C``; the leave-one-out diagonal is made in the
+    factor's memory, its last use); the larger
     of a block of K(test, x1) streamed for the means (read and converted) and one for the
     variance (read, converted, solved); and :func:`results_bytes`."""
     rows = min(m, VARIANCE_ROWS)
     stream = max(2 * min(8 * m * n, STREAM_BLOCK_BYTES), 3 * 8 * rows * n)
-    return (solve_memory_bytes(n) + 8 * (4 * n * classes + 2 * _INVERSE_SLAB * n)
+    return (solve_memory_bytes(n) + 8 * 4 * n * classes
             + stream + results_bytes(n, m, classes, ridges, kinds))
 
 
