@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import DataError, UsageError
 from ._targets import accuracy, mse
 
+
 def inverse_diagonal(chol: np.ndarray, overwrite: bool = False) -> np.ndarray:
     """``diag((L L^T)^{-1})`` (n,) float64 for the lower factor ``chol`` (n, n).
 
