@@ -122,8 +122,14 @@ def _kind(g, eig, k_td, nngp_dd, nngp_td, y, ridge, times, trace_scaled, k_tt):
     """Mean (T, m, C) and covariance (T, m, m), or None without ``k_tt``, of kind ``g``
     from its test-train kernel ``k_td``; the NTK's covariance needs the NNGP's kernels
     (``nngp_dd``, ``nngp_td``, ``k_tt``): its ensemble's initial functions are NNGP draws."""
-    from ..solvers import (flow_basis, flow_mean, flow_weights, nngp_flow_covariance,
-                           ntk_covariance, ntk_flow_covariance)
+    from ..solvers import (
+        flow_basis,
+        flow_mean,
+        flow_weights,
+        nngp_flow_covariance,
+        ntk_covariance,
+        ntk_flow_covariance,
+    )
 
     basis = flow_basis(eig, k_td, y)
     weights = flow_weights(eig, ridge, times, basis.normalization, trace_scaled=trace_scaled)
