@@ -21,6 +21,12 @@ Branches are written as in neural-tangents, ``serial(FanOut(k), parallel(*k bran
 FanInSum())`` (or ``FanInConcat()``): the three, consecutive in one ``serial``, become
 one ``parallel`` item. Until then each is a piece that only a ``serial`` can complete;
 a network left with one is refused when it is used.
+
+A numpy or jax scalar is a number to every builder (neural-tangents' notebooks write
+``W_std=np.sqrt(2.0)`` with ``import jax.numpy as np``). ``Dropout`` in test mode is
+the identity, as in neural-tangents; a neural-tangents name kernelcli has no layer for
+(``GlobalSelfAttention``, ``FanInProd``, ...) raises
+:class:`~kernelcli.errors.MissingNameError` in one line saying so.
 """
 
 from __future__ import annotations

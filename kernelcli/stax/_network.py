@@ -82,7 +82,7 @@ def plain_number(value):
     """``value`` with numpy and jax scalars (0-d arrays: ``jnp.sqrt(2.0)``,
     ``np.float32(0.1)``) as Python numbers, in lists and tuples too (an array of sizes
     becomes a list of ints); anything else as it is, for the checks to name."""
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list) or type(value) is tuple:
         return type(value)(plain_number(v) for v in value)
     if getattr(value, "shape", None) == () and hasattr(value, "dtype") \
             and hasattr(value, "item"):
