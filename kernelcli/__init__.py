@@ -10,9 +10,9 @@ from ._lazy import lazy_names
 
 __version__ = "0.1.0"
 
-__all__ = ["compute", "estimate", "extend", "kernel_fn", "open_run", "resume", "stax"]
+__all__ = ["compute", "estimate", "extend", "kernel_fn", "nt", "open_run", "resume", "stax"]
 
 _LAZY = {"kernel_fn": ".stax._library", "open_run": ".stax._library", "compute": ".run",
-         "resume": ".run", "estimate": ".run", "extend": ".run", "stax": None}
+         "resume": ".run", "estimate": ".run", "extend": ".run", "stax": None, "nt": None}
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

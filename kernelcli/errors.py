@@ -150,3 +150,9 @@ class FiniteNetworkError(NotImplementedError):
     """``init_fn`` or ``apply_fn`` of a :mod:`kernelcli.stax` network, called as in
     neural-tangents: kernelcli computes infinite-width kernels only, there is no
     finite network."""
+
+
+class MissingNameError(ConfigError, AttributeError):
+    """A neural-tangents name that kernelcli does not have (``stax.GlobalSelfAttention``,
+    ``nt.empirical_kernel_fn``): the message says what differs and what kernelcli
+    offers instead. An ``AttributeError`` too, so ``hasattr`` still answers False."""

@@ -46,8 +46,10 @@ from ._gradient_flow import flow_basis as flow_basis
 from ._gradient_flow import flow_mean as flow_mean
 from ._gradient_flow import flow_weights as flow_weights
 from ._gradient_flow import gradient_flow as gradient_flow
+from ._gradient_flow import nngp_flow_covariance as nngp_flow_covariance
 from ._gradient_flow import nngp_flow_variance as nngp_flow_variance
 from ._gradient_flow import ntk_covariance as ntk_covariance
+from ._gradient_flow import ntk_flow_covariance as ntk_flow_covariance
 from ._gradient_flow import ntk_flow_variance as ntk_flow_variance
 from ._memory import SOLVERS as SOLVERS
 from ._memory import VARIANCE_ROWS as VARIANCE_ROWS

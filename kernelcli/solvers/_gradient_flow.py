@@ -180,6 +180,38 @@ def ntk_flow_variance(basis: FlowBasis, cov: NTKCovariance,
     return out
 
 
+def nngp_flow_covariance(basis: FlowBasis, k_test_test, ridge: float, times, *,
+                         trace_scaled: bool = True) -> np.ndarray:
+    """The whole NNGP ensemble covariance (T, m, m) whose diagonal is
+    :func:`nngp_flow_variance`: ``K(t,t) - A diag(g_{2t}) A^T`` with ``A = basis.a``;
+    ``k_test_test`` (m, m) is the NNGP's ``K(t, t)``."""
+    m = basis.a.shape[0]
+    kt = np.asarray(k_test_test, dtype=np.float64)
+    if kt.shape != (m, m):
+        raise DataError(f"the test-test kernel must be (m, m) with m = {m:,} test rows, "
+                        f"got shape {kt.shape}")
+    g2 = flow_weights(basis.eig, ridge, [2 * t for t in times], basis.normalization,
+                      trace_scaled=trace_scaled)
+    return np.stack([kt - (basis.a * g[None, :]) @ basis.a.T for g in g2])
+
+
+def ntk_flow_covariance(basis: FlowBasis, cov: NTKCovariance, k_test_test,
+                        weights: np.ndarray) -> np.ndarray:
+    """The whole NTK ensemble covariance (T, m, m) whose diagonal is
+    :func:`ntk_flow_variance`: ``K_nngp(t,t) - G B^T - B G^T + G q G^T`` with
+    ``G = basis.a diag(g)``; ``k_test_test`` (m, m) is the NNGP's ``K(t, t)``."""
+    kt = np.asarray(k_test_test, dtype=np.float64)
+    if kt.shape != (cov.b.shape[0],) * 2:
+        raise DataError(f"the test-test kernel must be (m, m) with m = {cov.b.shape[0]:,} "
+                        f"test rows, got shape {kt.shape}")
+    out = []
+    for g in weights:
+        ga = basis.a * g[None, :]
+        cross = ga @ cov.b.T
+        out.append(kt - cross - cross.T + ga @ cov.q @ ga.T)
+    return np.stack(out)
+
+
 def _test_diag(k_test_diag, m: int) -> np.ndarray:
     kd = np.asarray(k_test_diag, dtype=np.float64)
     if kd.shape != (m,):

@@ -21,6 +21,12 @@ Branches are written as in neural-tangents, ``serial(FanOut(k), parallel(*k bran
 FanInSum())`` (or ``FanInConcat()``): the three, consecutive in one ``serial``, become
 one ``parallel`` item. Until then each is a piece that only a ``serial`` can complete;
 a network left with one is refused when it is used.
+
+A numpy or jax scalar is a number to every builder (neural-tangents' notebooks write
+``W_std=np.sqrt(2.0)`` with ``import jax.numpy as np``). ``Dropout`` in test mode is
+the identity, as in neural-tangents; a neural-tangents name kernelcli has no layer for
+(``GlobalSelfAttention``, ``FanInProd``, ...) raises
+:class:`~kernelcli.errors.MissingNameError` in one line saying so.
 """
 
 from __future__ import annotations
@@ -28,18 +34,20 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..errors import ConfigError
+from ._dropin import ReadyArray as ReadyArray
+from ._dropin import ready as ready
 from ._network import FanInConcat as FanInConcat
 from ._network import FanInSum as FanInSum
 from ._network import FanOut as FanOut
 from ._network import Network as Network
-from ._network import one, refuse
+from ._network import numbers, one, refuse
 from ._network import parallel as parallel
 from ._network import repeat as repeat
 from ._network import residual as residual
 from ._network import serial as serial
 
 __all__ = ["ABRelu", "Abs", "AvgPool", "Conv", "ConvLocal", "ConvTranspose", "Cos", "Dense",
-           "Erf", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gaussian", "Gelu",
+           "Dropout", "Erf", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gaussian", "Gelu",
            "GlobalAvgPool", "GlobalSumPool", "Hermite", "Identity", "LayerNorm", "LeakyRelu",
            "Monomial", "Network", "Rbf", "RectifiedMonomial", "Relu", "Sigmoid_like", "Sign",
            "Sin", "SumPool", "parallel", "repeat", "residual", "serial"]
@@ -84,6 +92,7 @@ def _parameterization(layer: str, value: str) -> str:
     return value
 
 
+@numbers
 def Dense(out_dim: int = 1, W_std: float = 1.0, b_std: Optional[float] = None,
           parameterization: str = "ntk") -> Network:
     """``stax.Dense``: fully connected on the channel (last) axis."""
@@ -91,6 +100,7 @@ def Dense(out_dim: int = 1, W_std: float = 1.0, b_std: Optional[float] = None,
                 _parameterization("Dense", parameterization))
 
 
+@numbers
 def Conv(out_chan: int, filter_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
          padding: str = "VALID", W_std: float = 1.0, b_std: Optional[float] = None,
          dimension_numbers=None, parameterization: str = "ntk") -> Network:
@@ -106,6 +116,7 @@ def Relu() -> Network:
     return one("relu")
 
 
+@numbers
 def Erf(a: float = 1.0, b: float = 1.0, c: float = 0.0) -> Network:
     """``stax.Erf``: ``a * erf(b * x) + c``; the defaults give bare ``erf``."""
     if (a, b, c) == (1.0, 1.0, 0.0):
@@ -118,36 +129,43 @@ def Sigmoid_like() -> Network:
     return one("sigmoid_like")
 
 
+@numbers
 def Sin(a: float = 1.0, b: float = 1.0, c: float = 0.0) -> Network:
     """``stax.Sin``: ``a * sin(b * x + c)``."""
     return one({"sin": {"a": a, "b": b, "c": c}})
 
 
+@numbers
 def Cos(a: float = 1.0, b: float = 1.0, c: float = 0.0) -> Network:
     """``stax.Cos``: ``a * cos(b * x + c)``."""
     return one({"cos": {"a": a, "b": b, "c": c}})
 
 
+@numbers
 def Rbf(gamma: float = 1.0) -> Network:
     """``stax.Rbf``: NNGP ``exp(-gamma * |x - x'|**2 / d)`` after a dense layer."""
     return one({"rbf": {"gamma": gamma}})
 
 
+@numbers
 def Exp(a: float = 1.0, b: float = 1.0) -> Network:
     """``stax.Exp``: ``a * exp(b * x)``."""
     return one({"exp": {"a": a, "b": b}})
 
 
+@numbers
 def Gaussian(a: float = 1.0, b: float = -1.0) -> Network:
     """``stax.Gaussian``: ``a * exp(b * x**2)``."""
     return one({"gaussian": {"a": a, "b": b}})
 
 
+@numbers
 def Monomial(degree: int) -> Network:
     """``stax.Monomial``: ``x**degree``, degree 0..5."""
     return one({"monomial": {"degree": degree}})
 
 
+@numbers
 def RectifiedMonomial(degree: int) -> Network:
     """``stax.RectifiedMonomial``: ``max(x, 0)**degree``."""
     return one({"rectified_monomial": {"degree": degree}})
@@ -163,6 +181,7 @@ def Abs() -> Network:
     return one("abs")
 
 
+@numbers
 def Hermite(degree: int) -> Network:
     """``stax.Hermite``: the normalised Hermite polynomial of ``degree``; kernelcli
     requires it to follow ``LayerNorm`` (unit-variance inputs, which neural-tangents
@@ -170,6 +189,7 @@ def Hermite(degree: int) -> Network:
     return one({"hermite": {"degree": degree}})
 
 
+@numbers
 def Gelu(approximate: bool = False) -> Network:
     """``stax.Gelu``: the exact GELU."""
     if approximate:
@@ -177,11 +197,13 @@ def Gelu(approximate: bool = False) -> Network:
     return one("gelu")
 
 
+@numbers
 def ABRelu(a: float, b: float) -> Network:
     """``stax.ABRelu``: ``a * min(x, 0) + b * max(x, 0)``."""
     return one({"abrelu": {"a": a, "b": b}})
 
 
+@numbers
 def LeakyRelu(alpha: float) -> Network:
     """``stax.LeakyRelu``: ``ABRelu(alpha, 1)``."""
     return one({"leaky_relu": {"alpha": alpha}})
@@ -204,6 +226,7 @@ def _conv_item(layer: str, name: str, out_chan, filter_shape, strides, padding, 
                 _parameterization(layer, parameterization))
 
 
+@numbers
 def ConvLocal(out_chan: int, filter_shape: Sequence[int],
               strides: Optional[Sequence[int]] = None, padding: str = "VALID",
               W_std: float = 1.0, b_std: Optional[float] = None, dimension_numbers=None,
@@ -215,6 +238,7 @@ def ConvLocal(out_chan: int, filter_shape: Sequence[int],
                       W_std, b_std, dimension_numbers, parameterization)
 
 
+@numbers
 def ConvTranspose(out_chan: int, filter_shape: Sequence[int],
                   strides: Optional[Sequence[int]] = None, padding: str = "VALID",
                   W_std: float = 1.0, b_std: Optional[float] = None, dimension_numbers=None,
@@ -238,6 +262,7 @@ def _pool_item(layer: str, name: str, window_shape, strides, padding, batch_axis
                         "padding": str(padding).upper(), **extra}})
 
 
+@numbers
 def AvgPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
             padding: str = "VALID", normalize_edges: bool = False, batch_axis: int = 0,
             channel_axis: int = -1) -> Network:
@@ -249,6 +274,7 @@ def AvgPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None
                       channel_axis, normalize_edges=normalize_edges)
 
 
+@numbers
 def SumPool(window_shape: Sequence[int], strides: Optional[Sequence[int]] = None,
             padding: str = "VALID", batch_axis: int = 0, channel_axis: int = -1) -> Network:
     """``stax.SumPool`` over the spatial axes (one ``window_shape`` entry per axis);
@@ -262,6 +288,7 @@ def GlobalAvgPool() -> Network:
     return one("global_avg_pool")
 
 
+@numbers
 def GlobalSumPool(batch_axis: int = 0, channel_axis: int = -1) -> Network:
     """``stax.GlobalSumPool``: the sum over all spatial positions."""
     # the input's rank is unknown here, so only -1 says "the channels, last"
@@ -276,6 +303,7 @@ def Flatten() -> Network:
     return one("flatten")
 
 
+@numbers
 def LayerNorm(axis=-1, eps: float = 1e-12) -> Network:
     """``stax.LayerNorm`` over the channel axis."""
     if axis not in (-1, (-1,), [-1]):
@@ -288,3 +316,65 @@ def LayerNorm(axis=-1, eps: float = 1e-12) -> Network:
 def Identity() -> Network:
     """``stax.Identity``."""
     return one("identity")
+
+
+@numbers
+def Dropout(rate: float, mode: str = "train") -> Network:
+    """``stax.Dropout``: in ``mode='test'`` the identity on the kernel, as in
+    neural-tangents. Its ``mode='train'`` (the default) scales each input's covariance
+    with itself by ``1 / rate``, a kernel kernelcli does not compute, so it is refused
+    unless ``rate=1`` (nothing dropped: the identity too)."""
+    if mode not in ("train", "test"):
+        refuse("Dropout", "mode", mode, "'test' or 'train'")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= 1:
+        refuse("Dropout", "rate", rate, "a keep rate in (0, 1]")
+    if mode == "train" and rate != 1:
+        refuse("Dropout", "mode", mode, "'test' (the identity on the kernel, as in "
+               "neural-tangents); mode='train', its default, scales the kernel's diagonal "
+               "by 1/rate, which kernelcli does not compute: write Dropout(rate, mode='test')")
+    return one("identity")
+
+
+# neural-tangents' stax names that kernelcli has no kernel for: what differs
+_ELEMENTWISE = ("kernelcli's elementwise layers are Relu, LeakyRelu, ABRelu, Abs, Sign, "
+                "Erf, Sigmoid_like, Gelu, Sin, Cos, Exp, Gaussian, Rbf, Monomial, "
+                "RectifiedMonomial and Hermite")
+_MISSING = {
+    "GlobalSelfAttention": "kernelcli has no attention layer",
+    "AttentionMechanism": "kernelcli has no attention layer",
+    "PositionalEmbedding": "kernelcli has no attention layer nor positional embeddings",
+    "Aggregate": "kernelcli has no graph aggregation layer",
+    "AggregateImplementation": "kernelcli has no graph aggregation layer",
+    "Elementwise": f"kernelcli takes no custom nonlinearity; {_ELEMENTWISE}",
+    "ElementwiseNumerical": f"kernelcli takes no custom nonlinearity; {_ELEMENTWISE}",
+    "ExpNormalized": f"kernelcli has no normalized exponential; {_ELEMENTWISE}",
+    "Gabor": f"kernelcli has no Gabor nonlinearity; {_ELEMENTWISE}",
+    "Polynomial": f"kernelcli has no general polynomial; {_ELEMENTWISE}",
+    "Bool": f"kernelcli has no such nonlinearity; {_ELEMENTWISE}",
+    "FanInProd": "kernelcli merges branches with FanInSum or FanInConcat only",
+    "DotGeneral": "kernelcli has no DotGeneral layer (use Dense on the channel axis)",
+    "Diagonal": "kernelcli has no Diagonal layer",
+    "Index": "kernelcli has no Index layer",
+    "Slice": "kernelcli has no Slice layer",
+    "ImageResize": "kernelcli has no resizing layer (resize the inputs before the call)",
+    "MaskedArray": "kernelcli does not mask inputs",
+    "supports_masking": "kernelcli does not mask inputs",
+    "unmask_fn": "kernelcli does not mask inputs",
+    "layer": "kernelcli takes no custom layers: a network is built from kernelcli.stax's "
+             "layers",
+    "requires": "kernelcli takes no custom layers: a network is built from kernelcli.stax's "
+                "layers",
+}
+
+
+def __getattr__(name: str):
+    """A neural-tangents name kernelcli lacks: one line saying so and what it offers
+    (:class:`~kernelcli.errors.MissingNameError`, an ``AttributeError`` too); any other
+    name: the usual ``AttributeError``."""
+    from ..errors import MissingNameError
+
+    if name in _MISSING:
+        raise MissingNameError(f"stax.{name}: neural-tangents' {name} is not in kernelcli: "
+                               f"{_MISSING[name]}; what kernelcli.stax has, and how it "
+                               f"differs from neural-tangents: docs/neural-tangents.md")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,7 @@ a network left with one is refused when it is used.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -75,6 +76,33 @@ def _plain(item):
     if isinstance(item, (list, tuple)):
         return [_plain(v) for v in item]
     return item
+
+
+def plain_number(value):
+    """``value`` with numpy and jax scalars (0-d arrays: ``jnp.sqrt(2.0)``,
+    ``np.float32(0.1)``) as Python numbers, in lists and tuples too (an array of sizes
+    becomes a list of ints); anything else as it is, for the checks to name."""
+    if isinstance(value, list) or type(value) is tuple:
+        return type(value)(plain_number(v) for v in value)
+    if getattr(value, "shape", None) == () and hasattr(value, "dtype") \
+            and hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "dtype") and getattr(value, "ndim", 0) == 1 and hasattr(value, "tolist"):
+        return [plain_number(v) for v in value]
+    return value
+
+
+def numbers(builder):
+    """``builder`` taking a numpy or jax scalar wherever it takes a number, as
+    neural-tangents' builders do (its notebooks write ``W_std=np.sqrt(2.0)`` with
+    ``import jax.numpy as np``)."""
+
+    @functools.wraps(builder)
+    def wrapped(*args, **kwargs):
+        return builder(*(plain_number(a) for a in args),
+                       **{k: plain_number(v) for k, v in kwargs.items()})
+
+    return wrapped
 
 
 def one(item, parameterization: Optional[str] = None) -> Network:
@@ -153,6 +181,7 @@ def serial(*layers: Network) -> Network:
     return Network(tuple(_join(net.layers)), net.parameterization)
 
 
+@numbers
 def FanOut(num: int) -> Network:
     """``stax.FanOut``: ``num`` copies of the input, for the branches of the
     ``parallel`` that must follow (then ``FanInSum()`` or ``FanInConcat()``)."""
@@ -179,6 +208,7 @@ def FanInSum() -> Network:
     return one(_Piece("FanInSum", 2, merge="sum"))
 
 
+@numbers
 def FanInConcat(axis: int = -1) -> Network:
     """``stax.FanInConcat`` on the channel axis (``merge: concat``)."""
     if axis != -1:
@@ -193,6 +223,7 @@ def residual(*layers: Network) -> Network:
     return Network(({"residual": {"layers": list(branch.layers)}},), branch.parameterization)
 
 
+@numbers
 def repeat(layer: Network, times: int) -> Network:
     """``layer`` ``times`` times in sequence (``stax.repeat`` without weight sharing,
     which infinite width does not see)."""

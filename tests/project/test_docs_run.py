@@ -151,7 +151,8 @@ def test_lines_run_elsewhere_are_run_there():
 # Names a page's Python block leaves to the reader, given values here.
 _GIVEN = {"neural-tangents.md": "import numpy as np\n"
           "x1 = np.random.default_rng(0).standard_normal((6, 8, 8, 3)).astype(np.float32)\n"
-          "x2 = x1[:4]\n"}
+          "x2 = x1[:4]\n"
+          "x_train, x_test, y_train = x1, x2, np.eye(10)[[3, 1, 4, 1, 5, 9]]\n"}
 
 
 def _python_blocks() -> list:

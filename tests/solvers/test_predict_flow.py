@@ -20,6 +20,11 @@ from kernelcli.solvers import (
     flow_mean,
     flow_weights,
     gradient_flow,
+    nngp_flow_covariance,
+    nngp_flow_variance,
+    ntk_covariance,
+    ntk_flow_covariance,
+    ntk_flow_variance,
     predictive_variance,
     solve_cholesky,
 )
@@ -55,6 +60,27 @@ def test_mean_and_variance_equal_neural_tangents(ref, kind):
         assert mean.shape == want_mean.shape == (6, 7, 3) and var.shape == (6, 7)
         np.testing.assert_allclose(mean, want_mean, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(var, want_var, rtol=1e-10, atol=1e-10)
+
+
+def test_the_whole_covariance_has_the_variance_as_its_diagonal(ref):
+    """nngp/ntk_flow_covariance (kernelcli.nt.predict's compute_cov, checked against
+    neural-tangents in tests/stax/test_nt_predict.py) and the variances of a run's
+    predictions (this file's reference) are one formula."""
+    n = int(ref["n_train"])
+    times, ridge = [0.0, 3.0, np.inf], 0.01
+    nngp_train, nngp_td = ref["k_nngp"][:n, :n], ref["k_nngp"][n:, :n]
+    nngp_tt = ref["k_nngp"][n:, n:]
+    basis = flow_basis(eigen(nngp_train), nngp_td, ref["y_train"])
+    np.testing.assert_allclose(
+        np.diagonal(nngp_flow_covariance(basis, nngp_tt, ridge, times), axis1=1, axis2=2),
+        nngp_flow_variance(basis, np.diag(nngp_tt), ridge, times), rtol=1e-12, atol=1e-14)
+    eig = eigen(ref["k_ntk"][:n, :n])
+    basis = flow_basis(eig, ref["k_ntk"][n:, :n], ref["y_train"])
+    weights = flow_weights(eig, ridge, times, basis.normalization)
+    cov = ntk_covariance(eig, nngp_train, nngp_td, np.diag(nngp_tt))
+    np.testing.assert_allclose(
+        np.diagonal(ntk_flow_covariance(basis, cov, nngp_tt, weights), axis1=1, axis2=2),
+        ntk_flow_variance(basis, cov, weights), rtol=1e-12, atol=1e-14)
 
 
 def test_time_zero_is_the_prior_and_infinity_the_ridge_solution(ref):
