@@ -68,13 +68,17 @@ def estimate(config, memory, run_time, workers, bandwidth, launch_latency, as_js
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS),
               help="Kernel(s) to predict with (repeatable; default: every kind of the run).")
 # kernelcli.solvers.SOLVERS, spelled here: importing it would load numpy before --help
-@click.option("--solver", type=click.Choice(["auto", "cholesky", "cg"]), default="auto",
-              show_default=True,
-              help="cholesky: float64 factor in memory (24 N^2 bytes); cg: conjugate "
-                   "gradients streaming K from kernels.h5 by row blocks; auto: Cholesky "
-                   "when it fits in the available memory (MemAvailable, or the cgroup's "
-                   "limit less its usage when tighter). On a landmark run: cholesky the "
-                   "direct Nystrom solve, cg Falkon, auto by memory.")
+@click.option("--solver", type=click.Choice(["auto", "cholesky", "eigen", "cg"]),
+              default="auto", show_default=True,
+              help="cholesky: a float64 factorisation per ridge, in memory (16 N^2 "
+                   "bytes); eigen: one eigendecomposition serving every ridge (32 N^2 "
+                   "bytes; quicker for long sweeps); cg: conjugate gradients streaming K "
+                   "from kernels.h5 by row blocks; auto: the quickest that fits in the "
+                   "available memory (MemAvailable, or the cgroup's limit less its usage "
+                   "when tighter), priced from this machine's measured rates "
+                   "(`kernelcli estimate` shows each route's time and memory). On a "
+                   "landmark run: cholesky the direct Nystrom solve, cg Falkon, auto by "
+                   "memory.")
 @click.option("--time", "times", multiple=True, metavar="T[,T...]",
               callback=numbers("give numbers >= 0 or inf, e.g. --time 1,10,inf"),
               help="Also the gradient-flow ensemble after training time(s) T on the MSE "

@@ -1,7 +1,7 @@
 """``predict --time``: the gradient-flow ensemble of one kind on a finished run.
 
 One eigendecomposition of the kind's ``K(x1, x1)`` serves every ridge and time
-(``kernelcli.solvers._gradient_flow``). The variance is the diagonal of the ensemble's test
+(``kernelcli.solvers._gradient_flow``), the ridge sweep too on the eigen route. The variance is the diagonal of the ensemble's test
 covariance, computed where the run has what it needs: the NNGP's needs its test
 diagonal (``kernel.test_diagonal``); the NTK's, whose initial functions are NNGP
 draws, needs the NNGP's training kernel, ``K_nngp(test, x1)`` and its test diagonal
@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from ..config import base_kind
 from ..solvers import (
+    Eigen,
     H5KernelOperator,
     accuracy,
     eigen,
@@ -38,9 +40,12 @@ def _diag(result: Path, name: str) -> np.ndarray:
     return ResultFile(result).read(name, np.float64)
 
 
-def flow_kind(result: Path, kind: str, y: np.ndarray, ridges, times, names: set) -> dict:
-    """``{"mean": (R, T, m, C), "variance": (R, T, m) or None}`` for ``kind``."""
-    eig = eigen(load_kernel(result, kind), kind)  # the float64 kernel is dropped after
+def flow_kind(result: Path, kind: str, y: np.ndarray, ridges, times, names: set,
+              eig: Optional[Eigen] = None) -> dict:
+    """``{"mean": (R, T, m, C), "variance": (R, T, m) or None}`` for ``kind``; ``eig``
+    the eigendecomposition of its training kernel where the caller made it already."""
+    if eig is None:
+        eig = eigen(load_kernel(result, kind), kind)  # the float64 kernel is dropped after
     basis = flow_basis(eig, H5KernelOperator(result, f"{kind}_test"), y)
     cov = None
     nngp = "nngp" + kind[len(base_kind(kind)):]  # the NNGP of the same readout

@@ -36,6 +36,7 @@ from ..config import KINDS, base_kind, is_kernel_name
 from ..errors import DamagedFileError, RunDirError, UsageError, resume_command, spelled
 from ..solvers import (
     VARIANCE_ROWS,
+    Eigen,
     H5KernelOperator,
     NotConvergedError,
     NotPositiveDefiniteError,
@@ -47,6 +48,9 @@ from ..solvers import (
     choose_ridge,
     choose_solver,
     class_count,
+    eigen,
+    eigen_sweep,
+    eigen_variances,
     held_out_scores,
     load_kernel,
     loo_predictions,
@@ -149,17 +153,19 @@ def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
 def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 with_variance: bool, names: set,
                 progress: Optional[Callable[[str], None]] = None,
-                where: Optional[dict] = None, stop: Optional[Stop] = None) -> dict:
+                where: Optional[dict] = None, stop: Optional[Stop] = None,
+                eig: Optional[Eigen] = None) -> dict:
     """``{ridge: {"mean": (m, C), "variance": (m,) or None, "held_out": (n, C) or None}
     or {"error": text}}``; ``held_out``: each training row predicted without itself
-    (leave-one-out) or without its fold (CG)."""
+    (leave-one-out) or without its fold (CG). ``eig``: the training kernel's
+    eigendecomposition where the caller has it (the eigen route then reuses it)."""
     test_op = H5KernelOperator(result, f"{kind}_test", stop=stop)
     diag = None
     if with_variance and f"{kind}_test_diag" in names:
         diag = ResultFile(result).read(f"{kind}_test_diag", np.float64)
     out: dict[float, dict[str, Any]] = {}
     if solver == "cholesky":
-        work = load_kernel(result, kind)  # float64, factored in place, restored after
+        work = load_kernel(result, kind)  # float64, read only: each factor is a copy
         for ridge in ridges:
             check(stop)
             try:
@@ -171,16 +177,53 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
             var = None if diag is None else _variance(diag, test_op, chol)
             held_out = loo_predictions(chol, alpha, y, overwrite=True)  # chol's last use
             del chol
-            out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": var,
-                          "held_out": held_out}
-        return out
-    # the products with K on this process, or on workers holding its row bands
-    with spread(H5KernelOperator(result, kind, stop=stop), **(where or {}), stop=stop) as op:
-        alphas, held = _cg_kind(op, kind, y, ridges, progress, out)
-    for ridge, alpha in alphas.items():
-        out[ridge] = {"mean": predict_mean(test_op, alpha), "variance": None,
-                      "held_out": held[ridge]}
+            out[ridge] = {"alpha": alpha, "variance": var, "held_out": held_out}
+    elif solver == "eigen":
+        check(stop)
+        if eig is None:
+            eig = eigen(load_kernel(result, kind), kind)  # the float64 kernel dropped after
+        check(stop)
+        out.update(eigen_sweep(eig, y, ridges, kind=kind))
+        if diag is not None:
+            variances = _eigen_variance(diag, test_op, eig, ridges)
+            for i, ridge in enumerate(ridges):
+                if "error" not in out[ridge]:
+                    out[ridge]["variance"] = variances[i]
+    else:
+        # the products with K on this process, or on workers holding its row bands
+        with spread(H5KernelOperator(result, kind, stop=stop), **(where or {}),
+                    stop=stop) as op:
+            alphas, held = _cg_kind(op, kind, y, ridges, progress, out)
+        for ridge, alpha in alphas.items():
+            out[ridge] = {"alpha": alpha, "held_out": held[ridge]}
+    _means(out, test_op, y.shape[1], stop)
     return {r: out[r] for r in ridges}
+
+
+def _means(out: dict, test_op: H5KernelOperator, classes: int, stop) -> None:
+    """Every solved ridge's test means in one pass over ``K(test, x1)`` (its ``alpha``
+    replaced by ``mean``; ``variance`` None where none was made)."""
+    solved = [r for r, res in out.items() if "alpha" in res]
+    if not solved:
+        return
+    check(stop)
+    means = predict_mean(test_op, np.hstack([out[r].pop("alpha") for r in solved]))
+    for i, ridge in enumerate(solved):
+        out[ridge]["mean"] = means[:, i * classes:(i + 1) * classes]
+        out[ridge].setdefault("variance", None)
+
+
+def _eigen_variance(diag, test_op: H5KernelOperator, eig, ridges) -> np.ndarray:
+    """The posterior variance (R, m) of every ridge from the eigendecomposition, by
+    blocks of test rows."""
+    m = test_op.shape[0]
+    out = np.empty((len(ridges), m))
+    with ResultFile(test_op.path).kernel(test_op.dataset) as ds:
+        for s in range(0, m, VARIANCE_ROWS):
+            kt = ds[s:s + VARIANCE_ROWS]
+            out[:, s:s + kt.shape[0]] = eigen_variances(eig, kt, diag[s:s + kt.shape[0]],
+                                                        ridges)
+    return out
 
 
 def _cg_kind(op, kind: str, y, ridges, progress, out: dict) -> tuple:
@@ -265,8 +308,9 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
     asked = solver
     classes = class_count(labels, test_labels)
     # every allocation of the chosen route counted before any work (refused: exit 2)
+    variance_kinds = sum(base_kind(k) == "nngp" and f"{k}_test_diag" in names for k in kinds)
     solver = choose_solver(n, solver, available_bytes, m, classes, len(ridges), len(kinds),
-                           min(CV_FOLDS, n))
+                           min(CV_FOLDS, n), variance_kinds)
     if times:
         _check_flow(times, n, m, solver, asked, available_bytes, classes, len(ridges))
     for kind in kinds:  # every kernel sound before any solve
@@ -277,18 +321,22 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
     rows: list = []
     choices, solved, flows = [], {}, {}
     for kind in kinds:
+        check(stop)
+        # one eigendecomposition serves the sweep and the gradient flow
+        eig = eigen(load_kernel(store.result_path, kind), kind) if solver == "eigen" else None
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
                                    with_variance=base_kind(kind) == "nngp", names=names,
-                                   progress=progress, where=where, stop=stop)
+                                   progress=progress, where=where, stop=stop, eig=eig)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows))
         if times:
             check(stop)
-            flows[kind] = flow_kind(store.result_path, kind, y, ridges, times, names)
+            flows[kind] = flow_kind(store.result_path, kind, y, ridges, times, names, eig)
+        del eig
     check(stop)
     raise_if_none_solved(solved, rows)
     flow = flow_rows(flows, ridges, times, test_labels, y_test)
-    selection = ("leave-one-out" if solver == "cholesky"
+    selection = ("leave-one-out" if solver in ("cholesky", "eigen")
                  else f"{min(CV_FOLDS, n)}-fold cross-validation")
     path = write_predictions(store.run_dir / PREDICTIONS, solved, ridges, rows, choices,
                              solver, selection, times, flows)

@@ -4,9 +4,10 @@ numpy (stored kernels are read through :class:`kernelcli.store.ResultFile`), and
 jax only for CG's block products (``_operator.block_product``: XLA's dot, not
 numpy's OpenBLAS, on this path); no click. The regulariser is ``ridge * trace(K)/n``
 (``trace_scaled=True``, the reference codes' convention) or ``ridge``; all
-solves are float64. ``solve_cholesky`` for kernels that fit in memory,
-``solve_cg_ridges`` on an ``H5KernelOperator`` for those that do not;
-``choose_solver`` decides from the available RAM. The ridge is chosen on the
+solves are float64. ``solve_cholesky`` (one factorisation per ridge) or
+``eigen_sweep`` (one eigendecomposition for every ridge) for kernels that fit in
+memory, ``solve_cg_ridges`` on an ``H5KernelOperator`` for those that do not;
+``choose_solver`` takes the quickest that fits (``route_costs``: this machine's rates). The ridge is chosen on the
 training set alone (``_selection``: closed-form leave-one-out from the Cholesky
 factor, k-fold cross-validation with CG), and ``_gradient_flow`` gives the finite-time
 gradient-flow predictions of neural-tangents' ``gradient_descent_mse_ensemble``.
@@ -32,6 +33,8 @@ from ._cholesky import predictive_variance as predictive_variance
 from ._cholesky import regularizer as regularizer
 from ._cholesky import solve_cholesky as solve_cholesky
 from ._cholesky import solve_with_factor as solve_with_factor
+from ._eigen_sweep import eigen_sweep as eigen_sweep
+from ._eigen_sweep import eigen_variances as eigen_variances
 from ._falkon import FalkonSolution as FalkonSolution
 from ._falkon import choose_landmark_solver as choose_landmark_solver
 from ._falkon import falkon_weights as falkon_weights
@@ -51,14 +54,13 @@ from ._gradient_flow import nngp_flow_variance as nngp_flow_variance
 from ._gradient_flow import ntk_covariance as ntk_covariance
 from ._gradient_flow import ntk_flow_covariance as ntk_flow_covariance
 from ._gradient_flow import ntk_flow_variance as ntk_flow_variance
-from ._memory import SOLVERS as SOLVERS
 from ._memory import VARIANCE_ROWS as VARIANCE_ROWS
 from ._memory import cg_memory_bytes as cg_memory_bytes
 from ._memory import cg_operations as cg_operations
 from ._memory import check_flow_memory as check_flow_memory
 from ._memory import cholesky_memory_bytes as cholesky_memory_bytes
 from ._memory import cholesky_operations as cholesky_operations
-from ._memory import choose_solver as choose_solver
+from ._memory import eigen_memory_bytes as eigen_memory_bytes
 from ._memory import falkon_memory_bytes as falkon_memory_bytes
 from ._memory import flow_memory_bytes as flow_memory_bytes
 from ._memory import solve_memory_bytes as solve_memory_bytes
@@ -70,6 +72,12 @@ from ._nystrom import nystrom_weights as nystrom_weights
 from ._operator import ArrayOperator as ArrayOperator
 from ._operator import H5KernelOperator as H5KernelOperator
 from ._operator import load_kernel as load_kernel
+from ._route_costs import SOLVERS as SOLVERS
+from ._route_costs import Rates as Rates
+from ._route_costs import RouteCost as RouteCost
+from ._route_costs import choose_solver as choose_solver
+from ._route_costs import measured_rates as measured_rates
+from ._route_costs import route_costs as route_costs
 from ._selection import choose_ridge as choose_ridge
 from ._selection import fold_masks as fold_masks
 from ._selection import held_out_scores as held_out_scores
@@ -96,4 +104,6 @@ __all__ = [
     "predictive_variance", "regularizer", "solve_cg", "solve_cg_folds", "solve_cg_ridges",
     "solve_cholesky", "solve_memory_bytes", "solve_with_factor",
     "cg_operations", "cholesky_operations", "landmark_operations",
+    "eigen_memory_bytes", "eigen_sweep", "eigen_variances", "Rates", "RouteCost",
+    "measured_rates", "route_costs",
 ]

@@ -41,9 +41,12 @@ import numpy as np
 from .._system import available_ram_bytes
 from ..errors import UsageError
 from ..plan import auto_budget
-from ._memory import SOLVERS, falkon_memory_bytes, memory_refusal, results_bytes
+from ._memory import falkon_memory_bytes, memory_refusal, results_bytes
 from ._messages import not_pd_message
 from ._nystrom import nystrom_memory_bytes
+
+# predict --solver on a landmark run: cholesky the direct solve, cg Falkon
+LANDMARK_SOLVERS = ("auto", "cholesky", "cg")
 
 DEFAULT_TOL = 1e-8  # relative residual of the preconditioned system, every column (predictions
 # then agree with the direct solve to about 1e-7: bench/history/BENCHMARKS-2026.md, "Falkon")
@@ -107,9 +110,10 @@ def choose_landmark_solver(n: int, m: int, solver: str = "auto",
     products grow as ``n m^2``. A route whose memory (:func:`landmark_memory_bytes`
     of ``t`` test rows, ``classes``, ``ridges``, ``folds``, ``kinds``, bands of
     ``band_bytes``) does not fit raises ``BudgetError`` before any work."""
-    if solver not in SOLVERS:
-        raise UsageError.naming(f"<<solver>>: {solver!r} is not a solver; accepted: "
-                                f"{', '.join(SOLVERS)}")
+    if solver not in LANDMARK_SOLVERS:
+        raise UsageError.naming(f"<<solver>>: {solver!r} is not a solver of a landmark run; "
+                                f"accepted: {', '.join(LANDMARK_SOLVERS)} (the direct "
+                                f"solve or Falkon: its system is m x m, no eigen sweep)")
     if available_bytes is None:
         available_bytes = auto_budget(available_ram_bytes())
     def at(route: str):

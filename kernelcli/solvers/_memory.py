@@ -24,7 +24,6 @@ from ..config import format_size
 from ..errors import BudgetError, UsageError
 from ..plan import auto_budget
 
-SOLVERS = ("auto", "cholesky", "cg")
 # A sweep is a handful of values: each ridge is a solve, each (ridge, time) an (m, C)
 # prediction kept per kind; 64 bounds the work before it starts.
 MAX_VALUES = 64
@@ -48,7 +47,7 @@ def solve_memory_bytes(n: int) -> int:
     update's product, the solve's transposed right-hand side and solution) and its
     diagonal block's three (LAPACK's copy, the block's factor, its lower triangle)."""
     b = min(n, FACTOR_BLOCK)
-    return 2 * 8 * n * n + 3 * 8 * (n * b + b * b)
+    return 2 * 8 * n * n + 3 * 8 * ((n - b) * b + b * b)
 
 
 def cholesky_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
@@ -71,9 +70,25 @@ def results_bytes(n: int, m: int, classes: int, ridges: int, kinds: int) -> int:
     """What every route of ``predict`` keeps and works on beside its solve, for ``n``
     training and ``m`` test rows: the means, variances and held-out predictions of
     every kind and ridge, the test targets (and a copy), one kind's means stacked for
-    ``predictions.h5``, and the scores' two ``(n, C)`` temporaries."""
+    ``predictions.h5``, the scores' two ``(n, C)`` temporaries, and one kind's
+    coefficients of every ridge, kept and stacked for one pass over ``K(test, x1)``."""
     return 8 * (kinds * ridges * (m * classes + m + n * classes)
-                + (ridges + 2) * m * classes + 2 * max(n, m) * classes)
+                + (ridges + 2) * m * classes + 2 * max(n, m) * classes
+                + 2 * n * classes * ridges)
+
+
+def eigen_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
+                       kinds: int = 1) -> int:
+    """Peak bytes of ``predict``'s eigen route (one ``eigh`` per kind serving every
+    ridge, :mod:`._eigen_sweep`): the float64 kernel, LAPACK's copy that becomes the
+    eigenvectors and its ``2 n^2`` workspace; after it, blocks of squared rows of the
+    eigenvectors and of ``K(test, x1) V`` (1,024 rows each), the coefficients and
+    held-out predictions of every ridge (``2 n C R``), a streamed block of the test
+    kernel, and :func:`results_bytes`."""
+    rows = min(max(n, m), VARIANCE_ROWS)
+    stream = max(2 * min(8 * m * n, STREAM_BLOCK_BYTES), 3 * 8 * rows * n)
+    return (8 * 4 * n * n + 8 * 2 * n * classes * ridges + stream
+            + results_bytes(n, m, classes, ridges, kinds))
 
 
 def flow_memory_bytes(n: int, m: int, classes: int = 1, ridges: int = 1,
@@ -153,64 +168,10 @@ def memory_refusal(route: str, need_at, available_bytes: int, classes: int, ridg
         f"{', or '.join(levers)}")
 
 
-def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] = None,
-                  m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1,
-                  folds: int = 5) -> str:
-    """``'cholesky'`` or ``'cg'`` for an (n, n) training kernel.
-
-    ``solver``: ``auto`` (Cholesky when it fits, else CG), ``cholesky`` or ``cg``.
-    ``available_bytes`` defaults to the available RAM less kernelcli's usual
-    headroom (as ``memory: auto``). Whether it fits is :func:`cholesky_memory_bytes`
-    or :func:`cg_memory_bytes` of ``m`` test rows, ``classes``, ``ridges``, ``kinds``
-    and ``folds`` (the defaults: the factorisation alone). A solve that does not fit
-    raises ``BudgetError`` naming what to change: ``solver`` cg where CG fits, fewer
-    ``ridges`` or ``kinds`` where they are what does not fit, fewer classes.
-    """
-    if solver not in SOLVERS:
-        raise UsageError.naming(f"<<solver>>: {solver!r} is not a solver; accepted: "
-                                f"{', '.join(SOLVERS)}")
-    if available_bytes is None:
-        available_bytes = auto_budget(available_ram_bytes())
-
-    def cg_at(c: int, r: int) -> int:
-        return cg_memory_bytes(n, m, c, r, kinds, folds)
-
-    def cholesky_at(c: int, r: int) -> int:
-        return cholesky_memory_bytes(n, m, c, r, kinds)
-
-    cg_need = cg_at(classes, ridges)
-    if solver == "cg":
-        if cg_need > available_bytes:
-            raise memory_refusal(f"<<solver>> cg on {n:,} training rows", cg_at,
-                                 available_bytes, classes, ridges)
-        return "cg"
-    need = cholesky_at(classes, ridges)
-    if need <= available_bytes:
-        return "cholesky"
-    if cg_need > available_bytes:  # neither fits: the solver is no lever
-        cheaper = cg_at if solver == "auto" and cg_need < need else cholesky_at
-        route = "cg" if cheaper is cg_at else "cholesky"
-        raise memory_refusal(f"<<solver>> {route} on {n:,} training rows", cheaper,
-                             available_bytes, classes, ridges)
-    if solver == "auto":
-        return "cg"
-    factor = solve_memory_bytes(n)
-    rest = (f"; beside them {format_size(need - factor)}: the targets, a streamed block "
-            f"of the test kernel, and the predictions of {ridges} ridge(s) and {kinds} "
-            f"kind(s) for {m:,} test rows")
-    fewer = ("" if cholesky_memory_bytes(n, m, classes, 1, 1) > available_bytes
-             else "give fewer <<ridges>> or <<kinds>> values, or ")
-    raise BudgetError.naming(
-        f"<<solver>> cholesky: a {n:,} x {n:,} Cholesky solve needs {format_size(need)} "
-        f"(the float64 kernel and its factor, {format_size(8 * n * n)} each{rest}), but {format_size(available_bytes)} is "
-        f"available; {fewer}use <<solver>> cg, which streams the kernel from kernels.h5 "
-        "by row blocks (memory: one block)")
-
-
 def check_flow_memory(n: int, m: int, available_bytes: Optional[int] = None,
                       times: str = "", classes: int = 1, ridges: int = 1) -> None:
     """``BudgetError`` naming ``times`` and ``ridges`` when ``flow_memory_bytes`` exceeds
-    the available memory (default: as ``choose_solver``)."""
+    the available memory (default: the available RAM less kernelcli's usual headroom)."""
     if available_bytes is None:
         available_bytes = auto_budget(available_ram_bytes())
     n_times = len(times.split(",")) if times else 1

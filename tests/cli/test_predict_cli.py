@@ -115,7 +115,7 @@ def test_cg_equals_cholesky(finished, tmp_path):
 def test_cholesky_that_does_not_fit_names_cg(finished, tmp_path):
     run = fresh_copy(finished, tmp_path)
     # one ridge: CG's columns fit in 100 kB where the factorisation's slabs do not
-    with pytest.raises(BudgetError, match="use solver= cg"):
+    with pytest.raises(BudgetError, match="or solver= cg; cg streams the kernel"):
         predict(run, ridges=[0.1], solver="cholesky", available_bytes=100_000)
     assert predict(run, ridges=[0.1], available_bytes=100_000).solver == "cg"
 

@@ -17,7 +17,7 @@ from kernelcli.solvers import cholesky_memory_bytes, solve_memory_bytes
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
 
-N, M, C = 60, 17, 3
+N, M, C = 600, 17, 3  # N past one block of the factorisation, as users' kernels are
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,9 @@ def run(tmp_path_factory):
 
 def test_the_count_holds_what_the_route_allocates(run):
     need = cholesky_memory_bytes(N, M, C, ridges=3, kinds=2)
-    assert need > solve_memory_bytes(N) == 16 * N * N + 48 * N * N  # N < one block
-    predict(run, ridges=(1.0,), kinds=("nngp",))  # first-call set-up is not the route's
+    assert need > solve_memory_bytes(N) == 16 * N * N + 24 * 88 * 512 + 24 * 512 * 512
+    # first-call set-up (the products' compilation for these shapes) is not the route's
+    predict(run, ridges=(1e-4, 1e-2, 1.0), solver="cholesky")
     tracemalloc.start()
     try:
         out = predict(run, ridges=(1e-4, 1e-2, 1.0), solver="cholesky", available_bytes=need)
@@ -58,7 +59,7 @@ def test_too_small_a_budget_is_refused_before_any_work(run):
     # one ridge of one kind fits: the message says so
     assert "give fewer ridges= or kinds= values, or use solver= cg" in msg
     assert snapshot(run) == before
-    # auto takes CG where the Cholesky route does not fit, whatever its factor alone needs
+    # auto takes the quickest route that fits, whatever the factor alone needs
     assert predict(run, ridges=(0.1,), available_bytes=need - 1).solver == "cholesky"
     assert predict(run, ridges=(1e-4, 1.0), available_bytes=need - 1).solver == "cg"
     (run / "predictions.h5").unlink()
