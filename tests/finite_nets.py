@@ -43,6 +43,7 @@ from kernelcli.config import (
     Hermite,
     Identity,
     LayerNorm,
+    LocalAvgPool,
     Monomial,
     Parallel,
     Rbf,
@@ -255,6 +256,12 @@ FINITE_NETS: dict[type, FiniteNet] = {
                              out_shape=lambda layer, shape: (shape[-1],)),
     Flatten: FiniteNet(lambda layer, x, p, run: x.reshape(x.shape[0], -1),
                        out_shape=lambda layer, shape: (int(np.prod(shape)),)),
+    # No network has local_avg_pool's kernel (the mean over its window's shifts of one
+    # input of flatten's, which need not be positive semi-definite): its stand-in is
+    # flatten, whose kernel the Monte-Carlo test averages over the shifts of one input
+    # (test_kernels_montecarlo.empirical_nngp's ``shifts``).
+    LocalAvgPool: FiniteNet(lambda layer, x, p, run: x.reshape(x.shape[0], -1),
+                            out_shape=lambda layer, shape: (int(np.prod(shape)),)),
     LayerNorm: FiniteNet(_layer_norm),
     Identity: FiniteNet(lambda layer, x, p, run: x),
     Residual: FiniteNet(lambda layer, x, p, run: x + run(layer.layers, x, p),

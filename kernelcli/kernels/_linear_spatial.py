@@ -1,5 +1,6 @@
 """State maps of the spatial family: locally connected and transposed convolutions,
-sum pooling (the maps of ``conv`` and ``avg_pool`` are in ``_linear``).
+sum pooling, local average pooling (the maps of ``conv`` and ``avg_pool`` are in
+``_linear``).
 
 ``conv_local`` has a weight (and a bias) of its own at every output position, so
 outputs at different positions are independent: its covariance is zero off the
@@ -9,13 +10,20 @@ full covariance (a pool lies ahead) it computes on the diagonal and puts the res
 back on the diagonal of a full covariance of zeros (``to_full``). Fan-in (standard
 parameterization) is that of ``conv``: input channels times filter size, as in
 neural-tangents.
+
+``local_avg_pool`` reads only the band of its input's covariance around the spatial
+diagonal that its window covers, ``w_1 * w_2 * ...`` entries per position (one gather),
+not the ``(H W)^2`` a stride-1 pool over the whole covariance would walk.
 """
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import math
 
-from ..config import ConvLocal, ConvTranspose, SumPool, bound_axes
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import ConvLocal, ConvTranspose, LocalAvgPool, SumPool, bound_axes
 from ._linear import affine, map_ntk
 from ._spatial import conv_cov, sum_pool_cov
 from ._state import State, to_diagonal
@@ -109,3 +117,39 @@ def global_sum_pool(state: State) -> State:
 
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a),
                          spatial=False, full=False)
+
+
+def window_offsets(n: int, w: int) -> np.ndarray:
+    """The circular offsets of a ``local_avg_pool`` window ``w`` along an axis of size
+    ``n``: ``-(w - 1) / 2 .. (w - 1) / 2`` (odd ``w``), every offset when ``w == n``."""
+    return np.arange(n) if w == n else np.arange(-(w // 2), w // 2 + 1)
+
+
+def band(x, windows):
+    """The band of a full covariance ``(P, a1, a1', ..., an, an')`` that ``windows``
+    (one per axis) covers: ``(P, a1, |D1|, ..., an, |Dn|)``, entry ``[p, i, j, ...]``
+    the covariance between position ``i`` and ``(i + D[j]) mod a`` along each axis."""
+    sizes = x.shape[1::2]
+    k = len(sizes)
+    index: list = [slice(None)]
+    for i, (n, w) in enumerate(zip(sizes, windows, strict=True)):
+        d = window_offsets(n, w)
+        first = np.arange(n).reshape((1,) * (2 * i) + (n, 1) + (1,) * (2 * (k - 1 - i)))
+        second = ((np.arange(n)[:, None] + d[None, :]) % n).reshape(
+            (1,) * (2 * i) + (n, len(d)) + (1,) * (2 * (k - 1 - i)))
+        index += [first, second]
+    return x[tuple(index)]
+
+
+def local_avg_pool(state: State, layer: LocalAvgPool) -> State:
+    """The mean over the window's offsets and every position of the covariance between
+    a position and its offset one (``config.LocalAvgPool``) -> ``(P,)``; a full input.
+    Channels become ``C * H * W``, as after ``flatten``, whose average it is."""
+    windows = bound_axes(layer.window)
+
+    def a(x):
+        b = band(x, windows)
+        return jnp.mean(b, axis=tuple(range(1, b.ndim)))
+
+    return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a), spatial=False,
+                         full=False, channels=state.channels * math.prod(state.spatial_shape))
