@@ -100,11 +100,15 @@ class LocalAvgPool:
     covariance around its spatial diagonal, ``w_1 * w_2 * ...`` per position. Window 1
     is ``flatten``; the whole image is ``global_avg_pool``. For a network whose layers
     all pad circularly at stride 1 it is the mean over the window's shifts ``s`` of
-    ``K_flatten(roll(x, s), x')``, Li et al.'s augmented kernel of translations within
-    the window (one input shifted, not both: shifting both independently is
-    ``avg_pool`` at stride 1, CIRCULAR, before ``flatten``, which weighs the offsets
-    by a triangle instead of uniformly). Its output, like ``flatten``'s, is a vector
-    that is not Gaussian, and the layers after it see ``C * H * W`` channels."""
+    ``K_flatten(roll(x, s), x')``, the augmented kernel of the translations within the
+    window (one input shifted, not both: shifting both independently is ``avg_pool``
+    at stride 1, CIRCULAR, before ``flatten``, which weighs the offsets by a triangle
+    instead of uniformly, and is positive semi-definite, which this need not be). The
+    paper's abstract and summaries give the idea (augmentation by local shifts, GAP as
+    full translation augmentation under circular padding); one input shifted, the
+    mean, and the window's meaning are kernelcli's reading of them (docs/config.md,
+    "local_avg_pool: local average pooling"). Its output, like ``flatten``'s, is a
+    vector that is not Gaussian, and the layers after it see ``C * H * W`` channels."""
 
     window: Axes = 1
     where: str = field(default="", compare=False, repr=False)
