@@ -165,3 +165,20 @@ def test_auto_says_which_engine_takes_a_lap_network():
         "auto: the native engine has no custom call for this network")
     if native_unavailable() is None:
         assert resolve_engine("auto", "cpu", same, shape) == "native"
+
+
+def test_lap_need_not_be_positive_semi_definite():
+    """docs/config.md's caveat: window 3's uniform offsets have a Fourier transform
+    ``(1 + 2 cos(2 pi k / n)) / 3``, -1/3 at the alternating frequency, so after a
+    linear network an input alternating from position to position has ``K(x, x) =
+    -1/3``; the stride-1 circular avg_pool's triangle (its square) gives +1/9."""
+    x = np.array([[1.0, -1.0, 1.0, -1.0, 1.0, -1.0]])[..., None]
+
+    def k(*head):
+        arch = parse_architecture({"layers": ["dense", *head, "dense"]})
+        kfn = build_kernel_fn(arch, x.shape[1:], ("nngp",), "float64")
+        return kernel_matrix(kfn, x, devices=one_device())["nngp"][0, 0]
+
+    assert abs(k({"local_avg_pool": {"window": 3}}) + 1 / 3) < 1e-15
+    assert abs(k({"avg_pool": {"window": 3, "strides": 1, "padding": "CIRCULAR"}}, "flatten")
+               - 1 / 9) < 1e-15
