@@ -202,6 +202,18 @@ def _transpose(layer, x, p, run):
     return _affine(layer, z, b, c_in * math.prod(layer.filter))
 
 
+def _local_avg_pool(layer, x, p, run):
+    from kernelcli.config import bound_axes
+
+    axes = tuple(range(1, x.ndim - 1))
+    shifts = [range(-(w // 2), w // 2 + 1) if w < n else range(n)
+              for n, w in zip(x.shape[1:-1], bound_axes(layer.window), strict=True)]
+    total = 0
+    for s in itertools.product(*shifts):
+        total = total + jnp.roll(x, s, axis=axes)
+    return (total / np.prod([len(r) for r in shifts])).reshape(x.shape[0], -1)
+
+
 def _layer_norm(layer, x, p, run):
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.var(x, axis=-1, keepdims=True)
@@ -256,11 +268,9 @@ FINITE_NETS: dict[type, FiniteNet] = {
                              out_shape=lambda layer, shape: (shape[-1],)),
     Flatten: FiniteNet(lambda layer, x, p, run: x.reshape(x.shape[0], -1),
                        out_shape=lambda layer, shape: (int(np.prod(shape)),)),
-    # No network has local_avg_pool's kernel (the mean over its window's shifts of one
-    # input of flatten's, which need not be positive semi-definite): its stand-in is
-    # flatten, whose kernel the Monte-Carlo test averages over the shifts of one input
-    # (test_kernels_montecarlo.empirical_nngp's ``shifts``).
-    LocalAvgPool: FiniteNet(lambda layer, x, p, run: x.reshape(x.shape[0], -1),
+    # local_avg_pool's network: the mean over the window's circular translations of the
+    # feature map (a stride-1 circular average pool), then flatten
+    LocalAvgPool: FiniteNet(_local_avg_pool,
                             out_shape=lambda layer, shape: (int(np.prod(shape)),)),
     LayerNorm: FiniteNet(_layer_norm),
     Identity: FiniteNet(lambda layer, x, p, run: x),

@@ -89,26 +89,22 @@ class LocalAvgPool:
     """Local average pooling (LAP; Li, Wang, Yu, Du, Hu, Salakhutdinov, Arora, "Enhanced
     Convolutional Neural Tangent Kernels", 2019, arXiv:1911.00809): the kernel of the
     network so far read out by ``flatten``, averaged over the circular translations
-    of one input within a window,
+    ``s, s'`` of the two inputs, each within the window, independently,
 
-        K(x, x') = mean over d in D of  mean over p of  Sigma(x, x')[p, (p + d) mod n],
+        K(x, x') = mean over s, s' in D of  mean over p of  Sigma(x, x')[p + s, p + s'],
 
     ``Sigma`` the covariance of the layer's input, ``p`` every position, ``D`` the
-    window's offsets: ``-(w - 1) / 2 .. (w - 1) / 2`` along an axis where ``window`` is
-    an odd ``w`` (a window centred on no shift, so that the kernel is symmetric), every
-    offset where ``w`` is the axis's size. The entries read are the band of the
-    covariance around its spatial diagonal, ``w_1 * w_2 * ...`` per position. Window 1
-    is ``flatten``; the whole image is ``global_avg_pool``. For a network whose layers
-    all pad circularly at stride 1 it is the mean over the window's shifts ``s`` of
-    ``K_flatten(roll(x, s), x')``, the augmented kernel of the translations within the
-    window (one input shifted, not both: shifting both independently is ``avg_pool``
-    at stride 1, CIRCULAR, before ``flatten``, which weighs the offsets by a triangle
-    instead of uniformly, and is positive semi-definite, which this need not be). The
-    paper's abstract and summaries give the idea (augmentation by local shifts, GAP as
-    full translation augmentation under circular padding); one input shifted, the
-    mean, and the window's meaning are kernelcli's reading of them (docs/config.md,
-    "local_avg_pool: local average pooling"). Its output, like ``flatten``'s, is a
-    vector that is not Gaussian, and the layers after it see ``C * H * W`` channels."""
+    window's translations: ``-(w - 1) / 2 .. (w - 1) / 2`` along an axis where ``window``
+    is an odd ``w`` (centred on no shift), every one where ``w`` is the axis's size. It
+    reads the band of the covariance around its spatial diagonal that the offsets
+    ``s' - s`` cover, each weighted by its share of the pairs. Window 1 is ``flatten``;
+    the whole image is ``global_avg_pool``; any window is ``avg_pool`` at stride 1,
+    CIRCULAR, then ``flatten`` (at the cost of the whole covariance), so it is the
+    kernel of a network, positive semi-definite. For a network whose layers all pad
+    circularly at stride 1 it is the kernel of the data augmented by the window's
+    translations (docs/config.md, "local_avg_pool: local average pooling"). Its output,
+    like ``flatten``'s, is a vector that is not Gaussian, and the layers after it see
+    ``C * H * W`` channels."""
 
     window: Axes = 1
     where: str = field(default="", compare=False, repr=False)

@@ -119,37 +119,57 @@ def global_sum_pool(state: State) -> State:
                          spatial=False, full=False)
 
 
-def window_offsets(n: int, w: int) -> np.ndarray:
-    """The circular offsets of a ``local_avg_pool`` window ``w`` along an axis of size
-    ``n``: ``-(w - 1) / 2 .. (w - 1) / 2`` (odd ``w``), every offset when ``w == n``."""
-    return np.arange(n) if w == n else np.arange(-(w // 2), w // 2 + 1)
+def window_offsets(n: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, weights)`` of a ``local_avg_pool`` window ``w`` along an axis of size
+    ``n``: the circular offsets ``(s' - s) mod n`` between two translations ``s, s'``
+    drawn independently from the window (``-(w - 1) / 2 .. (w - 1) / 2``, odd ``w``; every
+    translation when ``w == n``), each weighted by the share of the ``w^2`` pairs that
+    give it (a triangle; uniform over every offset when ``w == n``)."""
+    shifts = np.arange(n) if w == n else np.arange(-(w // 2), w // 2 + 1)
+    offsets, counts = np.unique((shifts[None, :] - shifts[:, None]) % n, return_counts=True)
+    return offsets, counts / len(shifts) ** 2
 
 
 def band(x, windows):
     """The band of a full covariance ``(P, a1, a1', ..., an, an')`` that ``windows``
-    (one per axis) covers: ``(P, a1, |D1|, ..., an, |Dn|)``, entry ``[p, i, j, ...]``
-    the covariance between position ``i`` and ``(i + D[j]) mod a`` along each axis."""
+    (one per axis) covers, and its weights: ``(P, a1, |D1|, ..., an, |Dn|)``, entry
+    ``[p, i, j, ...]`` the covariance between position ``i`` and ``(i + D[j]) mod a``
+    along each axis, and one ``(|Dk|,)`` weight vector per axis (:func:`window_offsets`)."""
     sizes = x.shape[1::2]
     k = len(sizes)
     index: list = [slice(None)]
+    weights = []
     for i, (n, w) in enumerate(zip(sizes, windows, strict=True)):
-        d = window_offsets(n, w)
+        d, weight = window_offsets(n, w)
+        weights.append(weight)
         first = np.arange(n).reshape((1,) * (2 * i) + (n, 1) + (1,) * (2 * (k - 1 - i)))
         second = ((np.arange(n)[:, None] + d[None, :]) % n).reshape(
             (1,) * (2 * i) + (n, len(d)) + (1,) * (2 * (k - 1 - i)))
         index += [first, second]
-    return x[tuple(index)]
+    return x[tuple(index)], weights
+
+
+def band_entries(spatial: tuple, window) -> int:
+    """Entries of the band :func:`local_avg_pool` reads, per array and pair."""
+    return math.prod(n * len(window_offsets(n, w)[0])
+                     for n, w in zip(spatial, bound_axes(window), strict=True))
 
 
 def local_avg_pool(state: State, layer: LocalAvgPool) -> State:
-    """The mean over the window's offsets and every position of the covariance between
-    a position and its offset one (``config.LocalAvgPool``) -> ``(P,)``; a full input.
-    Channels become ``C * H * W``, as after ``flatten``, whose average it is."""
+    """Li et al.'s LAP (``config.LocalAvgPool``): the ``flatten`` kernel of the inputs
+    translated independently within the window, averaged over the pairs of
+    translations, ``mean_{s, s'} mean_p Sigma[p + s, p + s']`` (circular), which is a
+    weighted mean over positions and offsets of the band the window covers -> ``(P,)``;
+    a full input. Channels become ``C * H * W``, as after ``flatten``."""
     windows = bound_axes(layer.window)
 
     def a(x):
-        b = band(x, windows)
-        return jnp.mean(b, axis=tuple(range(1, b.ndim)))
+        b, weights = band(x, windows)
+        for weight in weights:  # each axis: mean over positions,
+            b = jnp.tensordot(b, jnp.asarray(weight, b.dtype) / b.shape[1],  # weighted
+                              axes=([2], [0]))  # sum over offsets
+            b = jnp.sum(b, axis=1)
+        return b
 
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a), spatial=False,
                          full=False, channels=state.channels * math.prod(state.spatial_shape))

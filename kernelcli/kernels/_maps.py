@@ -38,7 +38,6 @@ called in the same order, so the compiled programs are unchanged.
 from __future__ import annotations
 
 import functools
-import math
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -70,7 +69,6 @@ from ..config import (
     Sign,
     Sin,
     SumPool,
-    bound_axes,
 )
 from . import _elementwise, _linear, _linear_spatial, _nonlinear
 from ._state import State
@@ -162,8 +160,8 @@ KERNEL_MAPS: dict[type, KernelMap] = {
                              _linear_spatial.global_sum_pool(state)),
     LocalAvgPool: KernelMap(linear=lambda state, layer, standard:
                             _linear_spatial.local_avg_pool(state, layer),
-                            reads=lambda layer, shape: math.prod(shape[:-1]) * math.prod(
-                                bound_axes(layer.window))),
+                            reads=lambda layer, shape: _linear_spatial.band_entries(
+                                shape[:-1], layer.window)),
 }
 
 

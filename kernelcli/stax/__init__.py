@@ -273,7 +273,7 @@ def GlobalSumPool(batch_axis: int = 0, channel_axis: int = -1) -> Network:
 
 def LocalAvgPool(window_shape) -> Network:
     """Local average pooling (Li et al. 2019), which neural-tangents lacks: ``flatten``
-    averaged over the translations of one input within ``window_shape`` (an odd size,
+    averaged over the translations of both inputs within ``window_shape`` (an odd size,
     or the axis's, per spatial axis; one int for every axis); the YAML's
     ``local_avg_pool``."""
     return one({"local_avg_pool": {"window": _pair(window_shape, "window_shape")}})

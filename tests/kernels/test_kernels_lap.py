@@ -2,12 +2,17 @@
 kernel's scale, both kinds, on every engine:
 
 (a) on a network that pads circularly at stride 1, LAP with window ``w`` is the mean
-    over the window's ``w x w`` translations ``s`` of ``K_flatten(roll(x, s), x')``,
-    kernelcli's own ``flatten`` kernel of one input shifted (``np.roll``);
+    over pairs of the window's ``w x w`` translations ``s, s'`` of
+    ``K_flatten(roll(x, s), roll(x', s'))``, kernelcli's own ``flatten`` kernel of the
+    two inputs shifted independently (``np.roll``): the kernel of the data augmented
+    by those translations;
 (b) a window of the whole image is ``global_avg_pool`` (whatever the padding);
 (c) a window of 1 is ``flatten``;
+(d) on any network, a stride-1 circular ``avg_pool`` of the window then ``flatten``
+    (today's vocabulary, at the cost of the whole covariance): so it is a network's
+    kernel, positive semi-definite;
 
-and against finite-width networks (the Monte-Carlo oracle, one input shifted). The
+and against finite-width networks (the Monte-Carlo oracle, both inputs shifted). The
 default run takes the cpu engine (and the native engine's agreement with it on a
 network whose convolutions its custom calls compute); ``--slow`` the rest of the
 matrix.
@@ -72,11 +77,13 @@ def _shifts(window):
 def _check_definition(engine: str):
     x, window = _x(), (3, 3)
     lap = _kernels([{"local_avg_pool": {"window": list(window)}}], x, engine)
-    explicit = {kind: np.zeros((len(x), len(x))) for kind in KINDS}
-    for s in _shifts(window):
-        shifted = _kernels(["flatten"], np.roll(x, s, axis=(1, 2)), engine, x2=x)
-        for kind in KINDS:
-            explicit[kind] += shifted[kind] / len(_shifts(window))
+    shifts = _shifts(window)
+    # every translated copy of every input, one flatten kernel over them all
+    copies = np.concatenate([np.roll(x, s, axis=(1, 2)) for s in shifts])
+    every = _kernels(["flatten"], copies, engine)
+    n = len(x)
+    explicit = {kind: every[kind].reshape(len(shifts), n, len(shifts), n).mean(axis=(0, 2))
+                for kind in KINDS}
     _assert_close(lap, explicit, f"{engine}: LAP {window} against its shifted flatten kernels")
     for kind in KINDS:  # the window is symmetric: so is the kernel, to rounding
         np.testing.assert_allclose(explicit[kind], explicit[kind].T, rtol=0, atol=1e-13)
@@ -127,9 +134,9 @@ def test_lap_limits_on_the_other_engines(engine, padding):
     _check_limits(engine, padding)
 
 
-def test_lap_nngp_matches_finite_width_networks_of_one_shifted_input():
-    """No network has LAP's kernel; the flatten network run on the window's shifts of
-    one input and on the other does, on average (circular padding, stride 1)."""
+def test_lap_nngp_matches_finite_width_networks_of_shifted_inputs():
+    """The flatten network's outputs averaged over the window's shifts of each input
+    (circular padding, stride 1) have LAP's kernel."""
     conv = f"conv: {{filter: [3, 3], padding: CIRCULAR, W_std: {SQ2}, b_std: 0.1}}"
     lap = arch_of(conv, "relu", "local_avg_pool: {window: 3}", "dense: {W_std: 1.0}")
     flat = arch_of(conv, "relu", "flatten", "dense: {W_std: 1.0}")
@@ -149,7 +156,7 @@ def test_lap_reads_only_the_band_its_window_covers_in_the_cost_model():
     kfn = build_kernel_fn(arch, (8, 8, 1), KINDS, "float64")
     costs = cost_model(kfn, pair_batch=1).layers
     row = next(c for c in costs if c.name.endswith(":local_avg_pool"))
-    assert row.read_bytes == 2 * 64 * 9 * 8
+    assert row.read_bytes == 2 * 64 * 25 * 8  # offsets s' - s: 5 per axis
     conv = next(c for c in costs if c.name.startswith("0:conv"))
     assert conv.write_bytes == 2 * 64 * 64 * 8  # the full covariance up to the pool
 
@@ -167,18 +174,20 @@ def test_auto_says_which_engine_takes_a_lap_network():
         assert resolve_engine("auto", "cpu", same, shape) == "native"
 
 
-def test_lap_need_not_be_positive_semi_definite():
-    """docs/config.md's caveat: window 3's uniform offsets have a Fourier transform
-    ``(1 + 2 cos(2 pi k / n)) / 3``, -1/3 at the alternating frequency, so after a
-    linear network an input alternating from position to position has ``K(x, x) =
-    -1/3``; the stride-1 circular avg_pool's triangle (its square) gives +1/9."""
-    x = np.array([[1.0, -1.0, 1.0, -1.0, 1.0, -1.0]])[..., None]
-
-    def k(*head):
-        arch = parse_architecture({"layers": ["dense", *head, "dense"]})
-        kfn = build_kernel_fn(arch, x.shape[1:], ("nngp",), "float64")
-        return kernel_matrix(kfn, x, devices=one_device())["nngp"][0, 0]
-
-    assert abs(k({"local_avg_pool": {"window": 3}}) + 1 / 3) < 1e-15
-    assert abs(k({"avg_pool": {"window": 3, "strides": 1, "padding": "CIRCULAR"}}, "flatten")
-               - 1 / 9) < 1e-15
+def test_lap_is_a_stride_one_circular_avg_pool_then_flatten():
+    """(d): the same kernel as today's vocabulary (on SAME convolutions too: the pool's
+    translations wrap whatever the layers before it did), so it is positive
+    semi-definite; an input alternating from position to position after a linear
+    network gets the window's triangle squared at that frequency, +1/9, not less."""
+    x = _x()
+    for window in (3, [3, 5]):
+        lap = _kernels([{"local_avg_pool": {"window": window}}], x, "cpu", "SAME")
+        pooled = _kernels([{"avg_pool": {"window": window, "strides": 1,
+                                         "padding": "CIRCULAR"}}, "flatten"], x, "cpu", "SAME")
+        _assert_close(lap, pooled, f"LAP {window} against avg_pool + flatten")
+    alternating = np.array([[1.0, -1.0, 1.0, -1.0, 1.0, -1.0]])[..., None]
+    arch = parse_architecture({"layers": ["dense", {"local_avg_pool": {"window": 3}},
+                                          "dense"]})
+    kfn = build_kernel_fn(arch, alternating.shape[1:], ("nngp",), "float64")
+    value = kernel_matrix(kfn, alternating, devices=one_device())["nngp"][0, 0]
+    assert abs(value - 1 / 9) < 1e-15

@@ -56,10 +56,9 @@ def empirical_nngp(arch, x: np.ndarray, draws: int, seed: int = 0, width: int = 
                    out: int = OUT, shifts: tuple = ()) -> np.ndarray:
     """Mean over ``draws`` networks and ``out`` output units of ``f(x1) f(x2)``.
 
-    ``shifts``: circular shifts of the spatial axes (``np.roll``'s); with some, the
-    mean over them of ``f(roll(x1, s)) f(x2)``, the kernel of the data augmented by
-    those translations of one input (``local_avg_pool``'s, which no single network's
-    ``f f`` has: it need not be positive semi-definite).
+    ``shifts``: circular shifts of the spatial axes (``np.roll``'s); with some, ``f``
+    of an input is the mean of ``f(roll(x, s))`` over them: the kernel of the data
+    augmented by those translations (``local_avg_pool``'s).
 
     Parameters are drawn with numpy (compiling JAX's PRNG would cost more than all
     the draws); the forward pass is compiled once."""
@@ -75,8 +74,9 @@ def empirical_nngp(arch, x: np.ndarray, draws: int, seed: int = 0, width: int = 
         f = apply(arch.layers, xj, params)
         if rolled is None:
             return f @ f.T / f.shape[1]
-        g = apply(arch.layers, rolled, params).reshape(len(shifts), len(x), -1)
-        return jnp.mean(g @ f.T, axis=0) / f.shape[1]
+        g = jnp.mean(apply(arch.layers, rolled, params).reshape(len(shifts), len(x), -1),
+                     axis=0)
+        return g @ g.T / g.shape[1]
 
     total = np.zeros((len(x), len(x)))
     for _ in range(draws):
