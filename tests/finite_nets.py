@@ -43,6 +43,7 @@ from kernelcli.config import (
     Hermite,
     Identity,
     LayerNorm,
+    LocalAvgPool,
     Monomial,
     Parallel,
     Rbf,
@@ -201,6 +202,18 @@ def _transpose(layer, x, p, run):
     return _affine(layer, z, b, c_in * math.prod(layer.filter))
 
 
+def _local_avg_pool(layer, x, p, run):
+    from kernelcli.config import bound_axes
+
+    axes = tuple(range(1, x.ndim - 1))
+    shifts = [range(-(w // 2), w // 2 + 1) if w < n else range(n)
+              for n, w in zip(x.shape[1:-1], bound_axes(layer.window), strict=True)]
+    total = 0
+    for s in itertools.product(*shifts):
+        total = total + jnp.roll(x, s, axis=axes)
+    return (total / np.prod([len(r) for r in shifts])).reshape(x.shape[0], -1)
+
+
 def _layer_norm(layer, x, p, run):
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.var(x, axis=-1, keepdims=True)
@@ -255,6 +268,10 @@ FINITE_NETS: dict[type, FiniteNet] = {
                              out_shape=lambda layer, shape: (shape[-1],)),
     Flatten: FiniteNet(lambda layer, x, p, run: x.reshape(x.shape[0], -1),
                        out_shape=lambda layer, shape: (int(np.prod(shape)),)),
+    # local_avg_pool's network: the mean over the window's circular translations of the
+    # feature map (a stride-1 circular average pool), then flatten
+    LocalAvgPool: FiniteNet(_local_avg_pool,
+                            out_shape=lambda layer, shape: (int(np.prod(shape)),)),
     LayerNorm: FiniteNet(_layer_norm),
     Identity: FiniteNet(lambda layer, x, p, run: x),
     Residual: FiniteNet(lambda layer, x, p, run: x + run(layer.layers, x, p),

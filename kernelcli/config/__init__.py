@@ -71,6 +71,7 @@ from ._layers_elementwise import Sin as Sin
 from ._layers_spatial import ConvLocal as ConvLocal
 from ._layers_spatial import ConvTranspose as ConvTranspose
 from ._layers_spatial import GlobalSumPool as GlobalSumPool
+from ._layers_spatial import LocalAvgPool as LocalAvgPool
 from ._layers_spatial import SumPool as SumPool
 from ._load import load_config as load_config
 from ._load import parse_architecture as parse_architecture

@@ -31,7 +31,7 @@ from ._layers import (
     Residual,
 )
 from ._layers_elementwise import Exp, Gaussian, Hermite, Monomial, Rbf, RectifiedMonomial, Sign, Sin
-from ._layers_spatial import ConvLocal, ConvTranspose, GlobalSumPool, SumPool
+from ._layers_spatial import ConvLocal, ConvTranspose, GlobalSumPool, LocalAvgPool, SumPool
 from ._registry import layer_types, register
 
 register(*_layers.TYPES, *_layers_elementwise.TYPES, *_layers_spatial.TYPES)
@@ -39,7 +39,7 @@ register(*_layers.TYPES, *_layers_elementwise.TYPES, *_layers_spatial.TYPES)
 Layer = Union[Dense, Conv, Relu, Erf, Gelu, ABRelu, AvgPool, GlobalAvgPool,
               Flatten, LayerNorm, Identity, Residual, Sin, Rbf, Exp, Gaussian, Monomial,
               RectifiedMonomial, Sign, Hermite, Parallel, ConvLocal, ConvTranspose, SumPool,
-              GlobalSumPool]
+              GlobalSumPool, LocalAvgPool]
 
 # Groups of classes, derived from the declarations (for tests and callers that filter).
 NONLINEARITIES = tuple(t.cls for t in layer_types()

@@ -40,8 +40,8 @@ def keepers() -> str:
     """The layers a Gaussian signal passes through, from the declarations: the pools,
     ``identity`` and ``layer_norm`` (by name), then the layers holding branches (a
     ``parallel`` only with ``merge: sum``)."""
-    plain = sorted(t.name for t in layer_types()
-                   if not t.branch and (t.pools or t.shape in (keep, normalize)))
+    plain = sorted(t.name for t in layer_types() if not t.branch and t.shape not in ENDS
+                   and (t.pools or t.shape in (keep, normalize)))
     held = [("a parallel with merge sum" if t.shape is parallel else t.name)
             for t in layer_types() if t.branch]
     return _either(plain + held)
@@ -50,7 +50,7 @@ def keepers() -> str:
 def vector_makers() -> str:
     """The layers that drop the spatial axes (``flatten``, the global pools)."""
     return _either(sorted(t.name for t in layer_types()
-                          if t.shape in (flatten, global_avg_pool)))
+                          if t.shape in (flatten, global_avg_pool, local_avg_pool)))
 
 
 def gaussian_hint() -> str:
@@ -190,6 +190,27 @@ def flatten(layer: Any, st: State) -> State:
     made = label(layer) if len(st.shape) > 1 else st.vector_by
     return replace(st, shape=(math.prod(st.shape),), gaussian=False,
                    not_gaussian=f"the output of flatten at {label(layer)}", vector_by=made)
+
+
+def local_avg_pool(layer: Any, st: State) -> State:
+    """``local_avg_pool``: a ``flatten`` averaged over translations within its window
+    (``_layers_spatial.LocalAvgPool``), whose offsets must be symmetric about no shift
+    (an odd window) or every offset (the whole axis), each at most once."""
+    shape = needs_image(layer, st)
+    for axis, (n, w) in enumerate(zip(shape[:-1], layer.window, strict=True)):
+        if w > n or (w % 2 == 0 and w != n):
+            raise fail(layer, f"window {tuple(layer.window)} has {w} along spatial axis "
+                              f"{axis} of the input of shape {st.shape}; expected an odd "
+                              f"window of at most {n} (the translations -(w-1)/2 .. (w-1)/2),"
+                              f" or {n}, the whole axis (every translation)")
+    return replace(st, shape=(math.prod(shape),), gaussian=False,
+                   not_gaussian=f"the output of local_avg_pool at {label(layer)}",
+                   vector_by=label(layer))
+
+
+# Layers whose output is a vector that is not Gaussian (a pool among them passes no
+# Gaussian on, so the order rules' messages do not list it with the keepers).
+ENDS = (flatten, local_avg_pool)
 
 
 def nonlinearity(layer: Any, st: State) -> State:

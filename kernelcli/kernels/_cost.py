@@ -115,7 +115,9 @@ def layer_costs(kfn) -> tuple:
             t = layer_type(layer)
             name = f"{prefix}{k}:{t.name}"
             # the raw input's NTK is a scalar zero: the first layer reads the NNGP alone
-            read = (1 if first_layer(prefix, k) else arrays) * entries(before, need[k]) * item
+            reads = kernel_map(layer).reads  # a layer that reads a part of its input
+            taken = reads(layer, before) if reads else entries(before, need[k])
+            read = (1 if first_layer(prefix, k) else arrays) * taken * item
             if t.reads_variances:  # the two inputs' own variances, on the diagonal
                 read += 2 * entries(before, False) * item
             write = arrays * entries(after, need[k + 1]) * item

@@ -1,5 +1,6 @@
 """State maps of the spatial family: locally connected and transposed convolutions,
-sum pooling (the maps of ``conv`` and ``avg_pool`` are in ``_linear``).
+sum pooling, local average pooling (the maps of ``conv`` and ``avg_pool`` are in
+``_linear``).
 
 ``conv_local`` has a weight (and a bias) of its own at every output position, so
 outputs at different positions are independent: its covariance is zero off the
@@ -9,13 +10,20 @@ full covariance (a pool lies ahead) it computes on the diagonal and puts the res
 back on the diagonal of a full covariance of zeros (``to_full``). Fan-in (standard
 parameterization) is that of ``conv``: input channels times filter size, as in
 neural-tangents.
+
+``local_avg_pool`` reads only the band of its input's covariance around the spatial
+diagonal that its window covers, ``w_1 * w_2 * ...`` entries per position (one gather),
+not the ``(H W)^2`` a stride-1 pool over the whole covariance would walk.
 """
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import math
 
-from ..config import ConvLocal, ConvTranspose, SumPool, bound_axes
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import ConvLocal, ConvTranspose, LocalAvgPool, SumPool, bound_axes
 from ._linear import affine, map_ntk
 from ._spatial import conv_cov, sum_pool_cov
 from ._state import State, to_diagonal
@@ -109,3 +117,59 @@ def global_sum_pool(state: State) -> State:
 
     return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a),
                          spatial=False, full=False)
+
+
+def window_offsets(n: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, weights)`` of a ``local_avg_pool`` window ``w`` along an axis of size
+    ``n``: the circular offsets ``(s' - s) mod n`` between two translations ``s, s'``
+    drawn independently from the window (``-(w - 1) / 2 .. (w - 1) / 2``, odd ``w``; every
+    translation when ``w == n``), each weighted by the share of the ``w^2`` pairs that
+    give it (a triangle; uniform over every offset when ``w == n``)."""
+    shifts = np.arange(n) if w == n else np.arange(-(w // 2), w // 2 + 1)
+    offsets, counts = np.unique((shifts[None, :] - shifts[:, None]) % n, return_counts=True)
+    return offsets, counts / len(shifts) ** 2
+
+
+def band(x, windows):
+    """The band of a full covariance ``(P, a1, a1', ..., an, an')`` that ``windows``
+    (one per axis) covers, and its weights: ``(P, a1, |D1|, ..., an, |Dn|)``, entry
+    ``[p, i, j, ...]`` the covariance between position ``i`` and ``(i + D[j]) mod a``
+    along each axis, and one ``(|Dk|,)`` weight vector per axis (:func:`window_offsets`)."""
+    sizes = x.shape[1::2]
+    k = len(sizes)
+    index: list = [slice(None)]
+    weights = []
+    for i, (n, w) in enumerate(zip(sizes, windows, strict=True)):
+        d, weight = window_offsets(n, w)
+        weights.append(weight)
+        first = np.arange(n).reshape((1,) * (2 * i) + (n, 1) + (1,) * (2 * (k - 1 - i)))
+        second = ((np.arange(n)[:, None] + d[None, :]) % n).reshape(
+            (1,) * (2 * i) + (n, len(d)) + (1,) * (2 * (k - 1 - i)))
+        index += [first, second]
+    return x[tuple(index)], weights
+
+
+def band_entries(spatial: tuple, window) -> int:
+    """Entries of the band :func:`local_avg_pool` reads, per array and pair."""
+    return math.prod(n * len(window_offsets(n, w)[0])
+                     for n, w in zip(spatial, bound_axes(window), strict=True))
+
+
+def local_avg_pool(state: State, layer: LocalAvgPool) -> State:
+    """Li et al.'s LAP (``config.LocalAvgPool``): the ``flatten`` kernel of the inputs
+    translated independently within the window, averaged over the pairs of
+    translations, ``mean_{s, s'} mean_p Sigma[p + s, p + s']`` (circular), which is a
+    weighted mean over positions and offsets of the band the window covers -> ``(P,)``;
+    a full input. Channels become ``C * H * W``, as after ``flatten``."""
+    windows = bound_axes(layer.window)
+
+    def a(x):
+        b, weights = band(x, windows)
+        for weight in weights:  # each axis: mean over positions,
+            b = jnp.tensordot(b, jnp.asarray(weight, b.dtype) / b.shape[1],  # weighted
+                              axes=([2], [0]))  # sum over offsets
+            b = jnp.sum(b, axis=1)
+        return b
+
+    return state.replace(nngp=a(state.nngp), ntk=map_ntk(state, a), spatial=False,
+                         full=False, channels=state.channels * math.prod(state.spatial_shape))

@@ -26,7 +26,10 @@ block, ``_compose._block``, and whose identical pairs run as one loop, ``_repeat
 covariance and its output is zero off the diagonal, so no full covariance is kept
 before it: ``conv_local``), ``flattens`` (first in a network, it makes the kernel
 depend on a pair only through the inputs' dot product, the Gram-matrix route of
-``_flat``: ``flatten``).
+``_flat``: ``flatten``). ``reads(layer, shape) -> entries``: how many entries of
+its input's covariance (per array, per pair) a layer that reads only part of it
+reads, ``shape`` its input's (``local_avg_pool``: the band its window covers), for the
+cost model (``_cost``); ``None``: the whole of the layout it takes.
 
 The maps are the very functions the engine compiled before the table existed,
 called in the same order, so the compiled programs are unchanged.
@@ -56,6 +59,7 @@ from ..config import (
     Hermite,
     Identity,
     LayerNorm,
+    LocalAvgPool,
     Monomial,
     Parallel,
     Rbf,
@@ -78,6 +82,7 @@ class KernelMap:
     fuses: bool = False
     reads_diagonal: bool = False
     flattens: bool = False
+    reads: Optional[Callable[[Any, tuple], int]] = None
 
 
 def _sum(outs: Sequence[State]) -> State:
@@ -153,6 +158,10 @@ KERNEL_MAPS: dict[type, KernelMap] = {
                        _linear_spatial.sum_pool(state, layer)),
     GlobalSumPool: KernelMap(linear=lambda state, layer, standard:
                              _linear_spatial.global_sum_pool(state)),
+    LocalAvgPool: KernelMap(linear=lambda state, layer, standard:
+                            _linear_spatial.local_avg_pool(state, layer),
+                            reads=lambda layer, shape: _linear_spatial.band_entries(
+                                shape[:-1], layer.window)),
 }
 
 

@@ -49,7 +49,7 @@ from ._network import serial as serial
 __all__ = ["ABRelu", "Abs", "AvgPool", "Conv", "ConvLocal", "ConvTranspose", "Cos", "Dense",
            "Dropout", "Erf", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gaussian", "Gelu",
            "GlobalAvgPool", "GlobalSumPool", "Hermite", "Identity", "LayerNorm", "LeakyRelu",
-           "Monomial", "Network", "Rbf", "RectifiedMonomial", "Relu", "Sigmoid_like", "Sign",
+           "LocalAvgPool", "Monomial", "Network", "Rbf", "RectifiedMonomial", "Relu", "Sigmoid_like", "Sign",
            "Sin", "SumPool", "parallel", "repeat", "residual", "serial"]
 
 
@@ -296,6 +296,14 @@ def GlobalSumPool(batch_axis: int = 0, channel_axis: int = -1) -> Network:
         refuse("GlobalSumPool", "(batch_axis, channel_axis)", (batch_axis, channel_axis),
                 "(0, -1): channels last")
     return one("global_sum_pool")
+
+
+def LocalAvgPool(window_shape) -> Network:
+    """Local average pooling (Li et al. 2019), which neural-tangents lacks: ``flatten``
+    averaged over the translations of both inputs within ``window_shape`` (an odd size,
+    or the axis's, per spatial axis; one int for every axis); the YAML's
+    ``local_avg_pool``."""
+    return one({"local_avg_pool": {"window": _pair(window_shape, "window_shape")}})
 
 
 def Flatten() -> Network:

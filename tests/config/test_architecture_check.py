@@ -112,14 +112,14 @@ def test_spatial_layer_after_flatten_is_refused():
     assert error_of(arch("conv", "relu", "flatten", "conv", "flatten", "dense")) == (
         "architecture.layers[3].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets a vector of "
         "shape (64,) made by architecture.layers[2].flatten; spatial layers cannot follow "
-        "flatten, global_avg_pool or global_sum_pool")
+        "flatten, global_avg_pool, global_sum_pool or local_avg_pool")
 
 
 def test_spatial_layer_after_global_avg_pool_is_refused():
     assert error_of(arch("conv", "relu", "global_avg_pool", "avg_pool", "dense")) == (
         "architecture.layers[3].avg_pool: avg_pool needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets a "
         "vector of shape (1,) made by architecture.layers[2].global_avg_pool; spatial layers "
-        "cannot follow flatten, global_avg_pool or global_sum_pool")
+        "cannot follow flatten, global_avg_pool, global_sum_pool or local_avg_pool")
 
 
 def test_flatten_after_global_avg_pool_is_fine():

@@ -306,8 +306,8 @@ def test_unknown_layer_names_path_value_and_choices():
         "config.yaml: architecture.layers[1]: unknown layer 'rellu'; expected one of abrelu, "
         "abs, avg_pool, conv, conv_local, conv_transpose, cos, dense, erf, exp, flatten, "
         "gaussian, gelu, global_avg_pool, global_sum_pool, hermite, identity, layer_norm, "
-        "leaky_relu, monomial, parallel, rbf, rectified_monomial, relu, repeat, residual, "
-        "sigmoid_like, sign, sin, sum_pool; did you mean 'relu'?")
+        "leaky_relu, local_avg_pool, monomial, parallel, rbf, rectified_monomial, relu, repeat, "
+        "residual, sigmoid_like, sign, sin, sum_pool; did you mean 'relu'?")
 
 
 def test_unknown_layer_parameter_lists_the_accepted_ones():

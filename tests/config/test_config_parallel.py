@@ -222,12 +222,12 @@ def test_no_spatial_layer_after_a_flatten_in_a_branch():
     assert check_error("conv", par("[flatten, conv]"), "dense") == (
         f"{L1}.parallel.branches[0][1].conv: conv needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets "
         f"a vector of shape (64,) made by {L1}.parallel.branches[0][0].flatten; spatial layers cannot "
-        "follow flatten, global_avg_pool or global_sum_pool")
+        "follow flatten, global_avg_pool, global_sum_pool or local_avg_pool")
     assert check_error("conv", par("[global_avg_pool]", "[global_avg_pool]", merge="concat"),
                        "avg_pool", "dense") == (
         "architecture.layers[2].avg_pool: avg_pool needs spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) "
         f"but gets a vector of shape (2,) made by {L1}.parallel.branches[0][0].global_avg_pool; "
-        "spatial layers cannot follow flatten, global_avg_pool or global_sum_pool")
+        "spatial layers cannot follow flatten, global_avg_pool, global_sum_pool or local_avg_pool")
 
 
 def test_a_mistake_deep_inside_names_the_whole_path():

@@ -11,6 +11,7 @@ from kernelcli.config import (
     AvgPool,
     ConvLocal,
     ConvTranspose,
+    LocalAvgPool,
     SumPool,
     check_architecture,
     layer_shapes,
@@ -125,7 +126,7 @@ def test_spatial_layer_after_global_sum_pool_is_refused():
         "architecture.layers[2].conv_transpose: conv_transpose needs spatial axes (a sequence "
         "(L, C), an image (H, W, C) or a volume (D, H, W, C)) but "
         "gets a vector of shape (1,) made by architecture.layers[1].global_sum_pool; spatial "
-        "layers cannot follow flatten, global_avg_pool or global_sum_pool")
+        "layers cannot follow flatten, global_avg_pool, global_sum_pool or local_avg_pool")
 
 
 def test_conv_local_on_vectors_is_refused():
@@ -196,3 +197,55 @@ def test_stax_builders_refuse_what_kernelcli_cannot_compute(build, message):
     with pytest.raises(ConfigError) as info:
         build()
     assert str(info.value) == message
+
+
+# --- local_avg_pool ------------------------------------------------------------------
+
+def test_local_avg_pool_reads_its_window_and_makes_a_vector_that_is_not_gaussian():
+    layers = arch("conv", "relu", "local_avg_pool: {window: [3, 5]}", "dense").layers
+    assert layers[2] == LocalAvgPool(window=(3, 5))
+    assert check_architecture(arch("conv", "relu", "local_avg_pool: {window: [6, 8]}",
+                                   "dense"), IMAGE) == (1,)
+    assert error_of("conv", "local_avg_pool: {window: 3}", "relu", "dense").startswith(
+        "architecture.layers[2].relu: relu acts on the output of local_avg_pool at "
+        "architecture.layers[1].local_avg_pool, which is not Gaussian")
+    assert stax.LocalAvgPool((3, 3)).to_dict()["layers"] == [
+        {"local_avg_pool": {"window": [3, 3]}}]
+
+
+@pytest.mark.parametrize("item, message", [
+    ("local_avg_pool", "architecture.layers[0].local_avg_pool.window: missing; expected a "
+                       "window size: an odd integer, or a list of one per spatial axis"),
+    ("local_avg_pool: {window: 0}",
+     "architecture.layers[0].local_avg_pool.window: 0 is not a window size; expected a "
+     "positive integer (the same along every spatial axis) or a list of 1 to 3 positive "
+     "integers (one per spatial axis)"),
+    ("local_avg_pool: {window: 3, strides: 1}",
+     "architecture.layers[0].local_avg_pool: unknown parameter 'strides'; expected window"),
+])
+def test_bad_local_avg_pool_parameters_are_refused_naming_the_key(item, message):
+    assert parse_error(item) == message
+
+
+@pytest.mark.parametrize("window, shown, w, n", [(4, "(4, 4)", 4, 6), (7, "(7, 7)", 7, 6),
+                                                 ("[5, 2]", "(5, 2)", 2, 8)])
+def test_a_window_even_but_not_the_axis_or_larger_than_it_is_refused(window, shown, w, n):
+    axis = 0 if shown.startswith(f"({w},") else 1
+    assert error_of("conv", f"local_avg_pool: {{window: {window}}}", "dense") == (
+        f"architecture.layers[1].local_avg_pool: window {shown} has {w} along spatial axis "
+        f"{axis} of the input of shape (6, 8, 1); expected an odd window of at most {n} "
+        f"(the translations -(w-1)/2 .. (w-1)/2), or {n}, the whole axis (every translation)")
+
+
+def test_a_bad_window_exits_2_from_the_cli(tmp_path):
+    import numpy as np
+
+    from helpers_cli import invoke
+    np.save(tmp_path / "x.npy", np.zeros((4, 6, 6, 1), np.float32))
+    (tmp_path / "c.yaml").write_text(
+        "data: {x1: x.npy}\narchitecture:\n  layers: [conv, relu, "
+        "{local_avg_pool: {window: 2}}, dense]\n")
+    result = invoke("estimate", tmp_path / "c.yaml")
+    assert result.exit_code == 2
+    assert "architecture.layers[2].local_avg_pool: window (2, 2) has 2 along spatial axis 0" \
+        in result.stderr

@@ -91,6 +91,7 @@ def _stax_builders():
         "sign": stax.Sign(), "hermite": stax.Hermite(2),
         "conv_local": stax.ConvLocal(4, (3, 3)), "conv_transpose": stax.ConvTranspose(4, (3, 3)),
         "sum_pool": stax.SumPool((2, 2)), "global_sum_pool": stax.GlobalSumPool(),
+        "local_avg_pool": stax.LocalAvgPool((3, 3)),
     }
 
 

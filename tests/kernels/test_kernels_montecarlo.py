@@ -53,19 +53,30 @@ def images(n=4, shape=(6, 6, 2), seed=0) -> np.ndarray:
 
 
 def empirical_nngp(arch, x: np.ndarray, draws: int, seed: int = 0, width: int = WIDTH,
-                   out: int = OUT) -> np.ndarray:
+                   out: int = OUT, shifts: tuple = ()) -> np.ndarray:
     """Mean over ``draws`` networks and ``out`` output units of ``f(x1) f(x2)``.
+
+    ``shifts``: circular shifts of the spatial axes (``np.roll``'s); with some, ``f``
+    of an input is the mean of ``f(roll(x, s))`` over them: the kernel of the data
+    augmented by those translations (``local_avg_pool``'s).
 
     Parameters are drawn with numpy (compiling JAX's PRNG would cost more than all
     the draws); the forward pass is compiled once."""
     assert isinstance(arch.layers[-1], Dense), "the oracle wants a dense readout"
     xj = jnp.asarray(x, F32)
     rng = np.random.default_rng(seed)
+    axes = tuple(range(1, x.ndim - 1))
+    rolled = jnp.asarray(np.concatenate([np.roll(x, s, axis=axes) for s in shifts]), F32) \
+        if shifts else None
 
     @jax.jit
     def gram(params):
         f = apply(arch.layers, xj, params)
-        return f @ f.T / f.shape[1]
+        if rolled is None:
+            return f @ f.T / f.shape[1]
+        g = jnp.mean(apply(arch.layers, rolled, params).reshape(len(shifts), len(x), -1),
+                     axis=0)
+        return g @ g.T / g.shape[1]
 
     total = np.zeros((len(x), len(x)))
     for _ in range(draws):

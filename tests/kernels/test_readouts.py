@@ -128,7 +128,7 @@ MESSAGES = [
      "cannot take: architecture.readouts.head[0].global_avg_pool: global_avg_pool needs "
      "spatial axes (a sequence (L, C), an image (H, W, C) or a volume (D, H, W, C)) but gets "
      "a vector of shape (1,) made by architecture.layers[2].global_avg_pool; spatial layers "
-     "cannot follow flatten, global_avg_pool or global_sum_pool"),
+     "cannot follow flatten, global_avg_pool, global_sum_pool or local_avg_pool"),
     ({"head": ["relu", "flatten", "dense"], "after": [1, 2]},
      f"architecture.readouts.after[1]: 2 reads out shape (6, 6, 1), {NOT_GAUSSIAN}, which the "
      "head cannot take: architecture.readouts.head[0].relu: relu acts on the output of relu "
