@@ -33,7 +33,7 @@ def inverse_diagonal(chol: np.ndarray, overwrite: bool = False) -> np.ndarray:
     upper factor LAPACK takes, so no copy is made with ``overwrite`` (``chol`` then
     holds ``L^{-1}``: the caller's last use of it), one ``n x n`` copy without.
     """
-    from scipy.linalg import lapack
+    from scipy.linalg import lapack  # type: ignore[import-untyped]  # no stubs
 
     upper = np.asarray(chol, dtype=np.float64).T  # Fortran-ordered: L^T, upper
     inv, info = lapack.dtrtri(upper, lower=0, overwrite_c=int(overwrite))

@@ -112,12 +112,35 @@ def test_cg_equals_cholesky(finished, tmp_path):
     assert [r.accuracy for r in cg.results] == [r.accuracy for r in chol.results]
 
 
+def test_eigen_equals_cholesky_from_the_cli_with_the_gradient_flow(finished, tmp_path):
+    """``--solver eigen``: one eigendecomposition per kind gives the sweep, its
+    leave-one-out choice and the gradient flow at once; the same numbers as a
+    factorisation per ridge and the flow's own eigendecomposition."""
+    run = fresh_copy(finished, tmp_path)
+    out = {}
+    for solver in ("cholesky", "eigen"):
+        r = invoke("predict", run, "--solver", solver, "--ridge", "1e-4,1e-2,1",
+                   "--time", "1,inf", "--json")
+        assert r.exit_code == 0, r.output
+        with h5py.File(run / "predictions.h5") as f:
+            means = {k: f[k]["mean"][...] for k in ("nngp", "ntk")}
+        out[solver] = (json.loads(r.stdout), means)
+    got, want = out["eigen"], out["cholesky"]
+    assert (got[0]["solver"], got[0]["selection"]) == ("eigen", "leave-one-out")
+    for k, choice in want[0]["selected"].items():
+        assert got[0]["selected"][k] == pytest.approx(choice, rel=1e-9)  # MSEs: rounding
+    for k in ("nngp", "ntk"):
+        np.testing.assert_allclose(got[1][k], want[1][k], rtol=1e-8, atol=1e-10)
+    for a, b in zip(got[0]["flow"], want[0]["flow"], strict=True):
+        assert a["accuracy"] == b["accuracy"] and a["mse"] == pytest.approx(b["mse"], 1e-9)
+
+
 def test_cholesky_that_does_not_fit_names_cg(finished, tmp_path):
     run = fresh_copy(finished, tmp_path)
-    # one ridge: CG's columns fit in 100 kB where the factorisation's slabs do not
-    with pytest.raises(BudgetError, match="or solver= cg; cg streams the kernel"):
-        predict(run, ridges=[0.1], solver="cholesky", available_bytes=100_000)
-    assert predict(run, ridges=[0.1], available_bytes=100_000).solver == "cg"
+    # one ridge: CG's columns fit in 90 kB where the factor beside the kernel does not
+    with pytest.raises(BudgetError, match="use solver= cg, which streams the kernel"):
+        predict(run, ridges=[0.1], solver="cholesky", available_bytes=90_000)
+    assert predict(run, ridges=[0.1], available_bytes=90_000).solver == "cg"
 
 
 def test_a_kernel_that_is_not_positive_definite_says_so(finished, tmp_path):
