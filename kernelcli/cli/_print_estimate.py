@@ -74,11 +74,16 @@ def _print_parts(est) -> None:
     """What ``predict`` will need, readouts, workers, the cost model and the time."""
     if est.solve:
         s = est.solve
-        verdict = {"cholesky": "fits",
-                   "cg": "Cholesky does not fit, predict will use --solver cg",
-                   "none": "does not fit on any solver: predict will refuse; fewer "
-                           "--ridge values or classes numbered 0 .. C-1"}[s.solver]
-        route = "CG solve" if s.solver == "cg" else "Cholesky solve"
+        for c in s.solve_routes:
+            cg = " (an estimate: CG's passes follow the kernel's spectrum)" \
+                if c.route == "cg" else ""
+            _row(f"predict: {c.route} route", f"about {format_duration(c.seconds)}{cg}, "
+                                              f"{format_size(c.bytes)}"
+                                              f"{'' if c.fits else ', does not fit'}")
+        verdict = ("does not fit on any solver: predict will refuse; fewer --ridge values "
+                   "or classes numbered 0 .. C-1" if s.solver == "none" else
+                   f"--solver auto takes {s.solver}, the quickest that fits")
+        route = {"cg": "CG solve", "eigen": "eigen solve"}.get(s.solver, "Cholesky solve")
         _row(f"predict: {route} needs",
              f"{format_size(s.solve_bytes)} ({s.classes:,} one-hot target columns, the "
              f"default ridges; {format_size(s.solve_available_bytes)} available: {verdict})")

@@ -171,9 +171,9 @@ def _variance_kinds(cfg, kinds) -> int:
 def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
                   variance_kinds: int = 0) -> SolveNeed:
     """What ``kernelcli predict`` will need for the (n, n) training kernel with its
-    default ridges, memory and multiply-adds, and which solver it will pick on this
-    machine (Cholesky when it fits, else CG; ``none`` when neither fits, as predict
-    then refuses)."""
+    default ridges: every route's time and memory on this machine, the route ``auto``
+    takes (the quickest that fits; ``none`` when none fits, as predict then refuses),
+    and that route's memory and multiply-adds."""
     from .._system import available_ram_bytes
     from ..errors import BudgetError
     from ..plan import auto_budget
@@ -183,24 +183,28 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
         cholesky_memory_bytes,
         cholesky_operations,
         choose_solver,
+        route_costs,
     )
     from ._predict_full import CV_FOLDS, DEFAULT_RIDGES
 
     available = auto_budget(available_ram_bytes())
     classes = _classes(labels, test_labels)
     ridges, folds = len(DEFAULT_RIDGES), min(CV_FOLDS, n)
+    costs = route_costs(n, m, classes, ridges, kinds, folds, variance_kinds, available)
     try:
-        solver = choose_solver(n, "auto", available, m, classes, ridges, kinds, folds)
+        solver = choose_solver(n, "auto", available, m, classes, ridges, kinds, folds,
+                               variance_kinds)
     except BudgetError:
         solver = "none"
     if solver == "cg":
         need = cg_memory_bytes(n, m, classes, ridges, kinds, folds)
         work = cg_operations(n, m, classes, ridges, kinds, folds)
     else:
-        need = cholesky_memory_bytes(n, m, classes, ridges, kinds)
+        need = (next(c.bytes for c in costs if c.route == solver) if solver != "none"
+                else cholesky_memory_bytes(n, m, classes, ridges, kinds))
         work = cholesky_operations(n, m, classes, ridges, kinds, variance_kinds)
     return SolveNeed(solve_bytes=need, solve_available_bytes=available, solver=solver,
-                     classes=classes, solve_operations=work)
+                     classes=classes, solve_operations=work, solve_routes=costs)
 
 
 def planned_files(cfg, plan) -> PlannedFiles:

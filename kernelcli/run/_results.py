@@ -41,15 +41,18 @@ class ExtendSummary(_Flat):
 @dataclasses.dataclass(frozen=True)
 class SolveNeed(_Flat):
     """What ``kernelcli predict`` will need with its default ridges on the route it will
-    pick on this machine (Cholesky when it fits, else CG; ``none``: predict refuses,
-    counted on Cholesky): ``solve_bytes``, ``solve_operations`` (multiply-adds, an upper
-    bound on CG); ``classes``: the one-hot target columns (the largest label + 1)."""
+    pick on this machine (the quickest that fits; ``none``: predict refuses, counted on
+    Cholesky): ``solve_bytes``, ``solve_operations`` (multiply-adds, an upper bound on
+    CG); ``classes``: the one-hot target columns (the largest label + 1);
+    ``solve_routes``: every route's estimated seconds, bytes and whether it fits
+    (``kernelcli.solvers.RouteCost``)."""
 
     solve_bytes: int
     solve_available_bytes: int
     solver: str
     classes: int = 1
     solve_operations: int = 0
+    solve_routes: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
