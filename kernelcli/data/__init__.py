@@ -16,7 +16,8 @@ _LAZY = {
     "check_rows": "._value_checks", "NUMERIC": "._value_checks", "dtype_problem": "._value_checks",
     "INPUT_BOUNDS": "._value_checks", "input_bound": "._value_checks",
     "MAX_LABEL": "._labels", "load_labels": "._labels", "Preprocess": "._preprocess",
-    "fit_preprocess": "._preprocess", "ConcatRows": "._views",
+    "fit_preprocess": "._preprocess", "preprocess_file_bytes": "._preprocess",
+    "ConcatRows": "._views",
     "Preprocessed": "._views", "SliceableRows": "._views", "RowSource": "._row_source",
 }
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._labels import load_labels as load_labels
     from ._preprocess import Preprocess as Preprocess
     from ._preprocess import fit_preprocess as fit_preprocess
+    from ._preprocess import preprocess_file_bytes as preprocess_file_bytes
     from ._readers import array_names as array_names
     from ._row_source import RowSource as RowSource
     from ._source import LAYOUTS as LAYOUTS

@@ -53,6 +53,31 @@ _BATCH_BYTES = 64 * 2**20  # float64 bytes of one batch of rows
 _CONSTANT_STD = 1e-12
 
 
+# What a fitted kind's side file (``preprocess-*.npz``) holds beyond its settings: its
+# float64 arrays, name -> shape, from ``data.preprocess`` and one example's shape alone,
+# before any fit (what ``estimate`` counts on disk). A new kind adds its entry.
+FITTED_ARRAYS = {
+    "standardize": lambda spec, shape: {"mean": tuple(shape[-1:]), "std": tuple(shape[-1:])},
+    "zca": lambda spec, shape: {"whitening": (math.prod(shape), math.prod(shape))},
+}
+# An array's entry in an .npz beside its values: its .npy header (128 bytes) and its
+# zip headers, local and central, with their zip64 fields and its name (under 128).
+_NPZ_ENTRY_BYTES = 256
+_NPZ_END_BYTES = 22  # the zip's end record
+
+
+def preprocess_file_bytes(spec, example_shape) -> int:
+    """The bytes of the side file of ``spec`` (``data.preprocess``) fitted on examples of
+    ``example_shape``: its fitted arrays (:data:`FITTED_ARRAYS`) and settings, as
+    :meth:`Preprocess.to_bytes` writes them (to a few hundred bytes)."""
+    arrays = FITTED_ARRAYS[spec.kind](spec, tuple(example_shape))
+    values = sum(8 * math.prod(shape) for shape in arrays.values())
+    # kind, feature_shape, per_image (and zca_reg where set): a few bytes each
+    entries = len(arrays) + 3 + (getattr(spec, "zca_reg", None) is not None)
+    settings = 4 * max(map(len, KINDS)) + 8 * len(example_shape) + 1 + 8
+    return values + settings + entries * _NPZ_ENTRY_BYTES + _NPZ_END_BYTES
+
+
 def _batches(x, n_features: int):
     """Yield ``(start, stop, rows (stop - start, ...) float64)``, checking finiteness."""
     step = max(1, _BATCH_BYTES // (8 * max(1, n_features)))
