@@ -20,11 +20,14 @@ A warm persistent compilation cache (which this very estimate fills) removes the
 compilation part from the next run: it is reported apart (``compile_seconds``).
 
 A machine shared with other work: a warm call's wall time is what the run will see
-while the load stays as it is, but one call of a tenth of a second is at the mercy of
-the scheduler (one such call measured twice its neighbours' time at a load of 4 on 2
-cores). So the warm calls are repeated for about :data:`SAMPLE_SECONDS` and their
-median taken, and the process's CPU time beside their wall time says what share of its
-cores it got (``cores_share``): below one the estimate holds while the load stays, and
+while the load stays as it is, but a call of two rounds waits for its slowest device,
+and a tenth of a second is at the mercy of the scheduler (such calls measured up to
+twice their neighbours' time at a load of 4 to 7 on 2 cores). So the pairs are timed
+in one call of about :data:`SAMPLE_SECONDS` (at most a block's pairs, the memory the
+run's own tiles take), whose batches the devices take from one queue as compute's do;
+the per-input pass and a grid's calls are repeated and their median taken. The
+process's CPU time beside that wall time says what share of its cores it got
+(``cores_share``): below one the estimate holds while the load stays, and
 ``seconds_estimate_idle`` is the time with the cores to itself.
 """
 
@@ -42,13 +45,12 @@ from ..pipeline import STATS_ROWS, Job, block_input, block_tile, compute_streams
 from ._results import Timing
 
 # Seconds of warm calls timed: long enough that the scheduler's slices on a loaded
-# machine average out, short beside a run worth estimating. The pair batches: one call
-# of that many rounds (a round is a batch per device), the devices taking batches from
-# one queue as compute's do -- a call of two rounds waited for its slowest device, and
-# at a load of 7 on 2 cores such calls took 0.22-0.72 s where compute's rate was 0.34 s.
-# Where one call is a grid's (one block, one device), calls repeated and their median
-# taken: at least _MIN_CALLS and this long, at most _MAX_CALLS or twice as long. The
-# per-input pass: the same for a quarter of the time.
+# machine average out, short beside a run worth estimating (at a load of 7 on 2 cores
+# calls of two rounds took 0.22-0.72 s where compute's rate was 0.34 s). The pair
+# batches: one call of that many rounds (a round is a batch per device), at most
+# _MAX_ROUNDS. Where one call is a grid's (one block, one device), calls repeated and
+# their median taken: at least _MIN_CALLS and this long, at most _MAX_CALLS or twice as
+# long. The per-input pass: the same for a quarter of the time.
 SAMPLE_SECONDS = 1.5
 _MIN_CALLS, _MAX_CALLS, _MAX_ROUNDS = 3, 10, 256
 
@@ -116,7 +118,7 @@ def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> Timing:
 
     # The pair batches of the first block (at row and column 0): two rounds of calls on
     # every device cold then warm, then, where that was quick, one call of the rounds
-    # that fill SAMPLE_SECONDS (never more than the whole run's).
+    # that fill SAMPLE_SECONDS (never more than the block's or the whole run's).
     block = plan.blocks[0]
     s1 = kfn.stats(rows.read(0, block.r1, dtype=kfn.dtype), devices)
     s2 = s1 if job.inputs.symmetric else kfn.stats(columns.read(0, block.c1, dtype=kfn.dtype),
@@ -136,10 +138,12 @@ def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> Timing:
         take = min(len(bi.i), 2 * d * pb)
         sample_rounds = _rounds(-(-take // pb), d)
         cold_pairs, _ = _pairs_call(kfn, bi, take, pb, devices, stop)
-        first_warm, busy = warm_pairs, _ = _pairs_call(kfn, bi, take, pb, devices, stop)
-        if warm_pairs < SAMPLE_SECONDS and pair_rounds > sample_rounds:
-            sample_rounds = min(_MAX_ROUNDS, pair_rounds, max(sample_rounds, int(
-                SAMPLE_SECONDS * sample_rounds / max(warm_pairs, 1e-9))))
+        warm_pairs, busy = _pairs_call(kfn, bi, take, pb, devices, stop)
+        first_warm = warm_pairs  # the same call as the cold one, less its compilation
+        block_rounds = _rounds(-(-len(bi.i) // pb), d)  # a tile's memory, no more
+        if warm_pairs < SAMPLE_SECONDS and min(pair_rounds, block_rounds) > sample_rounds:
+            sample_rounds = min(_MAX_ROUNDS, pair_rounds, block_rounds, max(
+                sample_rounds, int(SAMPLE_SECONDS * sample_rounds / max(warm_pairs, 1e-9))))
             take = sample_rounds * d * pb
             warm_pairs, busy = _pairs_call(kfn, bi, take, pb, devices, stop)
         pairs_seconds = pair_rounds * warm_pairs / sample_rounds
