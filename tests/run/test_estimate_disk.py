@@ -27,6 +27,15 @@ def test_the_side_file_is_sized_from_the_configuration_alone(kind, shape):
     assert abs(preprocess_file_bytes(spec, shape) - written) <= 512
 
 
+def test_every_preprocessing_kind_has_its_side_file_sized():
+    """A kind added to ``data.preprocess`` is counted on disk too (its entry beside the
+    others in ``data/_preprocess.py``), or estimate would fail on it."""
+    from kernelcli.config import _allowed
+
+    for kind in _allowed.PREPROCESS_KINDS:
+        assert preprocess_file_bytes(_allowed.PreprocessSpec(kind), (4, 4, 3)) > 0
+
+
 def test_a_zca_matrix_of_32x32x3_images_is_counted_at_its_75_mb():
     spec = SimpleNamespace(kind="zca", zca_reg=0.1)
     assert 0 < preprocess_file_bytes(spec, (32, 32, 3)) - 3072 * 3072 * 8 < 4096
