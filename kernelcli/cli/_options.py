@@ -5,6 +5,7 @@ exit 2; the library checks ranges and names the flag)."""
 from __future__ import annotations
 
 import functools
+import os
 
 import click
 
@@ -16,7 +17,29 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print one JSON object on stdout.")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-run_dir_argument = click.argument("run_dir", type=click.Path(file_okay=False))
+
+
+class RunDirPath(click.Path):
+    """A command's RUN_DIR: a file given instead (most often the configuration) is a
+    usage error that says what the command takes, the same for every such command."""
+
+    def __init__(self):
+        super().__init__(file_okay=False)
+
+    def convert(self, value, param, ctx):
+        if os.path.isfile(value):
+            raise click.UsageError(run_dir_not_file(ctx.info_name if ctx else "kernelcli"),
+                                   ctx)
+        return super().convert(value, param, ctx)
+
+
+def run_dir_not_file(command: str) -> str:
+    """What a command that takes a run directory says when given a file."""
+    return (f"{command} takes a run directory (the output.run_dir of a computed "
+            f"configuration), not a file: kernelcli {command} RUN_DIR")
+
+
+run_dir_argument = click.argument("run_dir", type=RunDirPath())
 
 
 # --- -v: counted on the group and the command together -----------------------------------

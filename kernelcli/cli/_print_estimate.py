@@ -48,6 +48,12 @@ def print_estimate(est) -> None:
     _row("result on disk", format_size(g.output_bytes))
     if est.files is not None:
         f = est.files
+        parts = [f"kernels.h5 {format_size(f.result_bytes)}"]
+        if f.preprocess_bytes:
+            parts.append(f"fitted preprocessing {format_size(f.preprocess_bytes)}")
+        if f.tile_bytes:
+            parts.append(f"tiles kept {format_size(f.tile_bytes)}")
+        _row("run directory on disk", f"{format_size(f.disk_bytes)} ({', '.join(parts)})")
         _row("files in the run directory",
              f"{f.total:,} ({f.tiles:,} tiles, {f.packs:,} packs, {f.other:,} others; "
              f"output.keep_tiles: {'true' if f.keep_tiles else 'false'})")
@@ -115,7 +121,12 @@ def _print_parts(est) -> None:
     t = est.timing
     if t is None:
         return
-    _row("time per pair", f"{t.seconds_per_pair * 1e3:.3f} ms")
+    if t.timed_devices > 1:
+        _row("time per pair", f"{t.seconds_per_pair * 1e3:.4g} ms of wall time, the "
+                              f"{t.timed_devices} devices at once (one device: "
+                              f"{t.seconds_per_pair_per_device * 1e3:.4g} ms a pair)")
+    else:
+        _row("time per pair", f"{t.seconds_per_pair * 1e3:.4g} ms of wall time")
     _row("estimated wall time", format_duration(t.seconds_estimate))
     parts = ", ".join(f"{name} {format_duration(seconds)}" for name, seconds in (
         ("start-up", t.startup_seconds), ("compiling", t.compile_seconds),
@@ -123,9 +134,25 @@ def _print_parts(est) -> None:
         ("writing", t.writes_seconds)))
     _row("  of which", parts)
     _row("", "(a repeated run with the compilation cache skips compiling)")
+    _row("cores while timing", _load_text(t))
     if t.seconds_estimate_workers is not None:
         _row(f"wall time on {est.workers.workers} workers",
              format_duration(t.seconds_estimate_workers))
+
+
+# Below this share of its cores the machine is loaded enough to say what the estimate
+# depends on (a quiet machine's timing calls reach 0.95-1).
+LOADED_SHARE = 0.85
+
+
+def _load_text(t) -> str:
+    """What share of its cores the timed calls had, and what that means for the estimate."""
+    text = (f"{t.cores_share:.0%} of the {t.timed_cores} the run computes on (load average "
+            f"{t.load_average:.1f})")
+    if t.cores_share >= LOADED_SHARE:
+        return text
+    return (f"{text}: the machine is loaded, so the estimate holds while the load stays; "
+            f"with the cores to itself about {format_duration(t.seconds_estimate_idle)}")
 
 
 def _print_routes(r) -> None:

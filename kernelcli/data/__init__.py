@@ -17,7 +17,8 @@ _LAZY = {
     "INPUT_BOUNDS": "._value_checks", "input_bound": "._value_checks",
     "MAX_LABEL": "._labels", "load_labels": "._labels", "Preprocess": "._preprocess",
     "fit_preprocess": "._preprocess", "PatchSettings": "._patches",
-    "patches_file_bytes": "._patches", "ConcatRows": "._views",
+    "patches_file_bytes": "._patches", "preprocess_file_bytes": "._preprocess_size",
+    "ConcatRows": "._views",
     "Preprocessed": "._views", "SliceableRows": "._views", "RowSource": "._row_source",
 }
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._patches import patches_file_bytes as patches_file_bytes
     from ._preprocess import Preprocess as Preprocess
     from ._preprocess import fit_preprocess as fit_preprocess
+    from ._preprocess_size import preprocess_file_bytes as preprocess_file_bytes
     from ._readers import array_names as array_names
     from ._row_source import RowSource as RowSource
     from ._source import LAYOUTS as LAYOUTS

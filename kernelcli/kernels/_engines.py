@@ -35,6 +35,7 @@ from ..config import ENGINE_NAMES, ENGINES, bind_layers
 from ..errors import ConfigError
 from . import _native
 from ._compose import any_full
+from ._native_build import say
 
 
 def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
@@ -56,7 +57,12 @@ def resolve_engine(name: str, platform: str, layers: Optional[Sequence] = None,
             return "accelerator"
         helps = (layers is not None and input_shape is not None
                  and native_helps(layers, input_shape))
-        return "native" if helps and _native.unavailable(stop) is None else "cpu"
+        if not helps:
+            return "cpu"
+        why = _native.unavailable(stop)
+        if why is not None:
+            _say_once(f"computing with the cpu engine ({_fallback(why)})")
+        return "cpu" if why is not None else "native"
     if name not in ENGINE_NAMES:
         raise ValueError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")
     if name == "native":
@@ -94,4 +100,20 @@ def engine_reason(requested: str, engine: str, platform: str, layers: Sequence,
         return f"auto on {platform} devices"
     if not native_helps(layers, input_shape):
         return "auto: the native engine has no custom call for this network"
-    return f"auto: the native engine cannot run here: {_native.unavailable()}"
+    return _fallback(_native.unavailable())
+
+
+def _fallback(why: Optional[str]) -> str:
+    """Why ``auto`` took the cpu engine where the native one would have run."""
+    return f"auto: the native engine cannot run here: {why}"
+
+
+_TOLD: set = set()
+
+
+def _say_once(message: str) -> None:
+    """``message`` on stderr, once per process (every kernel function built after the
+    first takes the same engine for the same reason)."""
+    if message not in _TOLD:
+        _TOLD.add(message)
+        say(message)

@@ -114,7 +114,8 @@ def estimate(config, run_time: bool = False, workers: Optional[int] = None,
             timing=timing, memory_source=job.memory_source,
             augment=tuple(job.kfn.augment), group_size=len(job.kfn.group),
             readouts=readout_work(cfg.architecture), device_peak_bytes=device_peak,
-            cost=cost, routes=routes, files=planned_files(cfg, plan),
+            cost=cost, routes=routes,
+            files=planned_files(cfg, plan, job.inputs.x1.example_shape),
             engine_reason=job.engine_reason, patches=patches)
 
 
@@ -207,19 +208,25 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
                      classes=classes, solve_operations=work, solve_routes=costs)
 
 
-def planned_files(cfg, plan) -> PlannedFiles:
+def planned_files(cfg, plan, example_shape=None) -> PlannedFiles:
     """The files of the finished run directory under ``output.keep_tiles``: its tiles
     (packed as one process packs them, with the default ``KERNELCLI_PACK_TILES``), or
     none once ``kernels.h5`` verifies, and the others (manifest, result, lock, side
-    files, and the record that the tiles were removed)."""
+    files, and the record that the tiles were removed); their bytes, the preprocessing's
+    side file's counted from ``example_shape`` (one input example's)."""
+    from ..data import preprocess_file_bytes
     from ..store import planned_tile_files
 
     keep = cfg.output.keep_tiles
     per_value = plan.itemsize * len(plan.kinds)
-    loose, packs = planned_tile_files(
-        (b.r1 - b.r0) * (b.c1 - b.c0) * per_value + 4096 for b in plan.blocks) if keep \
-        else (0, 0)
+    sizes = [(b.r1 - b.r0) * (b.c1 - b.c0) * per_value + 4096 for b in plan.blocks] \
+        if keep else []
+    loose, packs = planned_tile_files(sizes) if keep else (0, 0)
     data = cfg.data
     other = 3 + (not keep) + bool(data.has_labels) + (data.preprocess is not None) + bool(
         plan.n_test and cfg.kernel.test_diagonal)
-    return PlannedFiles(keep_tiles=keep, tiles=loose, packs=packs, other=other)
+    fitted = (preprocess_file_bytes(data.preprocess, example_shape)
+              if data.preprocess is not None and example_shape is not None else 0)
+    return PlannedFiles(keep_tiles=keep, tiles=loose, packs=packs, other=other,
+                        result_bytes=plan.output_bytes, preprocess_bytes=fitted,
+                        tile_bytes=sum(sizes))

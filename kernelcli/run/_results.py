@@ -69,7 +69,14 @@ class WorkerSplit(_Flat):
 @dataclasses.dataclass(frozen=True)
 class Timing(_Flat):
     """The parts of ``compute``'s wall time, in seconds, and their sum; on ``workers``
-    processes (``seconds_estimate_workers``) when asked."""
+    processes (``seconds_estimate_workers``) when asked.
+
+    ``seconds_per_pair``: the process's wall time per pair evaluation, its
+    ``timed_devices`` computing at once (``pairs_total * seconds_per_pair ==
+    pairs_seconds``); ``seconds_per_pair_per_device``: one device's. ``cores_share``:
+    the share of the ``timed_cores`` its calls run on that the process had while it
+    timed them (below 1 on a machine loaded by other work), at 1-minute
+    ``load_average``; ``seconds_estimate_idle``: the estimate with those cores to itself."""
 
     seconds_estimate: float
     startup_seconds: float
@@ -78,6 +85,12 @@ class Timing(_Flat):
     pairs_seconds: float
     writes_seconds: float
     seconds_per_pair: float
+    seconds_per_pair_per_device: float = 0.0
+    timed_devices: int = 1  # the devices timed at once (the plan's `devices` on CPU)
+    timed_cores: int = 1  # the cores they run on: at most one per device
+    cores_share: float = 1.0
+    load_average: float = 0.0
+    seconds_estimate_idle: float = 0.0
     seconds_estimate_workers: Optional[float] = None
 
     def to_dict(self) -> dict:
@@ -298,21 +311,33 @@ class StatusReport:
 @dataclasses.dataclass(frozen=True)
 class PlannedFiles:
     """The files of the finished run directory ``estimate`` plans: ``tiles`` (loose),
-    ``packs`` and ``other`` (manifest, result, lock, side files) under ``keep_tiles``."""
+    ``packs`` and ``other`` (manifest, result, lock, side files) under ``keep_tiles``;
+    and its bytes: the result's (``result_bytes``), the fitted preprocessing's side
+    file (``preprocess_bytes``: a ZCA's (d, d) matrix can outweigh the kernels) and the
+    tiles kept (``tile_bytes``)."""
 
     keep_tiles: bool
     tiles: int
     packs: int
     other: int
+    result_bytes: int = 0
+    preprocess_bytes: int = 0
+    tile_bytes: int = 0
 
     @property
     def total(self) -> int:
         return self.tiles + self.packs + self.other
 
+    @property
+    def disk_bytes(self) -> int:
+        """The finished run directory's bytes (its small files, a few KiB, left out)."""
+        return self.result_bytes + self.preprocess_bytes + self.tile_bytes
+
     def to_dict(self) -> dict:
         return {"files_planned": {"tiles": self.tiles, "packs": self.packs,
                                   "other": self.other, "total": self.total,
-                                  "keep_tiles": self.keep_tiles}}
+                                  "keep_tiles": self.keep_tiles},
+                "preprocess_bytes": self.preprocess_bytes, "disk_bytes": self.disk_bytes}
 
 
 @dataclasses.dataclass(frozen=True)

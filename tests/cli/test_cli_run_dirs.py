@@ -219,3 +219,18 @@ def test_compute_again_continues_an_unfinished_run(finished):
         assert np.array_equal(got[k], want[k])
     assert kept.stat().st_ino == ino, "a completed tile must not be recomputed"
     assert tile_names(run) == {"r00000c00000.h5", "r00001c00000.h5", "r00001c00001.h5"}
+
+
+@pytest.mark.parametrize("command", ["predict", "resume", "status", "assemble", "clean",
+                                     "verify", "extend"])
+def test_a_file_given_for_run_dir_says_what_the_command_takes(tmp_path, command):
+    """The configuration is what one has at hand after compute: a command that takes
+    the run directory says so (one message, every such command), exit 2."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: c\n")
+    result = invoke(command, cfg)
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: {command} takes a run directory (the output.run_dir of a computed "
+        f"configuration), not a file: kernelcli {command} RUN_DIR")
+    assert cfg.read_text() == "name: c\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -133,6 +134,12 @@ def test_a_damaged_library_without_a_compiler_is_one_line_and_auto_says_why(tmp_
     assert proc.returncode == 0, proc.stderr
     assert f"  engine: cpu (auto: the native engine cannot run here: {why})" in \
         proc.stderr.splitlines()
+    # said without -v too, once (the per-input and pair programs build two kernel fns)
+    fallback = (f"kernelcli: computing with the cpu engine (auto: the native engine cannot "
+                f"run here: {why})")
+    proc = s.run("compute", s.config("b", "auto"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines().count(fallback) == 1, proc.stderr
     engine = json.loads((tmp_path / "run_a" / "manifest.json").read_text())["engine"]
     assert engine["name"] == "cpu" and "native_library" not in engine
 
@@ -148,9 +155,15 @@ def test_a_stale_library_is_built_at_first_use_once_and_kept(tmp_path):
     proc = s.run("estimate", s.config("n"))
     assert proc.returncode == 0, proc.stderr
     assert len([c for c in s.calls() if " -shared " in f" {c} "]) == 1
-    assert "kernelcli: building the native engine's library for this machine" in proc.stderr
-    key = s.kept()[0][:-len(".lock")]
     variant = recipe.cpu_variants()[0]
+    lines = proc.stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if "building the native engine" in line)
+    assert lines[start].startswith(f"kernelcli: building the native engine for this CPU "
+                                   f"({variant}) with {s.bin / 'g++'}; about ")
+    assert lines[start].endswith(" s (at most 300 s), once: later processes load what it "
+                                 "keeps")
+    assert re.fullmatch(r"kernelcli: built the native engine in \d+\.\d s", lines[start + 1])
+    key = s.kept()[0][:-len(".lock")]
     assert s.kept() == [f"{key}.lock", key, f"{key}/{recipe.library_name(variant)}",
                         f"{key}/native.json"]
     calls = s.calls()
@@ -180,6 +193,8 @@ def test_a_failing_or_hanging_compiler_is_bounded_remembered_and_said(tmp_path, 
                            f"and its build with {cxx} failed: {failed}; use auto, cpu or "
                            f"accelerator")
     assert not (tmp_path / "run_n").exists()
+    assert re.search(r"^kernelcli: the native engine's build failed after \d+\.\d s$",
+                     proc.stderr, re.M), proc.stderr
     calls = s.calls()
     proc = s.run("compute", s.config("n"))  # remembered: the compiler is not run again
     assert proc.returncode == 2 and s.calls() == calls
@@ -189,6 +204,14 @@ def test_a_failing_or_hanging_compiler_is_bounded_remembered_and_said(tmp_path, 
                            f"and its build at first use failed before (its build with {cxx} "
                            f"failed: {failed}; delete {kept} to try again); use auto, cpu "
                            f"or accelerator")
+    # auto computes with the cpu engine and says why, once
+    proc = s.run("compute", s.config("a", "auto"))
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("kernelcli: ")]
+    assert said == [
+        f"kernelcli: computing with the cpu engine (auto: the native engine cannot run "
+        f"here: {missing}, and its build at first use failed before (its build with {cxx} "
+        f"failed: {failed}; delete {kept} to try again))"] and s.calls() == calls
 
 
 def test_processes_that_need_one_build_at_once_build_it_once(tmp_path):

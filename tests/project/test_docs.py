@@ -133,6 +133,17 @@ def test_readme_fits_a_screen_and_links_every_docs_page():
         assert f"]({name})" in text, f"README.md does not link {name}"
 
 
+def test_the_readme_installs_and_tests_as_ci_does():
+    """A newcomer who follows the README runs what CI runs: CI's install line (its
+    extras, so no test skips for a missing one) and its test command are the README's."""
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
+    install = re.search(r"pip install [^\n]*?(-e '\.\[[\w,]+\]')", ci).group(1)
+    assert f".venv/bin/pip install {install}" in readme
+    test = re.search(r"^\.venv/bin/python -m pytest [^\n]*$", ci, re.M).group(0)
+    assert f"\n{test}  # " in readme
+
+
 def test_the_stax_list_is_kernelcli_stax_exports():
     from kernelcli import stax
 
