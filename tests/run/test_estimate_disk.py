@@ -29,11 +29,15 @@ def test_the_side_file_is_sized_from_the_configuration_alone(kind, shape):
 
 def test_every_preprocessing_kind_has_its_side_file_sized():
     """A kind added to ``data.preprocess`` is counted on disk too (its entry beside the
-    others in ``data/_preprocess.py``), or estimate would fail on it."""
+    others in ``data/_preprocess_size.py``), or estimate would fail on it."""
     from kernelcli.config import _allowed
+    from kernelcli.config._load_data import PATCH_DEFAULTS  # the loader fills them in
 
     for kind in _allowed.PREPROCESS_KINDS:
-        assert preprocess_file_bytes(_allowed.PreprocessSpec(kind), (4, 4, 3)) > 0
+        settings = ({k: v for k, v in PATCH_DEFAULTS.items() if k != "split"}
+                    if kind == "random_patches" else {})
+        spec = _allowed.PreprocessSpec(kind, **settings)
+        assert preprocess_file_bytes(spec, (4, 4, 3)) > 0
 
 
 def test_a_zca_matrix_of_32x32x3_images_is_counted_at_its_75_mb():
