@@ -12,8 +12,10 @@ average at the start and end is printed too (the machine may be shared).
     .venv/bin/python bench/scale.py --n 20000 --solvers cg,cholesky --ridge 1e-2
 
 ``--solvers``: the predict runs, each ``kernelcli predict --solver S`` (default
-``cg``: the preconditioned conjugate gradients over the default sweep with 5-fold
-selection). Results (the CLI's JSON) are written next to the run directory.
+``default``: ``kernelcli predict RUN`` with no options, as a user runs it; ``auto``,
+``cholesky``, ``eigen``, ``cg`` name the route). Results (the CLI's JSON) are written
+next to the run directory; ``--compare FILE`` compares every run's predictions with a
+``predictions.h5`` kept from another run (e.g. the Cholesky route's).
 """
 
 from __future__ import annotations
@@ -137,12 +139,18 @@ def passes(run_dir: Path, kind: str = "nngp", columns: int = 300, reps: int = 3)
 
 def compare(out: Path, solvers: list) -> None:
     """The largest relative difference of every ridge's test predictions between solvers."""
-    import h5py
-
     files = [out / f"predictions_{s}.h5" for s in solvers]
     if len(files) < 2 or not all(f.exists() for f in files):
         return
-    with h5py.File(files[0], "r") as a, h5py.File(files[1], "r") as b:
+    compare_files(files[0], files[1])
+
+
+def compare_files(first: Path, second: Path) -> None:
+    """The largest difference of every kind's and ridge's test means between two
+    ``predictions.h5``, relative to the largest mean."""
+    import h5py
+
+    with h5py.File(first, "r") as a, h5py.File(second, "r") as b:
         worst = 0.0
 
         def visit(name, obj):
@@ -151,14 +159,16 @@ def compare(out: Path, solvers: list) -> None:
                 x, y = obj[...], b[name][...]
                 worst = max(worst, float(np.abs(x - y).max() / np.abs(y).max()))
         a.visititems(visit)
-    print(f"  predictions {solvers[0]} vs {solvers[1]}: max relative difference {worst:.2e}")
+    print(f"  predictions {first.name} vs {second}: max relative difference {worst:.2e}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--out", type=Path, default=Path("/tmp/kernelcli_scale"))
-    ap.add_argument("--solvers", default="cg")
+    ap.add_argument("--solvers", default="default")
+    ap.add_argument("--compare", type=Path, default=None,
+                    help="a predictions.h5 to compare every run's predictions with")
     ap.add_argument("--ridge", default=None, help="predict's --ridge (default: its sweep)")
     ap.add_argument("--kind", default=None, help="predict's --kind (default: every kind)")
     ap.add_argument("--passes", action="store_true",
@@ -190,16 +200,20 @@ def main() -> None:
     for solver in args.solvers.split(","):
         extra = (["--ridge", args.ridge] if args.ridge else []) + \
                 (["--kind", args.kind] if args.kind else [])
-        proc = step(f"predict --solver {solver}",
-                    ["predict", str(run_dir), "--solver", solver, "--json", *extra],
-                    run_dir, rows)
+        chosen = [] if solver == "default" else ["--solver", solver]
+        proc = step(f"predict {' '.join(chosen) or '(no options)'}",
+                    ["predict", str(run_dir), *chosen, "--json", *extra], run_dir, rows)
         (out / f"predict_{solver}.log").write_text(proc.stderr)  # CG's progress lines
         if proc.returncode == 0:
             (out / f"predict_{solver}.json").write_text(proc.stdout)
             shutil.copyfile(run_dir / "predictions.h5", out / f"predictions_{solver}.h5")
-            for kind, c in json.loads(proc.stdout)["selected"].items():
-                print(f"  {solver} {kind}: ridge {c['selected_ridge']:g}, test accuracy "
-                      f"{c['test_accuracy']}, cv/loo accuracy {c['loo_accuracy']}", flush=True)
+            result = json.loads(proc.stdout)
+            for kind, c in result["selected"].items():
+                print(f"  {solver} ({result['solver']}) {kind}: ridge {c['selected_ridge']:g}, "
+                      f"test accuracy {c['test_accuracy']}, held-out accuracy "
+                      f"{c['loo_accuracy']}", flush=True)
+            if args.compare is not None:
+                compare_files(out / f"predictions_{solver}.h5", args.compare)
     compare(out, args.solvers.split(","))
     print(f"load {os.getloadavg()[0]:.2f}")
 
