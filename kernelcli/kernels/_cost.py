@@ -8,7 +8,10 @@ kernel launches once. So a kernel entry takes about
     bytes_per_pair / bandwidth + launches_per_batch * launch_latency / pair_batch
 
 seconds: the bandwidth floor of a memory-bound elementwise program plus the launch
-overhead shared by the batch's pairs. Defaults: an H200 (4.8 TB/s, ~5 us a launch).
+overhead shared by the batch's pairs. With ``kernel.augment`` a pair is |G| network
+evaluations (the pair program evaluates ``(x, g y)`` for every flip ``g``): the bytes
+are one evaluation's, and the bandwidth term counts them |G| times. Defaults: an H200
+(4.8 TB/s, ~5 us a launch).
 The sizes come from the architecture's shapes (``spec.layer_shapes``) and which layers
 hold the full ``(H*W)^2`` covariance (``full_needed``), the launches from the compiled
 program's text (:func:`count_launches`) or, without one, from its structure.
@@ -50,7 +53,9 @@ class CostModel:
     ``launches_source``: where the launch count comes from, ``"hlo <platform>"`` (the
     compiled program; on CPU an estimate of what XLA:GPU launches, since its fusion
     decisions differ) or ``"structural"`` (a fused pass per layer, plus the input and
-    the output)."""
+    the output). ``evaluations``: network evaluations per pair (the flip group's size
+    under ``kernel.augment``, else 1); ``layers`` and ``bytes_per_pair`` are one
+    evaluation's."""
 
     layers: tuple
     launches_per_batch: int
@@ -58,6 +63,7 @@ class CostModel:
     pair_batch: int
     bandwidth: float = H200_BANDWIDTH
     launch_latency: float = H200_LAUNCH_LATENCY
+    evaluations: int = 1
 
     @property
     def bytes_per_pair(self) -> int:
@@ -65,7 +71,7 @@ class CostModel:
 
     @property
     def bandwidth_seconds_per_entry(self) -> float:
-        return self.bytes_per_pair / self.bandwidth
+        return self.evaluations * self.bytes_per_pair / self.bandwidth
 
     @property
     def launch_seconds_per_entry(self) -> float:
@@ -84,6 +90,7 @@ class CostModel:
                 "cost_launches_source": self.launches_source,
                 "cost_bytes_per_pair": self.bytes_per_pair,
                 "cost_layers": [dataclasses.asdict(c) for c in self.layers],
+                "cost_evaluations_per_pair": self.evaluations,
                 "cost_bandwidth": self.bandwidth, "cost_launch_latency": self.launch_latency,
                 "cost_seconds_per_entry": self.seconds_per_entry}
 
@@ -233,7 +240,7 @@ def cost_model(kfn, pair_batch: int, *, hlo_text: Optional[str] = None,
     else:
         launches, source = len(costs), "structural"
     return CostModel(costs, launches, source, int(pair_batch), float(bandwidth),
-                     float(launch_latency))
+                     float(launch_latency), evaluations=len(kfn.group))
 
 
 def pairs_program_text(kfn, n_rows: int, n_cols: int, pair_batch: int) -> Optional[str]:
@@ -253,7 +260,10 @@ def describe_cost(model: CostModel, n: int = 3) -> Sequence[str]:
     """Lines for ``estimate``'s text output."""
     lines = [f"{model.launches_per_batch:,} per pair batch of {model.pair_batch:,} "
              f"({_source(model.launches_source)})",
-             f"{model.bytes_per_pair / 1e6:,.3f} MB per pair; most: "
+             f"{model.bytes_per_pair / 1e6:,.3f} MB per "
+             + ("pair" if model.evaluations == 1
+                else f"evaluation, {model.evaluations} per pair (kernel.augment)")
+             + "; most: "
              + ", ".join(f"{c.name} {c.bytes / 1e6:,.3f} MB" for c in model.top(n)),
              f"{model.seconds_per_entry * 1e3:.4f} ms per entry at "
              f"{model.bandwidth / 1e12:g} TB/s and {model.launch_latency * 1e6:g} us a "

@@ -2,7 +2,8 @@
 
 Configurations are globbed, so ones added later are checked too. A configuration's
 input shape is that of its data file when the file is there (the demo's digits),
-else 32x32x3 for CIFAR-10 configurations (their data is not shipped).
+else 32x32x3 for CIFAR-10 configurations (their data is not shipped); the network
+reads it after ``data.preprocess`` (random patches make feature maps of it).
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ import pytest
 from helpers_cli import CONFIGS_DIR, read_kernels, run_cli
 from kernelcli.config import check_architecture, load_config
 from kernelcli.data import open_array
+from kernelcli.pipeline import patch_settings
 
 CONFIGS = sorted(CONFIGS_DIR.glob("*.yaml")) + sorted(CONFIGS_DIR.glob("*.yml"))
 CIFAR_SHAPE = (32, 32, 3)
 
 
 def input_shape(cfg) -> tuple:
+    """The shape of an example as the network reads it: after ``data.preprocess``."""
+    settings = patch_settings(cfg)
+    shape = example_shape(cfg)
+    return shape if settings is None else settings.output_shape(shape)
+
+
+def example_shape(cfg) -> tuple:
     d = cfg.data
     if d.x1.is_file():
         with open_array(d.x1, d.key, layout=d.layout, limit=d.limit) as src:

@@ -284,6 +284,21 @@ def test_cost_model_bytes_per_layer_follow_the_covariance_sizes():
     assert {c.name: c for c in nngp.layers}["2:conv+relu"].read_bytes == full // 2 + variances
 
 
+def test_cost_model_counts_each_flip_of_an_augmented_pair():
+    """Under kernel.augment a pair is |G| evaluations of the network: the bytes per
+    evaluation are the plain kernel's, the bandwidth term counts them |G| times."""
+    from kernelcli.kernels import build_kernel_fn, cost_model
+
+    plain = _kfn(GAP2_NET)
+    flipped = build_kernel_fn(plain.arch, (8, 8, 3), ("nngp", "ntk"), "float32",
+                              ("hflip", "vflip"))
+    m, g = (cost_model(k, 100, bandwidth=1e12, launch_latency=1e-5) for k in (plain, flipped))
+    assert (m.evaluations, g.evaluations) == (1, 4)
+    assert g.bytes_per_pair == m.bytes_per_pair
+    assert g.bandwidth_seconds_per_entry == pytest.approx(4 * m.bandwidth_seconds_per_entry)
+    assert g.to_dict()["cost_evaluations_per_pair"] == 4
+
+
 HLO = """HloModule m
 
 %body (p: (s32[], f32[4])) -> (s32[], f32[4]) {

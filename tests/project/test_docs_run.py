@@ -11,8 +11,8 @@ user has them, each said once in the tables below:
   file system) is the sandbox's ``runs/``;
 * CIFAR-10 is not shipped (``configs/data/cifar10_to_npy.py`` downloads it): the
   sandbox holds random 32x32x3 images under its file names, and every
-  configuration's ``limit`` is cut to ``_LIMIT`` (half that for the Myrtle
-  networks, whose pairs cost most) so that they run as written in seconds;
+  configuration's ``limit`` (and ``test_limit``) is cut to ``_LIMIT`` (half that for
+  the Myrtle networks, whose pairs cost most) so that they run as written in seconds;
 * the pages' "run of your own" (``runs/mine``: labels, no fitted preprocessing)
   is Myrtle-5 on those images with their labels and without ``data.preprocess``;
 * a line that needs a Ray cluster is run by tests/run/test_ray.py (where Ray is
@@ -97,6 +97,8 @@ def _build_sandboxes(root: Path) -> None:
         doc = yaml.safe_load(config.read_text(encoding="utf-8"))
         small = config.name.startswith("myrtle")  # a pair costs 100x the digits' here
         doc["data"]["limit"] = _LIMIT // 2 if small else _LIMIT
+        if "test_limit" in doc["data"]:  # the stand-in test files hold 2 * _LIMIT rows
+            doc["data"]["test_limit"] = doc["data"]["limit"]
         doc.setdefault("compute", {})["block"] = _BLOCK // 2 if small else _BLOCK
         config.write_text(yaml.safe_dump(doc), encoding="utf-8")
     mine = yaml.safe_load((fresh / "configs" / "myrtle5.yaml").read_text(encoding="utf-8"))
