@@ -15,7 +15,7 @@ Conventions (those of the Myrtle / CNTK reference codes and of neural-tangents'
 
 Memory: a C-ordered float64 ``k_train`` is read as it is (never changed); anything
 else is copied to float64 first. The factor is made in place in one more ``n x n``
-array (:func:`factor_in_place`), so the peak is the float64 kernel and its factor,
+array by LAPACK (:func:`factor_in_place`), so the peak is the float64 kernel and its factor,
 ``16 n^2`` bytes (see ``solve_memory_bytes``). Only the lower triangle of ``k_train``
 is read: it must be symmetric.
 """
@@ -28,7 +28,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from ..errors import DataError, NotPositiveDefiniteError, UsageError
-from ._memory import FACTOR_BLOCK, MAX_RIDGE, check_count
+from ._memory import MAX_RIDGE, check_count
 from ._messages import not_pd_message
 
 _BLOCK = 256  # rows per diagonal block of the triangular solves
@@ -121,32 +121,24 @@ def _factor(work: np.ndarray, reg: float, fail_message) -> np.ndarray:
     return chol
 
 
-def factor_in_place(a: np.ndarray, block: int = FACTOR_BLOCK) -> None:
+def factor_in_place(a: np.ndarray) -> None:
     """Overwrite the C-ordered float64 ``a`` (n, n) with the lower Cholesky factor of
     its lower triangle (the strict upper triangle is zeroed); ``LinAlgError`` when it
     is not positive definite.
 
-    Left-looking by ``block`` columns: each block column is first brought up to date
-    by one product with the factor's columns to its left (``L[k:, :k] L[k:e, :k]^T``),
-    then its diagonal block is factored (LAPACK on ``block`` rows) and the rows below
-    it solved against that block. Nearly all the ``n^3 / 6`` multiply-adds are in
-    those products, at the rate of BLAS's matrix product; numpy's ``cholesky`` on
-    the whole matrix (LAPACK's ``potrf`` after a transposing copy) ran at a third of
-    that rate at n = 4,000 and less beyond (bench/history/), and held a third
-    ``n x n`` array.
+    LAPACK's ``dpotrf`` (scipy's) on ``a``'s transpose, the Fortran-ordered upper
+    triangle it takes, so in ``a``'s own memory: at the rate of the float64 matrix
+    product here (51 G multiply-adds/s at n = 12,000, as the product), where numpy's
+    ``cholesky`` copies the matrix into Fortran order first and ran at two thirds of
+    that, holding a third ``n x n`` array (bench/history/).
     """
-    n = a.shape[0]
-    for k in range(0, n, block):
-        e = min(k + block, n)
-        if k:
-            a[k:, k:e] -= a[k:, :k] @ a[k:e, :k].T
-        a[k:e, k:e] = np.linalg.cholesky(a[k:e, k:e])
-        if e < n:  # L21 = A21 L11^{-T}
-            a[e:, k:e] = np.linalg.solve(a[k:e, k:e], a[e:, k:e].T).T
-        a[k:e, e:] = 0.0
-    for k in range(0, n, block):  # the diagonal blocks' upper triangles
-        e = min(k + block, n)
-        a[k:e, k:e] = np.tril(a[k:e, k:e])
+    from scipy.linalg import lapack  # type: ignore[import-untyped]  # no stubs
+
+    _, info = lapack.dpotrf(a.T, lower=0, overwrite_a=1, clean=1)
+    if info > 0:
+        raise np.linalg.LinAlgError(f"not positive definite at row {info - 1}")
+    if info < 0:
+        raise ValueError(f"dpotrf: argument {-info} is not valid")
 
 
 def forward_substitution(chol: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,9 +1,9 @@
 """How much memory a solve needs, and which solver a machine can afford (no numpy needed).
 
 A Cholesky solve holds the training kernel in float64 and its factor, made in place
-by block columns: two ``n x n`` float64 matrices, ``16 n^2`` bytes at the peak and a
-block column's temporaries (the kernel read with ``load_kernel`` straight into
-float64; a float32 copy held by the caller comes on top).
+by LAPACK: two ``n x n`` float64 matrices, ``16 n^2`` bytes at the peak (the kernel
+read with ``load_kernel`` straight into float64; a float32 copy held by the caller
+comes on top).
 ``predict``'s Cholesky route holds more beside them (:func:`cholesky_memory_bytes`):
 the targets and coefficients, a block of the test kernel streamed from
 ``kernels.h5``, and the results kept for every kind and ridge. Conjugate gradients on
@@ -36,18 +36,15 @@ MAX_RIDGE = 1e12
 # two lanes hold half of it
 STREAM_BLOCK_BYTES = 256 * 2**20
 VARIANCE_ROWS = 1024  # test rows per block of predict's posterior variance
-
-
-FACTOR_BLOCK = 512  # columns per block of the Cholesky factorisation (``_cholesky``)
+# what a predict holds beside its arrays: the HDF5 files' handles, the labels, the
+# results' objects (0.2-0.5 MB traced at N = 600; a bound, not grown with N)
+OBJECT_BYTES = 2**20
 
 
 def solve_memory_bytes(n: int) -> int:
-    """Peak bytes of a Cholesky factorisation of an (n, n) kernel: the float64 kernel,
-    the factor made in place beside it, a block column's three temporaries (its
-    update's product, the solve's transposed right-hand side and solution) and its
-    diagonal block's three (LAPACK's copy, the block's factor, its lower triangle)."""
-    b = min(n, FACTOR_BLOCK)
-    return 2 * 8 * n * n + 3 * 8 * ((n - b) * b + b * b)
+    """Peak bytes of a Cholesky factorisation of an (n, n) kernel: the float64 kernel
+    and its copy that LAPACK factors in place."""
+    return 2 * 8 * n * n
 
 
 def cholesky_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
@@ -70,11 +67,12 @@ def results_bytes(n: int, m: int, classes: int, ridges: int, kinds: int) -> int:
     """What every route of ``predict`` keeps and works on beside its solve, for ``n``
     training and ``m`` test rows: the means, variances and held-out predictions of
     every kind and ridge, the test targets (and a copy), one kind's means stacked for
-    ``predictions.h5``, the scores' two ``(n, C)`` temporaries, and one kind's
-    coefficients of every ridge, kept and stacked for one pass over ``K(test, x1)``."""
+    ``predictions.h5``, the scores' two ``(n, C)`` temporaries, one kind's
+    coefficients of every ridge, kept and stacked for one pass over ``K(test, x1)``,
+    and ``OBJECT_BYTES`` of the rest (open files, labels, Python's objects)."""
     return 8 * (kinds * ridges * (m * classes + m + n * classes)
                 + (ridges + 2) * m * classes + 2 * max(n, m) * classes
-                + 2 * n * classes * ridges)
+                + 2 * n * classes * ridges) + OBJECT_BYTES
 
 
 def eigen_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1,

@@ -15,6 +15,7 @@ from test_train_test import write_cfg, write_data
 from helpers_cli import FLATTEN_NET, invoke, snapshot, write_config
 from kernelcli.errors import BudgetError
 from kernelcli.run import predict
+from kernelcli.solvers import cholesky_memory_bytes
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
 
@@ -135,12 +136,16 @@ def test_eigen_equals_cholesky_from_the_cli_with_the_gradient_flow(finished, tmp
         assert a["accuracy"] == b["accuracy"] and a["mse"] == pytest.approx(b["mse"], 1e-9)
 
 
-def test_cholesky_that_does_not_fit_names_cg(finished, tmp_path):
+def test_cholesky_that_does_not_fit_is_refused_naming_what_would(finished, tmp_path):
+    """(Where CG fits and Cholesky does not, the refusal names CG: N = 60,000 in
+    tests/run/test_predict.py; at this N CG's two blocks are the larger.)"""
     run = fresh_copy(finished, tmp_path)
-    # one ridge: CG's columns fit in 90 kB where the factor beside the kernel does not
-    with pytest.raises(BudgetError, match="use solver= cg, which streams the kernel"):
-        predict(run, ridges=[0.1], solver="cholesky", available_bytes=90_000)
-    assert predict(run, ridges=[0.1], available_bytes=90_000).solver == "cg"
+    budget = cholesky_memory_bytes(40, 17, 3, 1, 2) - 1  # one ridge, both kinds
+    with pytest.raises(BudgetError, match="solver= cholesky on 40 training rows needs .* "
+                                          "number the classes 0 .. C-1"):
+        predict(run, ridges=[0.1], solver="cholesky", available_bytes=budget)
+    assert predict(run, ridges=[0.1], kinds=["nngp"], available_bytes=budget).solver == \
+        "cholesky"
 
 
 def test_a_kernel_that_is_not_positive_definite_says_so(finished, tmp_path):
