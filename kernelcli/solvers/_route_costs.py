@@ -42,8 +42,10 @@ from ._memory import (
 )
 from ._precondition import DEFAULT_RANK
 
-DENSE_SHARE = 0.5  # the factorisation's and inverse's rate, of the matrix product's
-EIGEN_COST = 9.0  # eigh's multiply-adds, in n^3, at the product's rate (n = 4,000 here)
+# measured quiet at n = 6,000-12,000 (bench/dense_rates.py): dpotrf at the product's
+# rate, dtrtri at 0.7 of it; eigh 19.9 s at n = 6,000, 4.5 n^3 at the product's rate
+DENSE_SHARE = 0.8  # the factorisation's and inverse's rate, of the matrix product's
+EIGEN_COST = 4.5  # eigh's multiply-adds, in n^3, at the product's rate
 CG_PASSES = 100  # passes over the kernel per kind at the default tolerance (66-96 seen)
 FOLD_SHARE = 0.6  # of those passes, the share the folds' columns take part in
 # a float32 product with a kernel block runs at most this many times the float64
