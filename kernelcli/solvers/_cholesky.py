@@ -127,10 +127,10 @@ def factor_in_place(a: np.ndarray) -> None:
     is not positive definite.
 
     LAPACK's ``dpotrf`` (scipy's) on ``a``'s transpose, the Fortran-ordered upper
-    triangle it takes, so in ``a``'s own memory: at the rate of the float64 matrix
-    product here (51 G multiply-adds/s at n = 12,000, as the product), where numpy's
-    ``cholesky`` copies the matrix into Fortran order first and ran at two thirds of
-    that, holding a third ``n x n`` array (bench/history/).
+    triangle it takes, so in ``a``'s own memory, where numpy's ``cholesky`` copies the
+    matrix into Fortran order first and holds a third ``n x n`` array; about as fast
+    (34 against 27 G multiply-adds/s at n = 12,000, 21 against 27 at 6,000, the
+    product 47-50: bench/dense_rates.py).
     """
     from scipy.linalg import lapack  # type: ignore[import-untyped]  # no stubs
 

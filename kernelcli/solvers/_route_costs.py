@@ -42,9 +42,10 @@ from ._memory import (
 )
 from ._precondition import DEFAULT_RANK
 
-# measured quiet at n = 6,000-12,000 (bench/dense_rates.py): dpotrf at the product's
-# rate, dtrtri at 0.7 of it; eigh 19.9 s at n = 6,000, 4.5 n^3 at the product's rate
-DENSE_SHARE = 0.8  # the factorisation's and inverse's rate, of the matrix product's
+# measured quiet at n = 6,000 and 12,000 (bench/dense_rates.py, BENCHMARKS.md): dpotrf
+# at 0.45-0.68 of the product's rate, dtrtri at 0.72-0.87; eigh 21.3 s at n = 6,000,
+# 4.6 n^3 at the product's rate
+DENSE_SHARE = 0.6  # the factorisation's and inverse's rate, of the matrix product's
 EIGEN_COST = 4.5  # eigh's multiply-adds, in n^3, at the product's rate
 CG_PASSES = 100  # passes over the kernel per kind at the default tolerance (66-96 seen)
 FOLD_SHARE = 0.6  # of those passes, the share the folds' columns take part in
