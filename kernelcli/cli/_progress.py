@@ -77,6 +77,14 @@ class ProgressPrinter:
             self.stream.flush()
 
 
+    def stage(self, text: str) -> None:
+        """A step after the pairs that takes time of its own (verifying every tile and
+        writing ``kernels.h5``: minutes at N = 50,000): a line of its own, so no wait
+        is silent."""
+        self.stream.write(f"{self.name}: {text}\n")
+        self.stream.flush()
+
+
 def where(p) -> str:
     """``"  on 2 cpu devices"`` from a Progress that knows its devices, else ``""``."""
     n, platform = getattr(p, "devices", 0), getattr(p, "platform", "")

@@ -8,7 +8,7 @@ Every tile is verified first; those that fail are moved to ``quarantine/`` and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import ComputeError, DamagedTiles, resume_command
 from ..pipeline import check_recorded_config, verified_result, writes_run
@@ -19,18 +19,25 @@ from ._status import shard_counts
 __all__ = ["assemble", "assemble_if_complete", "DamagedTiles"]
 
 
-def assemble_if_complete(store: RunStore, plan) -> tuple[Optional[Path], int]:
+def assemble_if_complete(store: RunStore, plan,
+                         announce: Optional[Callable[[str], None]] = None
+                         ) -> tuple[Optional[Path], int]:
     """Assemble ``kernels.h5`` when every tile exists: ``(path or None, tiles missing)``.
 
     Every tile is verified first; those that fail are moved to ``quarantine/`` and
     :class:`DamagedTiles` names them (a resume recomputes them). Safe when several
     processes do it at once: each writes its own temporary file and renames it into
-    place; the content is the same either way.
+    place; the content is the same either way. ``announce(line)`` is told before the
+    verification and the writing begin.
     """
     done = store.done_keys()
     missing = sum(1 for b in plan.blocks if b.key not in done)
     if missing:
         return None, missing
+    if announce is not None:
+        n = len(plan.blocks)
+        announce(f"verifying the {n:,} tile{'' if n == 1 else 's'} and writing "
+                 f"{store.result_path.name}")
     p = store.manifest["plan"]
     damaged = store.damaged_tiles(plan.blocks, tuple(p["kinds"]))
     if damaged:

@@ -80,7 +80,9 @@ def finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
                 try:
                     execute(job, store, progress, blocks=todo)
                     check(stop)
-                    path, missing = assemble_if_complete(store, job.plan)
+                    # a printer's line of its own for the wait (None without one)
+                    path, missing = assemble_if_complete(store, job.plan,
+                                                         getattr(progress, "stage", None))
                     break
                 except QuarantinedError as exc:  # moved aside: computing again replaces it
                     if attempt == 2:

@@ -255,5 +255,8 @@ def test_paths_inside_the_working_folder_are_printed_relative(tmp_path):
     r = run_cli("compute", "c.yaml", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip().splitlines()[-1] == "wrote runs/c/kernels.h5"
+    # the wait after the last pair is said, not silent
+    assert r.stderr.strip().splitlines()[-2].endswith(": verifying the 1 tile and writing "
+                                                      "kernels.h5")
     r = run_cli("status", "runs/c", cwd=tmp_path)
     assert r.stdout.strip().splitlines()[-1] == "result: runs/c/kernels.h5"
