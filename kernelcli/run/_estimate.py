@@ -179,9 +179,7 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
     from ..errors import BudgetError
     from ..plan import auto_budget
     from ..solvers import (
-        cg_memory_bytes,
         cg_operations,
-        cholesky_memory_bytes,
         cholesky_operations,
         choose_solver,
         route_costs,
@@ -197,12 +195,12 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
                                variance_kinds)
     except BudgetError:
         solver = "none"
+    # the route taken's bytes from its price (none fits: counted on Cholesky's)
+    need = next(c.bytes for c in costs if c.route == ("cholesky" if solver == "none"
+                                                        else solver))
     if solver == "cg":
-        need = cg_memory_bytes(n, m, classes, ridges, kinds, folds)
         work = cg_operations(n, m, classes, ridges, kinds, folds)
     else:
-        need = (next(c.bytes for c in costs if c.route == solver) if solver != "none"
-                else cholesky_memory_bytes(n, m, classes, ridges, kinds))
         work = cholesky_operations(n, m, classes, ridges, kinds, variance_kinds)
     return SolveNeed(solve_bytes=need, solve_available_bytes=available, solver=solver,
                      classes=classes, solve_operations=work, solve_routes=costs)

@@ -17,21 +17,23 @@ the error of Cholesky's route.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from ._cholesky import _check_targets, check_ridges, regularizer
-from ._gradient_flow import Eigen
+from ._gradient_flow import Eigen, flow_weights
 from ._messages import not_pd_message
 
 _ROWS = 1024  # rows of V (or A) squared at a time: the n x n square is never held
 
 
-def _weights(eig: Eigen, regs: list) -> np.ndarray:
-    """``1 / (w + reg)`` (n, R), one column per ridge (0 where not > 0: not used)."""
-    lam = eig.values[:, None] + np.asarray(regs, dtype=np.float64)[None, :]
-    return np.divide(1.0, lam, out=np.zeros_like(lam), where=lam > 0)
+def _weights(eig: Eigen, ridges, trace_scaled: bool) -> np.ndarray:
+    """``1 / (w + reg)`` (n, R), one column per ridge (0 where not > 0: not used): the
+    gradient flow's weights at ``t = inf``."""
+    return np.stack([flow_weights(eig, r, [math.inf], 1, trace_scaled=trace_scaled)[0]
+                     for r in ridges], axis=1)
 
 
 def squared_rows_times(a: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -51,7 +53,7 @@ def eigen_sweep(eig: Eigen, targets, ridges, *, trace_scaled: bool = True,
     ridges = check_ridges(ridges)
     y = _check_targets(targets, eig.n)
     regs = [regularizer(r, eig.trace, eig.n, trace_scaled) for r in ridges]
-    weights = _weights(eig, regs)
+    weights = _weights(eig, ridges, trace_scaled)
     vy = eig.vectors.T @ y
     inverse_diag = squared_rows_times(eig.vectors, weights)  # (n, R)
     low = float(eig.values[0])
@@ -71,7 +73,6 @@ def eigen_variances(eig: Eigen, k_test_rows, k_test_diag, ridges, *,
                     trace_scaled: bool = True) -> np.ndarray:
     """The posterior variance (R, m) of every ridge for test rows ``k_test_rows`` (m, n),
     an array (a block of ``K(test, x1)``) and their ``k(t, t)`` ``k_test_diag`` (m,)."""
-    regs = [regularizer(r, eig.trace, eig.n, trace_scaled) for r in check_ridges(ridges)]
     a = np.asarray(k_test_rows, dtype=np.float64) @ eig.vectors
-    quad = squared_rows_times(a, _weights(eig, regs))  # (m, R)
+    quad = squared_rows_times(a, _weights(eig, check_ridges(ridges), trace_scaled))  # (m, R)
     return np.asarray(k_test_diag, dtype=np.float64)[None, :] - quad.T

@@ -134,12 +134,19 @@ def route_costs(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds: in
                 rates: Rates | None = None) -> tuple[RouteCost, ...]:
     """Every route's :class:`RouteCost` for the sweep, in ``ROUTES`` order."""
     rates = measured_rates() if rates is None else rates
-    need = {"cholesky": cholesky_memory_bytes(n, m, classes, ridges, kinds),
-            "eigen": eigen_memory_bytes(n, m, classes, ridges, kinds),
-            "cg": cg_memory_bytes(n, m, classes, ridges, kinds, folds)}
+    need = {r: route_bytes(r, n, m, classes, ridges, kinds, folds) for r in ROUTES}
     return tuple(RouteCost(r, route_seconds(r, n, m, classes, ridges, kinds, folds,
                                             variance_kinds, rates),
                            need[r], need[r] <= available_bytes) for r in ROUTES)
+
+
+def route_bytes(route: str, n: int, m: int, classes: int, ridges: int, kinds: int,
+                folds: int) -> int:
+    """Peak bytes of ``route`` (the ``*_memory_bytes`` of :mod:`._memory`)."""
+    if route == "cg":
+        return cg_memory_bytes(n, m, classes, ridges, kinds, folds)
+    memory = cholesky_memory_bytes if route == "cholesky" else eigen_memory_bytes
+    return memory(n, m, classes, ridges, kinds)
 
 
 def cheapest(costs: tuple[RouteCost, ...]) -> RouteCost | None:
@@ -169,9 +176,10 @@ def choose_solver(n: int, solver: str = "auto", available_bytes: Optional[int] =
                                 f"{', '.join(SOLVERS)}")
     if available_bytes is None:
         available_bytes = auto_budget(available_ram_bytes())
-    needs = {"cholesky": lambda c, r: cholesky_memory_bytes(n, m, c, r, kinds),
-             "eigen": lambda c, r: eigen_memory_bytes(n, m, c, r, kinds),
-             "cg": lambda c, r: cg_memory_bytes(n, m, c, r, kinds, folds)}
+    def need_of(route: str):
+        return lambda c, r: route_bytes(route, n, m, c, r, kinds, folds)
+
+    needs = {route: need_of(route) for route in ROUTES}
     fits = {route: need(classes, ridges) <= available_bytes for route, need in needs.items()}
     if solver != "auto":
         if fits[solver]:
@@ -206,8 +214,7 @@ def _refusal(solver: str, n: int, m: int, classes: int, ridges: int, kinds: int,
         return memory_refusal(f"<<solver>> {solver} on {n:,} training rows", needs[solver],
                               available_bytes, classes, ridges)
     need = needs[solver](classes, ridges)
-    alone = (cholesky_memory_bytes if solver == "cholesky" else eigen_memory_bytes)(
-        n, m, classes, 1, 1)  # one ridge of one kind
+    alone = route_bytes(solver, n, m, classes, 1, 1, 1)  # one ridge of one kind
     fewer = ("" if alone > available_bytes
              else "give fewer <<ridges>> or <<kinds>> values, or ")
     use = " or ".join(f"<<solver>> {r}" for r in other)
