@@ -139,15 +139,16 @@ def _kinds(asked: Optional[Iterable[str]], have: list, run_dir) -> list:
     return out
 
 
-def _variance(diag, test_op: H5KernelOperator, chol) -> np.ndarray:
-    """``k(t, t) - k_t^T (K + reg I)^{-1} k_t`` per test row, (m,) float64, by row blocks."""
-    m = test_op.shape[0]
-    out = np.empty(m)
+def _variance(diag, test_op: H5KernelOperator, variance_of) -> np.ndarray:
+    """``k(t, t) - k_t^T (K + reg I)^{-1} k_t`` per test row, float64, read by blocks of
+    ``VARIANCE_ROWS`` rows: ``variance_of(k_tt, k_t)`` gives a block's, (rows,) or
+    (R, rows) for R ridges; the blocks joined along the test rows."""
+    blocks = []
     with ResultFile(test_op.path).kernel(test_op.dataset) as ds:
-        for s in range(0, m, VARIANCE_ROWS):
+        for s in range(0, test_op.shape[0], VARIANCE_ROWS):
             kt = ds[s:s + VARIANCE_ROWS]
-            out[s:s + kt.shape[0]] = predictive_variance(diag[s:s + kt.shape[0]], kt, chol)
-    return out
+            blocks.append(variance_of(diag[s:s + kt.shape[0]], kt))
+    return np.concatenate(blocks, axis=-1)
 
 
 def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
@@ -174,7 +175,8 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 out[ridge] = {"error": exc.template or str(exc)}
                 continue
             alpha = solve_with_factor(chol, y)
-            var = None if diag is None else _variance(diag, test_op, chol)
+            var = None if diag is None else _variance(
+                diag, test_op, lambda kd, kt: predictive_variance(kd, kt, chol))  # noqa: B023
             held_out = loo_predictions(chol, alpha, y, overwrite=True)  # chol's last use
             del chol
             out[ridge] = {"alpha": alpha, "variance": var, "held_out": held_out}
@@ -185,7 +187,8 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
         check(stop)
         out.update(eigen_sweep(eig, y, ridges, kind=kind))
         if diag is not None:
-            variances = _eigen_variance(diag, test_op, eig, ridges)
+            variances = _variance(diag, test_op,
+                                  lambda kd, kt: eigen_variances(eig, kt, kd, ridges))
             for i, ridge in enumerate(ridges):
                 if "error" not in out[ridge]:
                     out[ridge]["variance"] = variances[i]
@@ -211,19 +214,6 @@ def _means(out: dict, test_op: H5KernelOperator, classes: int, stop) -> None:
     for i, ridge in enumerate(solved):
         out[ridge]["mean"] = means[:, i * classes:(i + 1) * classes]
         out[ridge].setdefault("variance", None)
-
-
-def _eigen_variance(diag, test_op: H5KernelOperator, eig, ridges) -> np.ndarray:
-    """The posterior variance (R, m) of every ridge from the eigendecomposition, by
-    blocks of test rows."""
-    m = test_op.shape[0]
-    out = np.empty((len(ridges), m))
-    with ResultFile(test_op.path).kernel(test_op.dataset) as ds:
-        for s in range(0, m, VARIANCE_ROWS):
-            kt = ds[s:s + VARIANCE_ROWS]
-            out[:, s:s + kt.shape[0]] = eigen_variances(eig, kt, diag[s:s + kt.shape[0]],
-                                                        ridges)
-    return out
 
 
 def _cg_kind(op, kind: str, y, ridges, progress, out: dict) -> tuple:
