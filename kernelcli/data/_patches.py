@@ -218,8 +218,15 @@ def stand_in(shape, settings: PatchSettings):
     return np.zeros(d), np.eye(d), f
 
 
+def fitted_arrays(shape, size: int, count: int) -> dict:
+    """The fit's float64 arrays, name -> shape, for examples of ``shape``, patches of
+    ``size`` and ``count`` filters: their mean, their whitening, the whitened filters."""
+    d = size * size * int(shape[-1])
+    return {"mean": (d,), "whitening": (d, d), "filters": (count, d)}
+
+
 def patches_file_bytes(shape, settings: PatchSettings) -> int:
     """Bytes (at most) of the run directory's fitted ``random_patches`` file (``.npz``: the
-    float64 mean, whitening and filters, and a little of their names and settings)."""
-    d = settings.size * settings.size * int(shape[-1])
-    return 8 * (d + d * d + settings.count * d) + 4096
+    float64 arrays of :func:`fitted_arrays`, and a little of their names and settings)."""
+    arrays = fitted_arrays(shape, settings.size, settings.count)
+    return 8 * sum(int(np.prod(s)) for s in arrays.values()) + 4096

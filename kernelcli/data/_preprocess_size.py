@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from ._patches import fitted_arrays
 from ._preprocess import KINDS
 
 # What a fitted kind's side file (``preprocess-*.npz``) holds beyond its settings: its
@@ -14,15 +15,9 @@ from ._preprocess import KINDS
 FITTED_ARRAYS = {
     "standardize": lambda spec, shape: {"mean": tuple(shape[-1:]), "std": tuple(shape[-1:])},
     "zca": lambda spec, shape: {"whitening": (math.prod(shape), math.prod(shape))},
-    "random_patches": lambda spec, shape: _patch_arrays(spec.size * spec.size * shape[-1],
-                                                        spec.count),
+    "random_patches": lambda spec, shape: fitted_arrays(shape, spec.size, spec.count),
 }
 
-
-def _patch_arrays(d: int, count: int) -> dict:
-    """``random_patches``' fitted arrays for patches of ``d`` values: their mean, their
-    whitening and the ``count`` whitened filters."""
-    return {"mean": (d,), "whitening": (d, d), "filters": (count, d)}
 # An array's entry in an .npz beside its values: its .npy header (128 bytes) and its
 # zip headers, local and central, with their zip64 fields and its name (under 128).
 _NPZ_ENTRY_BYTES = 256
