@@ -25,6 +25,7 @@ Bayesian posterior mean. numpy only (the run's files are read through
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
@@ -52,6 +53,7 @@ from ..solvers import (
     eigen_sweep,
     eigen_variances,
     held_out_scores,
+    hold_fits,
     load_kernel,
     loo_predictions,
     mse,
@@ -155,11 +157,13 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                 with_variance: bool, names: set,
                 progress: Optional[Callable[[str], None]] = None,
                 where: Optional[dict] = None, stop: Optional[Stop] = None,
-                eig: Optional[Eigen] = None) -> dict:
+                eig: Optional[Eigen] = None, hold: bool = False) -> dict:
     """``{ridge: {"mean": (m, C), "variance": (m,) or None, "held_out": (n, C) or None}
     or {"error": text}}``; ``held_out``: each training row predicted without itself
     (leave-one-out) or without its fold (CG). ``eig``: the training kernel's
-    eigendecomposition where the caller has it (the eigen route then reuses it)."""
+    eigendecomposition where the caller has it (the eigen route then reuses it).
+    ``hold``: CG multiplies a float32 copy of the training kernel in memory instead of
+    streaming it from the file each pass (the same numbers)."""
     test_op = H5KernelOperator(result, f"{kind}_test", stop=stop)
     diag = None
     if with_variance and f"{kind}_test_diag" in names:
@@ -194,8 +198,9 @@ def _solve_kind(result: Path, kind: str, y: np.ndarray, ridges, solver: str,
                     out[ridge]["variance"] = variances[i]
     else:
         # the products with K on this process, or on workers holding its row bands
-        with spread(H5KernelOperator(result, kind, stop=stop), **(where or {}),
-                    stop=stop) as op:
+        base = H5KernelOperator(result, kind, stop=stop)
+        with base.held() if hold else contextlib.nullcontext(), \
+                spread(base, **(where or {}), stop=stop) as op:
             alphas, held = _cg_kind(op, kind, y, ridges, progress, out)
         for ridge, alpha in alphas.items():
             out[ridge] = {"alpha": alpha, "held_out": held[ridge]}
@@ -301,6 +306,10 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
     variance_kinds = sum(base_kind(k) == "nngp" and f"{k}_test_diag" in names for k in kinds)
     solver = choose_solver(n, solver, available_bytes, m, classes, len(ridges), len(kinds),
                            min(CV_FOLDS, n), variance_kinds)
+    # CG's passes multiply a copy in memory where it is a small share of it
+    hold = (solver == "cg" and (where or {}).get("executor", "local") == "local"
+            and hold_fits(n, m, classes, len(ridges), len(kinds), min(CV_FOLDS, n),
+                          available_bytes))
     if times:
         _check_flow(times, n, m, solver, asked, available_bytes, classes, len(ridges))
     for kind in kinds:  # every kernel sound before any solve
@@ -316,7 +325,8 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
         eig = eigen(load_kernel(store.result_path, kind), kind) if solver == "eigen" else None
         solved[kind] = _solve_kind(store.result_path, kind, y, ridges, solver,
                                    with_variance=base_kind(kind) == "nngp", names=names,
-                                   progress=progress, where=where, stop=stop, eig=eig)
+                                   progress=progress, where=where, stop=stop, eig=eig,
+                                   hold=hold)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows)
         choices.append(_choice(kind, choose_ridge(scores, ridges), rows))
         if times:

@@ -63,6 +63,7 @@ from ._memory import cholesky_operations as cholesky_operations
 from ._memory import eigen_memory_bytes as eigen_memory_bytes
 from ._memory import falkon_memory_bytes as falkon_memory_bytes
 from ._memory import flow_memory_bytes as flow_memory_bytes
+from ._memory import hold_fits as hold_fits
 from ._memory import solve_memory_bytes as solve_memory_bytes
 from ._nystrom import NystromMap as NystromMap
 from ._nystrom import fold_sums as fold_sums
@@ -93,7 +94,7 @@ __all__ = [
     "ArrayOperator", "CGResult", "Eigen", "FalkonSolution", "FlowBasis", "H5KernelOperator",
     "NTKCovariance",
     "NotConvergedError", "NotPositiveDefiniteError", "NystromMap", "SOLVERS", "VARIANCE_ROWS",
-    "accuracy", "cg_memory_bytes", "check_flow_memory", "check_kernel_rows", "class_count",
+    "accuracy", "cg_memory_bytes", "hold_fits", "check_flow_memory", "check_kernel_rows", "class_count",
     "check_ridges", "check_times", "choose_ridge",
     "choose_solver", "cholesky_factor", "cholesky_memory_bytes", "eigen", "evaluate",
     "choose_landmark_solver", "falkon_memory_bytes", "falkon_weights", "landmark_memory_bytes",

@@ -110,6 +110,24 @@ def cg_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds
             + results_bytes(n, m, classes, ridges, kinds))
 
 
+# The largest share of the available memory a held float32 kernel may take (the page
+# cache keeps its own copy of the file: holding trades memory for the pass's copies)
+HOLD_SHARE = 0.25
+
+
+def hold_fits(n: int, m: int, classes: int, ridges: int, kinds: int, folds: int,
+              available_bytes: Optional[int] = None) -> bool:
+    """Whether CG holds the (n, n) kernel in memory as float32 (``4 n^2`` bytes) beside
+    its streamed need (:func:`cg_memory_bytes`): only where that is a small share of
+    ``available_bytes`` (default: the available RAM less kernelcli's usual headroom).
+    At N = 20,000 that is 1.6 GB; at 50,000, 10 GB, streamed on most machines."""
+    if available_bytes is None:
+        available_bytes = auto_budget(available_ram_bytes())
+    held = 4 * n * n
+    need = cg_memory_bytes(n, m, classes, ridges, kinds, folds)
+    return held <= HOLD_SHARE * available_bytes and need + held <= available_bytes
+
+
 def cg_product_cap(n: int) -> int:
     """Conjugate gradients' default cap on products with K for ``n`` training rows."""
     return 2 * n + 10

@@ -48,6 +48,8 @@ def kernels(tmp_path_factory):
     with h5py.File(path, "w") as f:
         f.create_dataset("k32", data=(x @ x.T / 40).astype(np.float32))
         f.create_dataset("rect", data=rng.standard_normal((37, 61)))  # float64, not square
+        y = rng.standard_normal((64, 40))  # rows of 256 bytes: held blocks used in place
+        f.create_dataset("k64", data=(y @ y.T / 40).astype(np.float32))
     return path
 
 
@@ -60,6 +62,23 @@ def test_the_lanes_give_the_sequential_pass_bit_for_bit(kernels, name, block_row
         assert np.array_equal(product(v), want)
         assert np.array_equal(product(v[:, 2]), sequential(kernels, name, block_rows, v[:, 2],
                                                            dtype))
+    assert lanes_alive() == []
+
+
+@pytest.mark.parametrize("name, block_rows", [("k32", 5), ("k64", 8), ("k64", 64),
+                                              ("rect", 4)])
+def test_a_held_kernel_gives_the_streamed_pass_bit_for_bit(kernels, name, block_rows):
+    """Held in memory as float32 (``held``), a pass multiplies the same blocks: the same
+    bits for the float32 and float64 products, a float64 kernel's float32 pass (its
+    rows rounded in memory instead of by HDF5) and float64 pass (streamed) too."""
+    op = H5KernelOperator(kernels, name, block_rows=block_rows)
+    v = np.random.default_rng(1).standard_normal((op.shape[1], 7))
+    want = (op.matmul(v), op.matmul32(v))
+    with op.held() as held:
+        assert held is op and op._held is not None
+        assert np.array_equal(op.matmul(v), want[0])
+        assert np.array_equal(op.matmul32(v), want[1])
+    assert op._held is None  # released with the block
     assert lanes_alive() == []
 
 

@@ -20,6 +20,7 @@ from kernelcli.solvers import (
 )
 
 # the preconditioner inside solve_cg is what is tested, not only the solve it speeds up
+from kernelcli.solvers._cg import FOLD_TOL
 from kernelcli.solvers._precondition import NystromPreconditioner, landmarks, pivoted_cholesky
 
 RIDGES = (1e-6, 1e-3, 1.0)
@@ -47,8 +48,9 @@ def counted(solve, *args, **kw):
 
 
 def assert_agrees_with_cholesky_per_fold(k, y, alphas, held, folds):
-    """Every ridge's weights match Cholesky's, and every fold's held-out predictions
-    match a direct solve on its training rows, to 1e-6 relative."""
+    """Every ridge's weights match Cholesky's to 1e-6 relative, and every fold's held-out
+    predictions a direct solve on its training rows to within ten times the folds'
+    tolerance (they stop there: their predictions only score the ridges)."""
     n = k.shape[0]
     reg_unit = np.trace(k) / n
     for r in RIDGES:
@@ -57,7 +59,7 @@ def assert_agrees_with_cholesky_per_fold(k, y, alphas, held, folds):
             keep = ~out
             a = np.linalg.solve(k[np.ix_(keep, keep)] + r * reg_unit * np.eye(keep.sum()),
                                 y[keep])
-            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 1e-6
+            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 10 * FOLD_TOL
 
 
 def test_preconditioned_ridges_agree_with_cholesky_in_fewer_products():
@@ -147,7 +149,7 @@ def test_mixed_precision_agrees_with_cholesky_for_every_ridge_and_fold(tmp_path)
             keep = ~out
             a = np.linalg.solve(k[np.ix_(keep, keep)] + r * reg_unit * np.eye(keep.sum()),
                                 y[keep])
-            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 1e-6
+            assert rel(held[r][out], k[np.ix_(out, keep)] @ a) < 10 * FOLD_TOL
     plain = CountedOperator(path, "ntk", block_rows=32)
     exact = solve_cg_ridges(plain, y, RIDGES, rank=30, mixed=False)
     assert plain.passes["float32"] == 0
