@@ -109,10 +109,13 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             kv = mv(v)
             out = v * ridge[cols]
             out += kv  # kv + v ridge: a sum of two rounds the same either way
-        else:
-            out = mask[:, cols if group is None else group[cols]]  # a copy: indexed
-            kv = mv(out * v)
-            np.multiply(out, kv, out=out)
+        else:  # one n x k buffer: the masked v, then the mask again, then the result
+            which = cols if group is None else group[cols]
+            out = mask[:, which]  # a copy: indexed
+            out *= v
+            kv = mv(out)
+            np.take(mask, which, axis=1, out=out)
+            out *= kv
             out += v * ridge[cols]
         if keep is not None:
             keep.append(kv)
@@ -198,8 +201,10 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
         del za
         rs[active] = rsa
         rz[active] = rz_new
-        if on_iteration is not None:
-            on_iteration(products, float(np.max(np.sqrt(rs) / scale)))
+        if on_iteration is not None:  # the columns still running: converged ones wait
+            rel = np.sqrt(rs) / scale
+            running = rel[np.sqrt(rs) > target]
+            on_iteration(products, float(np.max(running if running.size else rel)))
 
 
 def _check_tol(tol: float, maxiter: Optional[int], n: int) -> int:
@@ -230,7 +235,8 @@ def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional
     (``H5KernelOperator``, ``ArrayOperator``). ``b`` (n, k) or (n,).
     ``ridge_term``: the absolute value added to the diagonal, a float or one per
     column (k,). ``maxiter``: products with K (default ``2 n + 10``).
-    ``on_iteration(products, worst_relative_residual)`` is called after each step.
+    ``on_iteration(products, worst_relative_residual)`` is called after each step (the
+    worst of the columns not yet converged).
     """
     b = np.asarray(b, dtype=np.float64)
     vector = b.ndim == 1

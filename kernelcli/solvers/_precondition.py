@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 DEFAULT_RANK = 1000  # landmark columns; memory n * rank * 4 bytes (the factor in float32)
-_CHUNK_ROWS = 4096  # rows of the factor widened to float64 at a time in a product
+_CHUNK_ROWS = 4096  # rows of the factor in one product (or widened to float64)
 _SEED = 0
 _BLOCK = 100  # landmarks drawn per step of the pivoted Cholesky (one read of their rows)
 
@@ -164,12 +164,22 @@ class NystromPreconditioner:
         return out
 
     def _bt(self, r: np.ndarray) -> np.ndarray:
-        """``B^T r`` (rank, k) float64, by a float32 product (see ``apply``)."""
-        return (self.b.T @ r.astype(np.float32)).astype(np.float64)
+        """``B^T r`` (rank, k) float64, by float32 products ``_CHUNK_ROWS`` rows at a time
+        (see ``apply``; no float32 copy of the whole ``r``)."""
+        out = np.zeros((self.b.shape[1], r.shape[1]))
+        for s in range(0, self.b.shape[0], _CHUNK_ROWS):
+            rows = slice(s, s + _CHUNK_ROWS)
+            out += self.b[rows].T @ r[rows].astype(np.float32)
+        return out
 
     def _b(self, d: np.ndarray) -> np.ndarray:
-        """``B d`` (n, k) float64, by a float32 product."""
-        return (self.b @ d.astype(np.float32)).astype(np.float64)
+        """``B d`` (n, k) float64, by float32 products ``_CHUNK_ROWS`` rows at a time."""
+        d32 = d.astype(np.float32)
+        out = np.empty((self.b.shape[0], d.shape[1]))
+        for s in range(0, self.b.shape[0], _CHUNK_ROWS):
+            rows = slice(s, s + _CHUNK_ROWS)
+            out[rows] = self.b[rows] @ d32
+        return out
 
     @property
     def rank(self) -> int:

@@ -11,7 +11,8 @@ For ``n`` training and ``m`` test rows, ``C`` classes, ``R`` ridges, ``F`` folds
 * ``cg``: ``CG_PASSES`` passes over the stored kernel, each a float32 product with the
   sweep's columns (the folds' ``FOLD_SHARE`` of the passes: they stop early, see
   ``_cg.FOLD_TOL``), at the measured rate of that product, and the preconditioner's
-  float64 products beside it.
+  float32 products beside it at the same rate; and building the preconditioner (a
+  factor of ``n x rank``, an ``eigh`` of ``rank x rank`` per fold and the whole set).
 
 The rates are timed once per process on small problems (:func:`measured_rates`, about
 0.2 s); the shares and counts are this machine's measurements at N = 4,000-20,000
@@ -48,7 +49,8 @@ from ._precondition import DEFAULT_RANK
 DENSE_SHARE = 0.6  # the factorisation's and inverse's rate, of the matrix product's
 EIGEN_COST = 4.5  # eigh's multiply-adds, in n^3, at the product's rate
 CG_PASSES = 100  # passes over the kernel per kind at the default tolerance (66-96 seen)
-FOLD_SHARE = 0.6  # of those passes, the share the folds' columns take part in
+FOLD_SHARE = 0.3  # of those passes, the share the folds' columns take part in (0.3 at
+# N = 20,000: they stop at 1e-5, and most ridges' long before)
 # a float32 product with a kernel block runs at most this many times the float64
 # product's rate (2.1x measured): CG's price with it bounds CG from below
 STREAM_CEILING = 4.0
@@ -125,8 +127,10 @@ def route_seconds(route: str, n: int, m: int, classes: int, ridges: int, kinds: 
     columns = ridges * classes * (1 + folds * FOLD_SHARE)
     rank = min(n, DEFAULT_RANK)
     per_pass = (n * n * columns / rates.stream
-                + (2 * n * rank + VECTOR_OPS * n) * columns / rates.dense)
-    return kinds * CG_PASSES * per_pass + means
+                + 2 * n * rank * columns / rates.stream + VECTOR_OPS * n * columns / rates.dense)
+    # the preconditioner: the pivoted Cholesky factor, then a basis (an eigh) per system
+    build = (5 * n * rank ** 2 / 2 + (folds + 1) * EIGEN_COST * rank ** 3) / rates.dense
+    return kinds * (CG_PASSES * per_pass + build) + means
 
 
 def route_costs(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1,
