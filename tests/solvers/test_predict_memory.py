@@ -1,6 +1,6 @@
-"""``predict``'s Cholesky route counts everything it allocates before it starts: the
-factorisation (kernel, factor), the targets, the streamed test kernel
-and the results of every kind and ridge; a budget too small is refused before any
+"""``predict``'s Cholesky and CG routes count everything they allocate before they
+start: the factorisation (kernel, factor) or CG's blocks, vectors and held kernel, the
+targets, the streamed test kernel and the results of every kind and ridge; a budget too small is refused before any
 work (exit 2 in the CLI), naming what to change. In-process, small N."""
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ from test_train_test import write_cfg, write_data
 from helpers_cli import FLATTEN_NET, invoke, snapshot
 from kernelcli.errors import BudgetError
 from kernelcli.run import predict
-from kernelcli.solvers import cholesky_memory_bytes, solve_memory_bytes
+from kernelcli.solvers import (
+    cg_memory_bytes,
+    cholesky_memory_bytes,
+    hold_fits,
+    solve_memory_bytes,
+)
 
 pytestmark = pytest.mark.usefixtures("keep_process_state")
 
@@ -64,3 +69,25 @@ def test_too_small_a_budget_is_refused_before_any_work(run):
     assert predict(run, ridges=(0.1,), available_bytes=need - 1).solver == "cholesky"
     (run / "predictions.h5").unlink()
 
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_cg_holds_the_kernel_only_where_it_fits_and_its_count_holds(run, held):
+    """CG holds the float32 kernel (``4 N^2`` bytes) only where that and its streamed
+    need fit, and what it allocates stays within them either way."""
+    ridges = (1e-4, 1e-2, 1.0)
+    need = cg_memory_bytes(N, M, C, ridges=3, kinds=2)
+    budget = need + 4 * N * N if held else need
+    assert hold_fits(N, M, C, 3, 2, 5, budget) is held
+    assert not hold_fits(N, M, C, 3, 2, 5, 4 * N * N * 4 - 1)  # a quarter at most
+    predict(run, ridges=ridges, solver="cg", available_bytes=budget)  # set-up
+    (run / "predictions.h5").unlink()
+    tracemalloc.start()
+    try:
+        out = predict(run, ridges=ridges, solver="cg", available_bytes=budget)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        (run / "predictions.h5").unlink()
+    assert out.solver == "cg"
+    assert peak <= budget, (peak, budget)

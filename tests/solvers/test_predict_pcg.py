@@ -82,6 +82,16 @@ def test_every_ridge_and_fold_at_once_agree_with_direct_fold_solves():
     assert_agrees_with_cholesky_per_fold(k, y, alphas, held, folds)
 
 
+def test_progress_reports_the_columns_still_running():
+    """Once the folds stop at their tolerance, the residual reported is the whole set's
+    on its way to ``tol``, not the folds' standing still."""
+    k, y = rbf_kernel(200), targets(200)
+    seen: list = []
+    solve_cg_folds(k, y, RIDGES, 5, rank=20, tol=1e-10,
+                   on_iteration=lambda p, r: seen.append(r))
+    assert min(seen) <= 1e-9 < FOLD_TOL
+
+
 def test_the_preconditioner_is_exact_at_full_rank():
     """With every column a landmark, ``P = K + reg I``: CG ends in one or two products."""
     n = 80
