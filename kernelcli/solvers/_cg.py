@@ -201,10 +201,8 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
         del za
         rs[active] = rsa
         rz[active] = rz_new
-        if on_iteration is not None:  # the columns still running: converged ones wait
-            rel = np.sqrt(rs) / scale
-            running = rel[np.sqrt(rs) > target]
-            on_iteration(products, float(np.max(running if running.size else rel)))
+        if on_iteration is not None:  # the columns this step moved: converged ones wait
+            on_iteration(products, float(np.max(np.sqrt(rs[active]) / scale[active])))
 
 
 def _check_tol(tol: float, maxiter: Optional[int], n: int) -> int:
@@ -236,7 +234,7 @@ def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional
     ``ridge_term``: the absolute value added to the diagonal, a float or one per
     column (k,). ``maxiter``: products with K (default ``2 n + 10``).
     ``on_iteration(products, worst_relative_residual)`` is called after each step (the
-    worst of the columns not yet converged).
+    worst of the columns it moved: converged columns wait).
     """
     b = np.asarray(b, dtype=np.float64)
     vector = b.ndim == 1

@@ -23,6 +23,7 @@ from .._system import available_ram_bytes
 from ..config import format_size
 from ..errors import BudgetError, UsageError
 from ..plan import auto_budget
+from ._precondition import DEFAULT_RANK, LANDMARK_BLOCK
 
 # A sweep is a handful of values: each ridge is a solve, each (ridge, time) an (m, C)
 # prediction kept per kind; 64 bounds the work before it starts.
@@ -100,14 +101,18 @@ def flow_memory_bytes(n: int, m: int, classes: int = 1, ridges: int = 1,
 
 
 def cg_memory_bytes(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1,
-                    folds: int = 5, rank: int = 1000) -> int:
+                    folds: int = 5, rank: int = DEFAULT_RANK) -> int:
     """Peak bytes of ``predict``'s CG route for (n, n) training and (m, n) test kernels:
-    the operator's two lanes of row blocks, the float32 ``n x rank`` preconditioner
-    factor, eight ``n x C`` float64 vectors per ridge and system (the ``folds`` folds
-    and the whole set), and :func:`results_bytes`."""
-    return (min(STREAM_BLOCK_BYTES, 16 * n * n) + 4 * n * min(rank, n)
-            + 8 * 8 * n * classes * ridges * (folds + 1)
-            + results_bytes(n, m, classes, ridges, kinds))
+    the operator's two lanes of row blocks; each system's preconditioner basis (up to
+    ``rank x rank`` float64, the folds and the whole set) and ``eigh``'s work; then the
+    larger of building the factor (float64 ``n x rank``, its float32 copy and a step's
+    landmark columns) and iterating (the float32 factor and eight ``n x C`` float64
+    vectors per ridge and system); and :func:`results_bytes`."""
+    r = min(rank, n)
+    build = 12 * n * r + 16 * n * LANDMARK_BLOCK
+    iterate = 4 * n * r + 8 * 8 * n * classes * ridges * (folds + 1)
+    return (min(STREAM_BLOCK_BYTES, 16 * n * n) + 8 * (folds + 4) * r * r
+            + max(build, iterate) + results_bytes(n, m, classes, ridges, kinds))
 
 
 # The largest share of the available memory a held float32 kernel may take (the page

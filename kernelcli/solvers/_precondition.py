@@ -34,7 +34,7 @@ import numpy.typing as npt
 DEFAULT_RANK = 1000  # landmark columns; memory n * rank * 4 bytes (the factor in float32)
 _CHUNK_ROWS = 4096  # rows of the factor in one product (or widened to float64)
 _SEED = 0
-_BLOCK = 100  # landmarks drawn per step of the pivoted Cholesky (one read of their rows)
+LANDMARK_BLOCK = 100  # landmarks drawn per step of the pivoted Cholesky (one read of their rows)
 
 
 def landmarks(n: int, rank: int) -> np.ndarray:
@@ -44,7 +44,7 @@ def landmarks(n: int, rank: int) -> np.ndarray:
 
 
 def pivoted_cholesky(columns: Callable[[np.ndarray], np.ndarray], diagonal: np.ndarray,
-                     rank: int, block: int = _BLOCK) -> np.ndarray:
+                     rank: int, block: int = LANDMARK_BLOCK) -> np.ndarray:
     """``L`` (n, <= rank), ``K ~ L L^T``: block randomly pivoted Cholesky from the
     columns ``K[:, idx]`` (sorted, distinct ``idx``) and the diagonal of ``K``.
 

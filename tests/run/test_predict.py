@@ -258,7 +258,7 @@ def test_solver_choice_follows_the_memory_and_names_the_alternative():
     assert solve_memory_bytes(60_000) == 2 * 8 * 60_000**2  # the kernel and its factor
     assert choose_solver(1000, "auto", available_bytes=10**9) == "cholesky"
     assert choose_solver(60_000, "auto", available_bytes=16 * 2**30) == "cg"
-    assert choose_solver(60_000, "cg", available_bytes=2**30) == "cg"
+    assert choose_solver(60_000, "cg", available_bytes=2 * 2**30) == "cg"
     with pytest.raises(BudgetError, match="solver= cg on 60,000 training rows needs "):
         choose_solver(60_000, "cg", available_bytes=1)  # CG is costed too
     with pytest.raises(BudgetError) as err:
