@@ -220,6 +220,9 @@ def test_a_node_lost_mid_tile_sends_its_blocks_to_a_new_actor_and_status_shows_i
                                            timeout=60).stdout)
         assert status["ray"]["nodes_lost"] == record["nodes_lost"]
         assert not status["finished"]
+        # the replacement waits (no CPU free) past the pool's grace before the progress
+        # line says so: released earlier, it would be placed with nothing to say
+        assert wait_for(lambda: ray_record(run).get("waiting"), 60, step=0.1), ray_record(run)
         cluster.cmd("release")  # room again, on the head: a new actor takes the blocks
         out, err = finish(driver)
     finally:
