@@ -34,18 +34,26 @@ def run(tmp_path_factory):
     return folder / "run_tt"
 
 
-def test_the_count_holds_what_the_route_allocates(run):
-    need = cholesky_memory_bytes(N, M, C, ridges=3, kinds=2)
-    assert need > solve_memory_bytes(N) == 16 * N * N
-    # first-call set-up (the products' compilation for these shapes) is not the route's
-    predict(run, ridges=(1e-4, 1e-2, 1.0), solver="cholesky")
+def traced_peak(run, **options):
+    """``(result, peak bytes)`` of ``predict(run, **options)``: every array and object
+    Python allocated, after a first call (its set-up, the products' compilation for
+    these shapes, is not the route's); both calls' predictions.h5 removed."""
+    predict(run, **options)
+    (run / "predictions.h5").unlink()
     tracemalloc.start()
     try:
-        out = predict(run, ridges=(1e-4, 1e-2, 1.0), solver="cholesky", available_bytes=need)
-        peak = tracemalloc.get_traced_memory()[1]
+        out = predict(run, **options)
+        return out, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
         (run / "predictions.h5").unlink()
+
+
+def test_the_count_holds_what_the_route_allocates(run):
+    need = cholesky_memory_bytes(N, M, C, ridges=3, kinds=2)
+    assert need > solve_memory_bytes(N) == 16 * N * N
+    out, peak = traced_peak(run, ridges=(1e-4, 1e-2, 1.0), solver="cholesky",
+                            available_bytes=need)
     assert out.solver == "cholesky"
     # every array and object Python allocated (the factor is made in place in one)
     assert peak <= need, (peak, need)
@@ -80,14 +88,6 @@ def test_cg_holds_the_kernel_only_where_it_fits_and_its_count_holds(run, held):
     budget = need + 4 * N * N if held else need
     assert hold_fits(N, M, C, 3, 2, 5, budget) is held
     assert not hold_fits(N, M, C, 3, 2, 5, 4 * N * N * 4 - 1)  # a quarter at most
-    predict(run, ridges=ridges, solver="cg", available_bytes=budget)  # set-up
-    (run / "predictions.h5").unlink()
-    tracemalloc.start()
-    try:
-        out = predict(run, ridges=ridges, solver="cg", available_bytes=budget)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-        (run / "predictions.h5").unlink()
+    out, peak = traced_peak(run, ridges=ridges, solver="cg", available_bytes=budget)
     assert out.solver == "cg"
     assert peak <= budget, (peak, budget)
