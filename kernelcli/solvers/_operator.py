@@ -159,11 +159,6 @@ class H5KernelOperator:
     def __getstate__(self):  # a Stop (its lock) and a held copy stay in their process
         return {**self.__dict__, "stop": None, "_held": None}
 
-    @property
-    def held_bytes(self) -> int:
-        """Bytes of the float32 copy :meth:`held` keeps."""
-        return 4 * self.shape[0] * self.shape[1]
-
     @contextlib.contextmanager
     def held(self):
         """The kernel read once into memory as float32 for the block's duration.
@@ -173,14 +168,11 @@ class H5KernelOperator:
         also needs. Held, a float32 pass multiplies the copy's rows in place, and a
         float64 pass widens them (a float32 kernel only; a float64 one streams its
         float64 rows). The same values in the same blocks, so the same bits as
-        streaming. Costs :attr:`held_bytes` besides the page cache's copy: the caller
+        streaming. Costs ``4 N1 N2`` bytes besides the page cache's copy: the caller
         decides (:func:`~kernelcli.solvers._memory.hold_fits`)."""
-        held = aligned_empty(self.shape, np.float32)
-        with _open_dataset(self.path, self.dataset) as ds:
-            for start in range(0, self.shape[0], self.block_rows):
-                check(self.stop)
-                end = min(start + self.block_rows, self.shape[0])
-                ds.read_direct(held, np.s_[start:end], np.s_[start:end])
+        held = ResultFile(self.path).load(
+            self.dataset, lambda shape: aligned_empty(shape, np.float32),
+            lambda: check(self.stop))
         self._held = held
         try:
             yield self

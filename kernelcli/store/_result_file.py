@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import hashlib
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import h5py
 import numpy as np
@@ -157,11 +157,29 @@ class ResultFile:
 
     def load_float64(self, name: str) -> np.ndarray:
         """The whole kernel ``name`` as a C-ordered float64 array, with no float32 copy."""
+        return self.load(name, lambda shape: np.empty(shape, dtype=np.float64))
+
+    def load(self, name: str, allocate: Callable[[tuple], np.ndarray],
+             each_band: Optional[Callable[[], None]] = None) -> np.ndarray:
+        """The whole kernel ``name`` read into ``allocate(shape)`` (a C-ordered array of
+        the dtype wanted: HDF5 converts as it reads, with no other copy), in bands of at
+        most 64 MiB of stored rows; ``each_band()`` is called before each (a stop's
+        check)."""
         with self.kernel(name) as ds:
-            out = np.empty(ds.shape, dtype=np.float64)
-            if out.size:
-                ds.read_direct(out)
+            out = allocate(ds.shape)
+            step = _band_rows(ds)
+            for s in range(0, out.shape[0] if out.size else 0, step):
+                if each_band is not None:
+                    each_band()
+                rows = np.s_[s:s + step]
+                ds.read_direct(out, rows, rows)
         return out
+
+
+def _band_rows(dataset) -> int:
+    """Rows of an h5py dataset in one band: as many as fit in 64 MiB, at least one."""
+    row_bytes = max(1, dataset.dtype.itemsize * int(np.prod(dataset.shape[1:])))
+    return max(1, _BAND_BYTES // row_bytes)
 
 
 def row_bands(dataset):
@@ -171,8 +189,7 @@ def row_bands(dataset):
     if dataset.ndim == 0 or dataset.shape[0] == 0:
         yield 0, np.ascontiguousarray(dataset[...])
         return
-    row_bytes = max(1, dataset.dtype.itemsize * int(np.prod(dataset.shape[1:])))
-    step = max(1, _BAND_BYTES // row_bytes)
+    step = _band_rows(dataset)
     for s in range(0, dataset.shape[0], step):
         yield s, np.ascontiguousarray(dataset[s:s + step])
 
