@@ -76,7 +76,6 @@ class ProgressPrinter:
             self.stream.write(self.line(p) + "\n")
             self.stream.flush()
 
-
     def stage(self, text: str) -> None:
         """A step after the pairs that takes time of its own (verifying every tile and
         writing ``kernels.h5``: minutes at N = 50,000): a line of its own, so no wait

@@ -153,8 +153,15 @@ def cholesky_operations(n: int, m: int = 0, classes: int = 1, ridges: int = 1,
     return ridges * (kinds * per_ridge + variance_kinds * (n * n * m // 2))
 
 
+def preconditioner_operations(n: int, rank: int = DEFAULT_RANK) -> int:
+    """Multiply-adds of building CG's preconditioner: ``5 n rank^2 / 2``, the pivoted
+    Cholesky and the Gram matrices of the whole set and the folds."""
+    rank = min(rank, n)
+    return 5 * n * rank * rank // 2
+
+
 def cg_operations(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds: int = 1,
-                  folds: int = 5, rank: int = 1000) -> int:
+                  folds: int = 5, rank: int = DEFAULT_RANK) -> int:
     """An upper bound on the multiply-adds of ``predict``'s CG route: per kind one run
     of ``ridges x (folds + 1) x classes`` columns, each of :func:`cg_product_cap`
     products a product with K (``n^2`` per column) and the preconditioner's
@@ -164,8 +171,8 @@ def cg_operations(n: int, m: int = 0, classes: int = 1, ridges: int = 1, kinds: 
     a ridge that fails makes ``predict`` solve each ridge again alone (as much again)."""
     rank = min(rank, n)
     cols = ridges * (folds + 1) * classes
-    per_kind = (cg_product_cap(n) * (n * n + 2 * n * rank) * cols + 5 * n * rank * rank // 2
-                + ridges * m * n * classes)
+    per_kind = (cg_product_cap(n) * (n * n + 2 * n * rank) * cols
+                + preconditioner_operations(n, rank) + ridges * m * n * classes)
     return kinds * per_kind
 
 

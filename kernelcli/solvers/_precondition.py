@@ -108,11 +108,16 @@ def _basis(gram: np.ndarray, rows: int) -> tuple:
     return np.ascontiguousarray(v[:, keep] / np.sqrt(s2[keep])), s2[keep]
 
 
+def _row_chunks(n: int):
+    """Slices of ``_CHUNK_ROWS`` rows covering ``0..n-1``, in order."""
+    for s in range(0, n, _CHUNK_ROWS):
+        yield slice(s, s + _CHUNK_ROWS)
+
+
 def _widened(b32: np.ndarray):
     """``(rows, chunk)``: the float32 factor's rows widened to float64 ``_CHUNK_ROWS`` at
     a time (a float64 copy of the whole factor is what keeping it in float32 saves)."""
-    for s in range(0, b32.shape[0], _CHUNK_ROWS):
-        rows = slice(s, s + _CHUNK_ROWS)
+    for rows in _row_chunks(b32.shape[0]):
         yield rows, b32[rows].astype(np.float64)
 
 
@@ -167,8 +172,7 @@ class NystromPreconditioner:
         """``B^T r`` (rank, k) float64, by float32 products ``_CHUNK_ROWS`` rows at a time
         (see ``apply``; no float32 copy of the whole ``r``)."""
         out = np.zeros((self.b.shape[1], r.shape[1]))
-        for s in range(0, self.b.shape[0], _CHUNK_ROWS):
-            rows = slice(s, s + _CHUNK_ROWS)
+        for rows in _row_chunks(self.b.shape[0]):
             out += self.b[rows].T @ r[rows].astype(np.float32)
         return out
 
@@ -176,8 +180,7 @@ class NystromPreconditioner:
         """``B d`` (n, k) float64, by float32 products ``_CHUNK_ROWS`` rows at a time."""
         d32 = d.astype(np.float32)
         out = np.empty((self.b.shape[0], d.shape[1]))
-        for s in range(0, self.b.shape[0], _CHUNK_ROWS):
-            rows = slice(s, s + _CHUNK_ROWS)
+        for rows in _row_chunks(self.b.shape[0]):
             out[rows] = self.b[rows] @ d32
         return out
 

@@ -39,6 +39,7 @@ from ._memory import (
     cholesky_memory_bytes,
     eigen_memory_bytes,
     memory_refusal,
+    preconditioner_operations,
     solve_memory_bytes,
 )
 from ._precondition import DEFAULT_RANK
@@ -129,7 +130,8 @@ def route_seconds(route: str, n: int, m: int, classes: int, ridges: int, kinds: 
     per_pass = (n * n * columns / rates.stream
                 + 2 * n * rank * columns / rates.stream + VECTOR_OPS * n * columns / rates.dense)
     # the preconditioner: the pivoted Cholesky factor, then a basis (an eigh) per system
-    build = (5 * n * rank ** 2 / 2 + (folds + 1) * EIGEN_COST * rank ** 3) / rates.dense
+    build = (preconditioner_operations(n, rank)
+             + (folds + 1) * EIGEN_COST * rank ** 3) / rates.dense
     return kinds * (CG_PASSES * per_pass + build) + means
 
 
