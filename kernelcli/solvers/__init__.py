@@ -23,8 +23,8 @@ from ._bands import band_bounds as band_bounds
 from ._bands import serve_band as serve_band
 from ._cg import CGResult as CGResult
 from ._cg import solve_cg as solve_cg
-from ._cg import solve_cg_folds as solve_cg_folds
 from ._cg import solve_cg_ridges as solve_cg_ridges
+from ._cg_folds import solve_cg_folds as solve_cg_folds
 from ._cholesky import check_kernel_rows as check_kernel_rows
 from ._cholesky import check_ridges as check_ridges
 from ._cholesky import cholesky_factor as cholesky_factor

@@ -19,9 +19,8 @@ recurrence residual drift from the true one, so a column's residual is recompute
 with the float64 product (``matvec``) whenever it has fallen by ``_RELIABLE`` since
 it was last computed, keeping the search direction ("reliable updates", Sleijpen &
 van der Vorst 1996; mixed-precision CG, Clark et al. 2010); the stopping test is
-always on a float64 residual, so ``tol`` means the same with or without ``fast``. ``solve_cg_folds`` adds k-fold cross-validation to the
-same run (CG has no factor for the closed-form leave-one-out of ``_selection``):
-each fold is a masked column, so the folds cost no extra pass over K per iteration.
+always on a float64 residual, so ``tol`` means the same with or without ``fast``.
+``_cg_folds`` adds k-fold cross-validation to the same run, each fold a masked column.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from ._memory import cg_product_cap
 from ._messages import not_pd_message
 from ._operator import ArrayOperator
 from ._precondition import DEFAULT_RANK, NystromPreconditioner
-from ._selection import fold_masks
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,33 +50,31 @@ class CGResult:
     kx: Optional[np.ndarray] = None  # K @ (mask * x), the last (float64) product
 
 
-# The folds' relative residual: a held-out prediction then moves by about this much of
-# its size (7e-6 at most at N = 20,000, against the folds solved to 1e-7), below what
-# changes the mean squared error's printed digits or an arg-max but for an exact tie;
-# each decade costs about a tenth of the folds' passes (bench/scale.py compares the
-# choices against tol for every fold).
-FOLD_TOL = 1e-5
+# The whole set's relative residual: a test mean then lies within about half of it, as
+# a share of the largest mean, of the factorisation's (5e-9 at N = 4,000 for every
+# ridge of the default sweep, against 6e-11 at 1e-10): 200-fold inside the 1e-6 that
+# predictions promise, where the two decades below cost a fifth of a large solve's
+# passes (bench/scale.py compares the routes' predictions).
+TOL = 1e-8
 _RELIABLE = 1e-3  # a column's residual is recomputed in float64 when it fell this much
 _BATCH = 1e-1  # ... and with it every column that fell this much (one pass for them all)
+_ROWS = 4096  # rows per step of an in-place product or sum (a temporary of 4096 x k)
+
+
+def _by_rows(op, out: np.ndarray, v: np.ndarray, of=None, scale=None) -> None:
+    """``out = op(out, v[:, of] * scale)`` in place (``of`` None: all of ``v``; ``scale``
+    None: 1, else one per column), ``_ROWS`` rows at a time: the same values as the
+    whole expression, without its ``n x k`` temporaries (0.12 GB each at n = 50,000
+    and 300 columns)."""
+    for s in range(0, out.shape[0], _ROWS):
+        rows = v[s:s + _ROWS] if of is None else v[s:s + _ROWS][:, of]
+        if scale is not None:
+            rows = rows * scale
+        op(out[s:s + _ROWS], rows, out=out[s:s + _ROWS])
 
 
 def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
     return k.matmul if hasattr(k, "matmul") else k
-
-
-class _FoldTargets:
-    """The (n, k) right-hand sides of the folds' systems, ``mask[:, group] * y`` tiled
-    over the ridges and fold groups, made column by column where CG needs them (its
-    start and its float64 residuals) instead of held beside ``x``, ``r`` and ``p``: one
-    ``n x k`` float64 array fewer (0.11 GiB at n = 50,000 and 300 columns). The same
-    products, so the same values as the array."""
-
-    def __init__(self, mask: np.ndarray, group: np.ndarray, y: np.ndarray):
-        self.mask, self.group, self.y = mask, group, y
-        self.shape = (mask.shape[0], group.size)
-
-    def columns(self, cols: np.ndarray) -> np.ndarray:
-        return self.mask[:, self.group[cols]] * self.y[:, cols % self.y.shape[1]]
 
 
 def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
@@ -90,8 +86,9 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     ``P^{-1} r`` for those columns (preconditioned CG), or None. ``fast``: the
     iteration's product (mixed precision, see the module), or None for ``matvec``.
 
-    ``b``: an (n, k) array, or :class:`_FoldTargets` (its columns made where they are
-    needed). ``tol``: one relative residual for every column, or one per column (k,).
+    ``b``: an (n, k) array, or an object with ``shape`` and ``columns(cols)`` whose
+    columns are made where they are needed (the folds' targets, ``_cg_folds``).
+    ``tol``: one relative residual for every column, or one per column (k,).
     Memory: ``x``, ``r`` and ``p`` (n, k) live throughout, and ``b`` when it is
     an array; an iteration adds a handful more (the direction's columns, its product,
     the new residual and direction), and its sums are formed in place where that
@@ -99,25 +96,27 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     n = b.shape[0]
 
     def rhs(cols):
-        return b.columns(cols) if isinstance(b, _FoldTargets) else b[:, cols]
+        return b[:, cols] if isinstance(b, np.ndarray) else b.columns(cols)
 
     def prec(v, cols):
         return v.copy() if precond is None else precond(v, cols)
 
-    def apply(v, cols, mv=matvec, keep=None):
+    def apply(v, cols, mv=matvec, keep=None, of=None):
+        """``(M K M + reg) v`` for the columns ``cols``; ``of``: ``v`` is the whole
+        (n, k) array and its columns ``of`` are meant (read by rows, not copied)."""
         if mask is None:
-            kv = mv(v)
-            out = v * ridge[cols]
-            out += kv  # kv + v ridge: a sum of two rounds the same either way
+            v, of = (v, None) if of is None else (v[:, of], None)
+            kv = mv(v)  # the caller's array, perhaps: summed into a new one
+            out = np.array(kv, dtype=np.float64)
         else:  # one n x k buffer: the masked v, then the mask again, then the result
             which = cols if group is None else group[cols]
             out = mask[:, which]  # a copy: indexed
-            out *= v
+            _by_rows(np.multiply, out, v, of)
             kv = mv(out)
             np.take(mask, which, axis=1, out=out)
             out *= kv
-            out += v * ridge[cols]
-        if keep is not None:
+        _by_rows(np.add, out, v, of, ridge[cols])  # K v + v ridge: the sum rounds the same
+        if keep is not None:                      # either way, with no n x k temporary
             keep.append(kv)
         return out
 
@@ -132,24 +131,36 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     rz = np.einsum("ij,ij->j", r, p)  # r^T P^{-1} r: the step sizes
     products = exact = 0
     checked = rs.copy()  # ||r||^2 when each column's r was last computed in float64
+    # the final check: every column's float64 residual once, then only the columns it
+    # restarted (the others' x, so their residual and product, have not moved since)
+    unchecked = every
+    true_res = np.zeros(b.shape[1])
+    kx: Optional[np.ndarray] = None
     while True:
         active = np.flatnonzero(np.sqrt(rs) > target)
         if active.size == 0:
             kept: list = []
-            true_r = rhs(every)
-            true_r -= apply(x, every, keep=kept)
+            true_r = rhs(unchecked)
+            true_r -= apply(x, unchecked, keep=kept,
+                            of=None if unchecked.size == x.shape[1] else unchecked)
             products += 1
             exact += 1
-            true_res = np.linalg.norm(true_r, axis=0)
-            restart = np.flatnonzero(true_res > target)
-            if restart.size == 0:
-                return CGResult(x, products, true_res / scale, exact, kept[0])
+            if kx is None:
+                kx = kept[0]
+            else:
+                kx[:, unchecked] = kept[0]
+            true_res[unchecked] = np.linalg.norm(true_r, axis=0)
+            bad = true_res[unchecked] > target[unchecked]
+            if not bad.any():
+                return CGResult(x, products, true_res / scale, exact, kx)
+            restart, true_r = unchecked[bad], true_r[:, bad]
+            unchecked = restart
             checked[restart] = true_res[restart] ** 2
-            r[:, restart] = true_r[:, restart]
-            zr = prec(true_r[:, restart], restart)
+            r[:, restart] = true_r
+            zr = prec(true_r, restart)
             p[:, restart] = zr
             rs[restart] = true_res[restart] ** 2
-            rz[restart] = np.einsum("ij,ij->j", true_r[:, restart], zr)
+            rz[restart] = np.einsum("ij,ij->j", true_r, zr)
             continue
         if products >= maxiter:
             rel = np.sqrt(rs) / scale
@@ -180,7 +191,9 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             # before the next direction is made from it: p then follows the true residual
             sel = np.flatnonzero(rsa < _BATCH ** 2 * checked[active])
             cols = active[sel]
-            ra[:, sel] = rhs(cols) - apply(x[:, cols], cols)
+            fresh = apply(x, cols, of=cols)
+            ra[:, sel] = np.subtract(rhs(cols), fresh, out=fresh)
+            del fresh
             products += 1
             exact += 1
             rsa[sel] = checked[cols] = np.einsum("ij,ij->j", ra[:, sel], ra[:, sel])
@@ -208,7 +221,7 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
 def _check_tol(tol: float, maxiter: Optional[int], n: int) -> int:
     if not (np.isfinite(tol) and tol > 0):
         raise UsageError.naming(f"<<cg_tol>>: {tol!r} is not accepted; give a number > 0 "
-                                f"(e.g. 1e-10)")
+                                f"(e.g. {TOL:g})")
     if maxiter is None:
         return cg_product_cap(n)
     if int(maxiter) != maxiter or maxiter < 1:
@@ -224,7 +237,7 @@ def _check_rank(rank) -> int:
     return int(rank)
 
 
-def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional[int] = None,
+def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = TOL, maxiter: Optional[int] = None,
              kind: str = "kernel",
              on_iteration: Optional[Callable[[int, float], None]] = None) -> CGResult:
     """Solve ``(K + diag(ridge_term)) X = b`` by conjugate gradients.
@@ -259,7 +272,7 @@ def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = 1e-10, maxiter: Optional
 
 
 def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: bool = True,
-                    tol: float = 1e-10, maxiter: Optional[int] = None, kind: str = "kernel",
+                    tol: float = TOL, maxiter: Optional[int] = None, kind: str = "kernel",
                     on_iteration: Optional[Callable[[int, float], None]] = None,
                     rank: int = DEFAULT_RANK, mixed: bool = True) -> dict[float, np.ndarray]:
     """``{ridge: alpha (n, C)}`` like ``solve_cholesky``, by conjugate gradients.
@@ -326,70 +339,3 @@ def _failures(kind, ridges, regs, trace_scaled, tol, per_ridge):
                 f"larger <<ridges>>, <<cg_maxiter>> or <<cg_tol>>")
 
     return not_pd, not_converged
-
-
-def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
-                   trace_scaled: bool = True, tol: float = 1e-10,
-                   fold_tol: float = FOLD_TOL,
-                   maxiter: Optional[int] = None, kind: str = "kernel",
-                   on_iteration: Optional[Callable[[int, float], None]] = None,
-                   rank: int = DEFAULT_RANK, mixed: bool = True
-                   ) -> tuple[dict[float, np.ndarray], dict[float, np.ndarray]]:
-    """``({ridge: alpha (n, C)}, {ridge: held-out predictions (n, C)})``: the fit of
-    ``solve_cg_ridges`` and k-fold cross-validation, in one CG run.
-
-    Row ``i`` is held out in fold ``i mod folds``; each fold is solved on the other
-    rows with the whole set's regulariser (``ridge * trace(K)/n``) and predicts its
-    own rows. The ``(folds + 1) x C x len(ridges)`` columns share every product
-    with K; the held-out predictions come from the last (float64) one. ``rank``,
-    ``mixed``: as in ``solve_cg_ridges``; each fold is preconditioned on its own rows.
-    ``fold_tol``: the folds' relative residual (at least ``tol``): their solutions only
-    score the ridges, so they stop where the held-out predictions are settled far
-    below the scores' own resolution (see ``FOLD_TOL``), and the whole set's columns,
-    which make the published coefficients, go on to ``tol``.
-    """
-    ridges = check_ridges(ridges)
-    op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
-    n = op.shape[0]
-    if op.shape != (n, n):
-        raise DataError(f"the {kind} training kernel must be square (n, n), got shape {op.shape}")
-    y = _check_targets(targets, n)
-    c = y.shape[1]
-    held = fold_masks(n, folds)
-    keep = np.vstack([np.ones((1, n), bool), ~held]).astype(np.float64)  # (F+1, n)
-    per_ridge = keep.shape[0] * c
-    trace = op.trace()
-    regs = [regularizer(r, trace, n, trace_scaled) for r in ridges]
-    # column j of the (n, R (F+1) C) system solves on the rows of fold group[j]: the
-    # (n, F+1) mask, not one column of it per CG column (n x 300 float64 at 5 ridges)
-    group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(ridges))
-    mask = np.ascontiguousarray(keep.T)
-    b = _FoldTargets(mask, group, y)
-    ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), per_ridge)
-    maxiter = _check_tol(tol, maxiter, n)
-    _check_tol(fold_tol, maxiter, n)
-    col_tol = np.where(group == 0, tol, max(tol, fold_tol))
-
-    not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, col_tol, per_ridge)
-    pre = None
-    if _check_rank(rank):
-        pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank, masks=keep > 0,
-                                    group=group, columns=getattr(op, "columns", None),
-                                    diagonal=_diagonal(op)).apply
-    out = _cg(op.matmul, b, ridge_cols, col_tol, maxiter, on_iteration, not_pd, not_converged,
-              mask=mask, precond=pre, fast=_fast(op, mixed), group=group)
-    fold_cols = np.concatenate([np.arange(i * per_ridge + c, (i + 1) * per_ridge)
-                                for i in range(len(ridges))])
-    # every fold's alpha times K: the final float64 residual's product had it (the
-    # folds' x are zero outside their rows)
-    assert out.kx is not None  # _cg returns its last product
-    fold_pred = out.kx[:, fold_cols]
-    alphas, held_out = {}, {}
-    for i, r in enumerate(ridges):
-        alphas[r] = out.x[:, i * per_ridge:i * per_ridge + c].copy()
-        pred = np.empty((n, c))
-        for f in range(held.shape[0]):
-            s = (i * held.shape[0] + f) * c
-            pred[held[f]] = fold_pred[held[f], s:s + c]
-        held_out[r] = pred
-    return alphas, held_out

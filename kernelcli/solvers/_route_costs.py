@@ -10,7 +10,7 @@ For ``n`` training and ``m`` test rows, ``C`` classes, ``R`` ridges, ``F`` folds
   ``O(n^2 C)`` per ridge (:mod:`._eigen_sweep`);
 * ``cg``: ``CG_PASSES`` passes over the stored kernel, each a float32 product with the
   sweep's columns (the folds' ``FOLD_SHARE`` of the passes: they stop early, see
-  ``_cg.FOLD_TOL``), at the measured rate of that product, and the preconditioner's
+  ``_cg_folds.FOLD_TOL``), at the measured rate of that product, and the preconditioner's
   float32 products beside it at the same rate; and building the preconditioner (a
   factor of ``n x rank``, an ``eigh`` of ``rank x rank`` per fold and the whole set).
 

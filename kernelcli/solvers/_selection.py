@@ -11,7 +11,7 @@ with the diagonal of the inverse the squared column norms of ``L^{-1}``
 (``inverse_diagonal``: ``n^3 / 3`` flops, as much as the factorisation, made in the
 factor's own memory where the caller is done with it). The regulariser stays the one of
 the whole set (``ridge * trace(K)/n``). Conjugate gradients have no factor: there
-the score is k-fold cross-validation (``_cg.solve_cg_folds``), folds ``i mod k``.
+the score is k-fold cross-validation (``_cg_folds.solve_cg_folds``), folds ``i mod k``.
 """
 
 from __future__ import annotations

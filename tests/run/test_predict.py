@@ -206,7 +206,8 @@ def test_solve_cg_on_a_vector_with_per_column_ridges():
     assert res.x.shape == (50,) and res.residual[0] <= 1e-12
     np.testing.assert_allclose(res.x, direct(k, b, 0.3), rtol=1e-9)
     bb = np.stack([b, 2 * b, np.zeros(50)], axis=1)
-    res = solve_cg(lambda v: k @ v, bb, ridge_term=np.array([0.3, 1.0, 5.0]))
+    res = solve_cg(lambda v: k @ v, bb, ridge_term=np.array([0.3, 1.0, 5.0]),
+                   tol=1e-10)
     np.testing.assert_allclose(res.x[:, 1], direct(k, 2 * b, 1.0), rtol=1e-8)
     assert np.array_equal(res.x[:, 2], np.zeros(50))
 
