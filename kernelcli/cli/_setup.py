@@ -21,11 +21,15 @@ import click
 
 from .. import _env, _interrupt
 from .._blas import choose_blas_core
+from .._malloc import return_large_frees
 from . import _output
 
 # compute, resume, estimate and extend stop at their safe points; the other commands
 # have none (and write only under temporary names): a signal ends them at once
 WITH_SAFE_POINTS = ("compute", "resume", "estimate", "extend")
+# the commands whose solves free large arrays every iteration (:mod:`kernelcli._malloc`)
+SOLVING = ("predict",)
+_console = False  # run as the console script (its own process), not in-process
 
 
 @contextlib.contextmanager
@@ -34,9 +38,11 @@ def cli_process(in_process: bool):
     the console script, stdout whose failed writes are errors (:mod:`._output`). Called
     in-process (``in_process``), stdout is the caller's, and the handlers, log levels,
     warning filters and XLA's C++ log level are put back afterwards."""
+    global _console
     saved = _interrupt.install()
     if not in_process:
         _output.guard_stdout()
+        _console = True
     state = _ProcessState() if in_process else None
     try:
         yield
@@ -49,8 +55,12 @@ def cli_process(in_process: bool):
 def configure_process(command: Optional[str]) -> None:
     """Before ``command`` parses its options: how signals end it, the host's device
     count and the compilation cache (both before jax is imported), and the OpenBLAS
-    kernels (before numpy is imported: :mod:`kernelcli._blas`)."""
+    kernels (before numpy is imported: :mod:`kernelcli._blas`); as the console script, a
+    solving command's allocator thresholds (:mod:`kernelcli._malloc`: in-process they
+    could not be put back)."""
     choose_blas_core()
+    if _console and command in SOLVING:
+        return_large_frees()
     _interrupt.set_immediate(command not in WITH_SAFE_POINTS)
     from ..run import configure_host_devices
 

@@ -139,10 +139,13 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
     while True:
         active = np.flatnonzero(np.sqrt(rs) > target)
         if active.size == 0:
+            # r and p are not read again but for the columns the check sends back, which
+            # start over from their float64 residual: dropped during the check's product
+            del r, p
             kept: list = []
-            true_r = rhs(unchecked)
-            true_r -= apply(x, unchecked, keep=kept,
-                            of=None if unchecked.size == x.shape[1] else unchecked)
+            true_r = apply(x, unchecked, keep=kept,
+                           of=None if unchecked.size == x.shape[1] else unchecked)
+            true_r = np.subtract(rhs(unchecked), true_r, out=true_r)
             products += 1
             exact += 1
             if kx is None:
@@ -156,6 +159,7 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
             restart, true_r = unchecked[bad], true_r[:, bad]
             unchecked = restart
             checked[restart] = true_res[restart] ** 2
+            r, p = np.zeros(b.shape), np.zeros(b.shape)
             r[:, restart] = true_r
             zr = prec(true_r, restart)
             p[:, restart] = zr
