@@ -49,9 +49,9 @@ from ._precondition import DEFAULT_RANK
 # 4.6 n^3 at the product's rate
 DENSE_SHARE = 0.6  # the factorisation's and inverse's rate, of the matrix product's
 EIGEN_COST = 4.5  # eigh's multiply-adds, in n^3, at the product's rate
-CG_PASSES = 100  # passes over the kernel per kind at the default tolerance (66-96 seen)
-FOLD_SHARE = 0.3  # of those passes, the share the folds' columns take part in (0.3 at
-# N = 20,000: they stop at 1e-5, and most ridges' long before)
+CG_PASSES = 80  # passes over the kernel per kind at the default tolerances (53-94 seen)
+FOLD_SHARE = 0.25  # of those passes, the share the folds' columns take part in (0.24 and
+# 0.31 at N = 20,000: they stop at 1e-3, and most ridges' long before)
 # a float32 product with a kernel block runs at most this many times the float64
 # product's rate (2.1x measured): CG's price with it bounds CG from below
 STREAM_CEILING = 4.0
