@@ -288,20 +288,13 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
     it); 0 for plain CG. ``mixed``: float32 products inside the iteration with float64
     residuals (the module's mixed precision), where the operator has ``matmul32``.
     """
-    ridges = check_ridges(ridges)
-    op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
-    n = op.shape[0]
-    if op.shape != (n, n):
-        raise DataError(f"the {kind} training kernel must be square (n, n), got shape {op.shape}")
-    y = _check_targets(targets, n)
-    c = y.shape[1]
-    trace = op.trace()
-    regs = [regularizer(r, trace, n, trace_scaled) for r in ridges]
-    b = np.tile(y, (1, len(ridges)))
+    sweep, op, y, regs = _system(k_train, targets, ridges, trace_scaled, kind)
+    n, c = y.shape
+    b = np.tile(y, (1, len(sweep)))
     ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), c)
     maxiter = _check_tol(tol, maxiter, n)
 
-    not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, tol, c)
+    not_pd, not_converged = _failures(kind, sweep, regs, trace_scaled, tol, c)
     pre = None
     if _check_rank(rank):
         pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank,
@@ -309,7 +302,20 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
                                     diagonal=_diagonal(op)).apply
     out = _cg(op.matmul, b, ridge_cols, tol, maxiter, on_iteration, not_pd, not_converged,
               precond=pre, fast=_fast(op, mixed))
-    return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(ridges)}
+    return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(sweep)}
+
+
+def _system(k_train, targets, ridges, trace_scaled: bool, kind: str) -> tuple:
+    """``(ridges, operator, targets (n, C), regularisers)`` of a ridge sweep on the square
+    training kernel ``k_train`` (an array or an operator), each checked."""
+    ridges = check_ridges(ridges)
+    op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
+    n = op.shape[0]
+    if op.shape != (n, n):
+        raise DataError(f"the {kind} training kernel must be square (n, n), got shape {op.shape}")
+    y = _check_targets(targets, n)
+    trace = op.trace()
+    return ridges, op, y, [regularizer(r, trace, n, trace_scaled) for r in ridges]
 
 
 def _diagonal(op) -> Optional[np.ndarray]:

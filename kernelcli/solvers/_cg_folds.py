@@ -14,7 +14,6 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from ..errors import DataError
 from ._cg import (
     TOL,
     _by_rows,
@@ -24,9 +23,8 @@ from ._cg import (
     _diagonal,
     _failures,
     _fast,
+    _system,
 )
-from ._cholesky import _check_targets, check_ridges, regularizer
-from ._operator import ArrayOperator
 from ._precondition import DEFAULT_RANK, NystromPreconditioner
 from ._selection import fold_masks
 
@@ -74,21 +72,14 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     below the scores' own resolution (see ``FOLD_TOL``), and the whole set's columns,
     which make the published coefficients, go on to ``tol``.
     """
-    ridges = check_ridges(ridges)
-    op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
-    n = op.shape[0]
-    if op.shape != (n, n):
-        raise DataError(f"the {kind} training kernel must be square (n, n), got shape {op.shape}")
-    y = _check_targets(targets, n)
-    c = y.shape[1]
+    sweep, op, y, regs = _system(k_train, targets, ridges, trace_scaled, kind)
+    n, c = y.shape
     held = fold_masks(n, folds)
     keep = np.vstack([np.ones((1, n), bool), ~held]).astype(np.float64)  # (F+1, n)
     per_ridge = keep.shape[0] * c
-    trace = op.trace()
-    regs = [regularizer(r, trace, n, trace_scaled) for r in ridges]
     # column j of the (n, R (F+1) C) system solves on the rows of fold group[j]: the
     # (n, F+1) mask, not one column of it per CG column (n x 300 float64 at 5 ridges)
-    group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(ridges))
+    group = np.tile(np.repeat(np.arange(keep.shape[0]), c), len(sweep))
     mask = np.ascontiguousarray(keep.T)
     b = _FoldTargets(mask, group, y)
     ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), per_ridge)
@@ -96,7 +87,7 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     _check_tol(fold_tol, maxiter, n)
     col_tol = np.where(group == 0, tol, max(tol, fold_tol))
 
-    not_pd, not_converged = _failures(kind, ridges, regs, trace_scaled, col_tol, per_ridge)
+    not_pd, not_converged = _failures(kind, sweep, regs, trace_scaled, col_tol, per_ridge)
     pre = None
     if _check_rank(rank):
         pre = NystromPreconditioner(op.matmul, n, ridge_cols, rank, masks=keep > 0,
@@ -105,13 +96,13 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     out = _cg(op.matmul, b, ridge_cols, col_tol, maxiter, on_iteration, not_pd, not_converged,
               mask=mask, precond=pre, fast=_fast(op, mixed), group=group)
     fold_cols = np.concatenate([np.arange(i * per_ridge + c, (i + 1) * per_ridge)
-                                for i in range(len(ridges))])
+                                for i in range(len(sweep))])
     # every fold's alpha times K: the final float64 residual's product had it (the
     # folds' x are zero outside their rows)
     assert out.kx is not None  # _cg returns its last product
     fold_pred = out.kx[:, fold_cols]
     alphas, held_out = {}, {}
-    for i, r in enumerate(ridges):
+    for i, r in enumerate(sweep):
         alphas[r] = out.x[:, i * per_ridge:i * per_ridge + c].copy()
         pred = np.empty((n, c))
         for f in range(held.shape[0]):

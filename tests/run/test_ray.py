@@ -156,7 +156,9 @@ def _tile_workers(psutil, head_pid: int) -> list:
 def test_ray_run_survives_a_killed_worker_and_is_bit_identical_to_a_local_run(tmp_path,
                                                                              ray_cluster):
     psutil = ray_cluster["psutil"]
-    cfg = write_case(tmp_path)
+    # 80 images: 55 tiles, seconds of tile tasks for the loop below to see one running
+    # (at 40 a loaded machine's run could end before a scan of the workers found one)
+    cfg = write_case(tmp_path, n=80)
     local = subprocess.run([KERNELCLI, "compute", str(cfg), "--run-dir", str(tmp_path / "local"),
                             "--quiet"], capture_output=True, text=True, timeout=120)
     assert local.returncode == 0, local.stderr
