@@ -35,7 +35,7 @@ from ._cholesky import _check_targets, check_ridges, regularizer
 from ._memory import cg_product_cap
 from ._messages import not_pd_message
 from ._operator import ArrayOperator
-from ._precondition import DEFAULT_RANK, NystromPreconditioner
+from ._precondition import DEFAULT_RANK, NystromPreconditioner, _row_chunks
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,19 +58,18 @@ class CGResult:
 TOL = 1e-7
 _RELIABLE = 1e-3  # a column's residual is recomputed in float64 when it fell this much
 _BATCH = 1e-1  # ... and with it every column that fell this much (one pass for them all)
-_ROWS = 4096  # rows per step of an in-place product or sum (a temporary of 4096 x k)
 
 
 def _by_rows(op, out: np.ndarray, v: np.ndarray, of=None, scale=None) -> None:
     """``out = op(out, v[:, of] * scale)`` in place (``of`` None: all of ``v``; ``scale``
-    None: 1, else one per column), ``_ROWS`` rows at a time: the same values as the
-    whole expression, without its ``n x k`` temporaries (0.12 GB each at n = 50,000
-    and 300 columns)."""
-    for s in range(0, out.shape[0], _ROWS):
-        rows = v[s:s + _ROWS] if of is None else v[s:s + _ROWS][:, of]
+    None: 1, else one per column), by the preconditioner's chunks of rows: the same
+    values as the whole expression, without its ``n x k`` temporaries (0.12 GB each at
+    n = 50,000 and 300 columns)."""
+    for chunk in _row_chunks(out.shape[0]):
+        rows = v[chunk] if of is None else v[chunk][:, of]
         if scale is not None:
             rows = rows * scale
-        op(out[s:s + _ROWS], rows, out=out[s:s + _ROWS])
+        op(out[chunk], rows, out=out[chunk])
 
 
 def _as_matvec(k) -> Callable[[np.ndarray], np.ndarray]:
@@ -105,7 +104,8 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
         """``(M K M + reg) v`` for the columns ``cols``; ``of``: ``v`` is the whole
         (n, k) array and its columns ``of`` are meant (read by rows, not copied)."""
         if mask is None:
-            v, of = (v, None) if of is None else (v[:, of], None)
+            if of is not None:
+                v, of = v[:, of], None
             kv = mv(v)  # the caller's array, perhaps: summed into a new one
             out = np.array(kv, dtype=np.float64)
         else:  # one n x k buffer: the masked v, then the mask again, then the result
@@ -288,8 +288,9 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
     it); 0 for plain CG. ``mixed``: float32 products inside the iteration with float64
     residuals (the module's mixed precision), where the operator has ``matmul32``.
     """
-    sweep, op, y, regs = _system(k_train, targets, ridges, trace_scaled, kind)
+    sweep, op, y = _system(k_train, targets, ridges, kind)
     n, c = y.shape
+    regs = _regularisers(op, sweep, trace_scaled)
     b = np.tile(y, (1, len(sweep)))
     ridge_cols = np.repeat(np.asarray(regs, dtype=np.float64), c)
     maxiter = _check_tol(tol, maxiter, n)
@@ -305,17 +306,22 @@ def solve_cg_ridges(k_train, targets, ridges: Iterable[float], *, trace_scaled: 
     return {r: out.x[:, i * c:(i + 1) * c].copy() for i, r in enumerate(sweep)}
 
 
-def _system(k_train, targets, ridges, trace_scaled: bool, kind: str) -> tuple:
-    """``(ridges, operator, targets (n, C), regularisers)`` of a ridge sweep on the square
-    training kernel ``k_train`` (an array or an operator), each checked."""
+def _system(k_train, targets, ridges, kind: str) -> tuple:
+    """``(ridges, operator, targets (n, C))`` of a ridge sweep on the square training
+    kernel ``k_train`` (an array or an operator), each checked; nothing read yet."""
     ridges = check_ridges(ridges)
     op = k_train if hasattr(k_train, "matmul") else ArrayOperator(k_train)
     n = op.shape[0]
     if op.shape != (n, n):
         raise DataError(f"the {kind} training kernel must be square (n, n), got shape {op.shape}")
-    y = _check_targets(targets, n)
+    return ridges, op, _check_targets(targets, n)
+
+
+def _regularisers(op, ridges, trace_scaled: bool) -> list:
+    """Each ridge's absolute regulariser (``solve_cholesky``'s convention), reading the
+    kernel's diagonal: after the caller's checks of what it was given."""
     trace = op.trace()
-    return ridges, op, y, [regularizer(r, trace, n, trace_scaled) for r in ridges]
+    return [regularizer(r, trace, op.shape[0], trace_scaled) for r in ridges]
 
 
 def _diagonal(op) -> Optional[np.ndarray]:

@@ -23,6 +23,7 @@ from ._cg import (
     _diagonal,
     _failures,
     _fast,
+    _regularisers,
     _system,
 )
 from ._precondition import DEFAULT_RANK, NystromPreconditioner
@@ -72,9 +73,10 @@ def solve_cg_folds(k_train, targets, ridges: Iterable[float], folds: int = 5, *,
     below the scores' own resolution (see ``FOLD_TOL``), and the whole set's columns,
     which make the published coefficients, go on to ``tol``.
     """
-    sweep, op, y, regs = _system(k_train, targets, ridges, trace_scaled, kind)
+    sweep, op, y = _system(k_train, targets, ridges, kind)
     n, c = y.shape
     held = fold_masks(n, folds)
+    regs = _regularisers(op, sweep, trace_scaled)
     keep = np.vstack([np.ones((1, n), bool), ~held]).astype(np.float64)  # (F+1, n)
     per_ridge = keep.shape[0] * c
     # column j of the (n, R (F+1) C) system solves on the rows of fold group[j]: the

@@ -18,12 +18,10 @@ _PROBE = """
 import sys
 import numpy as np
 from kernelcli._malloc import return_large_frees
-set_ = sys.argv[1] == "set"
-took = return_large_frees() if set_ else None
+from kernelcli._system import _proc_kib
+took = return_large_frees() if sys.argv[1] == "set" else None
 def rss():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) * 1024
+    return _proc_kib("/proc/self/status", "VmRSS")
 a = np.ones(3 * 2**20); del a            # 24 MB, mapped, freed: the threshold rises
 keep, before = [], rss()
 for _ in range(20):
@@ -34,7 +32,8 @@ print(took, (rss() - before) // 2**20)
 """
 
 
-@pytest.mark.skipif(not GLIBC, reason="glibc's mallopt")
+@pytest.mark.skipif(not GLIBC, reason="the setting is glibc's mallopt; other C "
+                                       "libraries keep their own behaviour")
 def test_large_arrays_freed_go_back_to_the_system():
     """Without the setting the probe's heap keeps a freed 20 MB array; with it, none."""
     def run(mode):
