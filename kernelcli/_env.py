@@ -24,6 +24,7 @@ NO_GPU_WARNING = "KERNELCLI_NO_GPU_WARNING"
 PACK_TILES = "KERNELCLI_PACK_TILES"
 NATIVE_BUILD_SECONDS = "KERNELCLI_NATIVE_BUILD_SECONDS"
 RAY_WAIT_SECONDS = "KERNELCLI_RAY_WAIT_SECONDS"
+CPU_LEVEL = "KERNELCLI_CPU_LEVEL"
 
 #: name -> the module that uses it (as docs/environment.md's "read by" column says).
 VARIABLES = {
@@ -32,6 +33,7 @@ VARIABLES = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "kernelcli/cli/_setup.py",
     "XDG_CACHE_HOME": "kernelcli/_env.py",
     "XLA_FLAGS": "kernelcli/pipeline/_devices.py",
+    CPU_LEVEL: "kernelcli/kernels/_cpu_level.py",
     CHUNK_BYTES: "kernelcli/kernels/_kernel_fn.py",
     FUSION_EMITTERS: "kernelcli/kernels/_xla.py",
     "HDF5_EXTFILE_PREFIX": "kernelcli/data/_h5.py",
@@ -40,7 +42,7 @@ VARIABLES = {
     NO_GPU_WARNING: "kernelcli/cli/_setup.py",
     PACK_TILES: "kernelcli/pipeline/_executor.py",
     NATIVE_BUILD_SECONDS: "kernelcli/kernels/_native_build.py",
-    "OPENBLAS_CORETYPE": "kernelcli/_blas.py",
+    "OPENBLAS_CORETYPE": "kernelcli/kernels/_cpu_level.py",
     "RAY_ADDRESS": "kernelcli/pipeline/_ray.py",
     RAY_WAIT_SECONDS: "kernelcli/pipeline/_ray_pool.py",
 }
@@ -161,3 +163,13 @@ def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
         return Path(jax_dir).expanduser()
     base = get("XDG_CACHE_HOME", environ) or str(Path.home() / ".cache")
     return Path(base).expanduser() / "kernelcli" / "jax"
+
+
+def cpu_level(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``KERNELCLI_CPU_LEVEL``: the CPU level new runs compute at (``x86-64-v2``,
+    ``-v3`` or ``-v4``: :mod:`kernelcli.kernels._cpu_level`); ``None`` (unset or empty):
+    the best level this CPU runs. Whether this CPU runs it is checked there."""
+    value = get(CPU_LEVEL, environ)
+    if value is None or not value.strip():
+        return None
+    return value.strip()

@@ -8,14 +8,16 @@ import importlib
 def lazy_names(package: str, table: dict, namespace: dict):
     """``(__getattr__, __dir__)`` for ``package`` (its ``__name__``): each name of
     ``table`` is taken from its module (relative to the package; ``None``: the name is
-    the package's submodule) on first use and kept in ``namespace`` (its globals)."""
+    the package's submodule; ``(module, attribute)``: a name its module spells otherwise)
+    on first use and kept in ``namespace`` (its globals)."""
 
     def getattr_(name):
         if name not in table:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module = table[name]
+        module, attribute = (table[name] if isinstance(table[name], tuple)
+                             else (table[name], name))
         value = (importlib.import_module(f".{name}", package) if module is None
-                 else getattr(importlib.import_module(module, package), name))
+                 else getattr(importlib.import_module(module, package), attribute))
         namespace[name] = value
         return value
 

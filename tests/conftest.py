@@ -28,11 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import jax
-import numpy as np
-import pytest
+# The CLI's CPU level (XLA's instruction set, OpenBLAS's kernels), pinned as the CLI pins
+# it, before jax and numpy load: runs made in-process then continue in a `kernelcli`
+# subprocess, and the reverse.
+from kernelcli.kernels._cpu_level import pin
 
-from kernelcli.config import RunConfig, load_config
+pin()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from kernelcli.config import RunConfig, load_config  # noqa: E402
 
 
 # The CLI's persistent compilation cache (kernelcli/cli/_setup.py): one folder per test

@@ -20,8 +20,8 @@ from typing import Mapping, Optional, Sequence
 import click
 
 from .. import _env, _interrupt
-from .._blas import choose_blas_core
 from .._malloc import return_large_frees
+from ..kernels._cpu_level import pin as pin_cpu_level
 from . import _output
 
 # compute, resume, estimate and extend stop at their safe points; the other commands
@@ -54,11 +54,12 @@ def cli_process(in_process: bool):
 
 def configure_process(command: Optional[str]) -> None:
     """Before ``command`` parses its options: how signals end it, the host's device
-    count and the compilation cache (both before jax is imported), and the OpenBLAS
-    kernels (before numpy is imported: :mod:`kernelcli._blas`); as the console script, a
+    count and the compilation cache (both before jax is imported), and the CPU level
+    (XLA's instruction set and OpenBLAS's kernels, before jax and numpy load:
+    :mod:`kernelcli.kernels._cpu_level`); as the console script, a
     solving command's allocator thresholds (:mod:`kernelcli._malloc`: in-process they
     could not be put back)."""
-    choose_blas_core()
+    pin_cpu_level()
     if _console and command in SOLVING:
         return_large_frees()
     _interrupt.set_immediate(command not in WITH_SAFE_POINTS)

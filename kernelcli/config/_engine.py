@@ -28,11 +28,15 @@ class Engine:
     take; revision 1 is what runs recorded before the key); ``native_library``: the
     identity of its library (16 hex digits; ``None`` for native runs from before the
     identity was recorded). Both are the native engine's alone: ``None`` for the others.
+    ``cpu_level``: the CPU level its tiles were computed at (``kernels._cpu_level``: the
+    XLA instruction set and OpenBLAS kernels that decide their last bits, on every
+    engine; ``None`` for runs from before it was recorded).
     """
 
     name: str
     native_revision: Optional[int] = None
     native_library: Optional[str] = None
+    cpu_level: Optional[str] = None
 
     def __post_init__(self):
         if self.name not in ENGINE_NAMES:

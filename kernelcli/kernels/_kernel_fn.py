@@ -51,7 +51,7 @@ from ..config import (
     walk,
 )
 from ..errors import ConfigError, RunDirError
-from . import _native
+from . import _cpu_level, _native
 from ._compose import SLAB_BYTES, any_full, count_variance_layers, live_states
 from ._flat import is_flat_input
 from ._input_stats import Stats
@@ -89,6 +89,9 @@ class KernelFn:
         passes it.
       native_library: the identity of the native library the run's tiles were computed
         with (``None``: this process's); another is refused, never mixed.
+      cpu_level: the CPU level the run's tiles were computed at (``None``: this
+        process's, :func:`~._cpu_level.in_force`); on a CPU, a process at another level
+        refuses to compile (:class:`RunDirError`), so it never adds other bits.
 
     ``engine`` (the attribute) is the :class:`~kernelcli.config.Engine` it computes with:
     the name, and for the native engine the revision and this process's library.
@@ -98,7 +101,7 @@ class KernelFn:
                  kinds: Sequence[str] = KINDS, dtype: str = "float32",
                  augment: Sequence[str] = (), engine: str = "cpu",
                  chunk: Optional[int] = None, native_revision: Optional[int] = None,
-                 native_library: Optional[str] = None):
+                 native_library: Optional[str] = None, cpu_level: Optional[str] = None):
         if engine not in ENGINE_NAMES:
             raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINE_NAMES)} "
                              f"(resolve 'auto' with resolve_engine first)")
@@ -130,9 +133,10 @@ class KernelFn:
             library = _native.library().identity
             if native_library is not None and native_library != library:
                 raise RunDirError(_native.identity_problem(native_library))  # a shard, a worker
-            self.engine = Engine("native", int(native_revision or _native.REVISION), library)
+            self.engine = Engine("native", int(native_revision or _native.REVISION), library,
+                                 cpu_level or _cpu_level.in_force())
         else:
-            self.engine = Engine(engine)
+            self.engine = Engine(engine, cpu_level=cpu_level or _cpu_level.in_force())
         self._want_ntk = "ntk" in self.base_kinds
         self._net = LayerPass(arch, self.input_shape, self.base_kinds, self.group,
                               self.n_spatial, standard=arch.parameterization == "standard",
@@ -155,7 +159,8 @@ class KernelFn:
                       else slab * max(1, chunk_bytes // (slab * per_pair)))
         self._programs = Programs(Traced(self._net, self.chunk, self.flat_input,
                                          self._trace.runs),
-                                  self.dtype, compiler_options(self.full_cov))
+                                  self.dtype, compiler_options(self.full_cov),
+                                  self._check_level)
         self._stats_jit = self._programs.stats
         self._pairs_jit = self._programs.pairs
         self._grid_jit = self._programs.grid
@@ -212,6 +217,17 @@ class KernelFn:
     def _scope(self):
         """JAX's precision mode of this kernel, for this thread (see ``x64_scope``)."""
         return x64_scope(self.dtype)
+
+    def _check_level(self) -> None:
+        """Before a program is compiled: on a CPU, this process computes at the run's
+        CPU level (XLA's code for another level would give its tiles other last bits).
+        Elsewhere XLA's code follows the device, not the host's level."""
+        import jax
+
+        if jax.default_backend() == "cpu":
+            why = _cpu_level.problem(self.engine.cpu_level)
+            if why is not None:
+                raise RunDirError(f"this run cannot be continued here: {why}")
 
     def _check_output_is_flat(self):
         for s in self._trace.shapes[1].values():
@@ -396,12 +412,12 @@ class KernelFn:
 def build_kernel_fn(arch: Architecture, input_shape: Sequence[int], kinds: Sequence[str] = KINDS,
                     dtype: str = "float32", augment: Sequence[str] = (), engine: str = "cpu",
                     chunk: Optional[int] = None, native_revision: Optional[int] = None,
-                    native_library: Optional[str] = None
+                    native_library: Optional[str] = None, cpu_level: Optional[str] = None
                     ) -> KernelFn:
     """The compiled NNGP/NTK of ``arch`` for examples of shape ``input_shape``; with
     ``augment``, averaged over that flip group (``kernel.augment``); ``engine``: the
     execution engine (``"cpu"``, ``"native"`` or ``"accelerator"``, see :func:`resolve_engine`);
-    ``chunk``, ``native_revision``, ``native_library``: see :class:`KernelFn`."""
+    ``chunk``, ``native_revision``, ``native_library``, ``cpu_level``: see :class:`KernelFn`."""
     return KernelFn(arch, input_shape, kinds, dtype, augment, engine, chunk, native_revision,
-                    native_library)
+                    native_library, cpu_level)
 

@@ -78,15 +78,17 @@ class Programs:
     once per shape, kept): ``stats`` (the per-input pass), ``pairs`` (a pair batch),
     ``grid`` (a flat-input block), and through :meth:`mesh` the first two as one
     program over a device mesh. ``traced``: the functions they trace
-    (``_layer_pass.Traced``)."""
+    (``_layer_pass.Traced``); ``check``: called before each compilation, may raise
+    (the CPU level's check, ``KernelFn._check_level``)."""
 
-    def __init__(self, traced, dtype, options):
-        self.stats = SerialJit(traced.stats_fn, dtype, compiler_options=options)
-        self.pairs = SerialJit(traced.pairs_fn, dtype, compiler_options=options)
-        self.grid = SerialJit(traced.grid_fn, dtype, compiler_options=options)
+    def __init__(self, traced, dtype, options, check=lambda: None):
+        self.stats = SerialJit(traced.stats_fn, dtype, check, compiler_options=options)
+        self.pairs = SerialJit(traced.pairs_fn, dtype, check, compiler_options=options)
+        self.grid = SerialJit(traced.grid_fn, dtype, check, compiler_options=options)
         self._traced = traced
         self._dtype = dtype
         self._options = options
+        self._check = check
         self._mesh_jits: dict = {}  # (program, device ids) -> SerialJit over that mesh
 
     def mesh(self, program: str, mesh) -> SerialJit:
@@ -99,5 +101,6 @@ class Programs:
                             (False, False, False, False, True, True))
             else:
                 fn = mapped(self._traced.stats_fn, mesh, (True,))
-            self._mesh_jits[key] = SerialJit(fn, self._dtype, compiler_options=self._options)
+            self._mesh_jits[key] = SerialJit(fn, self._dtype, self._check,
+                                             compiler_options=self._options)
         return self._mesh_jits[key]

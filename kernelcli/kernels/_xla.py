@@ -88,7 +88,8 @@ def x64_scope(dtype):
 class SerialJit:
     """``jax.jit(fn, **options)`` whose compilations (one per device and argument
     shapes) run one at a time, then are called directly; every trace and call in the
-    JAX precision mode of ``dtype`` (:func:`x64_scope`).
+    JAX precision mode of ``dtype`` (:func:`x64_scope`); ``check`` is called before each
+    compilation and may raise (a process at another CPU level than its run's).
 
     Threads that call it at once (the device runner, ``_runner.py``: on different
     devices, or several on one, as the cpu engine's do) would otherwise compile
@@ -101,9 +102,10 @@ class SerialJit:
     SPMD program over the devices.)
     """
 
-    def __init__(self, fn, dtype="float32", **options):
+    def __init__(self, fn, dtype="float32", check=lambda: None, **options):
         self._jit = jax.jit(fn, **options)
         self._dtype = dtype
+        self._check = check
         self._compiled: dict = {}
         self._lock = threading.Lock()
 
@@ -139,4 +141,5 @@ class SerialJit:
         return exe
 
     def _compile(self, args):
+        self._check()
         return self._jit.lower(*args).compile()

@@ -46,7 +46,9 @@ class KernelFnSpec:
     ``chunk``, the cpu engine's pairs per chunk, and ``stored_engine``, the engine with
     its native revision and library (``None`` for a new run: ``KERNELCLI_CHUNK_BYTES``
     or the default, and ``compute.engine`` resolved where the kernel is built, with
-    today's revision and that process's library)."""
+    today's revision and that process's library). ``cpu_level``: the CPU level the run
+    computes at (a stored run's; on Ray, once the first actor has said its own, every
+    actor's and the record's); ``None``: each process's own."""
 
     architecture: Architecture
     input_shape: tuple[int, ...]
@@ -55,6 +57,7 @@ class KernelFnSpec:
     augment: tuple[str, ...] = ()
     chunk: Optional[int] = None
     stored_engine: Optional[Engine] = None
+    cpu_level: Optional[str] = None
 
     @classmethod
     def of(cls, cfg: RunConfig, input_shape, chunk: Optional[int] = None,
@@ -62,7 +65,7 @@ class KernelFnSpec:
         """The spec of ``cfg``'s kernel on examples of ``input_shape``."""
         return cls(cfg.architecture, tuple(int(s) for s in input_shape),
                    tuple(cfg.kernel.kinds), cfg.kernel.dtype, tuple(cfg.kernel.augment),
-                   chunk, stored_engine)
+                   chunk, stored_engine, stored_engine.cpu_level if stored_engine else None)
 
     def build(self, engine: str, platform: str, stop=None):
         """The kernel function with ``engine`` (``compute.engine``, or the engine an
@@ -76,7 +79,8 @@ class KernelFnSpec:
         return build_kernel_fn(self.architecture, self.input_shape, self.kinds, self.dtype,
                                self.augment, engine=name, chunk=self.chunk,
                                native_revision=stored.native_revision if stored else None,
-                               native_library=stored.native_library if stored else None)
+                               native_library=stored.native_library if stored else None,
+                               cpu_level=self.cpu_level)
 
 
 @dataclass

@@ -226,9 +226,25 @@ def _native_here(run_dir, engine: Engine) -> None:
         raise RunDirError(f"{run_dir}: {why}")
 
 
+def _level_here(cfg, engine: Engine) -> None:
+    """A run continues at the CPU level it recorded: pinned here while jax's backend has
+    not started (the CLI's resume, extend and shards), and refused where this process
+    computes at another (its tiles' last bits would differ). On Ray each actor checks
+    its own (``KernelFn``): the driver computes no tile."""
+    from ..kernels import cpu_level_problem, pin_cpu_level
+
+    pin_cpu_level(engine.cpu_level)
+    if cfg.compute.executor == "local":
+        why = cpu_level_problem(engine.cpu_level)
+        if why is not None:
+            raise RunDirError(f"{cfg.output.run_dir}: {why}")
+
+
 def _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
              backend, stop, check_values, progress) -> Job:
     check(stop)
+    if stored is not None:
+        _level_here(cfg, stored.engine)
     inputs = open_inputs(cfg, check_values=check_values, preprocess=preprocess,
                          fit=fit_preprocess, appends=(extension or {}).get("append", ()),
                          stop=stop)

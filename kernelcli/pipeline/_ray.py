@@ -56,6 +56,7 @@ sets when Ray is imported); it is turned off for the ``ray.init`` call alone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import threading
@@ -225,9 +226,11 @@ class RayBackend:
         try:
             self._start(spec, engine)
             info = self.call("info")
-            # the other actors take the engine the first resolved ("auto" could resolve
-            # differently on another node: tiles of two engines differ in their last bits)
-            self.args = (self.args[0], info["engine"], *self.args[2:])
+            # the other actors take the engine and the CPU level of the first ("auto"
+            # could resolve differently on another node, and another node's CPU may
+            # compute at another level: tiles of either would differ in their last bits)
+            spec = dataclasses.replace(spec, cpu_level=info["cpu_level"])
+            self.args = (spec, info["engine"], *self.args[2:])
             kfn = spec.build(info["engine"], info["platform"])
 
             def compiled_memory(rows: int, cols: int, pairs: int) -> int:

@@ -36,6 +36,11 @@ class KernelWorker:
     """
 
     def __init__(self, spec: KernelFnSpec, engine: str, memory: Optional[int], share: int):
+        from ..kernels import pin_cpu_level
+
+        # before jax's backend starts: the run's CPU level, or for a new run's first
+        # actor this node's (KERNELCLI_CPU_LEVEL, else its best), which the run records
+        pin_cpu_level(spec.cpu_level)
         import jax
 
         self.compiles = 0
@@ -64,7 +69,8 @@ class KernelWorker:
         devices = self.share if self.platform == "cpu" else 1
         budget, source, memory = memory_budget(self.memory, jax.local_devices()[:1], devices)
         return dict(platform=self.platform, devices=devices, budget=budget, source=source,
-                    memory=memory, **engine_facts(self.kfn))
+                    memory=memory, cpu_level=self.kfn.engine.cpu_level,
+                    **engine_facts(self.kfn))
 
     def where(self) -> tuple:
         """``(node id, node address)`` of this actor: answered once it is placed and

@@ -25,8 +25,8 @@ about 1e-7 of ``|K| |v|``, is why ``_cg`` recomputes the residual with ``matmul`
 
 Both products of a row block are one jitted XLA dot (:func:`block_product`, jax on the
 CPU, float32 at ``Precision.HIGHEST``: no reduced-precision path), not numpy's: numpy's
-OpenBLAS is held to its Haswell kernels on AVX-512 CPUs (``kernelcli._blas``: SkylakeX's
-crash), whose sgemm costs about 1.7x XLA's on the same block, and XLA does not call
+OpenBLAS is held to its Haswell kernels on AVX-512 CPUs (the CPU level, ``kernels._cpu_level``:
+SkylakeX's crash), whose sgemm costs about 1.7x XLA's on the same block, and XLA does not call
 OpenBLAS. The block is read into a 64-byte aligned buffer, which XLA then uses in place
 (no copy). The band workers of ``_bands`` call the same function, so a spread product
 stays bit-identical to this one. The kernel layer is not imported: jax only.

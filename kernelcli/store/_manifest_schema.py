@@ -14,7 +14,8 @@ Keys (``plan`` holds the block planner's: the geometry's fields, :data:`GEOMETRY
 plus ``test_diagonal``, ``dtype`` and, from runs that record it, ``chunk``, the cpu
 engine's pairs per chunk, which the planner sizes pair batches by; ``engine`` the
 execution engine, :func:`engine_fields`: its ``name`` and, for the native engine,
-``native_revision`` and ``native_library``, its library's identity)::
+``native_revision`` and ``native_library``, its library's identity, and on every engine
+``cpu_level``, the CPU level its tiles were computed at)::
 
     format, kernelcli_version, name, config_text, config_dir, config_dir_from_run,
     config_fingerprint, data_fingerprints, plan, engine,
@@ -48,6 +49,7 @@ from ._run_files import LABELS
 FORMAT = 3
 _FORMATS = (2, FORMAT)  # what is read
 _ENGINE_IN_PLAN = ("engine", "native", "native_library")  # format 2's keys of plan
+_MAX_LEVEL = 120  # characters of engine.cpu_level (a name, or an ISA and a core)
 LINEAGE = "lineage"
 _MAX_N = 1 << 40
 _MAX_REVISION = 1 << 20
@@ -115,6 +117,8 @@ def engine_fields(engine: Engine) -> dict:
         out["native_revision"] = engine.native_revision
         if engine.native_library is not None:  # _native_recipe.identity
             out["native_library"] = engine.native_library
+    if engine.cpu_level is not None:  # kernels._cpu_level.in_force
+        out["cpu_level"] = engine.cpu_level
     return out
 
 
@@ -341,13 +345,14 @@ def engine_of(manifest: dict, run_dir) -> Engine:
         section = manifest.get("engine")
         if not isinstance(section, dict):
             raise DamagedFileError(f"{where}: engine is {_show(section)}; expected a mapping "
-                                   f"(name, native_revision, native_library)")
+                                   f"(name, native_revision, native_library, cpu_level)")
         e = section
         stale = [k for k in _ENGINE_IN_PLAN if k in p]
         if stale:
             raise DamagedFileError(f"{where}: plan.{stale[0]} is a key of format 2; format "
                                    f"{FORMAT} records the engine in engine")
-        keys = {k: f"engine.{k}" for k in ("name", "native_revision", "native_library")}
+        keys = {k: f"engine.{k}" for k in ("name", "native_revision", "native_library",
+                                            "cpu_level")}
         extra = sorted(set(e) - set(keys))
         if extra:
             raise DamagedFileError(f"{where}: engine.{extra[0]} is not a key of engine; "
@@ -363,8 +368,14 @@ def engine_of(manifest: dict, run_dir) -> Engine:
         raise DamagedFileError(f"{where}: {keys['native_library']} is {_show(lib)}; "
                                f"expected 16 hexadecimal digits (the native library's "
                                f"identity)")
+    level = e.get("cpu_level")
+    if level is not None and not (isinstance(level, str) and 0 < len(level) <= _MAX_LEVEL
+                                  and level.isprintable() and level.isascii()):
+        raise DamagedFileError(f"{where}: {keys['cpu_level']} is {_show(level)}; expected "
+                               f"a CPU level (such as x86-64-v3: up to {_MAX_LEVEL} "
+                               f"printable characters)")
     try:
-        return Engine(e["name"], e.get("native_revision"), lib)
+        return Engine(e["name"], e.get("native_revision"), lib, level)
     except ValueError as exc:
         raise DamagedFileError(f"{where}: {keys['name']} is {_show(e['name'])}, which "
                                f"does not go with what else it records ({exc})") from None

@@ -1,14 +1,21 @@
-"""Golden bits: the native library's kernels of a few networks, as its identity computed
-them (``tests/fixtures/native_bits.npz``), bit for bit, on every variant this CPU runs.
+"""Golden bits: the kernels of a few networks on the native engine, as its library's
+identity computed them at each CPU level (``tests/fixtures/native_bits.npz``), bit for
+bit, on every level and native variant this CPU runs.
 
-A run records its library's identity and resumes only with that identity, so the bits
-of one identity must never move: the fixture holds them. A change of the sources or the
-flags is a new identity: this test then fails until the fixture is made again, on
-purpose, once the change is known to be meant (``python tests/kernels/test_native_bits.py
---write``). Runs started by the old identity are refused by the new one, never mixed.
+A run records its library's identity and its CPU level (``engine.cpu_level``: XLA's
+instruction set and OpenBLAS's kernels, ``kernels/_cpu_level.py``) and continues only
+with both, so the bits of one identity at one level must never move, whatever CPU runs
+them. The fixture holds the levels whose bits are the same on every CPU that runs them:
+``x86-64-v3`` and ``x86-64-v2`` (``bench/cpu_bits.py`` compared this machine capped at
+each with an emulated CPU of that level). ``x86-64-v4`` is not held: no second kind of
+AVX-512 CPU has confirmed its bits. A change of the sources or the flags is a new
+identity: these tests then fail until the fixture is made again, on purpose, once the
+change is known to be meant (``python tests/kernels/test_native_bits.py --write``).
 
-Other variants are checked in a process of a copied package whose record lists that
-variant only (``--check``), as a CPU with only its features loads it."""
+Each level runs in a process of its own, pinned to it (``KERNELCLI_CPU_LEVEL``) before
+jax and numpy load, as the CLI pins it; a variant other than this CPU's best runs from
+a copied package whose record lists that variant only, as a CPU with only its features
+loads it."""
 
 from __future__ import annotations
 
@@ -19,22 +26,30 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
+if __name__ == "__main__":  # a process of one level: pinned before jax and numpy load
+    from kernelcli.kernels._cpu_level import pin
+
+    pin()
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FIXTURE = HERE.parent / "fixtures" / "native_bits.npz"
 NAMES = ("seed", "valid", "filter_5x3", "standard_no_bias", "mixed_chain", "myrtle_like",
          "flatten", "pool_then_diagonal")
+LEVELS = ("x86-64-v3", "x86-64-v2")  # the levels the fixture holds (see above)
 
 
-def kernels() -> dict:
-    """``{"<net>/<dtype>/<kind>": array}`` by the native engine, with the identity."""
+def kernels(level: str) -> dict:
+    """``{"<level>/<net>/<dtype>/<kind>": array}`` by the native engine, with the
+    library's identity; this process must compute at ``level``."""
     from test_native import NETS
 
     from kernelcli import kernel_fn
-    from kernelcli.kernels import native_library
+    from kernelcli.kernels import cpu_level_in_force, native_library
 
+    assert cpu_level_in_force() == level, cpu_level_in_force()
     x = np.random.default_rng(7).standard_normal((5, 6, 6, 2))
     out = {"identity": np.array(native_library().identity)}
     for name in NAMES:
@@ -42,17 +57,23 @@ def kernels() -> dict:
         for dtype in ("float32", "float64"):
             got = kfn(x, get=("nngp", "ntk"), dtype=dtype, engine="native")
             for kind, a in zip(("nngp", "ntk"), got):
-                out[f"{name}/{dtype}/{kind}"] = a
+                out[f"{level}/{name}/{dtype}/{kind}"] = a
     return out
 
 
-def differences(got: dict) -> list:
-    """What differs from the fixture: names, or the identity."""
+def differences(got: dict, level: str) -> list:
+    """What differs from the fixture's bits at ``level``: names, or the identity."""
     with np.load(FIXTURE) as want:
         if str(want["identity"]) != str(got["identity"]):
             return [f"identity {got['identity']} (the fixture's: {want['identity']})"]
-        return [k for k in want.files if k != "identity"
+        return [k for k in want.files if k.startswith(f"{level}/")
                 and not np.array_equal(want[k], got[k])]
+
+
+def _runnable() -> tuple:
+    from kernelcli.kernels import _cpu_level  # the levels this CPU runs
+
+    return _cpu_level.runnable()
 
 
 def _skip_unless_native():
@@ -62,22 +83,13 @@ def _skip_unless_native():
         pytest.skip(f"the native engine: {native_unavailable()}")
 
 
-def test_the_fixture_is_this_librarys_and_its_bits_are_the_same():
-    _skip_unless_native()
-    assert differences(kernels()) == [], (
-        "the native library's sources or flags changed, or its bits moved: if the change is "
-        "meant, make the fixture again with `python tests/kernels/test_native_bits.py --write`")
-
-
-@pytest.mark.slow
-def test_every_variant_this_cpu_runs_gives_the_same_bits(tmp_path):
+def _in_a_process(tmp_path, level: str, variant=None, *args) -> subprocess.CompletedProcess:
+    """This file run at ``level``, from a copy of the package whose record lists only
+    ``variant`` where one is given."""
     from kernelcli.kernels import _native_recipe as recipe  # the variants and their record
-    from kernelcli.kernels import native_library
 
-    _skip_unless_native()
-    for variant in recipe.cpu_variants():
-        if variant == native_library().variant:
-            continue  # the test above
+    path = [str(HERE), str(HERE.parent)]
+    if variant is not None:
         root = tmp_path / variant
         shutil.copytree(recipe.NATIVE.parent.parent, root / "kernelcli",
                         ignore=shutil.ignore_patterns("__pycache__"))
@@ -85,24 +97,67 @@ def test_every_variant_this_cpu_runs_gives_the_same_bits(tmp_path):
         rec = json.loads(record.read_text())
         rec["libraries"] = {variant: rec["libraries"][variant]}
         record.write_text(json.dumps(rec))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (root, HERE, HERE.parent))),
-               "KERNELCLI_CACHE_DIR": "off"}
-        proc = subprocess.run([sys.executable, __file__, "--check", variant], env=env,
-                              capture_output=True, text=True, timeout=600)
+        path.insert(0, str(root))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "KERNELCLI_CACHE_DIR": "off",
+           "KERNELCLI_CPU_LEVEL": level}
+    env.pop("XLA_FLAGS", None)  # the level's own instruction set, not this process's
+    env.pop("OPENBLAS_CORETYPE", None)
+    return subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_the_fixture_is_this_librarys_and_its_bits_are_the_same(tmp_path):
+    """At x86-64-v3 (what AVX2 and AVX-512 CPUs both run) with this CPU's best variant."""
+    _skip_unless_native()
+    if LEVELS[0] not in _runnable():
+        pytest.skip(f"this CPU does not run {LEVELS[0]}")
+    proc = _in_a_process(tmp_path, LEVELS[0], None, "--check", LEVELS[0])
+    assert proc.returncode == 0, (
+        proc.stdout + proc.stderr + "\nthe native library's sources or flags changed, or "
+        "its bits moved: if the change is meant, make the fixture again with "
+        "`python tests/kernels/test_native_bits.py --write`")
+
+
+@pytest.mark.slow
+def test_every_level_this_cpu_runs_gives_the_fixtures_bits_with_its_own_variant(tmp_path):
+    """Each level with the variant a CPU of that level loads: the bits of every CPU."""
+    from kernelcli.kernels import _native_recipe as recipe
+
+    _skip_unless_native()
+    levels = [lv for lv in LEVELS if lv in _runnable()]
+    assert levels, "no level of the fixture runs here"
+    for level in levels:
+        variant = level if level in recipe.cpu_variants() else None
+        proc = _in_a_process(tmp_path, level, variant, "--check", level, variant or "")
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 if __name__ == "__main__":
     sys.path[:0] = [str(HERE), str(HERE.parent)]
-    if sys.argv[1:] == ["--write"]:
-        np.savez_compressed(FIXTURE, **kernels())
-        print(f"wrote {FIXTURE}")
+    if sys.argv[1:] == ["--write"]:  # every level, each in a process of its own
+        import tempfile
+
+        found: dict = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for level in LEVELS:
+                out = Path(tmp) / f"{level}.npz"
+                proc = _in_a_process(Path(tmp), level, None, "--dump", level, str(out))
+                if proc.returncode != 0:
+                    sys.exit(proc.stdout + proc.stderr)
+                with np.load(out) as got:
+                    found.update({k: got[k] for k in got.files})
+        np.savez_compressed(FIXTURE, **found)
+        print(f"wrote {FIXTURE}: {', '.join(LEVELS)}")
+    elif sys.argv[1:2] == ["--dump"]:
+        np.savez(sys.argv[3], **kernels(sys.argv[2]))
     elif sys.argv[1:2] == ["--check"]:
         from kernelcli.kernels import describe_native, native_library
 
-        assert native_library().variant == sys.argv[2], describe_native()
-        diff = differences(kernels())
-        print(f"{describe_native()}: {diff or 'the same bits'}")
+        if sys.argv[3:4] not in ([], [""]):
+            assert native_library().variant == sys.argv[3], describe_native()
+        diff = differences(kernels(sys.argv[2]), sys.argv[2])
+        print(f"{describe_native()} at {sys.argv[2]}: {diff or 'the same bits'}")
         sys.exit(1 if diff else 0)
     else:
-        sys.exit("usage: python tests/kernels/test_native_bits.py --write | --check VARIANT")
+        sys.exit("usage: python tests/kernels/test_native_bits.py --write | "
+                 "--check LEVEL [VARIANT] | --dump LEVEL OUT")

@@ -136,7 +136,7 @@ def test_predict_with_job_array_shards_writes_the_same_predictions_bit_for_bit(f
                                                                                tmp_path):
     """The CLI as a job array runs it: two `predict RUN --shard I/2` processes and the
     coordinating `predict RUN --executor shards --workers 2`. Each a subprocess, the
-    local one too: the CLI chooses OpenBLAS's core before numpy loads (kernelcli._blas),
+    local one too: the CLI chooses OpenBLAS's core before numpy loads (kernelcli.kernels._cpu_level),
     which this test process, with numpy loaded, did not, and the bits follow the core."""
     import json
     import shutil
