@@ -63,6 +63,9 @@ def main(argv=None):
     from kernelcli.run import configure_host_devices
 
     if not a.library:
+        from kernelcli.kernels import pin_cpu_level
+
+        pin_cpu_level()  # KERNELCLI_CPU_LEVEL, else this CPU's best, as `kernelcli compute`
         configure_host_devices()  # one XLA host device per core, as `kernelcli compute`
     import jax
     from jax import monitoring

@@ -122,6 +122,8 @@ def print_status(report) -> None:
         line += (f"; native library {engine.native_library}, which a resume needs"
                  if engine.native_library else "; no native library recorded: a resume "
                  "needs the kernelcli that started it")
+    line += (f"; CPU level {engine.cpu_level}, which a resume pins" if engine.cpu_level
+             else "; no CPU level recorded")
     click.echo(line + ")")
     click.echo(f"files: {report.files:,} in the run directory; tiles: {report.tile_packs:,} "
                f"packs and {report.tiles_loose:,} files of their own")

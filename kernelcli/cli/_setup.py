@@ -21,7 +21,7 @@ import click
 
 from .. import _env, _interrupt
 from .._malloc import return_large_frees
-from ..kernels._cpu_level import pin as pin_cpu_level
+from ..kernels import pin_cpu_level
 from . import _output
 
 # compute, resume, estimate and extend stop at their safe points; the other commands

@@ -17,8 +17,8 @@ What follows the CPU, measured (``python bench/cpu_bits.py``; docs/run-directory
   SkylakeX products differ from its Haswell ones (Zen's are Haswell's). Preprocessing
   applies its fitted matrices with them to every row read. ``OPENBLAS_CORETYPE``,
   read when numpy loads, pins them; Haswell is also what AVX-512 CPUs must use, since
-  SkylakeX's threaded dgemm died of SIGSEGV on plain products (bench/history/
-  BENCHMARKS-2026.md, "OpenBLAS on AVX-512").
+  SkylakeX's threaded dgemm died of SIGSEGV on plain products
+  (bench/history/BENCHMARKS-2026.md, "OpenBLAS on AVX-512").
 * **Not the native library:** its variants give the same bits on every CPU (its flags,
   ``_native_recipe``; tests/kernels/test_native_bits.py).
 * **Not numpy's own loops on a run's path:** its AVX-512 exp, log and arctan differ from

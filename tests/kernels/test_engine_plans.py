@@ -106,11 +106,17 @@ def test_auto_is_native_on_cpus_where_it_helps(layers, shape, helps):
 
 def stored(plan_keys: dict):
     """What a resume keeps of a run whose manifest is of format 2, the engine's keys in
-    its plan (``engine``, ``native``, ``native_library``): as the store reads it."""
+    its plan (``engine``, ``native``, ``native_library``): as the store reads it, with
+    the CPU level this process computes at (what format 2 did not record, and a resume
+    refuses to guess: tests/run/test_cpu_level.py)."""
+    import dataclasses
+
+    from kernelcli.kernels import cpu_level_in_force
     from kernelcli.store import StoredCompute, engine_of
 
+    engine = engine_of({"format": 2, "plan": plan_keys}, "run")
     return StoredCompute(block=6, pair_batch=4, chunk=None,
-                         engine=engine_of({"format": 2, "plan": plan_keys}, "run"))
+                         engine=dataclasses.replace(engine, cpu_level=cpu_level_in_force()))
 
 
 def test_a_run_records_its_engine_and_a_resume_keeps_the_stored_one(tmp_path):

@@ -20,6 +20,7 @@ import pytest
 from helpers_cli import (
     assert_bit_identical,
     edit_manifest,
+    error_line,
     images,
     invoke,
     manifest_of_format_2,
@@ -65,7 +66,8 @@ def manifest(run) -> dict:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_run_directory_of_format_2_resumes_verifies_assembles_and_extends(project,
-                                                                          tmp_path, engine):
+                                                                          tmp_path, engine,
+                                                                          monkeypatch):
     d, made = project
     _, ref = made(engine, "x")
     recorded = manifest(ref)["engine"]
@@ -89,6 +91,11 @@ def test_a_run_directory_of_format_2_resumes_verifies_assembles_and_extends(proj
     text = invoke("status", run)
     assert f"engine: {engine} (recorded in its manifest.json" in text.stdout
 
+    # recorded before runs recorded their CPU level: resumed on the user's word alone
+    refused = invoke("resume", run, "--quiet")
+    assert refused.exit_code == 2
+    assert "before runs recorded the CPU level" in error_line(refused)
+    monkeypatch.setenv("KERNELCLI_CPU_LEVEL", recorded["cpu_level"])
     assert invoke("resume", run, "--quiet").exit_code == 0
     reference = read_kernels(ref / "kernels.h5")[0]
     assert_bit_identical(read_kernels(run / "kernels.h5")[0], reference)
