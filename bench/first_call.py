@@ -2,6 +2,16 @@
 with where each tool's first call spends its time.
 
     python bench/first_call.py [--n 8] [--depth 3] [--rounds 3] [--old CHECKOUT]
+    python bench/first_call.py --example wrn --n 3 --dtype float64 [--warm]
+
+``--example``: instead of the conv network below, one of the examples users start from
+(:data:`EXAMPLES`: neural-tangents' README fully connected network, its WideResNet with
+``block_size`` 2 and ``k`` 1 on 8 x 8 x 3 images, ending in a 2 x 2 average pool and
+flatten as the README's does, or in a global average pool, and Myrtle-5 on 32 x 32 x 3),
+the README's ``kernel_fn(x1, None)`` (both kinds), and the whole process timed as well
+(``process s``: from its start to its exit, imports and Python's start-up included).
+``--warm``: kernelcli's rounds run twice, the second with the cache folder the first
+left (``kernelcli (cache warm)``), as a user's second process on the same machine.
 
 The network: ``depth`` x (3x3 SAME conv, W_std sqrt 2, b_std 0; ReLU), flatten, dense,
 on ``(n, 32, 32, 3)`` float32 inputs (``cases.make_inputs``). Each round runs, in fresh
@@ -120,7 +130,46 @@ class CompileLog(logging.Handler):
         return out
 
 
-def worker(tool: str, n: int, depth: int) -> None:
+def _wrn(stax, pool: str):
+    """neural-tangents' README WideResNet, ``block_size`` 2, ``k`` 1, ending in ``pool``:
+    ``"avg"`` (a 2 x 2 average pool, what its 8 x 8 one is on 8 x 8 inputs, and flatten)
+    or ``"gap"`` (a global average pool)."""
+    def block(channels, strides=(1, 1), mismatch=False):
+        main = stax.serial(stax.Relu(), stax.Conv(channels, (3, 3), strides, padding="SAME"),
+                           stax.Relu(), stax.Conv(channels, (3, 3), padding="SAME"))
+        short = (stax.Conv(channels, (3, 3), strides, padding="SAME") if mismatch
+                 else stax.Identity())
+        return stax.serial(stax.FanOut(2), stax.parallel(main, short), stax.FanInSum())
+
+    def group(n, channels, strides=(1, 1)):
+        return stax.serial(block(channels, strides, True),
+                           *[block(channels) for _ in range(n - 1)])
+
+    end = ((stax.AvgPool((2, 2)), stax.Flatten()) if pool == "avg"
+           else (stax.GlobalAvgPool(),))
+    return stax.serial(stax.Conv(16, (3, 3), padding="SAME"), group(2, 16),
+                       group(2, 32, (2, 2)), group(2, 64, (2, 2)), *end,
+                       stax.Dense(10, 1.0, 0.0))[2]
+
+
+def _myrtle5(stax):
+    conv = (stax.Conv(1, (3, 3), W_std=SQRT2, b_std=0.0, padding="SAME"), stax.Relu())
+    pool = stax.AvgPool((2, 2), strides=(2, 2))
+    return stax.serial(*conv, *conv, pool, *conv, pool, *conv, pool,
+                       *[pool] * 2, stax.Flatten(), stax.Dense(10, SQRT2, 0.0))[2]
+
+
+# name -> (kernel_fn of a stax module, one example's shape)
+EXAMPLES = {
+    "fc": (lambda stax: stax.serial(stax.Dense(512), stax.Relu(), stax.Dense(512),
+                                    stax.Relu(), stax.Dense(1))[2], (12,)),
+    "wrn": (lambda stax: _wrn(stax, "avg"), (8, 8, 3)),
+    "wrn_gap": (lambda stax: _wrn(stax, "gap"), (8, 8, 3)),
+    "myrtle5": (_myrtle5, (32, 32, 3)),
+}
+
+
+def worker(tool: str, n: int, depth: int, example=None, dtype="float32") -> None:
     t0 = time.perf_counter()
     sys.path.insert(0, str(BENCH))
     from cases import make_inputs
@@ -136,13 +185,22 @@ def worker(tool: str, n: int, depth: int) -> None:
         import jax
 
         from kernelcli import stax
-    jax.config.update("jax_enable_compilation_cache", False)
-    layers = [stax.Conv(1, (3, 3), padding="SAME", W_std=SQRT2, b_std=0.0), stax.Relu()]
-    _, _, kernel_fn = stax.serial(*(layers * depth), stax.Flatten(),
-                                  stax.Dense(1, SQRT2, 0.0))
+    if tool == "nt":
+        jax.config.update("jax_enable_compilation_cache", False)
+        jax.config.update("jax_enable_x64", dtype == "float64")
+    if example is not None:
+        make, shape = EXAMPLES[example]
+        kernel_fn = make(stax)
+        import numpy as np
+
+        x = np.random.default_rng(0).standard_normal((n, *shape)).astype(dtype)
+    else:
+        layers = [stax.Conv(1, (3, 3), padding="SAME", W_std=SQRT2, b_std=0.0), stax.Relu()]
+        _, _, kernel_fn = stax.serial(*(layers * depth), stax.Flatten(),
+                                      stax.Dense(1, SQRT2, 0.0))
+        x = make_inputs(n).astype(dtype)
     if tool == "nt":
         kernel_fn = jax.jit(kernel_fn, static_argnames="get")
-    x = make_inputs(n)
     imported = time.perf_counter() - t0
     log = CompileLog()
     log.install(jax)
@@ -162,7 +220,8 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run(tool: str, n: int, depth: int, checkout=None, pycache=None, cache="off") -> dict:
+def run(tool: str, n: int, depth: int, checkout=None, pycache=None, cache="off",
+        example=None, dtype="float32") -> dict:
     """One fresh worker process; ``tool``: ``kc`` (``checkout``'s kernelcli first on
     the path, default this one's) or ``nt``; ``cache``: kernelcli's cache folder."""
     if tool == "nt":
@@ -178,11 +237,13 @@ def run(tool: str, n: int, depth: int, checkout=None, pycache=None, cache="off")
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    extra = ["--example", example] if example else []
+    t0 = time.perf_counter()
     out = subprocess.run([python, __file__, "--worker", "kc" if tool != "nt" else "nt",
-                          "--n", str(n), "--depth", str(depth)], env=env, capture_output=True,
-                         text=True, check=True)
+                          "--n", str(n), "--depth", str(depth), "--dtype", dtype, *extra],
+                         env=env, capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    got["tool"] = tool
+    got["tool"], got["process_s"] = tool, time.perf_counter() - t0
     return got
 
 
@@ -210,38 +271,51 @@ def main(argv=None) -> None:
     p.add_argument("--no-native-library", action="store_true",
                    help="kernelcli's cache folder empty: a first call that takes the native "
                         "plan builds its library")
+    p.add_argument("--example", choices=sorted(EXAMPLES))
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--warm", action="store_true",
+                   help="also kernelcli's second process, with the cache its first left")
     p.add_argument("--worker", choices=("kc", "nt"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        worker(a.worker, a.n, a.depth)
+        worker(a.worker, a.n, a.depth, a.example, a.dtype)
         return
-    tools = {"kc": None, "nt": None}
+    tools: dict = {"kc": None, "nt": None}
     if a.old is not None:
         tools = {"kc": None, "kc-old": a.old.resolve(), "nt": None}
-    names = {"kc": "kernelcli", "kc-old": f"kernelcli ({a.old})", "nt": "neural-tangents"}
+    if a.warm:
+        tools = {"kc": None, "kc-warm": None, **{k: v for k, v in tools.items() if k != "kc"}}
+    names = {"kc": "kernelcli", "kc-old": f"kernelcli ({a.old})", "nt": "neural-tangents",
+             "kc-warm": "kernelcli (cache warm)"}
     best: dict = {t: None for t in tools}
     with tempfile.TemporaryDirectory(prefix="first-call-pyc-") as pycache, \
             tempfile.TemporaryDirectory(prefix="first-call-cache-") as cache:
         for tool, checkout in tools.items():  # byte-compile each tool's modules, untimed
-            run(tool, a.n, a.depth, checkout, pycache, cache)  # (and build the library)
+            run(tool, a.n, a.depth, checkout, pycache, cache, a.example, a.dtype)
+        native = Path(cache) / "kernelcli-native"  # the library, built once (as a machine has it)
         for _ in range(a.rounds):
             for tool, checkout in tools.items():
-                kept = Path(cache) / "kernelcli-native"
-                if a.no_native_library and kept.exists():
-                    shutil.rmtree(kept)
-                got = run(tool, a.n, a.depth, checkout, pycache, cache)
+                for entry in Path(cache).iterdir():  # cold: only the library is kept
+                    if tool != "kc-warm" and entry != native:
+                        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+                if a.no_native_library and native.exists():
+                    shutil.rmtree(native)
+                got = run(tool, a.n, a.depth, checkout, pycache, cache, a.example, a.dtype)
                 print(json.dumps(got), flush=True)
                 if best[tool] is None or got["first_cpu_s"] < best[tool]["first_cpu_s"]:
                     best[tool] = got
     nt = best["nt"]
-    print(f"\n{a.depth} x (conv 3x3 + relu), flatten, dense; N = {a.n}; best of {a.rounds} "
-          f"by CPU seconds\n")
-    print("| tool | jax | import s | first call s | first call CPU s | / NT wall | / NT CPU |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    what = (f"{a.example}" if a.example else
+            f"{a.depth} x (conv 3x3 + relu), flatten, dense")
+    print(f"\n{what}; N = {a.n}, {a.dtype}; best of {a.rounds} by CPU seconds\n")
+    print("| tool | jax | process s | import s | first call s | first call CPU s "
+          "| process / NT | first call / NT |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for tool, got in best.items():
-        print(f"| {names[tool]} | {got['jax']} | {got['import_s']:.2f} | {got['first_s']:.2f} | "
-              f"{got['first_cpu_s']:.2f} | {got['first_s'] / nt['first_s']:.2f} | "
-              f"{got['first_cpu_s'] / nt['first_cpu_s']:.2f} |")
+        print(f"| {names[tool]} | {got['jax']} | {got['process_s']:.2f} | {got['import_s']:.2f} "
+              f"| {got['first_s']:.2f} | {got['first_cpu_s']:.2f} "
+              f"| {got['process_s'] / nt['process_s']:.2f} "
+              f"| {got['first_s'] / nt['first_s']:.2f} |")
     print("\nfirst call, s: program trace/lower/compile (JAX's compile log)")
     for tool, got in best.items():
         print(f"- {names[tool]}: {breakdown(got)}")

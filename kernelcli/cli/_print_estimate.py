@@ -135,6 +135,8 @@ def _print_parts(est) -> None:
     _row("  of which", parts)
     _row("", "(a repeated run with the compilation cache skips compiling)")
     _row("cores while timing", _load_text(t))
+    _row("timed on", f"{t.timed_on} (these times hold for this machine: run "
+                     f"`kernelcli estimate --time` on yours)")
     if t.seconds_estimate_workers is not None:
         _row(f"wall time on {est.workers.workers} workers",
              format_duration(t.seconds_estimate_workers))

@@ -21,18 +21,20 @@ _LAZY = {
     "native_library": ("._native_library", "library"),
     "native_unavailable": ("._native_library", "unavailable"),
     "pad_rows": "._runner", "run_on_devices": "._runner",
-    "release_free_memory": "._xla",
+    "release_free_memory": "._xla", "QUICK_WORK": "._xla",
     "cpu_level_in_force": ("._cpu_level", "in_force"),
     "cpu_level_problem": ("._cpu_level", "problem"),
+    "describe_cpu": ("._cpu_level", "describe"),
     "pin_cpu_level": ("._cpu_level", "pin"),
 }
 
 __all__ = ["CostModel", "H200_BANDWIDTH", "H200_LAUNCH_LATENCY", "KernelFn",
-           "LayerCost", "NATIVE_REVISION", "Stats", "build_kernel_fn", "cost_model",
-           "count_launches", "cpu_level_in_force", "cpu_level_problem", "describe_cost",
-           "describe_native", "engine_reason", "native_identity_problem",
-           "native_library", "native_unavailable", "pad_rows", "pairs_program_text",
-           "pin_cpu_level", "release_free_memory", "resolve_engine", "run_on_devices"]
+           "LayerCost", "NATIVE_REVISION", "QUICK_WORK", "Stats", "build_kernel_fn",
+           "cost_model", "count_launches", "cpu_level_in_force", "cpu_level_problem",
+           "describe_cost", "describe_cpu", "describe_native", "engine_reason",
+           "native_identity_problem", "native_library", "native_unavailable",
+           "pad_rows", "pairs_program_text", "pin_cpu_level", "release_free_memory",
+           "resolve_engine", "run_on_devices"]
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._cost import count_launches as count_launches
     from ._cost import describe_cost as describe_cost
     from ._cost import pairs_program_text as pairs_program_text
+    from ._cpu_level import describe as describe_cpu
     from ._cpu_level import in_force as cpu_level_in_force
     from ._cpu_level import pin as pin_cpu_level
     from ._cpu_level import problem as cpu_level_problem
@@ -60,4 +63,5 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._native_library import unavailable as native_unavailable
     from ._runner import pad_rows as pad_rows
     from ._runner import run_on_devices as run_on_devices
+    from ._xla import QUICK_WORK as QUICK_WORK
     from ._xla import release_free_memory as release_free_memory

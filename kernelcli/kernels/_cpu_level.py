@@ -183,6 +183,22 @@ def problem(recorded: Optional[str]) -> Optional[str]:
             f" (this CPU runs {', '.join(runnable()) or 'no pinned level'})")
 
 
+def describe() -> str:
+    """This machine as a price must name it: the CPU's model, its cores and the level
+    this process computes at (``AMD EPYC, 2 cores, CPU level x86-64-v4``)."""
+    model = platform.machine()
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            for line in f.read(1 << 20).splitlines():
+                if line.startswith((b"model name", b"Model")):
+                    model = line.partition(b":")[2].decode("ascii", "replace").strip()
+                    break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model}, {cores} cores, CPU level {in_force()}"
+
+
 def _cpu_name() -> str:
     """This CPU as XLA's uncapped code follows it: the architecture and a digest of its
     feature flags."""

@@ -31,6 +31,7 @@ whole matrices are assembled tile by tile in the run layer
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any, Callable, Optional, Sequence
 
@@ -157,10 +158,12 @@ class KernelFn:
         # accelerator: 1, no chunk loop at all (a call's pairs are one program step)
         self.chunk = (1 if self.engine.batched else int(chunk) if chunk is not None
                       else slab * max(1, chunk_bytes // (slab * per_pair)))
-        self._programs = Programs(Traced(self._net, self.chunk, self.flat_input,
-                                         self._trace.runs),
-                                  self.dtype, compiler_options(self.full_cov),
-                                  self._check_level)
+        self._traced = Traced(self._net, self.chunk, self.flat_input, self._trace.runs)
+        self._use_programs(Programs(self._traced, self.dtype,
+                                    compiler_options(self.full_cov), self._check_level))
+
+    def _use_programs(self, programs: Programs) -> None:
+        self._programs = programs
         self._stats_jit = self._programs.stats
         self._pairs_jit = self._programs.pairs
         self._grid_jit = self._programs.grid
@@ -168,6 +171,22 @@ class KernelFn:
                                       self.variance_shapes, self.live_bytes_per_pair,
                                       self.uses_grid, self._on_mesh, self._whole_chunks,
                                       (len(self.kinds) * self.dtype.itemsize, 2 * 4))
+
+    def work(self, pairs: int) -> int:
+        """What ``pairs`` pairs cost, as the choice of quick programs counts it: pairs x
+        the largest covariance's entries x layers (``_xla.QUICK_WORK``)."""
+        return pairs * self.cov_elements * self.n_layers
+
+    def quick(self) -> KernelFn:
+        """A copy of this kernel function whose programs are compiled at XLA's lowest
+        optimisation level (``_xla.compiler_options``): the same kernels to rounding, in
+        half the compilation and several times the run time, for a library call of little
+        work. A run never uses one: its programs are the ones its plan records."""
+        other = copy.copy(self)
+        other._use_programs(Programs(self._traced, self.dtype,
+                                     compiler_options(self.full_cov, quick=True),
+                                     other._check_level))
+        return other
 
     def _whole_chunks(self, pairs: int) -> bool:
         """Whether a pairs call of ``pairs`` pairs (as :meth:`call_batch` makes them) is

@@ -32,7 +32,7 @@ def default_chunk_bytes(diagonals: bool = False) -> int:
     return (128 << 10) if diagonals else (512 << 10)
 
 
-def compiler_options(full_cov: bool) -> dict:
+def compiler_options(full_cov: bool, quick: bool = False) -> dict:
     """XLA options of a kernelcli program, set per program (not per process), so the
     same bits come out wherever it is compiled: the CLI, a test, a Ray worker.
 
@@ -43,12 +43,27 @@ def compiler_options(full_cov: bool) -> dict:
     programs on full covariances ask for the classic emitter; the others keep
     XLA's default. ``KERNELCLI_XLA_FUSION_EMITTERS=0`` / ``=1`` forces one choice
     for every program (for measuring).
+
+    ``quick``: compiled at XLA's lowest optimisation level, for calls whose work is small
+    against their compilation (:data:`QUICK_WORK`). neural-tangents' WideResNet on 3
+    images of 8 x 8 x 3 (float64) compiled its two programs in 9.3 s at the default
+    level and 4.6 s at 0, which ran the same calls 5x slower: 0.55 s against 2.9 s on 32
+    images (bench/first_call.py, BENCHMARKS.md "Whole process, and the first call").
+    A run never asks for it: its programs must be the ones its recorded plan makes.
     """
     if jax.default_backend() != "cpu":
         return {}
     forced = _env.fusion_emitters()
     use = forced if forced is not None else not full_cov
-    return {} if use else {"xla_cpu_use_fusion_emitters": False}
+    out = {} if use else {"xla_cpu_use_fusion_emitters": False}
+    return {**out, "xla_backend_optimization_level": 0} if quick else out
+
+
+# The most work (pairs x covariance entries per pair x layers) a call may have for its
+# programs to be compiled quick: the WideResNet above on 32 images (528 pairs x 4,096
+# entries x 31 layers), about 0.5 s at the default level and 2.5 s at the lowest, when
+# the compilation saved 5 s.
+QUICK_WORK = 1 << 26
 
 
 TRIM_AFTER_S = 1.0

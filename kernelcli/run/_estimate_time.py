@@ -166,7 +166,23 @@ def time_run(job: Job, startup: float, stop: Optional[Stop] = None) -> Timing:
                   seconds_per_pair_per_device=warm_pairs * parallel / take,
                   timed_devices=parallel, timed_cores=used, cores_share=share, load_average=os.getloadavg()[0],
                   # the computing parts at the share the load left, on free cores
-                  seconds_estimate_idle=total - (1 - share) * (stats_seconds + pairs_seconds))
+                  seconds_estimate_idle=total - (1 - share) * (stats_seconds + pairs_seconds),
+                  timed_on=_timed_on(kfn))
+
+
+def _timed_on(kfn) -> str:
+    """The machine the times hold for: its CPU (:func:`~kernelcli.kernels._cpu_level.
+    describe`; on an accelerator, the device too) and the native library's variant."""
+    import jax
+
+    from ..kernels import describe_cpu, native_library
+
+    where = describe_cpu()
+    if jax.default_backend() != "cpu":
+        where = f"{jax.devices()[0].device_kind} on {where}"
+    if kfn.engine.native and native_library() is not None:
+        where += f", native library {native_library().variant}"
+    return where
 
 
 def _pairs_call(kfn, bi, n: int, pb: int, devices, stop) -> tuple[float, float]:

@@ -76,7 +76,9 @@ class Timing(_Flat):
     pairs_seconds``); ``seconds_per_pair_per_device``: one device's. ``cores_share``:
     the share of the ``timed_cores`` its calls run on that the process had while it
     timed them (below 1 on a machine loaded by other work), at 1-minute
-    ``load_average``; ``seconds_estimate_idle``: the estimate with those cores to itself."""
+    ``load_average``; ``seconds_estimate_idle``: the estimate with those cores to itself;
+    ``timed_on``: the machine the times hold for (CPU model, cores, level, native
+    library), since they hold for no other."""
 
     seconds_estimate: float
     startup_seconds: float
@@ -92,6 +94,7 @@ class Timing(_Flat):
     load_average: float = 0.0
     seconds_estimate_idle: float = 0.0
     seconds_estimate_workers: Optional[float] = None
+    timed_on: str = ""
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -292,7 +295,8 @@ class StatusReport:
                                              "result", "tiles_removed", "files",
                                              "tile_packs", "tiles_loose")}
         out.update(engine=self.engine.name, native_revision=self.engine.native_revision,
-                   native_library=self.engine.native_library)
+                   native_library=self.engine.native_library,
+                   cpu_level=self.engine.cpu_level)
         if self.readouts:
             out["readouts"] = list(self.readouts)
         if self.result_problem is not None:

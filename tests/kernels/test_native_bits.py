@@ -47,17 +47,20 @@ def kernels(level: str) -> dict:
     from test_native import NETS
 
     from kernelcli import kernel_fn
-    from kernelcli.kernels import cpu_level_in_force, native_library
+    from kernelcli.kernels import build_kernel_fn, cpu_level_in_force, native_library
+    from kernelcli.run import kernel_matrix
 
     assert cpu_level_in_force() == level, cpu_level_in_force()
     x = np.random.default_rng(7).standard_normal((5, 6, 6, 2))
     out = {"identity": np.array(native_library().identity)}
     for name in NAMES:
-        kfn = kernel_fn(NETS[name])
+        arch = kernel_fn(NETS[name]).architecture
         for dtype in ("float32", "float64"):
-            got = kfn(x, get=("nngp", "ntk"), dtype=dtype, engine="native")
-            for kind, a in zip(("nngp", "ntk"), got):
-                out[f"{level}/{name}/{dtype}/{kind}"] = a
+            # compute's route (a small library call's programs are compiled quick)
+            kfn = build_kernel_fn(arch, x.shape[1:], ("nngp", "ntk"), dtype, (), "native")
+            got = kernel_matrix(kfn, x.astype(dtype))
+            for kind in ("nngp", "ntk"):
+                out[f"{level}/{name}/{dtype}/{kind}"] = got[kind]
     return out
 
 

@@ -96,3 +96,13 @@ def test_pairs_times_the_time_per_pair_is_the_pairs_wall_time(tmp_path):
     if out["timed_devices"] > 1:
         assert f"the {out['timed_devices']} devices at once (one device: " in line
     assert "cores while timing" in text.stdout
+    # the machine the times hold for, named: its CPU, cores, level and native library
+    from kernelcli.kernels import describe_cpu, native_library
+
+    assert out["timed_on"].startswith(describe_cpu())
+    if out["engine"] == "native":
+        assert out["timed_on"].endswith(f", native library {native_library().variant}")
+    timed_on = next(ln for ln in text.stdout.splitlines() if "timed on" in ln)
+    assert timed_on.split("timed on", 1)[1].strip() == (
+        f"{out['timed_on']} (these times hold for this machine: run `kernelcli estimate "
+        f"--time` on yours)")
