@@ -54,7 +54,7 @@ import sys
 from typing import MutableMapping, Optional
 
 from .. import _env
-from ..errors import ConfigError
+from ..errors import ConfigError, RunDirError
 from . import _native_recipe
 
 
@@ -197,6 +197,18 @@ def describe() -> str:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{model}, {cores} cores, CPU level {in_force()}"
+
+
+def check_compiles(recorded: Optional[str]) -> None:
+    """Before XLA compiles a program for a run at level ``recorded``: on a CPU, this
+    process must compute at it (XLA's code for another would give the run's tiles other
+    last bits; :class:`RunDirError` says why). Elsewhere XLA's code follows the device."""
+    import jax
+
+    if jax.default_backend() == "cpu":
+        why = problem(recorded)
+        if why is not None:
+            raise RunDirError(f"this run cannot be continued here: {why}")
 
 
 def _cpu_name() -> str:

@@ -238,15 +238,7 @@ class KernelFn:
         return x64_scope(self.dtype)
 
     def _check_level(self) -> None:
-        """Before a program is compiled: on a CPU, this process computes at the run's
-        CPU level (XLA's code for another level would give its tiles other last bits).
-        Elsewhere XLA's code follows the device, not the host's level."""
-        import jax
-
-        if jax.default_backend() == "cpu":
-            why = _cpu_level.problem(self.engine.cpu_level)
-            if why is not None:
-                raise RunDirError(f"this run cannot be continued here: {why}")
+        _cpu_level.check_compiles(self.engine.cpu_level)
 
     def _check_output_is_flat(self):
         for s in self._trace.shapes[1].values():
