@@ -176,11 +176,19 @@ def problem(recorded: Optional[str]) -> Optional[str]:
         return ("its tiles were computed before runs recorded the CPU level that decides "
                 f"their last bits (this process computes at {have}); {how}continue it with "
                 f"the kernelcli that started it")
-    how = (f"continue it on a CPU that runs {recorded}" if recorded in LEVELS
-           else f"continue it where it started ({recorded})")
+    if recorded in runnable():  # this CPU runs it: the process's settings decided otherwise
+        how = (f"this CPU runs {recorded}: unset this process's own --xla_cpu_max_isa "
+               f"(XLA_FLAGS) and OPENBLAS_CORETYPE, or run it in a process that has not "
+               f"started jax first")
+    elif recorded in LEVELS:
+        how = f"continue it on a CPU that runs {recorded}"
+    else:
+        how = f"continue it where it started ({recorded})"
+    runs = "" if recorded in runnable() else \
+        f" (this CPU runs {', '.join(runnable()) or 'no pinned level'})"
     return (f"its tiles were computed at CPU level {recorded} (as its manifest.json "
-            f"records) and this process computes at {have}, whose last bits differ; {how}"
-            f" (this CPU runs {', '.join(runnable()) or 'no pinned level'})")
+            f"records) and this process computes at {have}, whose last bits differ; "
+            f"{how}{runs}")
 
 
 def describe() -> str:

@@ -78,6 +78,20 @@ def test_a_users_own_instruction_set_is_kept_and_recorded_as_it_is():
     assert out.strip() == f"XLA AVX, OpenBLAS {_cpu_level.LEVELS[RUNNABLE[0]].blas_core}"
 
 
+@pytest.mark.skipif("x86-64-v3" not in RUNNABLE, reason="the CPU does not run x86-64-v3")
+def test_a_process_whose_own_settings_change_the_level_is_told_which_to_unset():
+    code = ("from kernelcli.kernels import _cpu_level as c\n"
+            "c.pin('x86-64-v3')\nprint(c.problem('x86-64-v3'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=_env(XLA_FLAGS="--xla_cpu_max_isa=AVX")).stdout
+    core = _cpu_level.LEVELS["x86-64-v3"].blas_core
+    assert out.strip() == (
+        f"its tiles were computed at CPU level x86-64-v3 (as its manifest.json records) and "
+        f"this process computes at XLA AVX, OpenBLAS {core}, whose last bits differ; this "
+        f"CPU runs x86-64-v3: unset this process's own --xla_cpu_max_isa (XLA_FLAGS) and "
+        f"OPENBLAS_CORETYPE, or run it in a process that has not started jax first")
+
+
 def test_a_run_from_before_levels_were_recorded_is_refused_unless_the_user_says():
     have = _cpu_level.in_force()
     why = _cpu_level.problem(None)
