@@ -244,7 +244,11 @@ class H5KernelOperator:
                     for t in threads:
                         t.start()
                 for e in ended:
-                    e.wait()
+                    # awake every 0.1 s: a SIGINT that the kernel handed to another
+                    # thread (the lanes hold it; jax's and BLAS's threads do not) is only
+                    # flagged, and an untimed wait would sleep through it until the end
+                    while not e.wait(0.1):
+                        pass
             finally:
                 # Ctrl-C in the wait: no lane outlives the call (each ends its block). The
                 # wait is on events: a KeyboardInterrupt in Thread.join can mark a running

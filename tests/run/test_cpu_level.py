@@ -27,6 +27,8 @@ from helpers_cli import edit_manifest, error_line, invoke
 from kernelcli.errors import ConfigError
 from kernelcli.kernels import _cpu_level  # the levels and their pinning are what is tested
 
+pytestmark = pytest.mark.usefixtures("keep_process_state")  # the CLI runs in-process too
+
 KERNELCLI = shutil.which("kernelcli", path=os.path.dirname(sys.executable)) or os.path.join(
     os.path.dirname(sys.executable), "kernelcli")
 RUNNABLE = _cpu_level.runnable()
