@@ -194,15 +194,8 @@ def problem(recorded: Optional[str]) -> Optional[str]:
 def describe() -> str:
     """This machine as a price must name it: the CPU's model, its cores and the level
     this process computes at (``AMD EPYC, 2 cores, CPU level x86-64-v4``)."""
-    model = platform.machine()
-    try:
-        with open("/proc/cpuinfo", "rb") as f:
-            for line in f.read(1 << 20).splitlines():
-                if line.startswith((b"model name", b"Model")):
-                    model = line.partition(b":")[2].decode("ascii", "replace").strip()
-                    break
-    except OSError:
-        pass
+    found = _cpuinfo((b"model name", b"Model"))
+    model = found.decode("ascii", "replace").strip() if found is not None else platform.machine()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{model}, {cores} cores, CPU level {in_force()}"
 
@@ -219,18 +212,23 @@ def check_compiles(recorded: Optional[str]) -> None:
             raise RunDirError(f"this run cannot be continued here: {why}")
 
 
-def _cpu_name() -> str:
-    """This CPU as XLA's uncapped code follows it: the architecture and a digest of its
-    feature flags."""
-    flags = b""
+def _cpuinfo(keys: tuple) -> Optional[bytes]:
+    """The value of ``/proc/cpuinfo``'s first line that starts with one of ``keys``
+    (``None`` where there is none, or no such file)."""
     try:
         with open("/proc/cpuinfo", "rb") as f:
             for line in f.read(1 << 20).splitlines():
-                if line.startswith((b"flags", b"Features")):
-                    flags = b" ".join(sorted(line.partition(b":")[2].split()))
-                    break
+                if line.startswith(keys):
+                    return line.partition(b":")[2]
     except OSError:
         pass
+    return None
+
+
+def _cpu_name() -> str:
+    """This CPU as XLA's uncapped code follows it: the architecture and a digest of its
+    feature flags."""
+    flags = b" ".join(sorted((_cpuinfo((b"flags", b"Features")) or b"").split()))
     return f"{platform.machine()} {hashlib.sha256(flags).hexdigest()[:8]}"
 
 
