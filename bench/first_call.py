@@ -10,8 +10,10 @@ with where each tool's first call spends its time.
 flatten as the README's does, or in a global average pool, and Myrtle-5 on 32 x 32 x 3),
 the README's ``kernel_fn(x1, None)`` (both kinds), and the whole process timed as well
 (``process s``: from its start to its exit, imports and Python's start-up included).
-``--warm``: kernelcli's rounds run twice, the second with the cache folder the first
-left (``kernelcli (cache warm)``), as a user's second process on the same machine.
+``--warm``: kernelcli's rounds run twice, each process calling
+``kernelcli.enable_compile_cache()`` first (as docs/python-api.md tells a script to), the
+second with the cache folder the first left (``kernelcli (cache warm)``): a user's second
+process on the same machine.
 
 The network: ``depth`` x (3x3 SAME conv, W_std sqrt 2, b_std 0; ReLU), flatten, dense,
 on ``(n, 32, 32, 3)`` float32 inputs (``cases.make_inputs``). Each round runs, in fresh
@@ -169,8 +171,13 @@ EXAMPLES = {
 }
 
 
-def worker(tool: str, n: int, depth: int, example=None, dtype="float32") -> None:
+def worker(tool: str, n: int, depth: int, example=None, dtype="float32",
+           cache: bool = False) -> None:
     t0 = time.perf_counter()
+    if cache:
+        import kernelcli
+
+        kernelcli.enable_compile_cache()
     sys.path.insert(0, str(BENCH))
     from cases import make_inputs
 
@@ -221,7 +228,7 @@ def cpu_seconds() -> float:
 
 
 def run(tool: str, n: int, depth: int, checkout=None, pycache=None, cache="off",
-        example=None, dtype="float32") -> dict:
+        example=None, dtype="float32", enable_cache: bool = False) -> dict:
     """One fresh worker process; ``tool``: ``kc`` (``checkout``'s kernelcli first on
     the path, default this one's) or ``nt``; ``cache``: kernelcli's cache folder."""
     if tool == "nt":
@@ -237,7 +244,8 @@ def run(tool: str, n: int, depth: int, checkout=None, pycache=None, cache="off",
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
-    extra = ["--example", example] if example else []
+    extra = (["--example", example] if example else []) + (
+        ["--enable-cache"] if enable_cache else [])
     t0 = time.perf_counter()
     out = subprocess.run([python, __file__, "--worker", "kc" if tool != "nt" else "nt",
                           "--n", str(n), "--depth", str(depth), "--dtype", dtype, *extra],
@@ -276,9 +284,10 @@ def main(argv=None) -> None:
     p.add_argument("--warm", action="store_true",
                    help="also kernelcli's second process, with the cache its first left")
     p.add_argument("--worker", choices=("kc", "nt"), help=argparse.SUPPRESS)
+    p.add_argument("--enable-cache", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        worker(a.worker, a.n, a.depth, a.example, a.dtype)
+        worker(a.worker, a.n, a.depth, a.example, a.dtype, a.enable_cache)
         return
     tools: dict = {"kc": None, "nt": None}
     if a.old is not None:
@@ -300,7 +309,8 @@ def main(argv=None) -> None:
                         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
                 if a.no_native_library and native.exists():
                     shutil.rmtree(native)
-                got = run(tool, a.n, a.depth, checkout, pycache, cache, a.example, a.dtype)
+                got = run(tool, a.n, a.depth, checkout, pycache, cache, a.example, a.dtype,
+                          a.warm and tool in ("kc", "kc-warm"))
                 print(json.dumps(got), flush=True)
                 if best[tool] is None or got["first_cpu_s"] < best[tool]["first_cpu_s"]:
                     best[tool] = got

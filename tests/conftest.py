@@ -70,7 +70,7 @@ def pytest_configure(config):
         os.environ["KERNELCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernelcli-test-cache-")
         config._kernelcli_cache_dir = os.environ["KERNELCLI_CACHE_DIR"]  # ours to remove
     # the CLI's own cache set-up, so in-process tests compile as the CLI does
-    from kernelcli.cli._setup import enable_compile_cache
+    from kernelcli import enable_compile_cache
 
     folder = enable_compile_cache()
     if folder is not None:  # processes Ray starts from a test find it too (and the native library)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -21,7 +20,7 @@ import click
 
 from .. import _env, _interrupt
 from .._malloc import return_large_frees
-from ..kernels import pin_cpu_level
+from ..kernels import enable_compile_cache, pin_cpu_level
 from . import _output
 
 # compute, resume, estimate and extend stop at their safe points; the other commands
@@ -117,54 +116,6 @@ class _ProcessState:
 
 # --- the persistent compilation cache ----------------------------------------------------
 #
-# Compiled programs kept on disk, so ``resume``, the processes of a job array
-# (``--shard``) and repeated runs of the same configuration load them instead of
-# compiling again (seconds per program). The folder is ``_env.cache_dir()``'s:
-# ``KERNELCLI_CACHE_DIR`` (or off), else ``JAX_COMPILATION_CACHE_DIR``, else
-# ``$XDG_CACHE_HOME/kernelcli/jax``.
-#
-# The settings go into the environment when jax is not imported yet (the CLI imports
-# it later), so Ray workers started by this process inherit them too; when jax is
-# already imported (the CLI called in-process, e.g. from a test) they go to jax.config.
-
-JAX_DIR = "JAX_COMPILATION_CACHE_DIR"
-MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
-
-# Every program counts: kernelcli's small per-input programs compile in 0.2-1 s, under
-# jax's default threshold of 1 s, and they are on the path to the first tile.
-MIN_COMPILE_SECS = "0"
-
-
-def enable_compile_cache() -> Optional[Path]:
-    """Switch JAX's persistent compilation cache on for this process (and the processes
-    it starts) in :func:`kernelcli._env.cache_dir`, or off when ``KERNELCLI_CACHE_DIR=off``. Returns
-    the folder (None: off). A folder that cannot be created leaves the cache off: the
-    cache only saves time, a run never fails for it."""
-    path = _env.cache_dir()
-    if path is not None:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            path = None
-    settings = ({"JAX_ENABLE_COMPILATION_CACHE": "false"} if path is None else
-                {"JAX_ENABLE_COMPILATION_CACHE": "true",
-                 JAX_DIR: str(path), MIN_TIME: MIN_COMPILE_SECS})
-    users_min = _env.get(MIN_TIME)
-    if path is not None and users_min is not None:
-        del settings[MIN_TIME]  # the user's wins
-    if "jax" not in sys.modules:
-        os.environ.update(settings)
-        return path
-    import jax
-
-    jax.config.update("jax_enable_compilation_cache", path is not None)
-    if path is not None:
-        jax.config.update("jax_compilation_cache_dir", str(path))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                          float(users_min or MIN_COMPILE_SECS))
-    return path
-
-
 # --- the warning when an NVIDIA GPU is there but JAX computes on the CPU ------------------
 #
 # ``pip install kernelcli`` gives the CPU jaxlib, and JAX then falls back to the CPU

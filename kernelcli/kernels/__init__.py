@@ -13,6 +13,7 @@ _LAZY = {
     "H200_BANDWIDTH": "._cost", "H200_LAUNCH_LATENCY": "._cost", "CostModel": "._cost",
     "LayerCost": "._cost", "cost_model": "._cost", "count_launches": "._cost",
     "describe_cost": "._cost", "pairs_program_text": "._cost",
+    "enable_compile_cache": ("._compile_cache", "enable"),
     "engine_reason": "._engines", "resolve_engine": "._engines",
     "KernelFn": "._kernel_fn", "Stats": "._kernel_fn", "build_kernel_fn": "._kernel_fn",
     "NATIVE_REVISION": ("._native", "REVISION"),
@@ -31,7 +32,8 @@ _LAZY = {
 __all__ = ["CostModel", "H200_BANDWIDTH", "H200_LAUNCH_LATENCY", "KernelFn",
            "LayerCost", "NATIVE_REVISION", "QUICK_WORK", "Stats", "build_kernel_fn",
            "cost_model", "count_launches", "cpu_level_in_force", "cpu_level_problem",
-           "describe_cost", "describe_cpu", "describe_native", "engine_reason",
+           "describe_cost", "describe_cpu", "describe_native", "enable_compile_cache",
+           "engine_reason",
            "native_identity_problem", "native_library", "native_unavailable",
            "pad_rows", "pairs_program_text", "pin_cpu_level", "release_free_memory",
            "resolve_engine", "run_on_devices"]
@@ -39,6 +41,7 @@ __all__ = ["CostModel", "H200_BANDWIDTH", "H200_LAUNCH_LATENCY", "KernelFn",
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on first use)
+    from ._compile_cache import enable as enable_compile_cache
     from ._cost import H200_BANDWIDTH as H200_BANDWIDTH
     from ._cost import H200_LAUNCH_LATENCY as H200_LAUNCH_LATENCY
     from ._cost import CostModel as CostModel

@@ -33,11 +33,9 @@ import contextlib
 import ctypes
 import dataclasses
 import fcntl
-import grp
 import hashlib
 import os
 import platform
-import pwd
 import shutil
 import stat
 import sys
@@ -50,6 +48,7 @@ import jax
 
 from .. import _env
 from .._stop import Stop, check
+from .._trust import safe_owner, untrusted_folder
 from . import _native_recipe as recipe
 
 KEPT = "kernelcli-native"  # the folder of libraries built at first use, in the cache
@@ -120,9 +119,9 @@ def load_from(folder: Path, ident: str, runnable: Sequence[str], symbols: Sequen
               ffi: Optional[tuple], origin: str):
     """The library that ``folder``'s record names for the first of ``runnable`` it has,
     checked (:data:`recipe.RECORD`), or ``(None, why not)``."""
-    unsafe = _unsafe(folder)
+    unsafe = untrusted_folder(folder)
     if unsafe:
-        return None, unsafe
+        return None, f"{unsafe}: its native library is not loaded"
     data, why = _read(folder / recipe.RECORD, 1 << 16)
     if data is None:
         return None, (f"no native library {origin} ({folder / recipe.RECORD} is missing)"
@@ -158,7 +157,7 @@ def load_from(folder: Path, ident: str, runnable: Sequence[str], symbols: Sequen
 def _read(path: Path, limit: int):
     """``(bytes, None)`` of the regular file ``path`` (at most ``limit + 1`` bytes read),
     opened without following a link or blocking on a FIFO, and only if
-    :func:`_safe_owner` trusts it; else ``(None, why)`` (``"missing"`` when absent)."""
+    :func:`~kernelcli._trust.safe_owner` trusts it; else ``(None, why)`` (``"missing"`` when absent)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -169,7 +168,7 @@ def _read(path: Path, limit: int):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None, f"{path} is not a regular file"
-        if not _safe_owner(st):
+        if not safe_owner(st):
             return None, f"{path} may be written by others than its owner: not loaded"
         chunks, left = [], limit + 1
         while left > 0:
@@ -183,37 +182,6 @@ def _read(path: Path, limit: int):
         return None, f"{path} cannot be read ({exc.strerror})"
     finally:
         os.close(fd)
-
-
-def _safe_owner(st: os.stat_result) -> bool:
-    """Owned by this user or root, and written by no one else: not by others, and by
-    the group only where it is the owner's own private group (umask 002's files)."""
-    if st.st_uid not in (os.getuid(), 0) or st.st_mode & 0o002:
-        return False
-    if not st.st_mode & 0o020:
-        return True
-    try:
-        owner, group = pwd.getpwuid(st.st_uid), grp.getgrgid(st.st_gid)
-    except KeyError:
-        return False
-    return (group.gr_name == owner.pw_name and owner.pw_gid == st.st_gid
-            and set(group.gr_mem) <= {owner.pw_name})
-
-
-def _unsafe(folder: Path) -> Optional[str]:
-    """Why code in ``folder`` may not be trusted (it, or a folder above it, may be
-    written by another user; a folder with the sticky bit lets none rename another's
-    entries), or ``None``."""
-    path = Path(os.path.realpath(folder))
-    for p in (path, *path.parents):
-        try:
-            st = os.stat(p)
-        except OSError as exc:
-            return f"{p} cannot be read ({exc.strerror})"
-        sticky = p != path and st.st_mode & stat.S_ISVTX
-        if not stat.S_ISDIR(st.st_mode) or not (sticky or _safe_owner(st)):
-            return f"{p} may be written by others than its owner: its native library is not loaded"
-    return None
 
 
 def _map(data: bytes, symbols: Sequence[str]):

@@ -69,3 +69,53 @@ def test_cache_dir_order():
     assert cache_dir({"KERNELCLI_CACHE_DIR": "OFF"}) is None
     assert cache_dir({"JAX_COMPILATION_CACHE_DIR": "/j"}) == Path("/j")
     assert cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/kernelcli/jax")
+
+
+def test_a_folder_others_may_write_is_not_used(tmp_path):
+    """JAX loads the executables it finds there as they are: a folder another user may
+    write is no cache (as the native library's folder is no library)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    r = run_cli("compute", _config(tmp_path, "a"), "--quiet",
+                env=_env(KERNELCLI_CACHE_DIR=cache))
+    assert r.returncode == 0, r.stderr
+    assert not _entries(cache)
+
+
+SCRIPT = """
+import sys
+import numpy as np
+import kernelcli
+kernelcli.enable_compile_cache()
+from kernelcli import stax
+_, _, kernel_fn = stax.serial(stax.Dense(64), stax.Relu(), stax.Dense(1))
+print(float(kernel_fn(np.arange(12.0).reshape(3, 4), None, "ntk")[0, 1]))
+"""
+
+
+def test_a_scripts_second_process_compiles_nothing_new(tmp_path):
+    """The library leaves JAX's cache alone unless asked: a script that calls
+    ``kernelcli.enable_compile_cache()`` keeps its programs for its next process."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    env = _env(KERNELCLI_CACHE_DIR=cache)
+    runs = [subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr
+    first = _entries(cache)
+    assert first, "the first process wrote no cache entries"
+    assert runs[1].returncode == 0, runs[1].stderr
+    assert runs[1].stdout == runs[0].stdout
+    runs.append(subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                               text=True, timeout=300))
+    assert _entries(cache) == first
+    # without the call, the library writes nothing
+    other = tmp_path / "other"
+    plain = SCRIPT.replace("kernelcli.enable_compile_cache()\n", "")
+    r = subprocess.run([sys.executable, "-c", plain], env=_env(KERNELCLI_CACHE_DIR=other),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not _entries(other)

@@ -48,6 +48,7 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
   std::vector<T> buf_a(2 * H * plane), buf_b(2 * H * plane), zero(plane);
   std::vector<T> ss(n), keep(n), part_n(n), part_t(n), r1(L * H * W), r2(L * H * W);
   std::vector<double> acc_n(n), acc_t(n);
+  std::vector<T> scratch(2 * (n + 2 * dd));  // ChainPlane's window sums
   std::vector<T> x2t(images ? H * 3 * W : 0);
   const bool pool2 = q.pool2 != 0;
   const int64_t Hh = H / 2, Wh = W / 2, pooled = Hh * Hh * Wh * Wh;
@@ -142,11 +143,8 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
           const bool sums = last && !pool2;
           T* on = sums ? part_n.data() : last ? last_n.data() : nx_n + pos * plane + shift;
           T* ot = sums ? part_t.data() : last ? last_t.data() : nx_t + pos * plane + shift;
-          auto plane_fn = sums ? (unit.standard ? ChainPlane<T, kNtk, true, true>
-                                                : ChainPlane<T, kNtk, true, false>)
-                               : (unit.standard ? ChainPlane<T, kNtk, false, true>
-                                                : ChainPlane<T, kNtk, false, false>);
-          plane_fn(unit, n, dd, t0, t1, t2, u0, u1, u2, ss.data(), keep.data(), on, ot);
+          RunPlane<T, kNtk>(sums, l == 0 && zero_t0, unit, n, dd, t0, t1, t2, u0, u1, u2,
+                            ss.data(), keep.data(), on, ot, scratch.data());
           if (last && pool2 && oh < 2 * Hh && oh2 < 2 * Hh) {  // into output plane (oh / 2, oh2 / 2)
             const int64_t o = ((oh / 2) * Hh + oh2 / 2) * Wh * Wh;
             for (int64_t pw = 0; pw < Wh; ++pw)

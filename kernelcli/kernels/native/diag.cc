@@ -103,6 +103,7 @@ void Diag(const T* x, const T* xt, int64_t C, T* made, const Tables<T>* tables, 
   const std::vector<Unit<T>> units = q.Units<T>();
   std::vector<T> in_n(plane), in_t(plane), nx_n(plane), nx_t(plane), zero(plane);
   std::vector<T> ss(n), keep(n), root(kSelf ? n : 0);  // ss: 0 in scratch columns
+  std::vector<T> scratch(2 * (n + 2));                   // ChainPlane's window sums
   for (int64_t i = 0; i < n; ++i) keep[i] = (i % Wq) < W ? T(1) : T(0);
   const int64_t HW = H * W;
   for (int64_t p = 0; p < P; ++p) {
@@ -136,10 +137,9 @@ void Diag(const T* x, const T* xt, int64_t C, T* made, const Tables<T>* tables, 
         const T* rb = tables->b[l] + int64_t(tables->rb[p]) * HW;
         for (int64_t h = 0; h < H; ++h) PairRoots(W, ra + h * W, rb + h * W, ss.data() + h * Wq);
       }
-      auto plane_fn = unit.standard ? ChainPlane<T, kNtk, false, true>
-                                    : ChainPlane<T, kNtk, false, false>;
-      plane_fn(unit, n, 1, a_n, a_n + Wq, a_n + 2 * Wq, u, u + Wq, u + 2 * Wq, ss.data(),
-               keep.data(), b_n + shift, b_t + shift);
+      RunPlane<T, kNtk>(false, l == 0 && ntk_mode != 2, unit, n, 1, a_n, a_n + Wq,
+                        a_n + 2 * Wq, u, u + Wq, u + 2 * Wq, ss.data(), keep.data(),
+                        b_n + shift, b_t + shift, scratch.data());
       std::swap(a_n, b_n);
       std::swap(a_t, b_t);
     }

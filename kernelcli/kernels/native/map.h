@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
+#include "vec.h"
 
 namespace ffi = xla::ffi;
 
@@ -106,19 +107,124 @@ inline T Window3(const T* t0, const T* t1, const T* t2, int64_t i, int64_t dd) {
   return ((g0 + g1) + g2) * third;
 }
 
+// The angle's ratio atan(small / big) on K vectors at once, each lane AtanRatio's
+// operations in its order.
+template <int K>
+inline void AtanRatioV(const Vec<float>::V* small, const Vec<float>::V* big, Vec<float>::V* a) {
+  typedef Vec<float>::V V;
+  V t[K], u[K], p[K];
+  for (int k = 0; k < K; ++k) t[k] = small[k] / big[k];
+  for (int k = 0; k < K; ++k) u[k] = t[k] * t[k];
+  for (int k = 0; k < K; ++k) p[k] = V{} + kAtan32[6];
+  for (int i = 5; i >= 0; --i)
+    for (int k = 0; k < K; ++k) p[k] = p[k] * u[k] + kAtan32[i];
+  for (int k = 0; k < K; ++k) a[k] = t[k] * p[k];
+}
+
+template <int K>
+inline void AtanRatioV(const Vec<double>::V* small, const Vec<double>::V* big,
+                       Vec<double>::V* a) {
+  typedef Vec<double>::V V;
+  typedef Vec<double>::M M;
+  M mid[K], upper[K];
+  V r[K], z[K], p[K];
+  for (int k = 0; k < K; ++k) {
+    mid[k] = small[k] >= 0.4375 * big[k];
+    upper[k] = small[k] >= 0.6875 * big[k];
+    V num = upper[k] ? small[k] - big[k] : (mid[k] ? 2 * small[k] - big[k] : small[k]);
+    V den = upper[k] ? small[k] + big[k] : (mid[k] ? 2 * big[k] + small[k] : big[k]);
+    r[k] = num / den;
+  }
+  for (int k = 0; k < K; ++k) z[k] = r[k] * r[k];
+  for (int k = 0; k < K; ++k) p[k] = V{} + kAt64[10];
+  for (int i = 9; i >= 0; --i)
+    for (int k = 0; k < K; ++k) p[k] = p[k] * z[k] + kAt64[i];
+  for (int k = 0; k < K; ++k) {
+    V e = r[k] - r[k] * (z[k] * p[k]);
+    V hi = upper[k] ? V{} + kAtanOne[0] : (mid[k] ? V{} + kAtanHalf[0] : V{});
+    V lo = upper[k] ? V{} + kAtanOne[1] : (mid[k] ? V{} + kAtanHalf[1] : V{});
+    a[k] = hi + (e + lo);
+  }
+}
+
 // One output plane of a chain's layer (chain.cc, diag.cc): the 3 x 3 window of the tap
 // planes t (NNGP) and u (NTK), the map, and either the plane (zero in scratch columns)
-// or its sum into the pool's lanes. Its own function, not inlined, its pointers restrict and the layer's
-// constants a copy: else the compiler's runtime aliasing check sends the loop to its
-// scalar version.
-template <typename T, bool kNtk, bool kLast, bool kStandard>
+// or its sum into the pool's lanes. The window's first-axis sums once per plane into
+// `scratch` (2 (n + 2 dd) entries), then Window3's second-axis sums of them; kZeroT: the
+// NTK's taps are the raw input's, all zero, so their window is 0 and not read. The map
+// runs on kInFlight vectors at a time (vec.h), the remainder as Unit::Map: the same
+// operations, so the same bits. Its own function, not inlined, its pointers restrict
+// and the layer's constants a copy: else the compiler's runtime aliasing check sends
+// the loop to its scalar version.
+template <typename T, bool kNtk, bool kLast, bool kStandard, bool kZeroT>
 __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t dd, const T* __restrict t0,
                 const T* __restrict t1, const T* __restrict t2, const T* __restrict u0,
                 const T* __restrict u1, const T* __restrict u2, const T* __restrict roots,
-                const T* __restrict keep, T* __restrict out_n, T* __restrict out_t) {
-  for (int64_t i = 0; i < n; ++i) {
-    T mean = Window3(t0, t1, t2, i, dd);
-    T mean_t = kNtk ? Window3(u0, u1, u2, i, dd) : T(0);
+                const T* __restrict keep, T* __restrict out_n, T* __restrict out_t,
+                T* __restrict scratch) {
+  typedef typename Vec<T>::V V;
+  typedef typename Vec<T>::M M;
+  constexpr int K = Vec<T>::kInFlight, N = Vec<T>::kLanes;
+  constexpr bool kMeanT = kNtk && !kZeroT;
+  const T third = T(1.0 / 3);
+  const int64_t m = n + 2 * dd;
+  T* __restrict g = scratch;
+  T* __restrict gt = scratch + m;
+  for (int64_t i = 0; i < m; ++i) g[i] = ((t0[i] + t1[i]) + t2[i]) * third;
+  if (kMeanT)
+    for (int64_t i = 0; i < m; ++i) gt[i] = ((u0[i] + u1[i]) + u2[i]) * third;
+  const V zero{};
+  const V one = zero + T(1), half_pi = zero + T(kPi / 2), pi = zero + T(kPi);
+  const V w_var = zero + unit.w_var, bias = zero + unit.bias, fan_in = zero + unit.fan_in;
+  const V ntk_one = zero + unit.ntk_one, factor = zero + unit.factor, k0 = zero + unit.k0;
+  const V snap = zero + unit.snap, thirdv = zero + third;
+  const M magnitude = M{} + Vec<T>::kAbs;
+  int64_t i = 0;
+  for (; i + K * N <= n; i += K * N) {
+    V mean[K], mean_t[K], c[K], ac[K], sq[K], big[K], small[K], a[K];
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = i + k * N;
+      mean[k] = ((Load<V>(g + j) + Load<V>(g + j + dd)) + Load<V>(g + j + 2 * dd)) * thirdv;
+      mean_t[k] = kMeanT ? ((Load<V>(gt + j) + Load<V>(gt + j + dd)) + Load<V>(gt + j + 2 * dd)) *
+                               thirdv
+                         : zero;
+      c[k] = w_var * mean[k] + bias;
+      ac[k] = (V)((M)c[k] & magnitude);
+    }
+    for (int k = 0; k < K; ++k) {
+      V s = Load<V>(roots + i + k * N);
+      s = (s - ac[k] <= s * snap) ? ac[k] : s;
+      V d = (s - ac[k]) * (s + ac[k]);
+      sq[k] = Sqrt(d > 0 ? d : zero);
+    }
+    for (int k = 0; k < K; ++k) {  // Atan2NonNeg(sq, c)
+      big[k] = ac[k] > sq[k] ? ac[k] : sq[k];
+      small[k] = ac[k] < sq[k] ? ac[k] : sq[k];
+      big[k] = big[k] > 0 ? big[k] : one;
+    }
+    AtanRatioV<K>(small, big, a);
+    for (int k = 0; k < K; ++k) {
+      V e = sq[k] > ac[k] ? half_pi - a[k] : a[k];
+      V theta = c[k] < 0 ? pi - e : e;
+      V nt = (kStandard ? fan_in * mean[k] + w_var * mean_t[k] : w_var * mean_t[k] + c[k]) +
+             ntk_one;
+      V kdot = k0 - factor * theta;
+      V vn = factor * sq[k] + kdot * c[k];
+      V vt = nt * kdot;
+      const int64_t j = i + k * N;
+      V kp = Load<V>(keep + j);
+      if (kLast) {
+        Store(out_n + j, Load<V>(out_n + j) + kp * vn);
+        if (kNtk) Store(out_t + j, Load<V>(out_t + j) + kp * vt);
+      } else {
+        Store(out_n + j, kp * vn);
+        if (kNtk) Store(out_t + j, kp * vt);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    T mean = ((g[i] + g[i + dd]) + g[i + 2 * dd]) * third;
+    T mean_t = kMeanT ? ((gt[i] + gt[i + dd]) + gt[i + 2 * dd]) * third : T(0);
     T vn, vt;
     unit.template Map<kStandard>(mean, mean_t, roots[i], vn, vt);
     if (kLast) {
@@ -129,6 +235,22 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
       if (kNtk) out_t[i] = keep[i] * vt;
     }
   }
+}
+
+// ChainPlane with its template arguments from the call's values
+template <typename T, bool kNtk>
+void RunPlane(bool last, bool zero_t, const Unit<T>& unit, int64_t n, int64_t dd,
+              const T* t0, const T* t1, const T* t2, const T* u0, const T* u1, const T* u2,
+              const T* roots, const T* keep, T* out_n, T* out_t, T* scratch) {
+  auto fn = last ? (unit.standard ? (zero_t ? ChainPlane<T, kNtk, true, true, true>
+                                            : ChainPlane<T, kNtk, true, true, false>)
+                                  : (zero_t ? ChainPlane<T, kNtk, true, false, true>
+                                            : ChainPlane<T, kNtk, true, false, false>))
+                 : (unit.standard ? (zero_t ? ChainPlane<T, kNtk, false, true, true>
+                                            : ChainPlane<T, kNtk, false, true, false>)
+                                  : (zero_t ? ChainPlane<T, kNtk, false, false, true>
+                                            : ChainPlane<T, kNtk, false, false, false>));
+  fn(unit, n, dd, t0, t1, t2, u0, u1, u2, roots, keep, out_n, out_t, scratch);
 }
 
 // A chain's blocks (chain.cc, diag.cc): each layer's parameters, one entry per layer, as
