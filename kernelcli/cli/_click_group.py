@@ -28,7 +28,7 @@ def report(message: str, code: int) -> None:
     """Print ``Error: message``, the command's last line, for exit status ``code``."""
     _interrupt.final(code)  # a signal from now on exits at once, with no second line
     try:
-        click.echo(f"Error: {message}", err=True)
+        click.echo(f"Error: {_output.printable(message)}", err=True)
     except (OSError, ValueError):  # stderr is full or closed too: the status still says it
         pass
 

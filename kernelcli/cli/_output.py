@@ -113,3 +113,17 @@ def flush() -> None:
         raise output_error(errno.EBADF) from None
     except OSError as exc:  # a stream other than guard_stdout's (called in-process)
         raise output_error(exc.errno) from None
+
+
+# C0 controls but tab, DEL and C1 controls: what a terminal acts on instead of showing
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0a, 0x20),
+                                         *range(0x7f, 0xa0))}
+
+
+def printable(text: str) -> str:
+    """``text`` as one line a terminal shows as written: every control character
+    (a newline, a carriage return, an escape sequence's ESC) as ``\\xNN``. Whatever the
+    CLI prints from a run directory's files or a user's data goes through it, so a
+    field of such a file cannot forge a line (an ``Error: ...`` of its own) or drive
+    the terminal."""
+    return text.translate(_CONTROLS)

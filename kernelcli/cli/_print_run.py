@@ -9,6 +9,13 @@ import os
 import click
 
 from ..config import format_size
+from ._output import printable
+
+
+def _echo(line: str, **kwargs) -> None:
+    """One line, its control characters escaped: every line here shows what a run
+    directory's files hold (names, hosts, notes), which its writer may have forged."""
+    click.echo(printable(line), **kwargs)
 
 
 def shown(path) -> str:
@@ -25,20 +32,20 @@ def shown(path) -> str:
 def report_run(out, run_dir, quiet: bool, finished_text: str) -> None:
     """What compute/resume print at the end (on stderr), from their RunResult."""
     if out.already_finished:
-        click.echo(finished_text.format(result=out.result), err=True)
+        _echo(finished_text.format(result=out.result), err=True)
     elif quiet:
         return
     elif out.result is None:
         i, n = out.shard
-        click.echo(f"shard {i}/{n}: its {out.shard_blocks} tiles are done; "
+        _echo(f"shard {i}/{n}: its {out.shard_blocks} tiles are done; "
                    f"{out.blocks_missing} of the run's {out.blocks_total} tiles are "
                    f"still missing (other shards). The last shard to finish assembles the "
                    f"result; or run `kernelcli assemble {run_dir}` once all are done",
                    err=True)
     else:
-        click.echo(f"wrote {shown(out.result)}", err=True)
+        _echo(f"wrote {shown(out.result)}", err=True)
         if out.tiles_removed:
-            click.echo(f"removed its {out.tiles_removed:,} tiles (output.keep_tiles: false)",
+            _echo(f"removed its {out.tiles_removed:,} tiles (output.keep_tiles: false)",
                        err=True)
 
 
@@ -46,7 +53,7 @@ def report_repairs(out) -> None:
     """Files that failed verification and were recomputed (always shown: it means the
     disk or something else damaged a run file)."""
     for line in out.repaired:
-        click.echo(f"Warning: {line.split('; moved to')[0]}; it was moved to quarantine and "
+        _echo(f"Warning: {line.split('; moved to')[0]}; it was moved to quarantine and "
                    f"computed again", err=True)
 
 
@@ -86,7 +93,7 @@ def print_run_summary(summary) -> None:
         f"  engine: {plan.engine} ({summary.engine_reason})",
     ]
     for line in lines:
-        click.echo(line, err=True)
+        _echo(line, err=True)
 
 
 def print_status(report) -> None:
@@ -94,28 +101,30 @@ def print_status(report) -> None:
     state = "finished" if report.finished else "not finished"
     removed = " (tiles removed after assembly)" if report.tiles_removed and report.finished \
         else ""
-    click.echo(f"{report.name}: {state}, {pct:.1f}% of pairs "
+    _echo(f"{report.name}: {state}, {pct:.1f}% of pairs "
                f"({report.pairs_done:,}/{report.pairs_total:,}), "
                f"blocks {report.blocks_done}/{report.blocks_total}{removed}")
     if report.extend:
         e = report.extend
         doing = "extended" if report.finished else "extend in progress"
-        click.echo(f"  {doing}: {e.n1_before:,} -> {e.n1:,} training and "
+        _echo(f"  {doing}: {e.n1_before:,} -> {e.n1:,} training and "
                    f"{e.n_test_before:,} -> {e.n_test:,} test examples; "
                    f"{e.blocks_reused:,} tiles kept from before")
     if report.shards and not any(row.started for row in report.shards):
         n = report.shards[0].count
-        click.echo(f"  no process of a {n}-process job array (--shard I/{n}) has run here; "
+        _echo(f"  no process of a {n}-process job array (--shard I/{n}) has run here; "
                    f"how the run's tiles divide over {n}:")
     for row in report.shards:
         pct = 100.0 * row.pairs_done / row.pairs_total if row.pairs_total else 100.0
         note = "done" if row.finished else ("running or stopped" if row.started
                                             else "not started")
-        click.echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
+        _echo(f"  shard {row.index}/{row.count}: {pct:5.1f}% of pairs "
                    f"({row.pairs_done:,}/{row.pairs_total:,}), blocks "
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
     if report.ray is not None:
-        click.echo(ray_line(report.ray))
+        _echo(ray_line(report.ray))
+    if report.ray_skipped is not None:
+        _echo(f"ray: skipped shards/ray.json ({report.ray_skipped})")
     engine = report.engine
     line = f"engine: {engine.name} (recorded in its manifest.json"
     if engine.native:
@@ -124,15 +133,15 @@ def print_status(report) -> None:
                  "needs the kernelcli that started it")
     line += (f"; CPU level {engine.cpu_level}, which a resume pins" if engine.cpu_level
              else "; no CPU level recorded")
-    click.echo(line + ")")
-    click.echo(f"files: {report.files:,} in the run directory; tiles: {report.tile_packs:,} "
+    _echo(line + ")")
+    _echo(f"files: {report.files:,} in the run directory; tiles: {report.tile_packs:,} "
                f"packs and {report.tiles_loose:,} files of their own")
     if report.readouts:
-        click.echo(f"readouts: {', '.join(report.readouts)}")
+        _echo(f"readouts: {', '.join(report.readouts)}")
     if report.finished:
-        click.echo(f"result: {shown(report.result)}")
+        _echo(f"result: {shown(report.result)}")
     elif report.result_problem:
-        click.echo(f"result: {report.result_problem}")
+        _echo(f"result: {report.result_problem}")
 
 
 def ray_line(r) -> str:
@@ -158,24 +167,24 @@ def ray_line(r) -> str:
 
 def print_verify(report, run_dir) -> None:
     if report.ok and report.tiles_removed:
-        click.echo(f"{run_dir}: verified: manifest and kernels.h5, every byte against its "
+        _echo(f"{run_dir}: verified: manifest and kernels.h5, every byte against its "
                    f"checksums (its tiles were removed after assembly: a damaged kernels.h5 "
                    f"would be computed again by resume, not rebuilt from them)")
     elif report.ok:
-        click.echo(f"{run_dir}: verified: manifest, {report.tiles_present:,} of "
+        _echo(f"{run_dir}: verified: manifest, {report.tiles_present:,} of "
                    f"{report.tiles_total:,} tiles and kernels.h5")
     else:
         for problem in report.problems:
-            click.echo(f"Error: {problem}", err=True)
-        click.echo(f"then run: {report.next_step}", err=True)
+            _echo(f"Error: {problem}", err=True)
+        _echo(f"then run: {report.next_step}", err=True)
 
 
 def print_clean(out) -> None:
     if out.tiles_removed:
-        click.echo(f"removed {out.tiles_removed:,} tiles ({format_size(out.bytes_removed)}) "
+        _echo(f"removed {out.tiles_removed:,} tiles ({format_size(out.bytes_removed)}) "
                    f"from {out.run_dir}; {out.result} verified and kept", err=True)
     else:
-        click.echo(f"{out.run_dir} has no tiles left to remove; {out.result} verified",
+        _echo(f"{out.run_dir} has no tiles left to remove; {out.result} verified",
                    err=True)
 
 
@@ -184,10 +193,10 @@ def print_extend(out) -> None:
     against a fresh run of the grown data set."""
     what = "would grow" if out.dry_run else "grows"
     pct = 100.0 * out.pairs_new / max(out.pairs_total, 1)
-    click.echo(f"{shown(out.run_dir)}: {what} from {out.n1_before:,} to {out.n1:,} training "
+    _echo(f"{shown(out.run_dir)}: {what} from {out.n1_before:,} to {out.n1:,} training "
                f"and from {out.n_test_before:,} to {out.n_test:,} test examples", err=True)
-    click.echo(f"  tiles: {out.blocks_reused:,} kept, {out.blocks_new:,} to compute, of "
+    _echo(f"  tiles: {out.blocks_reused:,} kept, {out.blocks_new:,} to compute, of "
                f"{out.blocks_total:,} (a fresh run computes all {out.blocks_total:,})",
                err=True)
-    click.echo(f"  pair evaluations: {out.pairs_new:,} of {out.pairs_total:,} ({pct:.1f}% of "
+    _echo(f"  pair evaluations: {out.pairs_new:,} of {out.pairs_total:,} ({pct:.1f}% of "
                f"a fresh run)", err=True)

@@ -201,6 +201,14 @@ def _pool(maps: np.ndarray, pool: int, stride: int) -> np.ndarray:
     return win[::stride, ::stride].mean(axis=(-2, -1))
 
 
+def largest_response(mean: np.ndarray, whitening: np.ndarray, filters: np.ndarray) -> float:
+    """The largest ``|z_k|`` any patch can give: ``z_k = p . g_k - M . g_k`` with ``g =
+    W f^T`` and a normalised patch (``|p| <= 1``), so ``|z_k| <= |g_k| + |M . g_k|``. A
+    bias at or above it leaves every feature 0 for every image, whatever the data."""
+    g = whitening @ filters.T
+    return float(np.max(np.sqrt((g * g).sum(axis=0)) + np.abs(mean @ g)))
+
+
 def output_bound(mean: np.ndarray, whitening: np.ndarray) -> float:
     """An upper bound of every feature: ``|z| <= |W|_2 |p - M| <= |W|_2 (1 + |M|)`` for a
     unit-norm filter and a normalised patch (|p| <= 1); thresholding and averaging only

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .._untrusted import open_untrusted
 from ..errors import DataError, UsageError
 from . import _patches
 from ._patches import PatchSettings
@@ -53,6 +55,9 @@ from ._value_checks import INPUT_BOUNDS
 
 KINDS = ("standardize", "zca", "random_patches")
 _VERSION = "kernelcli-preprocess-v1"
+# The largest fitted file read back: a ZCA of 16,384 features (its float64 whitening is
+# 2 GiB) and more than any random_patches fit; a larger file is not one kernelcli wrote
+MAX_FILE_BYTES = 2**31 + 2**20
 _BATCH_BYTES = 64 * 2**20  # float64 bytes of one batch of rows
 # A channel whose training std is below this fraction of its mean is constant up
 # to the rounding of the mean (0.1 three times has a float64 "std" of 1e-17), and
@@ -215,9 +220,14 @@ class Preprocess:
 
     @classmethod
     def load(cls, path) -> Preprocess:
-        """Read what :meth:`to_bytes` wrote (``DataError`` naming ``path`` if unreadable)."""
+        """Read what :meth:`to_bytes` wrote (``DataError`` naming ``path`` if unreadable),
+        through the one descriptor the untrusted-file gate opened: a FIFO or a device in
+        its place is refused at once (an ``open`` by name would wait for a writer, and a
+        batch system's SIGTERM would not end it), a file over :data:`MAX_FILE_BYTES`
+        unread."""
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with os.fdopen(open_untrusted(path, max_bytes=MAX_FILE_BYTES), "rb") as f, \
+                    np.load(f, allow_pickle=False) as z:
                 get = lambda name: z[name] if name in z.files else None  # noqa: E731
                 reg = get("zca_reg")
                 pp = cls(kind=str(z["kind"]), feature_shape=tuple(int(v) for v in
@@ -400,5 +410,11 @@ def _fit_patches(x, zca_reg: float, patches: Optional[PatchSettings]) -> Preproc
         mean, whitening, filters = _patches.fit_patches(
             _batches(x, n_features), x.shape[0], shape, patches, zca_reg)
     _require_finite("random_patches", mean=mean, whitening=whitening, filters=filters)
+    largest = _patches.largest_response(mean, whitening, filters)
+    if patches.bias >= largest:  # every feature 0 for every image: one kernel value
+        raise DataError(f"data.preprocess.bias: {patches.bias!r} leaves every random_patches "
+                        f"feature at 0 for every image (no patch responds to these filters "
+                        f"above {largest:.4g}), so every pair would have the same kernel; "
+                        f"expected a bias below {largest:.4g}")
     return Preprocess("random_patches", shape, mean=mean, whitening=whitening,
                       zca_reg=float(zca_reg), patches=patches, filters=filters)

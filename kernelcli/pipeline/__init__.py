@@ -64,7 +64,9 @@ _LAZY = {
     "shard_label": "._shards",
     "side_files": "._job",
     "stats_slices": "._block_tile",
-    "stored_preprocess": "._job",
+    "stored_preprocess": "._side_files",
+    "stored_labels": "._side_files",
+    "side_file_problems": "._side_files",
     "verified_result": "._open_run",
     "with_run_dir": "._open_run",
     "worker_loads": "._shards",
@@ -103,7 +105,6 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._job import prepare as prepare
     from ._job import prepare_run as prepare_run
     from ._job import side_files as side_files
-    from ._job import stored_preprocess as stored_preprocess
     from ._landmark_rows import FINGERPRINT_KEY as FINGERPRINT_KEY
     from ._landmark_rows import route_costs as route_costs
     from ._local import LocalBackend as LocalBackend
@@ -124,3 +125,6 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._shards import shard_blocks as shard_blocks
     from ._shards import shard_label as shard_label
     from ._shards import worker_loads as worker_loads
+    from ._side_files import side_file_problems as side_file_problems
+    from ._side_files import stored_labels as stored_labels
+    from ._side_files import stored_preprocess as stored_preprocess

@@ -28,8 +28,9 @@ from ..plan import Plan, plan_run
 from ..store import LABELS, Manifest, StoredCompute, labels_name, new_manifest, preprocess_name
 from ._backend import Backend, open_backend
 from ._block_tile import KernelFnSpec
-from ._inputs import Inputs, check_preprocess_file, open_inputs
+from ._inputs import Inputs, open_inputs
 from ._shards import check_shard_count
+from ._side_files import stored_preprocess
 
 if TYPE_CHECKING:  # jax is imported lazily
     from ..kernels import KernelFn
@@ -393,14 +394,6 @@ def side_files(job: Job) -> dict:
     if inputs.preprocess is not None:
         out[preprocess_name(job.fingerprints["preprocess"])] = inputs.preprocess.to_bytes()
     return out
-
-
-def stored_preprocess(store):
-    """The fitted preprocessing a run directory holds (``None`` when the run has none)."""
-    fp = store.manifest.get("data_fingerprints", {}).get("preprocess")
-    if fp is None:
-        return None
-    return check_preprocess_file(store.side_path(preprocess_name(fp)), fp)
 
 
 @contextlib.contextmanager

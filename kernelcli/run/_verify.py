@@ -2,7 +2,9 @@
 
 Read-only: nothing is moved or rewritten (``resume`` and ``assemble`` do the
 repairs). Checks, in order: the manifest (its checksum, its content, the
-fingerprint of the configuration it records), every tile of the plan (sealed
+fingerprint of the configuration it records), the side files that ``resume``,
+``extend`` and ``predict`` read (the fitted preprocessing and the labels, against the
+manifest's fingerprints), every tile of the plan (sealed
 checksum, block, run identity; in a file of its own or in a pack, whose index is
 checked too; every copy of a tile held twice; a pack of another run is refused, as a
 tile of another run is), the test diagonal, and ``kernels.h5`` (run identity, one
@@ -18,7 +20,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import KernelcliError, resume_command
-from ..pipeline import check_present_files, check_recorded_config, missing_tiles_problem
+from ..pipeline import (
+    check_present_files,
+    check_recorded_config,
+    missing_tiles_problem,
+    side_file_problems,
+)
 from ..store import RunStore
 
 
@@ -70,6 +77,8 @@ def verify(run_dir) -> VerifyReport:
     planned = {b.key for b in plan.blocks}
     report = VerifyReport(str(store.run_dir), plan.blocks_total, len(done & planned),
                           tiles_removed=store.tiles_removed is not None)
+    side = side_file_problems(store)  # each line says what to do: resume cannot repair them
+    report.problems += side
     for exc_block, exc in store.damaged_tiles(plan.blocks, kinds):
         report.tiles_damaged.append(exc_block.key)
         report.problems.append(str(exc))
@@ -100,7 +109,10 @@ def verify(run_dir) -> VerifyReport:
     if report.tiles_removed and report.result != "verified":
         report.problems.append("its tiles were removed after assembly (kernelcli clean or "
                                "output.keep_tiles: false): resume computes them again")
-    if report.problems and gone is not None and len(report.problems) == 1:
+    if side:  # what resume would refuse: the fit and the labels are the run's own
+        report.next_step = ("kernelcli compute CONFIG --overwrite (resume cannot rebuild a "
+                            "run's side files)")
+    elif report.problems and gone is not None and len(report.problems) == 1:
         report.next_step = "the same `kernelcli extend` command again"
     elif report.problems:
         # resume recomputes missing tiles, moves damaged ones (and a result that fails)

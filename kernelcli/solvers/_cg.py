@@ -224,12 +224,12 @@ def _cg(matvec, b, ridge, tol, maxiter, on_iteration, not_pd, not_converged,
 
 def _check_tol(tol: float, maxiter: Optional[int], n: int) -> int:
     if not (np.isfinite(tol) and tol > 0):
-        raise UsageError.naming(f"<<cg_tol>>: {tol!r} is not accepted; give a number > 0 "
+        raise UsageError.naming(f"<<tol>>: {tol!r} is not accepted; give a number > 0 "
                                 f"(e.g. {TOL:g})")
     if maxiter is None:
         return cg_product_cap(n)
     if int(maxiter) != maxiter or maxiter < 1:
-        raise UsageError.naming(f"<<cg_maxiter>>: {maxiter!r} is not accepted; give an "
+        raise UsageError.naming(f"<<maxiter>>: {maxiter!r} is not accepted; give an "
                                 f"integer >= 1")
     return int(maxiter)
 
@@ -268,7 +268,7 @@ def solve_cg(matvec, b, *, ridge_term=0.0, tol: float = TOL, maxiter: Optional[i
     def not_converged(col, products, res):
         return (f"conjugate gradients on the {kind} kernel (diagonal + {ridge[col]:.3g}) "
                 f"stopped after {products:,} products with K at relative residual {res:.2e} "
-                f"> <<cg_tol>> {tol:g}; use a larger <<ridges>>, <<cg_maxiter>> or <<cg_tol>>")
+                f"> the tolerance {tol:g}; use a larger <<ridges>>")
 
     out = _cg(_as_matvec(matvec), b2.copy(), ridge, tol, maxiter, on_iteration, not_pd,
               not_converged)
@@ -351,7 +351,7 @@ def _failures(kind, ridges, regs, trace_scaled, tol, per_ridge):
         scale = " x trace/n" if trace_scaled else ""
         return (f"conjugate gradients on the {kind} kernel with ridge {ridges[i]:g}{scale} "
                 f"stopped after {products:,} products with K at relative residual {res:.2e} "
-                f"> <<cg_tol>> {float(tols if tols.ndim == 0 else tols[col]):g}; use a "
-                f"larger <<ridges>>, <<cg_maxiter>> or <<cg_tol>>")
+                f"> the tolerance {float(tols if tols.ndim == 0 else tols[col]):g}; use a "
+                f"larger <<ridges>>")
 
     return not_pd, not_converged

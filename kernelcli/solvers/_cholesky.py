@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import DataError, NotPositiveDefiniteError, UsageError
 from ._memory import MAX_RIDGE, check_count
-from ._messages import not_pd_message
+from ._messages import not_pd_message, smallest_eigenvalue
 
 _BLOCK = 256  # rows per diagonal block of the triangular solves
 _CHECK_ROWS = 1024  # rows per chunk of the finiteness check (bounds its temporary)
@@ -173,8 +173,10 @@ def cholesky_factor(k_train, ridge: float, *, trace_scaled: bool = True,
     work = _as_work_kernel(k_train, f"the {kind} training kernel")
     n = work.shape[0]
     reg = regularizer(ridge, float(np.trace(work)), n, trace_scaled)
+    unit = regularizer(1.0, float(np.trace(work)), n, trace_scaled)
     return _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled, reg, n,
-                                                     "Cholesky failed"))
+                                                     "Cholesky failed",
+                                                     smallest_eigenvalue(work), unit))
 
 
 def solve_cholesky(k_train, targets, ridges: Iterable[float], *, trace_scaled: bool = True,
@@ -194,8 +196,9 @@ def solve_cholesky(k_train, targets, ridges: Iterable[float], *, trace_scaled: b
     for ridge in ridges:
         reg = regularizer(ridge, trace, n, trace_scaled)
         # the message is built, if at all, within this iteration
-        chol = _factor(work, reg, lambda: not_pd_message(kind, ridge, trace_scaled,  # noqa: B023
-                                                         reg, n, "Cholesky failed"))  # noqa: B023
+        chol = _factor(work, reg, lambda: not_pd_message(  # noqa: B023
+            kind, ridge, trace_scaled, reg, n, "Cholesky failed",  # noqa: B023
+            smallest_eigenvalue(work), regularizer(1.0, trace, n, trace_scaled)))
         alphas[ridge] = solve_with_factor(chol, y)
         del chol
     return alphas

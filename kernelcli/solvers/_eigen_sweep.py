@@ -62,7 +62,8 @@ def eigen_sweep(eig: Eigen, targets, ridges, *, trace_scaled: bool = True,
         if not low + reg > 0:
             out[ridge] = {"error": not_pd_message(
                 kind, ridge, trace_scaled, reg, eig.n,
-                f"its smallest eigenvalue plus the ridge is {low + reg:.3g}")}
+                f"its smallest eigenvalue plus the ridge is {low + reg:.3g}", smallest=low,
+                unit=regularizer(1.0, eig.trace, eig.n, trace_scaled))}
             continue
         alpha = eig.vectors @ (weights[:, i:i + 1] * vy)
         out[ridge] = {"alpha": alpha, "held_out": y - alpha / inverse_diag[:, i:i + 1]}

@@ -34,7 +34,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ._messages import not_pd_message
+from ._messages import not_pd_message, smallest_eigenvalue
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,8 @@ def nystrom_weights(nmap: NystromMap, gram: np.ndarray, rhs: np.ndarray, ridges,
                 np.linalg.cholesky(a)
             except np.linalg.LinAlgError:
                 out[ridge] = not_pd_message(kind, ridge, True, reg, n,
-                                            f"Nystrom, rank {nmap.rank}")
+                                            f"Nystrom, rank {nmap.rank}",
+                                            smallest_eigenvalue((g + g.T) / 2), nmap.scale)
                 break
             weights.append(np.linalg.solve(a, b))
         else:

@@ -92,6 +92,7 @@ command writes it at a time (:mod:`._lock`, ``<run_dir>/.kernelcli.lock``). OS e
 name the path.
 """
 
+from .._untrusted import check_untrusted as check_untrusted
 from ._assembly import result_space_bytes as result_space_bytes
 from ._lock import run_lock as run_lock
 from ._manifest_file import MANIFEST as MANIFEST
@@ -119,7 +120,6 @@ from ._run_files import preprocess_name as preprocess_name
 from ._sealed import h5_written_whole as h5_written_whole
 from ._store import RunStore as RunStore
 from ._tiles import tile_write_seconds as tile_write_seconds
-from ._untrusted import check_untrusted as check_untrusted
 
 __all__ = ["check_new_run_dir", "check_run_dir_path", "input_clash", "owned_files",
            "run_lock", "stored_identity", "LABELS", "MANIFEST", "MANIFEST_FORMAT",

@@ -24,11 +24,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from .._untrusted import UntrustedFileError
 from ..errors import ComputeError, DamagedFileError, DiskFullError
 from ._atomic import atomic_path
 from ._result_file import verify_result
 from ._sealed import digest
-from ._untrusted import UntrustedFileError
 
 FORMAT = 2
 

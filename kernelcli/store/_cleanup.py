@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .._untrusted import read_untrusted
 from ..errors import RunDirError
 from ._atomic import fsync_dir, storage_error, write_bytes_atomic
 from ._ownership import check_tiles_own
 from ._packs import TileSet
 from ._run_files import TILES
 from ._tiles import tile_path
-from ._untrusted import read_untrusted
 
 _RECORD_BYTES = 1 << 20  # tiles_removed.json: a count, a size and a digest
 

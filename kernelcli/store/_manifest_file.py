@@ -14,9 +14,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from .._untrusted import read_untrusted
 from ..errors import DamagedFileError, RunDirError
 from ._atomic import create_exclusive, write_bytes_atomic
-from ._untrusted import read_untrusted
 
 MANIFEST = "manifest.json"
 CHECKSUM = "checksum"

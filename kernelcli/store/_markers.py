@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .._untrusted import read_untrusted
+from ..errors import DamagedFileError
 from ._atomic import storage_error, write_bytes_atomic
-from ._untrusted import read_untrusted
 
 _MARKER_BYTES = 64 << 10  # a marker is a small JSON record
 
@@ -52,15 +53,21 @@ def mark_ray(shards_dir: Path, info: dict) -> Path:
 
 
 def ray_record(shards_dir: Path) -> Optional[dict]:
-    """What ``shards/ray.json`` holds, with its ``mtime``; ``None`` when there is none
-    or it cannot be read."""
+    """What ``shards/ray.json`` holds, with its ``mtime``; ``None`` when there is none;
+    ``{"unreadable": why}`` when it is there but cannot be read as kernelcli writes it
+    (too large, a FIFO, a link, not JSON): a diagnostics file never fails a command."""
     path = shards_dir / RAY_RECORD
     try:
-        mtime = path.stat().st_mtime
-        record = json.loads(read_untrusted(str(path), shards_dir, _MARKER_BYTES))
-    except (OSError, ValueError):
+        mtime = path.lstat().st_mtime
+    except OSError:
         return None
-    return dict(record, mtime=mtime) if isinstance(record, dict) else None
+    try:
+        record = json.loads(read_untrusted(str(path), shards_dir, _MARKER_BYTES))
+    except (OSError, ValueError, DamagedFileError) as exc:
+        return {"unreadable": str(exc)}  # a diagnostics file: skipped, and said so
+    if not isinstance(record, dict):
+        return {"unreadable": f"{path} does not hold a JSON object"}
+    return dict(record, mtime=mtime)
 
 
 def mark_shard(shards_dir: Path, index: int, count: int, info: dict) -> Path:
@@ -85,9 +92,9 @@ def shard_markers(shards_dir: Path) -> list[dict]:
             continue
         record = {}
         try:
-            mtime = entry.stat().st_mtime
+            mtime = entry.stat(follow_symlinks=False).st_mtime
             record = json.loads(read_untrusted(entry.path, shards_dir, _MARKER_BYTES))
-        except (OSError, ValueError):
+        except (OSError, ValueError, DamagedFileError):
             continue
         if not isinstance(record, dict):
             record = {}

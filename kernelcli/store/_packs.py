@@ -54,11 +54,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .._untrusted import open_untrusted
 from ..errors import ComputeError, DamagedFileError, RunDirError
 from ._atomic import atomic_path, fsync_dir, storage_error
 from ._sealed import HEADER, MAX_BYTES, SealError, unseal
 from ._tiles import TileMissing, check_tile, done_keys, read_tile, tile_path
-from ._untrusted import open_untrusted
 
 PACK = re.compile(r"^pack-(r\d{5}c\d{5})-(r\d{5}c\d{5})\.pack$")
 MAGIC = b"kernelcli tile pack 1\n"

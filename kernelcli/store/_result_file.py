@@ -21,8 +21,8 @@ from typing import Callable, Optional
 import h5py
 import numpy as np
 
+from .._untrusted import UntrustedFileError, check_untrusted
 from ..errors import DataError
-from ._untrusted import UntrustedFileError, check_untrusted
 
 _BAND_BYTES = 64 << 20  # rows of a dataset read (hashed, checked) at once
 

@@ -12,10 +12,10 @@ from typing import Optional
 
 import numpy as np
 
+from .._untrusted import open_untrusted
 from ..errors import DamagedFileError
 from ._atomic import fsync_dir, storage_error
 from ._sealed import SealError, read_sealed
-from ._untrusted import check_untrusted
 
 RESULT = "kernels.h5"
 TILES = "tiles"
@@ -82,11 +82,13 @@ def check_test_diagonal(path: Path, run_id: str, kinds, max_bytes: Optional[int]
     return datasets, None
 
 
-def read_npz(path: Path) -> dict:
-    """The arrays of the ``.npz`` side file ``path``; DamagedFileError when unreadable."""
+def read_npz(path: Path, max_bytes: Optional[int] = None) -> dict:
+    """The arrays of the ``.npz`` side file ``path``, read through the one descriptor the
+    untrusted-file gate opened (a FIFO or device refused, never waited on; a file over
+    ``max_bytes`` refused unread); DamagedFileError when unreadable or missing."""
     try:
-        check_untrusted(path)
-        with np.load(path, allow_pickle=False) as z:
+        with os.fdopen(open_untrusted(path, max_bytes=max_bytes), "rb") as f, \
+                np.load(f, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise DamagedFileError(f"{path} is damaged or unreadable ({exc}); start the run "

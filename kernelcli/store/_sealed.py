@@ -40,8 +40,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from .._untrusted import open_untrusted
 from ._atomic import atomic_path
-from ._untrusted import open_untrusted
 
 MAGIC = b"kernelcli sealed HDF5 1\n"
 HEADER = 512

@@ -57,6 +57,9 @@ from ._run_files import (
 from ._test_diagonal import DiagonalFile
 from ._tiles import write_tile as _write_tile
 
+# An .npz's bytes beyond its arrays' values: each member's .npy and zip headers, the
+# zip's directory (a few hundred bytes per member; labels files hold two)
+_NPZ_SLACK = 4096
 
 class RunStore:
     """The files of one run, under ``run_dir``.
@@ -277,14 +280,23 @@ class RunStore:
             raise ValueError(f"{name!r} is not a run directory side file")
         return self.run_dir / name
 
+    @property
+    def labels_path(self) -> Path:
+        """The side file that holds the run's labels (``labels.npz``, or a grown run's)."""
+        return self.side_path(labels_file_of(self.manifest))
+
     def read_labels(self) -> dict:
         """``{"labels": (n1,), "test_labels": (n_test,)}`` int64, those the run has (from
         the file the manifest names, ``labels.npz`` by default)."""
         fingerprints = self.manifest.get("data_fingerprints")
         if not isinstance(fingerprints, dict) or "labels" not in fingerprints:
             return {}  # a run without labels: a labels.npz there is someone else's
-        path = self.side_path(labels_file_of(self.manifest))
-        return read_npz(path) if path.is_file() else {}
+        path = self.labels_path
+        # the manifest says the run has labels: a missing, foreign or damaged file is an
+        # error, never a run without labels; int64 labels of every row bound its size
+        plan = self.manifest.get("plan") or {}
+        rows = sum(int(plan.get(k) or 0) for k in ("n1", "n_test"))
+        return read_npz(path, max_bytes=8 * rows + _NPZ_SLACK)
 
     @property
     def shards_dir(self) -> Path:

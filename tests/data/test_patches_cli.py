@@ -207,3 +207,25 @@ def test_sigkill_mid_run_then_resume_gives_the_uninterrupted_bits(rp_run, tmp_pa
     assert r.returncode == 0, r.stderr
     assert stored.read_bytes() == fit
     assert_bit_identical(read_kernels(run / "kernels.h5")[0], reference)
+
+
+def test_a_bias_that_zeroes_every_feature_is_refused_before_computing(tmp_path):
+    """A threshold no patch can reach makes every feature 0 for every image: every pair
+    would get the same kernel value and ``predict`` one label for all. The fit proves it
+    (the largest response a normalised patch can give these filters) and refuses."""
+    x_train, _, _ = write_data(tmp_path)
+    fit = fit_preprocess(x_train, "random_patches", zca_reg=0.1, patches=SETTINGS)
+    g = fit.whitening @ fit.filters.T  # responses are p . g_k - mean . g_k, |p| <= 1
+    largest = float(np.max(np.sqrt((g * g).sum(axis=0)) + np.abs(fit.mean @ g)))
+    for bias in (1000, largest):
+        cfg = write_cfg(tmp_path, preprocess=dict(PATCHES, bias=bias, zca_reg=0.1))
+        before = snapshot(tmp_path)
+        result = invoke("compute", cfg, "--quiet")
+        assert result.exit_code == 2, result.stderr
+        assert error_line(result) == (
+            f"Error: data.preprocess.bias: {float(bias)!r} leaves every random_patches feature "
+            f"at 0 for every image (no patch responds to these filters above {largest:.4g}), "
+            f"so every pair would have the same kernel; expected a bias below {largest:.4g}")
+        assert snapshot(tmp_path) == before
+    cfg = write_cfg(tmp_path, preprocess=dict(PATCHES, bias=0.9 * largest, zca_reg=0.1))
+    assert invoke("compute", cfg, "--quiet").exit_code == 0

@@ -141,3 +141,40 @@ def test_the_ray_record_is_the_runs_own_file(finished_run):
     assert finished_run / "shards" not in owned
     RunStore.open(finished_run).growth.remove_shard_markers()  # what extend does
     assert sorted(os.listdir(finished_run / "shards")) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("make", ["large", "link", "fifo", "garbage"])
+def test_a_ray_record_that_cannot_be_read_is_skipped_and_said(finished_run, tmp_path, make):
+    """A diagnostics file never fails a command: status exits 0, says it skipped it and
+    why, whatever sits there (never waiting on a FIFO)."""
+    path = finished_run / "shards" / "ray.json"
+    path.parent.mkdir(exist_ok=True)
+    if make == "large":
+        path.write_bytes(b" " * (18 << 20))
+    elif make == "link":
+        (tmp_path / "elsewhere.json").write_text("{}")
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif make == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("[1, 2]")
+    out = run_cli("status", finished_run, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("ray: ")]
+    assert line.startswith("ray: skipped shards/ray.json (")
+    doc = json.loads(run_cli("status", finished_run, "--json", timeout=120).stdout)
+    assert "ray" not in doc and doc["ray_skipped"]
+
+
+def test_what_status_prints_from_a_run_file_cannot_forge_a_line(finished_run):
+    """A newline (or an escape sequence) in a field of ``shards/ray.json`` is shown
+    escaped, on the line it belongs to: never a line of its own such as a forged error."""
+    (finished_run / "shards").mkdir(exist_ok=True)
+    state = ClusterState("CPU", 2, 2)
+    (finished_run / "shards" / "ray.json").write_text(json.dumps(dict(
+        state.to_dict(), running=False, host="node7\nError: the run is damaged\x1b[2J",
+        pid=0, updated="2026-03-02T10:14:07+0000")))
+    out = run_cli("status", finished_run)
+    assert out.returncode == 0, out.stderr
+    assert not [ln for ln in out.stdout.splitlines() if ln.startswith("Error")]
+    assert "node7\\x0aError: the run is damaged\\x1b[2J" in out.stdout

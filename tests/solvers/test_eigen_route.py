@@ -5,6 +5,8 @@ the machine's rates price lowest among those that fit."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from test_predict import psd_kernel
@@ -48,12 +50,17 @@ def test_every_ridge_equals_its_own_cholesky_solve():
 def test_a_ridge_that_leaves_the_kernel_indefinite_is_refused_as_cholesky_does():
     k, _, _ = psd_kernel(50, d=20, seed=1)
     k = k - 0.01 * np.eye(50)  # negative eigenvalues: rank 20 of 50
-    out = eigen_sweep(eigen(k), one_hot(np.arange(50) % 2, 2), (0.0, 1.0))
-    assert out[0.0]["error"].startswith("the kernel kernel plus ridge 0 x trace/n (= 0 on the "
-                                        "diagonal) is not positive definite (its smallest "
-                                        "eigenvalue plus the ridge is -0.01 at n=50); use a "
-                                        "larger <<ridges>> (e.g. 1e-06)")
+    eig, y = eigen(k), one_hot(np.arange(50) % 2, 2)
+    out = eigen_sweep(eig, y, (0.0, 1.0))
+    msg = out[0.0]["error"]
+    assert msg.startswith("the kernel kernel plus ridge 0 x trace/n (= 0 on the diagonal) is "
+                          "not positive definite (its smallest eigenvalue plus the ridge is "
+                          "-0.01 at n=50); its smallest eigenvalue is -0.01, so use a larger "
+                          "<<ridges>> (e.g. ")
     assert "alpha" in out[1.0]
+    # the advice, followed, works
+    suggested = float(re.search(r"\(e\.g\. ([^)]+)\)$", msg)[1])
+    assert "alpha" in eigen_sweep(eig, y, (suggested,))[suggested]
 
 
 RATES = Rates(dense=50e9, stream=100e9)  # multiply-adds per second: a 2-core machine's

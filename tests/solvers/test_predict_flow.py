@@ -5,13 +5,14 @@ and against closed forms: t = 0 is the prior, t = inf the ridge solution."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kernelcli.errors import UsageError
+from kernelcli.errors import NotPositiveDefiniteError, UsageError
 from kernelcli.solvers import (
     check_times,
     cholesky_factor,
@@ -152,3 +153,31 @@ def test_bad_times_are_named(times, message):
     with pytest.raises(UsageError) as err:
         check_times(times)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("ridge, smallest", [(1e-300, -3e-4), (0.0, -1.85e3), (1e-6, -0.5)])
+def test_a_suggested_ridge_followed_makes_the_kernel_positive_definite(ridge, smallest):
+    """The suggestion comes from the smallest eigenvalue the Cholesky route measured, not
+    from the ridge given (100 x 1e-300 is no ridge at all): following it solves."""
+    rng = np.random.default_rng(0)
+    u, _ = np.linalg.qr(rng.standard_normal((30, 30)))
+    s = np.linspace(100.0, 300.0, 30)  # a positive trace: a trace-scaled ridge can help
+    s[0] = smallest
+    k = (u * s) @ u.T
+    with pytest.raises(NotPositiveDefiniteError) as err:
+        solve_cholesky(k, np.ones((30, 1)), [ridge])
+    msg = str(err.value)
+    assert f"its smallest eigenvalue is {smallest:.3g}, so use a larger ridges= (e.g. " in msg
+    suggested = float(re.search(r"\(e\.g\. ([^)]+)\)$", msg)[1])
+    assert suggested > ridge
+    solve_cholesky(k, np.ones((30, 1)), [suggested])  # the advice works
+
+
+def test_a_kernel_no_ridge_can_help_is_said_to_be_invalid():
+    k = np.diag([-5.0, 1.0, 1.0])  # trace < 0: every trace-scaled ridge shifts it down
+    with pytest.raises(NotPositiveDefiniteError) as err:
+        solve_cholesky(k, np.ones((3, 1)), [1e-3])
+    assert str(err.value).endswith(
+        "its smallest eigenvalue is -5: no accepted ridge (at most 1e+12) makes it "
+        "positive definite, so the kernel itself is not a valid one: check it with "
+        "`kernelcli verify RUN_DIR`")

@@ -20,7 +20,7 @@ import kernelcli
 from helpers_cli import images, run_cli, write_config
 
 # the bounded reader every run file goes through, fed hostile files directly
-from kernelcli.store._untrusted import UntrustedFileError, read_untrusted
+from kernelcli._untrusted import UntrustedFileError, read_untrusted
 
 HANG = 60  # seconds: far above a refusal (~2 s), far below a hang
 

@@ -1,11 +1,14 @@
-"""Opening a file of a run directory as untrusted: the one gate every reader passes.
+"""Opening a file as untrusted: the one gate every reader of a run directory's files and
+of a configuration's data files passes.
 
 A run directory is user-writable, so any of its names may be a FIFO (an ``open``
-that blocks for ever), a device (``/dev/zero``: a read that never ends), a socket,
-a directory, or a link to somewhere else. Each reader asks here first: the file is
+that blocks for ever, and a SIGTERM that does not end it), a device (``/dev/zero``: a
+read that never ends), a socket, a directory, or a link to somewhere else; a data file
+named in a configuration may be any of these too. Each reader asks here first: the file is
 opened with ``O_NONBLOCK`` (a FIFO opens at once instead of waiting for a writer),
 ``fstat`` of the open descriptor says what it is (no race between the check and the
-read), links must resolve inside the folder the caller names, and a read is bounded
+read), links must resolve inside the folder the caller names (a run directory's files;
+a data file's links may go anywhere: ``within="/"``), and a read is bounded
 by the size the caller's format allows. What is refused raises
 :class:`UntrustedFileError` (exit 2) with one line naming the file and what it is.
 ``FileNotFoundError`` passes through unchanged: callers say what a missing file means.
@@ -19,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-from ..errors import DamagedFileError
+from .errors import DamagedFileError
 
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO"),
