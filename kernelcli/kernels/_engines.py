@@ -93,6 +93,11 @@ def engine_reason(requested: str, engine: str, platform: str, layers: Sequence,
             else "the run's engine")
         return f"{how}; {_native.describe()}"
     if requested == engine:
+        if engine == "accelerator" and str(platform).lower() == "cpu":
+            # asked for by name, it runs where jax's devices are: never silently the CPU
+            return ("compute.engine: accelerator, computing on the CPU: jax sees no GPU or "
+                    "TPU here; on a CPU, auto takes the native or cpu engine, as fast or "
+                    "faster")
         return f"compute.engine: {engine}"
     if requested != "auto":
         return "the run's engine (engine.name in its manifest.json)"
