@@ -148,6 +148,9 @@ def load_from(folder: Path, ident: str, runnable: Sequence[str], symbols: Sequen
     if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
         return None, (f"{path} does not match its checksum in {recipe.RECORD} (damaged "
                       f"or truncated)")
+    wrong = _other_variant(data, variant, path)
+    if wrong is not None:
+        return None, wrong
     handle, fd = _map(data, symbols)
     if handle is None:
         return None, f"{path} matches its checksum but does not load ({fd})"
@@ -207,6 +210,18 @@ def _map(data: bytes, symbols: Sequence[str]):
     return handle, fd
 
 
+def _other_variant(data: bytes, variant: str, path: Path) -> Optional[str]:
+    """Why the library bytes ``data`` are not ``variant``'s, as their own mark says
+    (:func:`recipe.marked_variant`), or ``None``: checked before they are mapped, since
+    their constructors run at once and another variant's may use instructions this CPU
+    lacks (a SIGILL, no message)."""
+    marked = recipe.marked_variant(data)
+    if marked == variant:
+        return None
+    return (f"{path} holds a library compiled for {marked or 'no recorded variant'}, not "
+            f"{variant} as {recipe.RECORD} says: not loaded")
+
+
 def _first_use(cxx: str, ident: str, variant: str, symbols, ffi, cache: Optional[Path],
                stop: Optional[Stop], tell):
     """Build ``variant`` with ``cxx`` (or take the one kept for it): ``(Library, None)``
@@ -251,12 +266,17 @@ def _build(cxx, ident, variant, symbols, ffi, work: Path, kept: Optional[Path], 
               or recipe.run([link], work, seconds, lambda: check(stop)))
     took = time.monotonic() - start
     data = b"" if failed else out.read_bytes()
+    if not failed:
+        failed = _other_variant(data, variant, out)
     handle, fd = (None, None) if failed else _map(data, symbols)
     tell(f"the native engine's build failed after {took:.1f} s" if handle is None
          else f"built the native engine in {took:.1f} s")
     if handle is None:
         why = f"its build with {cxx} failed: {failed or f'the library does not load ({fd})'}"
-        if kept is not None:
+        # a build that ran out of time says nothing of the compiler (a busy machine, a
+        # low KERNELCLI_NATIVE_BUILD_SECONDS): the next process tries again; a compiler's
+        # error or a library that does not load is kept, and said at once next time
+        if kept is not None and not (failed and took >= seconds):
             kept.mkdir(mode=0o700, exist_ok=True)
             recipe.write_file(kept / FAILED, (why + "\n").encode(), 0o600)
         return None, why

@@ -140,11 +140,33 @@ def ffi_version(include_dir: str) -> Optional[tuple]:
                                                         int(minor.group(1)))
 
 
+# The variant a library was compiled for, in its own bytes (layer.cc's
+# ``kernelcli_variant``, from ``-DKERNELCLI_VARIANT``): the loader reads it before
+# mapping, so bytes of another variant than their record names (v4 instructions under
+# the v3 name, the record rewritten to match) are refused in one line, not run until a
+# SIGILL on a CPU without those instructions.
+VARIANT_MARK = b"kernelcli-variant:"
+
+
+def marked_variant(data: bytes) -> Optional[str]:
+    """The variant ``data`` (a library's bytes) says it was compiled for; ``None`` when
+    it says none, or more than one."""
+    found = set()
+    at = data.find(VARIANT_MARK)
+    while at >= 0:
+        end = data.find(b"\0", at, at + 64)
+        found.add(data[at + len(VARIANT_MARK):end].decode("ascii", "replace")
+                  if end >= 0 else "")
+        at = data.find(VARIANT_MARK, at + 1)
+    return found.pop() if len(found) == 1 else None
+
+
 def commands(cxx: str, variant: str, include_dir: str, folder: Path, out: Path,
              werror: bool = False) -> tuple:
     """``(compiles, link)``: the compiler's command lines that build ``variant`` into
     ``out`` (objects in ``folder``); the sources compile side by side."""
-    flags = (*FLAGS, *variant_flags(variant), *WARNINGS, *(("-Werror",) if werror else ()))
+    flags = (*FLAGS, *variant_flags(variant), f'-DKERNELCLI_VARIANT="{variant}"', *WARNINGS,
+             *(("-Werror",) if werror else ()))
     objects = [folder / f"{Path(s).stem}-{variant}.o" for s in SOURCES]
     compiles = [[cxx, *flags, "-isystem", include_dir, "-c", str(NATIVE / s), "-o", str(o)]
                 for s, o in zip(SOURCES, objects, strict=True)]

@@ -91,6 +91,28 @@ def test_a_library_whose_bytes_are_not_the_recorded_ones_is_never_mapped(tmp_pat
 
 
 @installed
+def test_another_variants_bytes_under_a_record_rewritten_to_match_are_never_mapped(tmp_path):
+    """The v4 library's bytes under the v3 name, the record's size and checksum rewritten
+    to match: their checksum holds, but a CPU without AVX-512 would die of SIGILL in
+    their constructors. The bytes' own mark says which variant they are, and is read
+    before they are mapped."""
+    folder = _copy(tmp_path)
+    rec = _record(folder)
+    if not {"x86-64-v4", "x86-64-v3"} <= set(rec["libraries"]):
+        pytest.skip("the package carries no x86-64-v4 and v3 libraries here")
+    v3 = folder / rec["libraries"]["x86-64-v3"]["file"]
+    data = (folder / rec["libraries"]["x86-64-v4"]["file"]).read_bytes()
+    v3.write_bytes(data)
+    rec["libraries"] = {"x86-64-v3": dict(rec["libraries"]["x86-64-v3"], size=len(data),
+                                          sha256=hashlib.sha256(data).hexdigest())}
+    (folder / recipe.RECORD).write_text(json.dumps(rec))
+    lib, why = _load(folder, runnable=("x86-64-v3",))
+    assert lib is None
+    assert why == (f"{v3} holds a library compiled for x86-64-v4, not x86-64-v3 as "
+                   f"native.json says: not loaded")
+
+
+@installed
 def test_a_missing_or_foreign_record_is_said_and_nothing_is_loaded(tmp_path):
     folder = _copy(tmp_path)
     (folder / recipe.RECORD).write_text('{"format": 1, "identity": "x"}')

@@ -14,6 +14,15 @@
 // handler checks the shapes again and refuses a mismatch.
 #include "map.h"
 
+// The variant this library was compiled for, in its bytes: the loader reads it before
+// mapping them (_native_recipe.marked_variant), so another variant's instructions under
+// a record that names this one are refused before any of their code runs.
+#ifndef KERNELCLI_VARIANT
+#define KERNELCLI_VARIANT "unnamed"
+#endif
+extern "C" __attribute__((visibility("default"), used)) const char kernelcli_variant[] =
+    "kernelcli-variant:" KERNELCLI_VARIANT;
+
 namespace {
 
 // ntk_mode: 0 no NTK; 1 the input's NTK is exactly zero (the raw input's); 2 an array.
