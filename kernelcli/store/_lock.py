@@ -43,6 +43,7 @@ _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF)
 _ATTEMPTS = 8  # a lock file deleted or replaced this often while taken: refused
 _HELD: set = set()  # (st_dev, st_ino) of the run directories this process has locked
+_WHERE: dict = {}  # the path each was locked by -> its (st_dev, st_ino)
 
 
 @contextlib.contextmanager
@@ -77,10 +78,13 @@ def run_lock(run_dir, shared: bool = False):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"{os.getpid()}@{host_tag()}".encode(), 0)
             _HELD.add(held)
+            where = os.path.abspath(run_dir)
+            _WHERE[where] = held
             try:
                 yield
             finally:
                 _HELD.discard(held)
+                _WHERE.pop(where, None)
                 if not shared:
                     with contextlib.suppress(OSError):
                         os.ftruncate(fd, 0)
@@ -135,3 +139,25 @@ def _flock(fd: int, run_dir, path: Path, shared: bool) -> None:
     except OSError as exc:
         if exc.errno not in _NO_FLOCK:
             raise storage_error(exc, path) from None
+
+
+def check_still_here(run_dir) -> None:
+    """Refuse to write into ``run_dir`` by its path once the path no longer names the
+    directory this process locked: the run directory renamed away and another put in
+    its place while a command runs would receive tiles the lock never covered, beside a
+    second writer that locked the new one. :class:`RunDirError`, one line; nothing is
+    written. A path this process holds no lock for is let be (the reader's)."""
+    where = os.path.abspath(run_dir)
+    held = _WHERE.get(where)
+    if held is None:
+        return
+    try:
+        st = os.stat(where)
+        now = (st.st_dev, st.st_ino)
+    except OSError:
+        now = None
+    if now != held:
+        raise RunDirError(f"{run_dir} is no longer the run directory this command locked "
+                          f"(it was moved, renamed or replaced while the command ran); "
+                          f"nothing more is written there: find where the run went, and "
+                          f"continue it there with `kernelcli resume`")

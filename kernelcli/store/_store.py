@@ -21,7 +21,7 @@ from ._atomic import fsync_dir, remove_stale_tmp, storage_error, write_bytes_ato
 from ._cleanup import forget_tiles_removed, remove_tiles, tiles_removed
 from ._grow import Growth
 from ._lineage import accepted_runs
-from ._lock import run_lock
+from ._lock import check_still_here, run_lock
 from ._manifest_file import (
     MANIFEST,
     create_manifest,
@@ -333,6 +333,7 @@ class RunStore:
         Values per kind: shape ``(r1 - r0, c1 - c0)``, or ``(n_pairs,)`` in the order of
         ``block.local_pairs()``; a diagonal block's upper triangle is mirrored.
         """
+        check_still_here(self.run_dir)  # by path: the path must still be the locked one
         _mkdir(self.tiles_dir)
         return _write_tile(self.tiles_dir, block, arrays, self.run_id)
 
@@ -380,6 +381,7 @@ class RunStore:
         ``kernelcli_version``, ``data_fingerprint``, ...) become file attributes,
         non-scalar values as JSON text.
         """
+        check_still_here(self.run_dir)
         extra = dict(self.read_labels())
         if n_test and test_diagonal:
             diag = self.test_diag.read(kinds)
