@@ -24,13 +24,15 @@ elementwise nonlinearities (``sin``, ``exp``, ``hermite``...) are declared in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional, Union
 
 from . import _shapes as S
 from ._registry import LayerType, Spelling
 
-if TYPE_CHECKING:  # the union of all layers, built from this module's classes
-    from ._layer_types import Layer
+# A composite layer's members: each a ``Layer`` (the union ``_layer_types`` builds from
+# this module's classes and the other families'). Named here as that union, it would be
+# an import of ``_layer_types``, which imports this module: a cycle, type-only or not.
+Member = Any
 
 PADDINGS = ("SAME", "VALID", "CIRCULAR")
 
@@ -205,7 +207,7 @@ IDENTITY = LayerType(Identity, "identity", S.keep, flip="alike")
 class Residual:
     """``x + f(x)`` with ``f`` the serial composition of ``layers``."""
 
-    layers: tuple[Layer, ...] = ()
+    layers: tuple[Member, ...] = ()
     where: str = field(default="", compare=False, repr=False)
 
 
@@ -226,7 +228,7 @@ class Parallel:
     sum``) or ``FanInConcat(axis=-1)`` (``merge: concat``); an empty branch is the
     identity."""
 
-    branches: tuple[tuple[Layer, ...], ...] = ()
+    branches: tuple[tuple[Member, ...], ...] = ()
     merge: str = "sum"
     where: str = field(default="", compare=False, repr=False)
 

@@ -31,7 +31,7 @@ _LAZY = {
     "FINGERPRINT_KEY": "._landmark_rows",
     "Job": "._job",
     "LocalBackend": "._local",
-    "Progress": "._executor",
+    "Progress": "._progress_value",
     "STATS_ROWS": "._block_tile",
     "TEST_KEYS": "._job",
     "adopts": "._job",
@@ -89,7 +89,6 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._devices import configure_host_devices as configure_host_devices
     from ._devices import is_out_of_memory as is_out_of_memory
     from ._devices import out_of_memory_error as out_of_memory_error
-    from ._executor import Progress as Progress
     from ._executor import execute as execute
     from ._inputs import input_paths as input_paths
     from ._inputs import open_inputs as open_inputs
@@ -116,6 +115,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._open_run import missing_tiles_problem as missing_tiles_problem
     from ._open_run import verified_result as verified_result
     from ._open_run import with_run_dir as with_run_dir
+    from ._progress_value import Progress as Progress
     from ._ray import connect_ray as connect_ray
     from ._ray import describe_ray_error as describe_ray_error
     from ._ray import require_ray as require_ray

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -32,24 +31,9 @@ from .. import _env
 from ..errors import KernelcliError
 from ..store import RunStore
 from ._job import Job
+from ._progress_value import Progress
 from ._tile_checks import check_diagonal, check_tile
 from ._tile_writer import TileWriter
-
-
-@dataclass
-class Progress:
-    """What a progress callback receives after each batch."""
-
-    pairs_done: int
-    pairs_total: int
-    blocks_done: int
-    blocks_total: int
-    elapsed: float        # seconds since this process started computing
-    pairs_this_run: int   # pairs computed by this process (for the rate)
-    platform: str = ""    # of the local devices computing ("" when not known: Ray)
-    devices: int = 0      # how many of them
-    note: str = ""        # what the backend says of its workers ("" while all is well; Ray:
-    #                       "waiting for 1 actor (cluster has 0 CPUs free); 1 node lost, ...")
 
 
 class Tally:

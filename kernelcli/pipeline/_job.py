@@ -29,6 +29,7 @@ from ..store import LABELS, Manifest, StoredCompute, labels_name, new_manifest, 
 from ._backend import Backend, open_backend
 from ._block_tile import KernelFnSpec
 from ._inputs import Inputs, open_inputs
+from ._progress_value import Progress
 from ._shards import check_shard_count
 from ._side_files import stored_preprocess
 
@@ -286,9 +287,7 @@ def _prepare(cfg, stored, fingerprints, preprocess, fit_preprocess, extension,
 
 def _before_the_plan(progress: Callable) -> Callable:
     """A backend's word on its workers before the plan exists, as a
-    :class:`~._executor.Progress` with nothing counted yet (``blocks_total`` 0)."""
-    from ._executor import Progress
-
+    :class:`~._progress_value.Progress` with nothing counted yet (``blocks_total`` 0)."""
     t0 = time.monotonic()
 
     def say(state) -> None:

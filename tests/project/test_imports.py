@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import kernelcli
 
 ROOT = Path(kernelcli.__file__).parent
@@ -119,3 +121,66 @@ def test_every_module_basename_is_unique_and_says_what_it_holds():
             seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert not twice, twice
+
+
+def import_cycles(graph) -> list:
+    """The strongly connected sets of two or more modules of ``graph`` (grimp's import
+    graph: every import, at module level, in a function or under TYPE_CHECKING)."""
+    adjacent = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on_stack: set = set()
+    cycles = []
+    for root in sorted(adjacent):  # Tarjan's algorithm, iteratively
+        if root in index:
+            continue
+        work = [(root, iter(adjacent[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(adjacent[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members = []
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    members.append(m)
+                    if m == node:
+                        break
+                if len(members) > 1:
+                    cycles.append(sorted(members))
+    return cycles
+
+
+def test_no_module_imports_another_in_a_cycle():
+    """Lazy (function-level) and type-only imports counted: a cycle is a pair of
+    modules that cannot be understood, tested or moved apart. (The packages' floors
+    are import-linter's contract in pyproject.toml, which .ci/run checks.)"""
+    grimp = pytest.importorskip("grimp")
+    assert import_cycles(grimp.build_graph("kernelcli")) == []
+
+
+def test_the_cycle_check_sees_a_function_level_cycle():
+    class Graph:
+        modules = {"a", "b", "c"}
+
+        @staticmethod
+        def find_modules_directly_imported_by(m):
+            return {"a": {"b"}, "b": {"a"}, "c": set()}[m]
+
+    assert import_cycles(Graph()) == [["a", "b"]]

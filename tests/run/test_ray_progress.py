@@ -19,7 +19,7 @@ from test_ray import write_case
 from helpers_cli import run_cli
 from kernelcli import _env
 from kernelcli.errors import ConfigError
-from kernelcli.pipeline._executor import Progress
+from kernelcli.pipeline import Progress
 from kernelcli.pipeline._ray_pool import ClusterState
 
 
