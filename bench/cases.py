@@ -18,7 +18,9 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 CONFIGS = BENCH / "configs"
 # cases whose network is a shipped configuration's (only its architecture is read)
-SHIPPED = {"cnn1_gap": BENCH.parent / "configs" / "seed_gap.yaml"}
+SHIPPED = {"cnn1_gap": BENCH.parent / "configs" / "seed_gap.yaml",
+           # the field's best recipe: random-patch features, 5 conv + ReLU, LAP, flips
+           "li2019": BENCH.parent / "configs" / "cifar10_li2019.yaml"}
 INPUT_SHAPE = (32, 32, 3)
 KINDS = ("nngp", "ntk")
 
@@ -49,9 +51,14 @@ def case_config(case: str) -> dict:
 
     doc = yaml.safe_load(config_path(case).read_text())
     if case in SHIPPED:
-        doc = {"name": f"bench-{case}",
-               "data": {"x1": "../out/inputs.npy", "layout": "NHWC", "limit": None},
-               "architecture": doc["architecture"], "kernel": doc["kernel"],
+        # the network, its kinds, dtype and flips, and its preprocessing; not its test
+        # set, so not the test diagonal
+        kernel = {k: v for k, v in doc["kernel"].items() if k != "test_diagonal"}
+        data = {"x1": "../out/inputs.npy", "layout": "NHWC", "limit": None}
+        if "preprocess" in doc.get("data", {}):
+            data["preprocess"] = doc["data"]["preprocess"]
+        doc = {"name": f"bench-{case}", "data": data,
+               "architecture": doc["architecture"], "kernel": kernel,
                "compute": {"memory": "auto", "devices": "all", "block": "auto"},
                "output": {"run_dir": f"../out/runs/{case}"}}
     return doc
