@@ -64,10 +64,38 @@ def case_config(case: str) -> dict:
     return doc
 
 
-def make_inputs(n: int, seed: int = 0) -> np.ndarray:
-    """The benchmark inputs: ``(n, 32, 32, 3)`` float32 standard normals."""
+# Cases kernelcli's own benches time (roofline.py, kc_case.py), not neural-tangents'
+# (it has no random-patch features): name -> N for a call of a few seconds.
+RECIPES = {"li2019": 16}
+
+
+def case_input_shape(case: str) -> tuple:
+    """The shape of one input of ``case``'s network: the bench's 32 x 32 x 3 images, or
+    the feature maps a configuration's random patches make of them (13 x 13 x 512 for
+    ``li2019``): the pairs' cost is the network's on those."""
+    pre = case_config(case)["data"].get("preprocess")
+    if not pre or pre.get("kind") != "random_patches":
+        return INPUT_SHAPE
+    from kernelcli.data import PatchSettings
+
+    settings = PatchSettings(count=pre["count"], size=pre["size"], seed=pre["seed"],
+                             bias=pre["bias"], pool=pre["pool"], stride=pre["stride"],
+                             split=pre["split"])
+    return tuple(settings.output_shape(INPUT_SHAPE))
+
+
+def case_augment(case: str) -> tuple:
+    """``kernel.augment``'s flips of ``case`` (each pair then evaluated once per flip)."""
+    from kernelcli.config import parse_augment
+
+    return parse_augment(case_config(case)["kernel"].get("augment"), "kernel.augment")
+
+
+def make_inputs(n: int, seed: int = 0, shape: tuple = INPUT_SHAPE) -> np.ndarray:
+    """The benchmark inputs: ``(n, *shape)`` float32 standard normals (default
+    ``(n, 32, 32, 3)``)."""
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((n,) + INPUT_SHAPE).astype(np.float32)
+    return rng.standard_normal((n,) + tuple(shape)).astype(np.float32)
 
 
 def peak_rss_bytes() -> int:

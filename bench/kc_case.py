@@ -28,8 +28,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cases import (  # noqa: E402
     CASES,
-    INPUT_SHAPE,
     KINDS,
+    RECIPES,
+    case_augment,
+    case_input_shape,
     config_path,
     device_peak_bytes,
     make_inputs,
@@ -40,7 +42,7 @@ from cases import (  # noqa: E402
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("case", choices=sorted(CASES))
+    p.add_argument("case", choices=sorted({**CASES, **RECIPES}))
     p.add_argument("--n", type=int, default=None, help="number of inputs (default: the case's)")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -58,7 +60,8 @@ def main(argv=None):
                    help="leave jax's one CPU device, as a library user's process does "
                         "(default: one host device per core, as `kernelcli compute`)")
     a = p.parse_args(argv)
-    n = a.n or CASES[a.case][0]
+    n = a.n or (CASES[a.case][0] if a.case in CASES else RECIPES[a.case])
+    shape, flips = case_input_shape(a.case), case_augment(a.case)
 
     from kernelcli.run import configure_host_devices
 
@@ -75,18 +78,18 @@ def main(argv=None):
     from kernelcli.run import kernel_matrix
 
     cfg = load_config(config_path(a.case))
-    check_architecture(cfg.architecture, INPUT_SHAPE)
+    check_architecture(cfg.architecture, shape)
     platform = jax.devices()[0].platform
     try:
-        a.engine = resolve_engine(a.engine, platform, cfg.architecture.layers, INPUT_SHAPE)
+        a.engine = resolve_engine(a.engine, platform, cfg.architecture.layers, shape)
     except TypeError:  # a checkout from before auto weighed the network (roofline.py --old)
         a.engine = resolve_engine(a.engine, platform)
-    kfn = build_kernel_fn(cfg.architecture, input_shape=INPUT_SHAPE, kinds=KINDS,
-                          dtype=a.dtype, engine=a.engine)
+    kfn = build_kernel_fn(cfg.architecture, input_shape=shape, kinds=KINDS,
+                          dtype=a.dtype, augment=flips, engine=a.engine)
     if a.mode == "memory":
         report_memory(kfn, a.case, n)
         return
-    x1 = make_inputs(n, a.seed).astype(a.dtype)
+    x1 = make_inputs(n, a.seed, shape).astype(a.dtype)
     args = (x1, x1.copy()) if a.mode == "rect" else (x1,)
 
     compilations = []  # XLA compilations of the first call (per program and device)

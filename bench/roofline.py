@@ -3,7 +3,9 @@
     python bench/roofline.py [--cases cnn1_gap,cnn5_gap,...] [--dtypes float32,float64]
         [--old ROOT [--old-reps 1]]
 
-For every bench case (``cases.CASES``, the seed's network ``cnn1_gap`` among them) and
+For every bench case (``cases.CASES``, the seed's network ``cnn1_gap`` among them, and
+``--cases li2019``: Li et al.'s recipe, its network on the 13 x 13 x 512 maps its random
+patches make, both flips counted and evaluated; the mapping itself is not a pair's) and
 dtype: the floating-point operations and bytes one pair of the triangle must cost,
 counted from the layer list (``pair_flops`` below documents the count per layer); this
 machine's limits, measured before and after the timings (the better kept) in fresh processes pinned to 1 and to all cores (a jitted
@@ -39,7 +41,14 @@ from typing import Optional
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import CASES, INPUT_SHAPE, KINDS, config_path  # noqa: E402
+from cases import (  # noqa: E402
+    CASES,
+    KINDS,
+    RECIPES,
+    case_augment,
+    case_input_shape,
+    config_path,
+)
 
 # Inputs per case for the timing: enough that a call's per-input pass (N inputs through
 # the layers, about N pairs' work beside the N(N+1)/2 pairs of a tri call: a share of
@@ -47,7 +56,7 @@ from cases import CASES, INPUT_SHAPE, KINDS, config_path  # noqa: E402
 # users run (10,000 images and more). At N = 4, cnn21_gap's per-input pass added 40%
 # of work the pair's count leaves out.
 ROOF_N = {"cnn1_gap": 48, "cnn21_gap": 16, "cnn5_gap": 32, "myrtle5": 48,
-          "cnn21_flatten": 256, "cnn5_flatten": 512, "fc2": 2000}
+          "cnn21_flatten": 256, "cnn5_flatten": 512, "fc2": 2000, **RECIPES}
 
 # Floating-point operations per output entry of one kernel array (NNGP, or NTK), by
 # layer. A window layer (conv, conv_transpose, conv_local, avg_pool, sum_pool) sums
@@ -110,7 +119,9 @@ def pair_flops(kfn) -> tuple:
     channels = kfn.input_shape[-1]
     first = entries(kfn.input_shape, full_needed(layers)[0])
     gram = 2 * channels * first if not kfn.flat_input else 2 * prod(kfn.input_shape)
-    return gram, walk(layers, kfn.input_shape, False)
+    # with kernel.augment, a pair is one evaluation per flip (the other input flipped)
+    evaluations = len(kfn.group)
+    return evaluations * gram, evaluations * walk(layers, kfn.input_shape, False)
 
 
 def counts(case: str, dtype: str, n: int) -> dict:
@@ -118,11 +129,12 @@ def counts(case: str, dtype: str, n: int) -> dict:
     from kernelcli.kernels import build_kernel_fn, cost_model
 
     cfg = load_config(config_path(case))
-    kfn = build_kernel_fn(cfg.architecture, INPUT_SHAPE, KINDS, dtype)
+    shape = case_input_shape(case)
+    kfn = build_kernel_fn(cfg.architecture, shape, KINDS, dtype, case_augment(case))
     item = kfn.dtype.itemsize
     streamed = cost_model(kfn, 1).bytes_per_pair
     # a tri call over n inputs reads each once for its n(n+1)/2 pairs
-    fused = n * prod(INPUT_SHAPE) * item / (n * (n + 1) / 2) + len(KINDS) * item
+    fused = n * prod(shape) * item / (n * (n + 1) / 2) + len(KINDS) * item
     gram, elementwise = pair_flops(kfn)
     return {"gram_flops": gram, "elementwise_flops": elementwise, "fused_bytes": fused,
             "streamed_bytes": streamed}
@@ -168,7 +180,7 @@ def limits(cores: int) -> dict:
 def measured(case: str, dtype: str, reps: int, root: Optional[str] = None) -> float:
     """kernelcli's seconds per pair of the triangle, best of ``reps`` warm calls, of the
     checkout at ``root`` (default: the one this process imports)."""
-    n = ROOF_N.get(case, CASES[case][0])
+    n = ROOF_N[case] if case in ROOF_N else CASES[case][0]
     env = None if root is None else {**os.environ, "PYTHONPATH": str(Path(root).resolve())}
     r = subprocess.run([sys.executable, str(BENCH / "kc_case.py"), case, "--n", str(n),
                         "--reps", str(reps), "--mode", "tri", "--dtype", dtype],
@@ -215,7 +227,7 @@ def main(argv=None) -> None:
     print(f"|---|---|---:|---:|---:|{before[1]}---:|---:|---:|")
     rows = []
     for case, dtype, t_old, t in timed:
-        c = counts(case, dtype, ROOF_N.get(case, CASES[case][0]))
+        c = counts(case, dtype, ROOF_N[case] if case in ROOF_N else CASES[case][0])
         fma = peak[f"gemm_{dtype}"]
         roof = max(c["gram_flops"] / fma + c["elementwise_flops"] / (fma / 2),
                    c["fused_bytes"] / peak["copy"])

@@ -123,8 +123,8 @@ def print_status(report) -> None:
                    f"{row.blocks_done}/{row.blocks_total}, {note}")
     if report.ray is not None:
         _echo(ray_line(report.ray))
-    if report.ray_skipped is not None:
-        _echo(f"ray: skipped shards/ray.json ({report.ray_skipped})")
+    for skipped in report.skipped:  # diagnostics files: skipped, never a failure
+        _echo(f"skipped: {skipped}")
     engine = report.engine
     line = f"engine: {engine.name} (recorded in its manifest.json"
     if engine.native:

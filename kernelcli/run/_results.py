@@ -288,7 +288,7 @@ class StatusReport:
     tiles_loose: int = 0  # and tiles in files of their own
     engine: Engine = Engine("cpu")  # the execution engine the run computes with
     ray: Optional[RayRecord] = None  # what its last Ray driver saw (when it said anything)
-    ray_skipped: Optional[str] = None  # why shards/ray.json was there but not read
+    skipped: tuple = ()  # diagnostics files there but unreadable: "<path> (why)" each
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("run_dir", "name", "pairs_done", "pairs_total",
@@ -306,8 +306,8 @@ class StatusReport:
             out["extend"] = self.extend.to_dict()
         if self.ray is not None:
             out["ray"] = self.ray.to_dict()
-        if self.ray_skipped is not None:
-            out["ray_skipped"] = self.ray_skipped
+        if self.skipped:
+            out["skipped"] = list(self.skipped)
         if self.shard_count is not None:
             out.update(shard_count=self.shard_count,
                        shards=[s.to_dict() for s in self.shards],

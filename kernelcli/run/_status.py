@@ -85,7 +85,7 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
     if gone is not None and problem is None:
         problem = result_problem = gone  # kernels.h5 is whole, the run is not
     per_shard = shard_counts(store, plan, None if shards is None else int(shards), done) or {}
-    ray, skipped = ray_record(store)
+    ray, why = ray_record(store)
     return StatusReport(
         run_dir=str(store.run_dir), name=m.name, pairs_done=pairs_done,
         pairs_total=plan.pairs_total, blocks_done=len(done & {b.key for b in plan.blocks}),
@@ -95,7 +95,8 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
         tiles_removed=removed, extend=_extend_summary(m, plan),
         readouts=tuple(k for k in m.kinds if k not in KINDS), engine=m.engine,
-        ray=ray, ray_skipped=skipped, **store.file_counts())
+        ray=ray, skipped=tuple(store.unreadable_markers() + ([] if why is None else [why])),
+        **store.file_counts())
 
 
 def ray_record(store: RunStore) -> tuple[Optional[RayRecord], Optional[str]]:
@@ -108,7 +109,7 @@ def ray_record(store: RunStore) -> tuple[Optional[RayRecord], Optional[str]]:
     if r is None:
         return None, None
     if "unreadable" in r:
-        return None, str(r["unreadable"])
+        return None, f"{store.shards_dir / 'ray.json'} ({r['unreadable']})"
     try:
         record = RayRecord(
             note=str(r.get("note", "")), planned=int(r["planned"]), placed=int(r["placed"]),
@@ -118,7 +119,7 @@ def ray_record(store: RunStore) -> tuple[Optional[RayRecord], Optional[str]]:
             running=r.get("running") is True, host=str(r.get("host", "")),
             pid=int(r.get("pid", 0)), updated=str(r.get("updated", "")))
     except (KeyError, TypeError, ValueError):
-        return None, f"{store.shards_dir / 'ray.json'} does not hold what a Ray driver writes"
+        return None, (f"{store.shards_dir / 'ray.json'} (not what a Ray driver writes)")
     if record.running and record.host == socket.gethostname() and not _alive(record.pid):
         record = dataclasses.replace(record, running=False)
     return record, None

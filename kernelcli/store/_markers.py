@@ -80,12 +80,24 @@ def mark_shard(shards_dir: Path, index: int, count: int, info: dict) -> Path:
 
 def shard_markers(shards_dir: Path) -> list[dict]:
     """The markers under ``shards_dir``, newest first; each has at least ``index``,
-    ``count`` and ``mtime``. Unreadable ones are skipped."""
+    ``count`` and ``mtime``. Unreadable ones are skipped (:func:`unreadable_markers`
+    says which)."""
+    return _markers(shards_dir)[0]
+
+
+def unreadable_markers(shards_dir: Path) -> list[str]:
+    """``"<path> (why)"`` for each marker under ``shards_dir`` that is there but cannot be
+    read as kernelcli writes one (too large, a FIFO, a link out, not JSON): diagnostics
+    files, which a command skips and says so, never fails for."""
+    return _markers(shards_dir)[1]
+
+
+def _markers(shards_dir: Path) -> tuple[list[dict], list[str]]:
     try:
         entries = list(os.scandir(shards_dir))
     except (FileNotFoundError, NotADirectoryError):
-        return []
-    out = []
+        return [], []
+    out, skipped = [], []
     for entry in entries:
         match = SHARD_MARKER.match(entry.name)
         if match is None:
@@ -94,11 +106,12 @@ def shard_markers(shards_dir: Path) -> list[dict]:
         try:
             mtime = entry.stat(follow_symlinks=False).st_mtime
             record = json.loads(read_untrusted(entry.path, shards_dir, _MARKER_BYTES))
-        except (OSError, ValueError, DamagedFileError):
+        except (OSError, ValueError, DamagedFileError) as exc:
+            skipped.append(f"{entry.path} ({exc})")
             continue
         if not isinstance(record, dict):
             record = {}
         record.update(index=int(match[1]), count=int(match[2]), mtime=mtime)
         out.append(record)
     out.sort(key=lambda r: (-r["mtime"], r["count"], r["index"]))
-    return out
+    return out, sorted(skipped)

@@ -160,10 +160,10 @@ def test_a_ray_record_that_cannot_be_read_is_skipped_and_said(finished_run, tmp_
         path.write_text("[1, 2]")
     out = run_cli("status", finished_run, timeout=120)
     assert out.returncode == 0, out.stderr
-    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("ray: ")]
-    assert line.startswith("ray: skipped shards/ray.json (")
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("skipped: ")]
+    assert line.startswith(f"skipped: {path} (")
     doc = json.loads(run_cli("status", finished_run, "--json", timeout=120).stdout)
-    assert "ray" not in doc and doc["ray_skipped"]
+    assert "ray" not in doc and doc["skipped"] == [line[len("skipped: "):]]
 
 
 def test_what_status_prints_from_a_run_file_cannot_forge_a_line(finished_run):

@@ -69,7 +69,6 @@ CASES = [
     ("tile", "urandom", ("verify",)),
     ("tile", "outside", ("verify",)),
     ("tile", "dir", ("verify",)),
-    ("shards/0of2.json", "fifo", ("status",)),
     ("tiles_removed.json", "fifo", ("status", "verify")),
 ]
 
@@ -198,3 +197,16 @@ def test_every_reader_refuses_a_fifo_in_process(tmp_path):
     with pytest.raises(UntrustedFileError, match="is a FIFO, not a regular file"):
         ResultFile(fifo).digests()
     assert ResultFile(fifo).problem("run") == "it is a FIFO, not a regular file"
+
+
+def test_a_hostile_shard_record_is_skipped_and_said(finished, tmp_path):
+    """A job array's process record is a diagnostics file: a FIFO in its place never
+    fails ``status`` (nor makes it wait); it is skipped, and said."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run, symlinks=True)
+    path = run / "shards" / "0of2.json"
+    path.parent.mkdir(exist_ok=True)
+    said = hostile("fifo", path, tmp_path / "outside.json")
+    out = run_cli("status", run, timeout=HANG)
+    assert out.returncode == 0, out.stderr
+    assert f"skipped: {path} ({path} {said}" in out.stdout
