@@ -55,8 +55,9 @@ def case_config(case: str) -> dict:
         # set, so not the test diagonal
         kernel = {k: v for k, v in doc["kernel"].items() if k != "test_diagonal"}
         data = {"x1": "../out/inputs.npy", "layout": "NHWC", "limit": None}
-        if "preprocess" in doc.get("data", {}):
-            data["preprocess"] = doc["data"]["preprocess"]
+        pre = doc.get("data", {}).get("preprocess")
+        if isinstance(pre, dict) and pre.get("kind") == "random_patches":
+            data["preprocess"] = pre  # the recipe's features (a fitted scaling is not kept)
         doc = {"name": f"bench-{case}", "data": data,
                "architecture": doc["architecture"], "kernel": kernel,
                "compute": {"memory": "auto", "devices": "all", "block": "auto"},
@@ -74,7 +75,7 @@ def case_input_shape(case: str) -> tuple:
     the feature maps a configuration's random patches make of them (13 x 13 x 512 for
     ``li2019``): the pairs' cost is the network's on those."""
     pre = case_config(case)["data"].get("preprocess")
-    if not pre or pre.get("kind") != "random_patches":
+    if not isinstance(pre, dict) or pre.get("kind") != "random_patches":
         return INPUT_SHAPE
     from kernelcli.data import PatchSettings
 
