@@ -131,8 +131,8 @@ inline void AtanRatioV(const Vec<double>::V* small, const Vec<double>::V* big,
   for (int k = 0; k < K; ++k) {
     mid[k] = small[k] >= 0.4375 * big[k];
     upper[k] = small[k] >= 0.6875 * big[k];
-    V num = upper[k] ? small[k] - big[k] : (mid[k] ? 2 * small[k] - big[k] : small[k]);
-    V den = upper[k] ? small[k] + big[k] : (mid[k] ? 2 * big[k] + small[k] : big[k]);
+    V num = upper[k] ? small[k] - big[k] : (mid[k] ? 2.0 * small[k] - big[k] : small[k]);
+    V den = upper[k] ? small[k] + big[k] : (mid[k] ? 2.0 * big[k] + small[k] : big[k]);
     r[k] = num / den;
   }
   for (int k = 0; k < K; ++k) z[k] = r[k] * r[k];
