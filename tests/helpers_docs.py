@@ -1,6 +1,6 @@
 """The README's and docs/'s own words, read for the tests that hold them true
 (tests/project/test_docs.py parses every documented command line, tests/project/test_docs_run.py
-runs them, tests/config/test_config_reference.py reads docs/config.md's tables). Nothing
+runs them, tests/config/test_config_reference.py reads docs/config-reference.md's tables). Nothing
 here is a test."""
 
 from __future__ import annotations

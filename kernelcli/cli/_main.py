@@ -36,7 +36,7 @@ def main():
       kernelcli clean RUN_DIR                   # drop the tiles once kernels.h5 verifies
       kernelcli compute CONFIG --executor ray --address HEAD:6379   # tiles on Ray actors
 
-    The configuration format is described in docs/config.md.
+    The configuration format is described in docs/config-reference.md.
     """
     _setup.configure_process(click.get_current_context().invoked_subcommand)
 

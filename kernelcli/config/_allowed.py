@@ -1,6 +1,6 @@
 """Run configuration value objects: the validated form of a YAML run config.
 
-See docs/config.md for the contract. Paths are already resolved
+See docs/config-reference.md for the contract. Paths are already resolved
 against the folder that holds the config file.
 """
 

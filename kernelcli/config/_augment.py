@@ -145,7 +145,7 @@ def _check_layer(layer, size: int, axis: int, value: str, name: str) -> None:
     if t.flip == "alike" or (t.flip == "branches" and branches(layer)):
         return
     raise ConfigError(f"{head} is not known to be flip-equivariant; expected layers listed "
-                      f"in docs/config.md (kernel.augment)")
+                      f"in docs/config-reference.md (kernel.augment)")
 
 
 def _pads(size: int, k: int, s: int, padding: str) -> tuple[int, int]:

@@ -10,7 +10,7 @@ volumes), ``(D,)`` for vectors. The channel count after ``dense``/``conv`` is
 the layer's ``width``. A layer's ``filter``, ``window`` and ``strides`` must have
 one entry per spatial axis, or be one integer for all of them (``_rank``).
 
-Order rules (``docs/config.md``, as neural-tangents 0.6.5 enforces them): a
+Order rules (``docs/config-reference.md``, as neural-tangents 0.6.5 enforces them): a
 nonlinearity or ``layer_norm`` needs a Gaussian input, that is the output of an
 affine layer (``dense``, ``conv``, ``conv_local``, ``conv_transpose``) possibly
 passed through pools, ``identity``, ``layer_norm``, a ``residual`` or a

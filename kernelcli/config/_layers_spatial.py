@@ -102,7 +102,7 @@ class LocalAvgPool:
     CIRCULAR, then ``flatten`` (at the cost of the whole covariance), so it is the
     kernel of a network, positive semi-definite. For a network whose layers all pad
     circularly at stride 1 it is the kernel of the data augmented by the window's
-    translations (docs/config.md, "local_avg_pool: local average pooling"). Its output,
+    translations (docs/config-reference.md, "local_avg_pool: local average pooling"). Its output,
     like ``flatten``'s, is a vector that is not Gaussian, and the layers after it see
     ``C * H * W`` channels."""
 

@@ -1,6 +1,6 @@
 """Read a YAML run configuration into a validated, frozen :class:`RunConfig`.
 
-The contract is ``docs/config.md``. Every mistake raises
+The contract is ``docs/config-reference.md``. Every mistake raises
 :class:`~kernelcli.errors.ConfigError` with a one-line message that starts with
 the config file's name (when there is a file), names the YAML path, echoes the
 bad value and says what is accepted. Relative paths (``data.x1``, ``data.x2``,

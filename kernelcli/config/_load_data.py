@@ -82,7 +82,7 @@ def _landmarks(value) -> Optional[int]:
 
 
 _PREPROCESS_KEYS = ("kind", "zca_reg", "per_image") + PATCH_KEYS
-# random_patches: the defaults (docs/config.md says whose they are) and the largest values
+# random_patches: the defaults (docs/config-reference.md says whose they are) and the largest values
 PATCH_DEFAULTS = {"count": 2048, "size": 6, "seed": 0, "bias": 1.0, "pool": 1, "split": True,
                   "zca_reg": 0.1}
 MAX_PATCH_COUNT = 65536   # filters (channels: twice as many with split)

@@ -1,5 +1,5 @@
 """Shape rules: what each kind of layer does to one example's shape, and to
-whether what flows is Gaussian (the order rules of ``docs/config.md``).
+whether what flows is Gaussian (the order rules of ``docs/config-reference.md``).
 
 Shapes are per example: spatial sizes then channels, ``(L, C)``, ``(H, W, C)`` or
 ``(D, H, W, C)``, or ``(D,)`` for vectors. A rule is ``(layer, state) -> state``
@@ -186,7 +186,7 @@ def global_avg_pool(layer: Any, st: State) -> State:
 
 
 def flatten(layer: Any, st: State) -> State:
-    # Flattening a vector changes nothing but still ends Gaussianity (config.md).
+    # Flattening a vector changes nothing but still ends Gaussianity (config-reference.md).
     made = label(layer) if len(st.shape) > 1 else st.vector_by
     return replace(st, shape=(math.prod(st.shape),), gaussian=False,
                    not_gaussian=f"the output of flatten at {label(layer)}", vector_by=made)

@@ -4,7 +4,7 @@ a CNN-GP: ``count`` patches sampled from the training images become the filters 
 one fixed convolution, whose thresholded responses, average pooled, are the feature
 maps the kernel's network reads. numpy only.
 
-The recipe (docs/config.md, ``data.preprocess``, says where it follows which paper):
+The recipe (docs/config-reference.md, ``data.preprocess``, says where it follows which paper):
 
 1. Sampling (seeded, :func:`numpy.random.default_rng`): ``max(count, WHITEN_PATCHES)``
    patches of ``size x size x C``, each at a uniformly drawn training image and

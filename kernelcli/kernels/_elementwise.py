@@ -15,7 +15,7 @@ in a branch that a ``where`` discards:
   tile that holds them (``kernelcli.pipeline._tile_checks``), like any overflow;
 * ``gaussian`` with ``b > 0``: ``E[exp(b u**2) exp(b w**2)]`` is finite only where
   ``I - 2b Sigma`` is positive definite (a self pair: variance below ``1/(4b)``);
-  elsewhere the NNGP and NTK are ``+inf``, never NaN (see ``docs/config.md``).
+  elsewhere the NNGP and NTK are ``+inf``, never NaN (see ``docs/config-reference.md``).
 """
 
 from __future__ import annotations

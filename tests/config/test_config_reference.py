@@ -1,4 +1,4 @@
-"""docs/config.md, the configuration reference, against the code: every section, key,
+"""docs/config-reference.md, the configuration reference, against the code: every section, key,
 layer and layer parameter the code accepts is documented there, and everything
 documented there as one is known to the code; each key with a fixed set of values
 documents exactly those values, and its default where the code has one.
@@ -91,7 +91,7 @@ _NOT_VALUES = {"none", "null", "[]"}
 
 
 def _page() -> str:
-    return (DOCS / "config.md").read_text(encoding="utf-8")
+    return (DOCS / "config-reference.md").read_text(encoding="utf-8")
 
 
 def _doc_tables() -> dict[str, dict[str, list[str]]]:
@@ -148,14 +148,14 @@ def test_a_key_with_a_fixed_set_of_values_documents_exactly_those(key):
     accepted = {t for t in TICKED.findall(_row(key)[_ACCEPTED]) if t.lower() not in _NOT_VALUES}
     want = _code_choices()[key]
     assert {a.lower() for a in accepted} == {w.lower() for w in want}, (
-        f"docs/config.md, {key}: documents {sorted(accepted)}, the code accepts {sorted(want)}")
+        f"docs/config-reference.md, {key}: documents {sorted(accepted)}, the code accepts {sorted(want)}")
 
 
 @pytest.mark.parametrize("key", sorted(_code_defaults()))
 def test_a_documented_default_is_the_code_s(key):
     cell = _row(key)[_DEFAULT]
     assert _code_defaults()[key] in TICKED.findall(cell), (
-        f"docs/config.md, {key}: default cell {cell!r}, the code's default is "
+        f"docs/config-reference.md, {key}: default cell {cell!r}, the code's default is "
         f"{_code_defaults()[key]!r}")
 
 
@@ -165,6 +165,6 @@ def test_every_padding_and_merge_of_the_layers_is_documented():
 
     (body,) = [b for h, b in sections(_page(), "##") if h == "Layers"]
     ticked = set(TICKED.findall(body))
-    assert set(PADDINGS) <= ticked, f"paddings not in docs/config.md: {set(PADDINGS) - ticked}"
+    assert set(PADDINGS) <= ticked, f"paddings not in docs/config-reference.md: {set(PADDINGS) - ticked}"
     (parallel,) = [r for r in table_rows(body, first_table_only=True) if r[0] == "`parallel`"]
     assert set(MERGES) <= set(TICKED.findall(" ".join(parallel))), parallel

@@ -1,7 +1,7 @@
 """Every layer type is complete: declared in the spec (``kernelcli/config/_layers.py``),
 given a kernel map (``kernelcli/kernels/_maps.py``) and a finite-width network for the
 Monte-Carlo oracle (``tests/finite_nets.py``), so that a layer cannot be half added.
-CONTRIBUTING.md ("Adding a layer") lists the places; docs/config.md's layer table is
+CONTRIBUTING.md ("Adding a layer") lists the places; docs/config-reference.md's layer table is
 checked by ``tests/config/test_config_reference.py``.
 """
 

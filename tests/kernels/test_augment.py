@@ -1,4 +1,4 @@
-"""``kernel.augment``: kernels averaged over a flip group (docs/config.md).
+"""``kernel.augment``: kernels averaged over a flip group (docs/config-reference.md).
 
 * the engine's ``mean over g of K(x, g y)`` equals the explicit construction, the
   plain kernel of the data concatenated with its flipped copies averaged over its
@@ -201,7 +201,7 @@ def test_a_transposed_convolution_is_refused_under_a_flip():
         build_kernel_fn(arch, (4, 4, 1), KINDS, "float64", ("hflip",))
     assert str(e.value) == (_head() + "architecture.layers[0].conv_transpose is not known "
                             "to be flip-equivariant; expected layers listed in "
-                            "docs/config.md (kernel.augment)")
+                            "docs/config-reference.md (kernel.augment)")
 
 
 # --- networks a flip changes ---------------------------------------------------------------

@@ -5,7 +5,7 @@
 made by ``make_spatial.py``), except in one place where kernelcli follows the finite
 networks instead of neural-tangents 0.6.5: ``conv_local`` with a non-square filter (or
 unequal strides) after a shared ``conv`` on a full covariance, where neural-tangents
-applies the filter to the swapped spatial axes (docs/config.md). There the Monte-Carlo
+applies the filter to the swapped spatial axes (docs/config-reference.md). There the Monte-Carlo
 estimate below is the oracle: on the 6x8 case of
 ``test_conv_local_after_conv_follows_finite_networks_not_neural_tangents`` our
 ``filter: [3, 1]`` kernel is neural-tangents' ``[1, 3]`` one and the other way round

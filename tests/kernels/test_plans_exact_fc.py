@@ -19,7 +19,7 @@ import pytest
 
 import kernelcli
 
-TOL = 1e-12  # the engines' documented agreement in float64 (docs/config.md, engine)
+TOL = 1e-12  # the engines' documented agreement in float64 (docs/config-reference.md, engine)
 EPS_LN = Decimal(1e-12)  # layer_norm's variance offset, as neural-tangents'
 PREC = 50
 

@@ -1,7 +1,7 @@
 """docs/cli.md against the code: every command, argument and option the code accepts
 is documented, and everything documented exists; every link of the README and docs/
 resolves, every documented command line parses, and the README points at every page.
-(docs/config.md, the configuration reference, is held to the code by
+(docs/config-reference.md, the configuration reference, is held to the code by
 tests/config/test_config_reference.py.)
 
 The names come from the click group itself (``_code_commands`` below). cli.md is read

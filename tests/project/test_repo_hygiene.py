@@ -1,7 +1,7 @@
 """The repository as committed: no merge left half done.
 
 A conflict resolved by hand can leave its markers behind in a file no test reads
-(docs/config.md once held both sides of a table for a while); this scans every
+(docs/config-reference.md once held both sides of a table for a while); this scans every
 git-tracked text file for them.
 """
 
@@ -47,6 +47,6 @@ def test_the_marker_pattern_finds_what_git_writes():
 
 def test_no_tracked_text_file_holds_merge_conflict_markers():
     files = tracked_files()
-    assert any(p.name == "config.md" for p in files)  # the listing is the repository's
+    assert any(p.name == "config-reference.md" for p in files)  # the listing is the repository's
     found = [hit for p in files for hit in conflict_lines(p)]
     assert not found, "unresolved merge conflict markers:\n" + "\n".join(found)
