@@ -70,19 +70,23 @@ def case_config(case: str) -> dict:
 RECIPES = {"li2019": 16}
 
 
+def case_patches(case: str):
+    """``(PatchSettings, zca_reg)`` of ``case``'s random patches as kernelcli reads its
+    configuration (its loader's defaults and checks), or ``None`` without them."""
+    from kernelcli.config import load_config
+    from kernelcli.pipeline import patch_settings
+
+    cfg = load_config(config_path(case))
+    settings = patch_settings(cfg)
+    return None if settings is None else (settings, cfg.data.preprocess.zca_reg)
+
+
 def case_input_shape(case: str) -> tuple:
     """The shape of one input of ``case``'s network: the bench's 32 x 32 x 3 images, or
     the feature maps a configuration's random patches make of them (13 x 13 x 512 for
     ``li2019``): the pairs' cost is the network's on those."""
-    pre = case_config(case)["data"].get("preprocess")
-    if not isinstance(pre, dict) or pre.get("kind") != "random_patches":
-        return INPUT_SHAPE
-    from kernelcli.data import PatchSettings
-
-    settings = PatchSettings(count=pre["count"], size=pre["size"], seed=pre["seed"],
-                             bias=pre["bias"], pool=pre["pool"], stride=pre["stride"],
-                             split=pre["split"])
-    return tuple(settings.output_shape(INPUT_SHAPE))
+    patches = case_patches(case)
+    return INPUT_SHAPE if patches is None else tuple(patches[0].output_shape(INPUT_SHAPE))
 
 
 def case_augment(case: str) -> tuple:

@@ -41,7 +41,7 @@ import yaml
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from cases import case_config, device_peak_bytes, make_inputs  # noqa: E402
+from cases import case_config, case_patches, device_peak_bytes, make_inputs  # noqa: E402
 
 # name -> (N, block edge of the cpu engine, of the accelerator engine): enough blocks that
 # the steady state is several blocks long (the accelerator engine's blocks larger, so its
@@ -104,17 +104,15 @@ def one(case: str, engine: str) -> dict:
 def _mapping_seconds(case: str, n: int):
     """The host's fit of ``case``'s random patches and one mapping of its ``n`` inputs,
     in seconds (``None`` for a case without them)."""
-    from kernelcli.data import PatchSettings, fit_preprocess
+    from kernelcli.data import fit_preprocess
 
-    pre = case_config(case)["data"].get("preprocess")
-    if pre is None:
+    patches = case_patches(case)
+    if patches is None:
         return None
-    settings = PatchSettings(count=pre["count"], size=pre["size"], seed=pre["seed"],
-                             bias=pre["bias"], pool=pre["pool"], stride=pre["stride"],
-                             split=pre["split"])
+    settings, zca_reg = patches
     x = make_inputs(n).astype(np.float64)
     t = time.perf_counter()
-    pp = fit_preprocess(x, "random_patches", zca_reg=pre["zca_reg"], patches=settings)
+    pp = fit_preprocess(x, "random_patches", zca_reg=zca_reg, patches=settings)
     pp.apply(x)
     return time.perf_counter() - t
 
