@@ -2,8 +2,10 @@
 preprocessing (``preprocess-<fp>.npz``) and the labels (``labels.npz``, or a grown
 run's ``labels-<fp>.npz``), each checked against the fingerprint the manifest records.
 
-``resume``, ``extend`` and ``predict`` read them here, and ``verify`` asks
-:func:`side_file_problems`, so a run that verifies is one every command can continue:
+``resume`` and ``extend`` read the fit through :func:`stored_preprocess`; the labels
+reach ``kernels.h5`` and an extended run through the store's reader, which
+:func:`stored_labels` also checks against the fingerprint. ``verify`` asks
+:func:`side_file_problems`, so a run that verifies is one those commands can continue:
 a side file that is damaged, truncated, missing, another fit's or not a regular file
 fails ``verify`` as it would fail them.
 """

@@ -16,12 +16,14 @@ from ._results import ExtendSummary, RayRecord, ShardProgress, StatusReport
 
 
 def shard_counts(store: RunStore, plan, shards: Optional[int],
-                 done: Optional[set] = None) -> Optional[dict]:
+                 done: Optional[set] = None, markers: Optional[list] = None) -> Optional[dict]:
     """Per-shard progress (``{"count", "shards": (ShardProgress, ...), "counts_seen"}``)
     for a job array of ``shards`` processes (default: the N of the
     newest ``shards/<I>of<N>.json`` marker); ``None`` when there is no job array.
-    ``done``: the keys of the blocks done (default: the tiles present)."""
-    markers = store.shard_markers()
+    ``done``: the keys of the blocks done (default: the tiles present); ``markers``: the
+    run's shard markers, read already (default: read here)."""
+    if markers is None:
+        markers = store.shard_markers()[0]
     if shards is None:
         if not markers:
             return None
@@ -84,7 +86,9 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
     gone = missing_tiles_problem(store, plan, done)
     if gone is not None and problem is None:
         problem = result_problem = gone  # kernels.h5 is whole, the run is not
-    per_shard = shard_counts(store, plan, None if shards is None else int(shards), done) or {}
+    markers, unreadable = store.shard_markers()
+    per_shard = shard_counts(store, plan, None if shards is None else int(shards), done,
+                             markers) or {}
     ray, why = ray_record(store)
     return StatusReport(
         run_dir=str(store.run_dir), name=m.name, pairs_done=pairs_done,
@@ -95,7 +99,7 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
         tiles_removed=removed, extend=_extend_summary(m, plan),
         readouts=tuple(k for k in m.kinds if k not in KINDS), engine=m.engine,
-        ray=ray, skipped=tuple(store.unreadable_markers() + ([] if why is None else [why])),
+        ray=ray, skipped=tuple(unreadable + ([] if why is None else [why])),
         **store.file_counts())
 
 

@@ -78,21 +78,11 @@ def mark_shard(shards_dir: Path, index: int, count: int, info: dict) -> Path:
     return _write(shards_dir, f"{int(index)}of{int(count)}.json", record)
 
 
-def shard_markers(shards_dir: Path) -> list[dict]:
-    """The markers under ``shards_dir``, newest first; each has at least ``index``,
-    ``count`` and ``mtime``. Unreadable ones are skipped (:func:`unreadable_markers`
-    says which)."""
-    return _markers(shards_dir)[0]
-
-
-def unreadable_markers(shards_dir: Path) -> list[str]:
-    """``"<path> (why)"`` for each marker under ``shards_dir`` that is there but cannot be
-    read as kernelcli writes one (too large, a FIFO, a link out, not JSON): diagnostics
-    files, which a command skips and says so, never fails for."""
-    return _markers(shards_dir)[1]
-
-
-def _markers(shards_dir: Path) -> tuple[list[dict], list[str]]:
+def shard_markers(shards_dir: Path) -> tuple[list[dict], list[str]]:
+    """The markers under ``shards_dir``, newest first, each with at least ``index``,
+    ``count`` and ``mtime``; and ``"<path> (why)"`` for each marker that is there but
+    cannot be read as kernelcli writes one (too large, a FIFO, a link out, not JSON): a
+    diagnostics file, which a command skips and says so, never fails for. One scan."""
     try:
         entries = list(os.scandir(shards_dir))
     except (FileNotFoundError, NotADirectoryError):

@@ -32,7 +32,7 @@ from ._manifest_file import (
     write_manifest,
 )
 from ._manifest_schema import Manifest, labels_file_of
-from ._markers import mark_ray, mark_shard, ray_record, shard_markers, unreadable_markers
+from ._markers import mark_ray, mark_shard, ray_record, shard_markers
 from ._ownership import (
     check_folders,
     check_new,
@@ -307,13 +307,10 @@ class RunStore:
         (``shards/<index>of<count>.json``, :mod:`._markers`)."""
         return mark_shard(self.shards_dir, index, count, info)
 
-    def shard_markers(self) -> list[dict]:
-        """The shard records of this run, newest first (:mod:`._markers`)."""
+    def shard_markers(self) -> tuple[list[dict], list[str]]:
+        """The shard records of this run, newest first, and those there but unreadable,
+        ``"<path> (why)"`` (:mod:`._markers`)."""
         return shard_markers(self.shards_dir)
-
-    def unreadable_markers(self) -> list[str]:
-        """The shard records there but unreadable, ``"<path> (why)"`` (:mod:`._markers`)."""
-        return unreadable_markers(self.shards_dir)
 
     def mark_ray(self, info: dict) -> Path:
         """Record what this Ray driver sees of its cluster (``shards/ray.json``)."""
