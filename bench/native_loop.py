@@ -46,7 +46,7 @@ DRIVER = r"""
 template <typename T> double run(int reps) {
   const int64_t W = 32, Wq = W + 2, n = W * Wq, dd = Wq + 1, plane = (W + 2) * Wq + 3;
   std::vector<T> t(3 * plane), u(3 * plane), roots(n, T(1.2)), keep(n, T(1)), on(n), ot(n);
-  std::vector<T> scratch(2 * (n + 2 * dd));
+  std::vector<T> scratch(ScratchEntries(n, dd));
   std::mt19937 g(1);
   std::uniform_real_distribution<double> U(0.2, 1.0);
   for (auto& v : t) v = T(U(g));
@@ -75,11 +75,12 @@ int main(int argc, char** argv) {
 SCALAR_DIV = [("double r = num / den;", "double r = num * den;"),
               ("float t = small / big;", "float t = small * big;"),
               ("t[k] = small[k] / big[k];", "t[k] = small[k] * big[k];"),
-              ("r[k] = num / den;", "r[k] = num * den;")]
+              ("r[k] = num / den;", "r[k] = num * den;"),
+              ("return small / big;", "return small * big;")]
 NO_SQRT = [("T sq = std::sqrt(d > 0 ? d : T(0));", "T sq = (d > 0 ? d : T(0));"),
            ("sq[k] = Sqrt(d > 0 ? d : zero);", "sq[k] = (d > 0 ? d : zero);")]
 ONE_IN_FLIGHT = [("kInFlight = kVecBytes == 64 ? 6 : 2;", "kInFlight = 1;"),
-                 ("kInFlight = kVecBytes == 64 ? 6 : 4;", "kInFlight = 1;")]
+                 ("kInFlight = 6;", "kInFlight = 1;")]
 
 # name -> [(text in map.h or vec.h, its replacement)]
 VARIANTS = {

@@ -181,7 +181,9 @@ def measured(case: str, dtype: str, reps: int, root: Optional[str] = None) -> fl
     """kernelcli's seconds per pair of the triangle, best of ``reps`` warm calls, of the
     checkout at ``root`` (default: the one this process imports)."""
     n = ROOF_N[case] if case in ROOF_N else CASES[case][0]
-    env = None if root is None else {**os.environ, "PYTHONPATH": str(Path(root).resolve())}
+    # the checkout first on the path, the rest of the path kept (where jax may come from)
+    env = None if root is None else {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(Path(root).resolve()), os.environ.get("PYTHONPATH")) if p)}
     r = subprocess.run([sys.executable, str(BENCH / "kc_case.py"), case, "--n", str(n),
                         "--reps", str(reps), "--mode", "tri", "--dtype", dtype],
                        capture_output=True, text=True, check=True, env=env)

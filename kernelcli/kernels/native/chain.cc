@@ -48,7 +48,7 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
   std::vector<T> buf_a(2 * H * plane), buf_b(2 * H * plane), zero(plane);
   std::vector<T> ss(n), keep(n), part_n(n), part_t(n), r1(L * H * W), r2(L * H * W);
   std::vector<double> acc_n(n), acc_t(n);
-  std::vector<T> scratch(2 * (n + 2 * dd));  // ChainPlane's window sums
+  std::vector<T> scratch(ScratchEntries(n, dd));  // ChainPlane's window sums, its blocks
   std::vector<T> x2t(images ? H * 3 * W : 0);
   const bool pool2 = q.pool2 != 0;
   const int64_t Hh = H / 2, Wh = W / 2, pooled = Hh * Hh * Wh * Wh;
@@ -133,10 +133,12 @@ void Chain(const T* x, const T* xt, T* v1, const T* v2, T* out_nngp, T* out_ntk,
               root[ow] = r2[(l * H + oh) * W + ow] = std::sqrt(v > 0 ? v : T(0));
             }
           }
-          for (int64_t r = 0; r < W; ++r) {
+          for (int64_t r = 0; r < W; ++r) {  // the roots' plane, 0 in the scratch columns
             const T a = R1[oh * W + r];
-            for (int64_t c = 0; c < Wq; ++c)
-              ss[r * Wq + c] = c < W ? a * R2[oh2 * W + c] : T(0);
+            const T* __restrict b = R2 + oh2 * W;
+            T* __restrict row = ss.data() + r * Wq;
+            for (int64_t c = 0; c < W; ++c) row[c] = a * b[c];
+            row[W] = row[W + 1] = T(0);
           }
           // the plane goes to the next layer's input, to the pool's lanes (the global
           // pool) or to a scratch plane (the 2 x 2 pool's sums, below)

@@ -103,7 +103,7 @@ void Diag(const T* x, const T* xt, int64_t C, T* made, const Tables<T>* tables, 
   const std::vector<Unit<T>> units = q.Units<T>();
   std::vector<T> in_n(plane), in_t(plane), nx_n(plane), nx_t(plane), zero(plane);
   std::vector<T> ss(n), keep(n), root(kSelf ? n : 0);  // ss: 0 in scratch columns
-  std::vector<T> scratch(2 * (n + 2));                   // ChainPlane's window sums
+  std::vector<T> scratch(ScratchEntries(n, 1));           // ChainPlane's window sums, its blocks
   for (int64_t i = 0; i < n; ++i) keep[i] = (i % Wq) < W ? T(1) : T(0);
   const int64_t HW = H * W;
   for (int64_t p = 0; p < P; ++p) {

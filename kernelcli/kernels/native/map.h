@@ -147,15 +147,43 @@ inline void AtanRatioV(const Vec<double>::V* small, const Vec<double>::V* big,
   }
 }
 
+// float32's ratio atan(small / big) in two halves for ChainPlane's two passes, each lane
+// AtanRatio's operations in its order: RatioFirst to the division, RatioSecond the
+// polynomial from its result.
+inline Vec<float>::V RatioFirst(Vec<float>::V small, Vec<float>::V big) { return small / big; }
+
+inline Vec<float>::V RatioSecond(Vec<float>::V t) {
+  typedef Vec<float>::V V;
+  V u = t * t;
+  V p = V{} + kAtan32[6];
+  for (int i = 5; i >= 0; --i) p = p * u + kAtan32[i];
+  return t * p;
+}
+
+// ChainPlane's scratch, in entries: the window's first-axis sums of both kinds (n + 2 dd
+// each), then a block's four arrays for the two passes (the ratio, c, sq, the NTK's
+// factor: kBlock entries each)
+constexpr int64_t kBlock = 256;
+inline int64_t ScratchEntries(int64_t n, int64_t dd) { return 2 * (n + 2 * dd) + 4 * kBlock; }
+
 // One output plane of a chain's layer (chain.cc, diag.cc): the 3 x 3 window of the tap
 // planes t (NNGP) and u (NTK), the map, and either the plane (zero in scratch columns)
 // or its sum into the pool's lanes. The window's first-axis sums once per plane into
-// `scratch` (2 (n + 2 dd) entries), then Window3's second-axis sums of them; kZeroT: the
+// `scratch` (ScratchEntries), then Window3's second-axis sums of them; kZeroT: the
 // NTK's taps are the raw input's, all zero, so their window is 0 and not read. The map
 // runs on kInFlight vectors at a time (vec.h), the remainder as Unit::Map: the same
-// operations, so the same bits. Its own function, not inlined, its pointers restrict
-// and the layer's constants a copy: else the compiler's runtime aliasing check sends
-// the loop to its scalar version.
+// operations, so the same bits.
+//
+// Where vec.h says kTwoPass (float32 on 16 or 32 bytes) the map runs in blocks of
+// kBlock entries, each in two passes: to the angle's division (RatioFirst), then its
+// polynomial (RatioSecond) and the rest. One pass is a chain of some 140 cycles'
+// latency a vector, whose waiting operations fill the out-of-order window of an AVX2
+// core; two passes of half the chain each ran the plane 17% faster in Zen 4's
+// x86-64-v3 loop (bench/native_loop.py). float64's longer chain and AVX-512's wider
+// vectors ran 9-12% slower so: they keep the one pass.
+//
+// Its own function, not inlined, its pointers restrict and the layer's constants a
+// copy: else the compiler's runtime aliasing check sends the loop to its scalar version.
 template <typename T, bool kNtk, bool kLast, bool kStandard, bool kZeroT>
 __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t dd, const T* __restrict t0,
                 const T* __restrict t1, const T* __restrict t2, const T* __restrict u0,
@@ -180,7 +208,67 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
   const V snap = zero + unit.snap, thirdv = zero + third;
   const M magnitude = M{} + Vec<T>::kAbs;
   int64_t i = 0;
-  for (; i + K * N <= n; i += K * N) {
+  if constexpr (Vec<T>::kTwoPass) {
+    constexpr int64_t B = K * N * (kBlock / (K * N));
+    static_assert(B > 0 && B <= kBlock, "a block's arrays hold kBlock entries");
+    T* __restrict br = scratch + 2 * m;  // the block's ratio, c, sq and NTK factor
+    T* __restrict bc = br + kBlock;
+    T* __restrict bs = bc + kBlock;
+    T* __restrict bn = bs + kBlock;
+    for (int64_t len; (len = std::min(B, (n - i) / (K * N) * (K * N))) > 0; i += len) {
+      for (int64_t o = 0; o < len; o += K * N) {  // to the angle's division
+        V mean[K], mean_t[K], c[K], ac[K], sq[K], big[K], small[K];
+        for (int k = 0; k < K; ++k) {
+          const int64_t j = i + o + k * N;
+          mean[k] = ((Load<V>(g + j) + Load<V>(g + j + dd)) + Load<V>(g + j + 2 * dd)) * thirdv;
+          mean_t[k] = kMeanT ? ((Load<V>(gt + j) + Load<V>(gt + j + dd)) +
+                                Load<V>(gt + j + 2 * dd)) * thirdv
+                             : zero;
+          c[k] = w_var * mean[k] + bias;
+          ac[k] = (V)((M)c[k] & magnitude);
+        }
+        for (int k = 0; k < K; ++k) {
+          V s = Load<V>(roots + i + o + k * N);
+          s = (s - ac[k] <= s * snap) ? ac[k] : s;
+          V d = (s - ac[k]) * (s + ac[k]);
+          sq[k] = Sqrt(d > 0 ? d : zero);
+        }
+        for (int k = 0; k < K; ++k) {  // Atan2NonNeg(sq, c)
+          big[k] = ac[k] > sq[k] ? ac[k] : sq[k];
+          small[k] = ac[k] < sq[k] ? ac[k] : sq[k];
+          big[k] = big[k] > 0 ? big[k] : one;
+        }
+        for (int k = 0; k < K; ++k) {
+          const int64_t j = o + k * N;
+          Store(br + j, RatioFirst(small[k], big[k]));
+          Store(bc + j, c[k]);
+          Store(bs + j, sq[k]);
+          if (kNtk)
+            Store(bn + j, (kStandard ? fan_in * mean[k] + w_var * mean_t[k]
+                                     : w_var * mean_t[k] + c[k]) + ntk_one);
+        }
+      }
+      for (int64_t o = 0; o < len; o += N) {  // the polynomial and the rest
+        const int64_t q = i + o;
+        V a = RatioSecond(Load<V>(br + o));
+        V c = Load<V>(bc + o), sq = Load<V>(bs + o);
+        V ac = (V)((M)c & magnitude);
+        V e = sq > ac ? half_pi - a : a;
+        V theta = c < 0 ? pi - e : e;
+        V kdot = k0 - factor * theta;
+        V vn = factor * sq + kdot * c;
+        V kp = Load<V>(keep + q);
+        if (kLast) {
+          Store(out_n + q, Load<V>(out_n + q) + kp * vn);
+          if (kNtk) Store(out_t + q, Load<V>(out_t + q) + kp * (Load<V>(bn + o) * kdot));
+        } else {
+          Store(out_n + q, kp * vn);
+          if (kNtk) Store(out_t + q, kp * (Load<V>(bn + o) * kdot));
+        }
+      }
+    }
+  }
+  for (; !Vec<T>::kTwoPass && i + K * N <= n; i += K * N) {
     V mean[K], mean_t[K], c[K], ac[K], sq[K], big[K], small[K], a[K];
     for (int k = 0; k < K; ++k) {
       const int64_t j = i + k * N;
