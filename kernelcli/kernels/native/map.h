@@ -269,14 +269,15 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
     }
   }
   for (; !Vec<T>::kTwoPass && i + K * N <= n; i += K * N) {
-    V mean[K], mean_t[K], c[K], ac[K], sq[K], big[K], small[K], a[K];
+    V nt[K], c[K], ac[K], sq[K], big[K], small[K], a[K];
     for (int k = 0; k < K; ++k) {
       const int64_t j = i + k * N;
-      mean[k] = ((Load<V>(g + j) + Load<V>(g + j + dd)) + Load<V>(g + j + 2 * dd)) * thirdv;
-      mean_t[k] = kMeanT ? ((Load<V>(gt + j) + Load<V>(gt + j + dd)) + Load<V>(gt + j + 2 * dd)) *
-                               thirdv
-                         : zero;
-      c[k] = w_var * mean[k] + bias;
+      V mean = ((Load<V>(g + j) + Load<V>(g + j + dd)) + Load<V>(g + j + 2 * dd)) * thirdv;
+      V mean_t = kMeanT ? ((Load<V>(gt + j) + Load<V>(gt + j + dd)) + Load<V>(gt + j + 2 * dd)) *
+                              thirdv
+                        : zero;
+      c[k] = w_var * mean + bias;
+      nt[k] = (kStandard ? fan_in * mean + w_var * mean_t : w_var * mean_t + c[k]) + ntk_one;
       ac[k] = (V)((M)c[k] & magnitude);
     }
     for (int k = 0; k < K; ++k) {
@@ -294,11 +295,9 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
     for (int k = 0; k < K; ++k) {
       V e = sq[k] > ac[k] ? half_pi - a[k] : a[k];
       V theta = c[k] < 0 ? pi - e : e;
-      V nt = (kStandard ? fan_in * mean[k] + w_var * mean_t[k] : w_var * mean_t[k] + c[k]) +
-             ntk_one;
       V kdot = k0 - factor * theta;
       V vn = factor * sq[k] + kdot * c[k];
-      V vt = nt * kdot;
+      V vt = nt[k] * kdot;
       const int64_t j = i + k * N;
       V kp = Load<V>(keep + j);
       if (kLast) {
