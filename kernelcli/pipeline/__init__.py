@@ -60,6 +60,7 @@ _LAZY = {
     "prepare_run": "._job",
     "require_ray": "._ray",
     "route_costs": "._landmark_rows",
+    "Shard": "._shards",
     "shard_blocks": "._shards",
     "shard_label": "._shards",
     "side_files": "._job",
@@ -120,6 +121,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._ray import describe_ray_error as describe_ray_error
     from ._ray import require_ray as require_ray
     from ._run_lock import writes_run as writes_run
+    from ._shards import Shard as Shard
     from ._shards import check_shard_count as check_shard_count
     from ._shards import parse_shard as parse_shard
     from ._shards import shard_blocks as shard_blocks

@@ -14,10 +14,14 @@ from typing import Optional
 from ..errors import UsageError
 from ..plan import assign
 
+# A job array's process: (I, N), process I (from 0) of N; ``None`` where a command runs
+# every block itself
+Shard = tuple[int, int]
+
 _SHARD = re.compile(r"^\s*(\d{1,12})\s*/\s*(\d{1,12})\s*$")  # bounded: no 10**20 shards
 
 
-def parse_shard(text) -> tuple[int, int]:
+def parse_shard(text) -> Shard:
     """``'I/N'`` -> ``(I, N)`` with ``0 <= I < N``; :class:`UsageError` otherwise."""
     expected = ("expected I/N with integers 0 <= I < N (I is this process's 0-based index, "
                 "N the number of processes), e.g. 0/4")
@@ -33,7 +37,7 @@ def parse_shard(text) -> tuple[int, int]:
     return index, count
 
 
-def check_shard_count(shard: Optional[tuple[int, int]], plan, argument: str = "shard") -> None:
+def check_shard_count(shard: Optional[Shard], plan, argument: str = "shard") -> None:
     """A job array may not have more processes than the plan has blocks (each process
     gets whole blocks, so the rest would idle); refused before anything is written.
     ``argument`` names what gave the count (``shard``, ``workers``, ``shards``)."""
@@ -48,7 +52,7 @@ def check_shard_count(shard: Optional[tuple[int, int]], plan, argument: str = "s
                                 f"blocks)")
 
 
-def shard_blocks(blocks, shard: Optional[tuple[int, int]]) -> list:
+def shard_blocks(blocks, shard: Optional[Shard]) -> list:
     """The blocks process ``shard = (I, N)`` computes (all of them for ``None``)."""
     if shard is None:
         return list(blocks)

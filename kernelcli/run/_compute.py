@@ -21,6 +21,7 @@ from ..errors import RunDirError, UsageError, resume_command
 from ..pipeline import (
     Job,
     Progress,
+    Shard,
     adopts,
     check_recorded_config,
     config_fingerprint,
@@ -45,7 +46,6 @@ from ._results import RunResult
 
 __all__ = ["check_combination", "compute", "with_executor"]
 
-Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 
 
 def with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[str]) -> RunConfig:
@@ -67,7 +67,7 @@ def with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[str
     return dataclasses.replace(cfg, compute=compute)
 
 
-def check_combination(cfg: RunConfig, shard: Shard, overwrite: bool = False) -> None:
+def check_combination(cfg: RunConfig, shard: Optional[Shard], overwrite: bool = False) -> None:
     """Refuse what cannot work, before anything is written."""
     if shard is not None and overwrite:
         raise UsageError.naming(f"<<overwrite>> cannot be combined with <<shard>> "
@@ -85,7 +85,7 @@ def check_combination(cfg: RunConfig, shard: Shard, overwrite: bool = False) -> 
 
 
 def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite: bool = False,
-            progress: Optional[Callable[[Progress], None]] = None, shard: Shard = None,
+            progress: Optional[Callable[[Progress], None]] = None, shard: Optional[Shard] = None,
             executor: Optional[str] = None, address: Optional[str] = None,
             on_start: Optional[Callable[[RunSummary], None]] = None,
             stop: Optional[Stop] = None) -> RunResult:
@@ -174,7 +174,7 @@ def _existing_run(cfg: RunConfig) -> Optional[RunStore]:
     return store
 
 
-def _create_run(job: Job, overwrite: bool, shard: Shard,
+def _create_run(job: Job, overwrite: bool, shard: Optional[Shard],
                 held: Optional[contextlib.ExitStack]) -> tuple[RunStore, bool]:
     """The run directory of ``job``, made now (its lock taken into ``held`` when the
     folder did not exist before): ``(store, True)``; or ``(store, False)`` when another
@@ -190,7 +190,7 @@ def _create_run(job: Job, overwrite: bool, shard: Shard,
     return store.create_or_join(job.manifest(), side_files=side_files(job))
 
 
-def _continue(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
+def _continue(job: Job, store: RunStore, progress, shard: Optional[Shard], resumed: bool,
               on_start=None, stop: Optional[Stop] = None) -> RunResult:
     """The run's result when it is complete already; else compute what is missing."""
     result = verified_result(store)

@@ -10,7 +10,8 @@ from typing import Optional
 
 from .._stop import Stop, check, interrupted_error, or_new
 from ..errors import ComputeError, DiskFullError, Interrupted, QuarantinedError, resume_command
-from ..pipeline import Job, execute, is_out_of_memory, out_of_memory_error, shard_blocks
+from ..pipeline import Job, Shard, execute, is_out_of_memory, out_of_memory_error, shard_blocks
+from ..plan import Plan
 from ..store import RunStore, result_space_bytes
 from ._assemble import assemble_if_complete
 from ._clean import remove_verified_tiles
@@ -18,7 +19,6 @@ from ._results import RunResult
 
 __all__ = ["finish", "run_summary", "RunSummary"]
 
-Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +27,7 @@ class RunSummary:
     its workers'), the ``executor`` and what bound the memory budget
     (``memory_source``)."""
 
-    plan: object  # kernelcli.plan.Plan
+    plan: Plan
     name: str
     platform: str
     executor: str
@@ -44,7 +44,7 @@ def run_summary(job: Job) -> RunSummary:
                       job.memory_source, job.engine_reason)
 
 
-def finish(job: Job, store: RunStore, progress, shard: Shard, resumed: bool,
+def finish(job: Job, store: RunStore, progress, shard: Optional[Shard], resumed: bool,
            on_start=None, stop: Optional[Stop] = None) -> RunResult:
     """Compute this process's missing tiles, then assemble if the run is complete.
 
@@ -123,7 +123,7 @@ def _assembled_elsewhere(store: RunStore) -> bool:
             and store.result_problem() is None)
 
 
-def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Shard) -> DiskFullError:
+def _disk_full(store: RunStore, plan, exc: DiskFullError, shard: Optional[Shard]) -> DiskFullError:
     """The disk-full error, saying how much the rest of the run needs and how to go on."""
     from ..config import format_size
 

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from .._stop import Stop, or_new
 from ..config import RunConfig
-from ..pipeline import Progress, load_run_config, prepare_run, verified_result, writes_run
+from ..pipeline import Progress, Shard, load_run_config, prepare_run, verified_result, writes_run
 from ..store import RunStore
 from ._compute import check_combination, check_inputs_outside, with_executor
 from ._finish import RunSummary, finish
@@ -19,12 +19,11 @@ from ._results import RunResult
 
 __all__ = ["resume"]
 
-Shard = Optional[tuple]  # (I, N): process I of a job array of N, or None
 
 
 @writes_run
 def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
-           shard: Shard = None, executor: Optional[str] = None,
+           shard: Optional[Shard] = None, executor: Optional[str] = None,
            address: Optional[str] = None, *,
            loaded: Optional[tuple[RunStore, RunConfig]] = None,
            on_start: Optional[Callable[[RunSummary], None]] = None,
