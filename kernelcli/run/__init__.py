@@ -32,7 +32,7 @@ _LAZY = {
     "RunSummary": "._finish", "run_summary": "._finish",
     "resume": "._resume", "status": "._status",
     "predict": "._predict", "serve_shard": "._predict_shards",
-    "CV_FOLDS": "._predict_full", "DEFAULT_RIDGES": "._predict_full",
+    "CV_FOLDS": "._predict_common", "DEFAULT_RIDGES": "._predict_common",
     "VerifyReport": "._verify", "verify": "._verify",
     # the pipeline's names the CLI needs (it imports this package alone)
     **{name: "..pipeline" for name in (
@@ -67,8 +67,8 @@ if TYPE_CHECKING:  # the names as type checkers see them (_LAZY's, loaded on fir
     from ._finish import RunSummary as RunSummary
     from ._finish import run_summary as run_summary
     from ._predict import predict as predict
-    from ._predict_full import CV_FOLDS as CV_FOLDS
-    from ._predict_full import DEFAULT_RIDGES as DEFAULT_RIDGES
+    from ._predict_common import CV_FOLDS as CV_FOLDS
+    from ._predict_common import DEFAULT_RIDGES as DEFAULT_RIDGES
     from ._predict_results import FlowRow as FlowRow
     from ._predict_results import PredictChoice as PredictChoice
     from ._predict_results import PredictResult as PredictResult

@@ -14,7 +14,7 @@ from ..errors import ComputeError, DamagedTiles, resume_command
 from ..pipeline import check_recorded_config, verified_result, writes_run
 from ..store import Manifest, RunStore, result_attrs
 from ._results import RunResult
-from ._status import shard_counts
+from ._shard_progress import shard_counts
 
 __all__ = ["assemble", "assemble_if_complete", "DamagedTiles"]
 
@@ -75,7 +75,7 @@ def assemble(run_dir) -> RunResult:
         per_shard = shard_counts(store, plan, None)
         if per_shard is not None:
             short = [f"{r.index}/{r.count} lacks {r.blocks_total - r.blocks_done}"
-                     for r in per_shard["shards"] if not r.finished]
+                     for r in per_shard.shards if not r.finished]
             where = f" (shard {'; '.join(short)})"
         raise ComputeError(
             f"cannot assemble {store.result_path}: {missing} of {plan.blocks_total} tiles "

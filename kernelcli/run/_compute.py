@@ -11,13 +11,12 @@ the store, execution and assembly (:func:`~kernelcli.run._finish.finish`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from typing import Callable, Optional, Union
 
 from .._stop import Stop, or_new
-from ..config import EXECUTORS, RunConfig, load_config
-from ..errors import RunDirError, UsageError, resume_command
+from ..config import RunConfig, load_config
+from ..errors import RunDirError, resume_command
 from ..pipeline import (
     Job,
     Progress,
@@ -25,9 +24,7 @@ from ..pipeline import (
     adopts,
     check_recorded_config,
     config_fingerprint,
-    input_paths,
     prepare_run,
-    shard_label,
     side_files,
     verified_result,
     with_run_dir,
@@ -37,51 +34,15 @@ from ..store import (
     RunStore,
     check_new_run_dir,
     check_run_dir_path,
-    input_clash,
     owned_files,
     stored_identity,
 )
 from ._finish import RunSummary, finish
 from ._results import RunResult
+from ._run_checks import check_combination, check_inputs_outside, with_executor
 
-__all__ = ["check_combination", "compute", "with_executor"]
+__all__ = ["compute"]
 
-
-
-def with_executor(cfg: RunConfig, executor: Optional[str], address: Optional[str]) -> RunConfig:
-    """``cfg`` with the arguments ``executor`` / ``address`` (which win)."""
-    if executor is None and address is None:
-        return cfg
-    compute = cfg.compute
-    if executor is not None:
-        if executor not in EXECUTORS:
-            raise UsageError.naming(f"<<executor>>: {executor!r} is not an executor; expected "
-                                    f"one of {', '.join(EXECUTORS)}")
-        compute = dataclasses.replace(compute, executor=executor)
-    if address is not None:
-        compute = dataclasses.replace(compute, address=address)
-    if compute.address is not None and compute.executor != "ray":
-        raise UsageError.naming(f"<<address>>: {compute.address!r} is given but the executor "
-                                f"is {compute.executor}; add <<executor>> ray, or drop "
-                                f"<<address>>")
-    return dataclasses.replace(cfg, compute=compute)
-
-
-def check_combination(cfg: RunConfig, shard: Optional[Shard], overwrite: bool = False) -> None:
-    """Refuse what cannot work, before anything is written."""
-    if shard is not None and overwrite:
-        raise UsageError.naming(f"<<overwrite>> cannot be combined with <<shard>> "
-                                f"{shard_label(shard)}: other processes of the job array may "
-                                f"be writing the run directory; remove it (or pick another "
-                                f"<<run_dir>>) before starting the array")
-    if cfg.compute.executor == "ray":
-        if shard is not None:
-            raise UsageError.naming(f"<<shard>> {shard_label(shard)} cannot be combined with "
-                                    f"the ray executor: a Ray driver already spreads all "
-                                    f"tiles over the cluster; use one or the other")
-        from ..pipeline import require_ray
-
-        require_ray()
 
 
 def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite: bool = False,
@@ -133,18 +94,6 @@ def compute(config: Union[str, os.PathLike, RunConfig], run_dir=None, overwrite:
             fingerprints = None
         with prepare_run(cfg, store, shard, fingerprints, stop, progress) as job:
             return _continue(job, store, progress, shard, True, on_start, stop)
-
-
-def check_inputs_outside(cfg: RunConfig) -> None:
-    """Refuse a run whose input is a file kernelcli writes in its run directory (it
-    would be replaced or deleted): exit 2 naming both."""
-    clash = input_clash(cfg.output.run_dir, input_paths(cfg))
-    if clash is not None:
-        what, path, ours = clash
-        raise RunDirError.naming(
-            f"{what}: {path} is {ours} in the run directory, where kernelcli writes its own "
-            f"files; move the input out of {cfg.output.run_dir}, or choose another "
-            f"<<run_dir>>")
 
 
 def _check_new(run_dir, overwrite: bool) -> None:

@@ -184,7 +184,7 @@ def _solve_memory(n: int, m: int, labels, test_labels, kinds: int,
         choose_solver,
         route_costs,
     )
-    from ._predict_full import CV_FOLDS, DEFAULT_RIDGES
+    from ._predict_common import CV_FOLDS, DEFAULT_RIDGES
 
     available = auto_budget(available_ram_bytes())
     classes = _classes(labels, test_labels)

@@ -33,15 +33,14 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 
 from .._stop import Stop, check
-from ..config import KINDS, base_kind, is_kernel_name
-from ..errors import DamagedFileError, RunDirError, UsageError, resume_command, spelled
+from ..config import base_kind
+from ..errors import UsageError
 from ..solvers import (
     VARIANCE_ROWS,
     Eigen,
     H5KernelOperator,
     NotConvergedError,
     NotPositiveDefiniteError,
-    accuracy,
     check_flow_memory,
     check_ridges,
     check_times,
@@ -52,11 +51,9 @@ from ..solvers import (
     eigen,
     eigen_sweep,
     eigen_variances,
-    held_out_scores,
     hold_fits,
     load_kernel,
     loo_predictions,
-    mse,
     one_hot,
     predictive_variance,
     solve_cg_folds,
@@ -66,13 +63,20 @@ from ..solvers import (
 from ..solvers import predict as predict_mean
 from ..store import PREDICTIONS, ResultFile, RunStore
 from ._predict_checks import check_kernel
+from ._predict_common import (
+    CV_FOLDS,
+    DEFAULT_RIDGES,
+    check_run,
+    choice,
+    kinds_asked,
+    raise_if_none_solved,
+    score_rows,
+)
 from ._predict_file import RIDGE_CONVENTION, write_predictions
 from ._predict_flow import flow_kind, flow_rows
-from ._predict_results import PredictChoice, PredictResult, PredictRow
+from ._predict_results import PredictResult
 from ._predict_spread import check_executor, coordinate, spread
 
-DEFAULT_RIDGES = (1e-6, 1e-4, 1e-2, 1e-1, 1.0)
-CV_FOLDS = 5  # folds of the cross-validation that chooses the ridge with CG
 _REPORT_S = 5.0  # seconds between two progress lines of a CG solve
 
 
@@ -97,48 +101,6 @@ def _cg_reporter(kind: str, progress: Optional[Callable[[str], None]]):
             progress(line("preconditioned CG,"))
 
     return on_iteration, lambda: progress(line("CG done after"))
-
-
-def _check_run(store: RunStore, run_dir, landmarks: bool = False) -> tuple:
-    if not store.finished:
-        raise RunDirError(f"{run_dir} has no kernels.h5 yet: the run is not finished; "
-                          f"complete it with `{resume_command(run_dir)}`, then predict")
-    problem = store.result_problem()
-    if problem is not None:
-        raise DamagedFileError(f"{store.result_path} does not verify: {problem}; "
-                               f"`{resume_command(run_dir)}` rebuilds it, then predict")
-    result = store.result()
-    names = set(result.names())
-    stored = result.labels()
-    labels, test_labels = stored.get("labels"), stored.get("test_labels")
-    # the kinds, or a run with readouts' datasets in readout order (nngp_d3, ntk_d3, ...)
-    kinds = sorted((k for k in names if is_kernel_name(k)),
-                   key=lambda k: (int(k.partition("_d")[2] or 0), KINDS.index(base_kind(k))))
-    if not landmarks and not any(f"{k}_test" in names for k in kinds):
-        raise UsageError(f"{run_dir} holds no test kernel K(test, x1): predict needs a run "
-                         f"whose configuration names a test set (data.test, data.test_key) "
-                         f"and the training labels (data.labels_key)")
-    if labels is None:
-        raise UsageError(f"{run_dir} holds no training labels: give data.labels_key (and "
-                         f"data.labels for a separate file) in the configuration, then "
-                         f"compute the run again")
-    return names, kinds, labels, test_labels
-
-
-def _kinds(asked: Optional[Iterable[str]], have: list, run_dir) -> list:
-    if not asked:
-        return have
-    out = []
-    # a plain kind asks for every readout of it too
-    asked = [n for k in asked for n in ([k] if k in have else
-                                        [h for h in have if base_kind(h) == k] or [k])]
-    for k in asked:
-        if k not in have:
-            raise UsageError.naming(f"<<kinds>>: {k!r} is not in {run_dir}/kernels.h5; it holds "
-                             f"{', '.join(have)}")
-        if k not in out:
-            out.append(k)
-    return out
 
 
 def _variance(diag, test_op: H5KernelOperator, variance_of) -> np.ndarray:
@@ -296,8 +258,8 @@ def predict(run_dir, ridges: Optional[Iterable[float]] = None,
 
 def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
              progress, where=None, stop=None) -> PredictResult:
-    names, have, labels, test_labels = _check_run(store, run_dir)
-    kinds = _kinds(kinds, have, run_dir)
+    names, have, labels, test_labels = check_run(store, run_dir)
+    kinds = kinds_asked(kinds, have, run_dir)
     n = int(labels.shape[0])
     m = H5KernelOperator(store.result_path, f"{kinds[0]}_test").shape[0]
     asked = solver
@@ -328,7 +290,7 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
                                    progress=progress, where=where, stop=stop, eig=eig,
                                    hold=hold)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows)
-        choices.append(_choice(kind, choose_ridge(scores, ridges), rows))
+        choices.append(choice(kind, choose_ridge(scores, ridges), rows))
         if times:
             check(stop)
             flows[kind] = flow_kind(store.result_path, kind, y, ridges, times, names, eig)
@@ -345,36 +307,3 @@ def _predict(store, run_dir, ridges, solver, available_bytes, times, kinds,
         solve_bytes=solve_memory_bytes(n), ridge_convention=RIDGE_CONVENTION,
         predictions=str(path), selection=selection, results=tuple(rows),
         selected=tuple(choices), times=times, flow=tuple(flow))
-
-
-def raise_if_none_solved(solved: dict, rows: list) -> None:
-    """``NotPositiveDefiniteError`` with the last ridge's message when no ridge of any
-    kind could be solved (``solved``: kind -> ridge -> result, as ``rows``)."""
-    if all(r.error for r in rows):
-        last = [res["error"] for per in solved.values() for res in per.values()][-1]
-        raise NotPositiveDefiniteError.naming(last)
-
-
-def score_rows(kind: str, solved: dict, labels, y, test_labels, y_test, rows: list) -> dict:
-    """Append a :class:`PredictRow` per ridge of ``kind``'s ``solved`` results to
-    ``rows``; the held-out scores of the ridges that solved (for the choice). A ridge's
-    error (a message with ``<<argument>>`` marks) is spelled as the library's."""
-    scores = {}
-    for ridge, res in solved.items():
-        error = res.get("error")
-        row = {"kind": kind, "ridge": ridge, "error": None if error is None else spelled(error)}
-        if "mean" in res:
-            scores[ridge] = held_out_scores(res["held_out"], labels, y)
-            row.update(loo_accuracy=scores[ridge]["accuracy"], loo_mse=scores[ridge]["mse"])
-            if test_labels is not None:
-                row.update(accuracy=accuracy(res["mean"], test_labels),
-                           mse=mse(res["mean"], y_test))
-        rows.append(PredictRow(**row))
-    return scores
-
-
-def _choice(kind: str, ridge: Optional[float], rows: list) -> PredictChoice:
-    if ridge is None:
-        return PredictChoice(kind, None)
-    row = next(r for r in rows if r.kind == kind and r.ridge == ridge)
-    return PredictChoice(kind, ridge, row.loo_accuracy, row.loo_mse, row.accuracy, row.mse)

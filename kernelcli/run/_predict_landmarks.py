@@ -39,16 +39,16 @@ from ..solvers import (
 )
 from ..store import PREDICTIONS, ResultFile, RunStore
 from ._predict_checks import check_kernel
-from ._predict_file import write_predictions
-from ._predict_full import (
+from ._predict_common import (
     CV_FOLDS,
     DEFAULT_RIDGES,
-    _check_run,
-    _choice,
-    _kinds,
+    check_run,
+    choice,
+    kinds_asked,
     raise_if_none_solved,
     score_rows,
 )
+from ._predict_file import write_predictions
 from ._predict_results import PredictResult
 
 RIDGE_CONVENTION = ("ridge * trace(K_mm) / m (the landmarks' estimate of trace(K) / n) "
@@ -148,8 +148,8 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
 
 def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, progress,
                        stop) -> PredictResult:
-    names, have, labels, test_labels = _check_run(store, run_dir, landmarks=True)
-    kinds = _kinds(kinds, have, run_dir)
+    names, have, labels, test_labels = check_run(store, run_dir, landmarks=True)
+    kinds = kinds_asked(kinds, have, run_dir)
     with ResultFile(store.result_path).kernel(kinds[0]) as ds:  # verified above
         rows, m = (int(v) for v in ds.shape)
     n = int(labels.shape[0])
@@ -177,7 +177,7 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
                                       progress, stop)
         passes.append(p)
         scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows_out)
-        choices.append(_choice(kind, choose_ridge(scores, ridges), rows_out))
+        choices.append(choice(kind, choose_ridge(scores, ridges), rows_out))
     raise_if_none_solved(solved, rows_out)
     check(stop)
     if route == "falkon":

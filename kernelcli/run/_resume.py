@@ -13,9 +13,9 @@ from .._stop import Stop, or_new
 from ..config import RunConfig
 from ..pipeline import Progress, Shard, load_run_config, prepare_run, verified_result, writes_run
 from ..store import RunStore
-from ._compute import check_combination, check_inputs_outside, with_executor
 from ._finish import RunSummary, finish
 from ._results import RunResult
+from ._run_checks import check_combination, check_inputs_outside, with_executor
 
 __all__ = ["resume"]
 

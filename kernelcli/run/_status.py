@@ -10,38 +10,9 @@ from typing import Optional
 from ..config import KINDS
 from ..errors import UsageError, resume_command
 from ..pipeline import check_present_files, check_shard_count, missing_tiles_problem
-from ..plan import assign
 from ..store import Manifest, RunStore
-from ._results import ExtendSummary, RayRecord, ShardProgress, StatusReport
-
-
-def shard_counts(store: RunStore, plan, shards: Optional[int],
-                 done: Optional[set] = None, markers: Optional[list] = None) -> Optional[dict]:
-    """Per-shard progress (``{"count", "shards": (ShardProgress, ...), "counts_seen"}``)
-    for a job array of ``shards`` processes (default: the N of the
-    newest ``shards/<I>of<N>.json`` marker); ``None`` when there is no job array.
-    ``done``: the keys of the blocks done (default: the tiles present); ``markers``: the
-    run's shard markers, read already (default: read here)."""
-    if markers is None:
-        markers = store.shard_markers()[0]
-    if shards is None:
-        if not markers:
-            return None
-        shards = markers[0]["count"]
-    started = {m["index"] for m in markers if m["count"] == shards}
-    if done is None:
-        done = store.done_keys()
-    rows = []
-    for index, part in enumerate(assign(plan.blocks, shards)):
-        blocks_done = sum(1 for b in part if b.key in done)
-        rows.append(ShardProgress(
-            index=index, count=shards, blocks_done=blocks_done, blocks_total=len(part),
-            pairs_done=sum(b.n_pairs for b in part if b.key in done),
-            pairs_total=sum(b.n_pairs for b in part),
-            finished=blocks_done == len(part), started=index in started))
-    return {"count": shards, "shards": tuple(rows),
-            "counts_seen": tuple(sorted({m["count"] for m in markers}))}
-
+from ._results import ExtendSummary, RayRecord, StatusReport
+from ._shard_progress import ShardCounts, shard_counts
 
 _STATUS_FULL_CHECK_BYTES = 1 << 30
 
@@ -88,15 +59,15 @@ def status(run_dir, shards: Optional[int] = None) -> StatusReport:
         problem = result_problem = gone  # kernels.h5 is whole, the run is not
     markers, unreadable = store.shard_markers()
     per_shard = shard_counts(store, plan, None if shards is None else int(shards), done,
-                             markers) or {}
+                             markers) or ShardCounts()
     ray, why = ray_record(store)
     return StatusReport(
         run_dir=str(store.run_dir), name=m.name, pairs_done=pairs_done,
         pairs_total=plan.pairs_total, blocks_done=len(done & {b.key for b in plan.blocks}),
         blocks_total=plan.blocks_total, finished=problem is None,
         result=str(store.result_path) if problem is None else None,
-        result_problem=result_problem, shard_count=per_shard.get("count"),
-        shards=per_shard.get("shards", ()), shard_counts_seen=per_shard.get("counts_seen", ()),
+        result_problem=result_problem, shard_count=per_shard.count,
+        shards=per_shard.shards, shard_counts_seen=per_shard.counts_seen,
         tiles_removed=removed, extend=_extend_summary(m, plan),
         readouts=tuple(k for k in m.kinds if k not in KINDS), engine=m.engine,
         ray=ray, skipped=tuple(unreadable + ([] if why is None else [why])),
