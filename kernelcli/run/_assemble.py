@@ -1,5 +1,5 @@
-"""``assemble``: build ``kernels.h5`` from a run's tiles, and the assembly a run does
-itself once every tile exists (:func:`assemble_if_complete`).
+"""``assemble``: build ``kernels.h5`` from a run's tiles (the same step a run takes
+itself once every tile exists: :func:`~._result_steps.assemble_if_complete`).
 
 Every tile is verified first; those that fail are moved to ``quarantine/`` and
 :class:`DamagedTiles` names them (a resume computes them again).
@@ -7,46 +7,14 @@ Every tile is verified first; those that fail are moved to ``quarantine/`` and
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Callable, Optional
-
 from ..errors import ComputeError, DamagedTiles, resume_command
 from ..pipeline import check_recorded_config, verified_result, writes_run
-from ..store import Manifest, RunStore, result_attrs
+from ..store import Manifest, RunStore
+from ._result_steps import assemble_if_complete
 from ._results import RunResult
 from ._shard_progress import shard_counts
 
-__all__ = ["assemble", "assemble_if_complete", "DamagedTiles"]
-
-
-def assemble_if_complete(store: RunStore, plan,
-                         announce: Optional[Callable[[str], None]] = None
-                         ) -> tuple[Optional[Path], int]:
-    """Assemble ``kernels.h5`` when every tile exists: ``(path or None, tiles missing)``.
-
-    Every tile is verified first; those that fail are moved to ``quarantine/`` and
-    :class:`DamagedTiles` names them (a resume recomputes them). Safe when several
-    processes do it at once: each writes its own temporary file and renames it into
-    place; the content is the same either way. ``announce(line)`` is told before the
-    verification and the writing begin.
-    """
-    done = store.done_keys()
-    missing = sum(1 for b in plan.blocks if b.key not in done)
-    if missing:
-        return None, missing
-    if announce is not None:
-        n = len(plan.blocks)
-        announce(f"verifying the {n:,} tile{'' if n == 1 else 's'} and writing "
-                 f"{store.result_path.name}")
-    p = store.manifest["plan"]
-    damaged = store.damaged_tiles(plan.blocks, tuple(p["kinds"]))
-    if damaged:
-        moved = store.quarantine_tiles([b for b, _ in damaged])
-        raise DamagedTiles(store.run_dir, damaged, moved[0].parent)
-    path = store.assemble(plan.blocks, plan.n1, plan.n2, tuple(p["kinds"]), p["dtype"],
-                          plan.symmetric, result_attrs(store.manifest), n_test=plan.n_test,
-                          test_diagonal=bool(p.get("test_diagonal")))
-    return path, 0
+__all__ = ["assemble", "DamagedTiles"]
 
 
 @writes_run

@@ -10,9 +10,9 @@ the one copy left is known to be whole; otherwise nothing is deleted.
 
 from __future__ import annotations
 
-from ..errors import ComputeError, resume_command
 from ..pipeline import check_recorded_config, writes_run
 from ..store import Manifest, RunStore
+from ._result_steps import remove_verified_tiles
 from ._results import CleanResult
 
 
@@ -27,22 +27,3 @@ def clean(run_dir) -> CleanResult:
     plan = Manifest.check(store.manifest, run_dir).geometry
     check_recorded_config(store)
     return remove_verified_tiles(store, plan)
-
-
-def remove_verified_tiles(store: RunStore, plan) -> CleanResult:
-    """Verify ``kernels.h5`` of ``store`` against ``plan``, then delete the tiles."""
-    run_dir = store.run_dir
-    if not store.finished:
-        raise ComputeError(
-            f"cannot clean {run_dir}: {store.result_path} does not exist (the run is not "
-            f"finished); nothing was deleted. Finish it with `{resume_command(run_dir)}` "
-            f"(or `kernelcli assemble {run_dir}`), then clean")
-    problem = store.result_problem(values=True)
-    if problem is not None:
-        raise ComputeError(
-            f"cannot clean {run_dir}: {store.result_path} does not verify ({problem}); "
-            f"nothing was deleted. `{resume_command(run_dir)}` assembles it again from "
-            f"the tiles")
-    removed, size = store.remove_tiles()
-    return CleanResult(run_dir=str(run_dir), result=str(store.result_path),
-                       tiles_removed=removed, bytes_removed=size)

@@ -13,8 +13,7 @@ from ..errors import ComputeError, DiskFullError, Interrupted, QuarantinedError,
 from ..pipeline import Job, Shard, execute, is_out_of_memory, out_of_memory_error, shard_blocks
 from ..plan import Plan
 from ..store import RunStore, result_space_bytes
-from ._assemble import assemble_if_complete
-from ._clean import remove_verified_tiles
+from ._result_steps import assemble_if_complete, remove_verified_tiles
 from ._results import RunResult
 
 __all__ = ["finish", "run_summary", "RunSummary"]
