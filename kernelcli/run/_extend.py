@@ -59,9 +59,8 @@ from ..store import Manifest, RunStore
 from ._extend_carry import carry_keys, set_aside, take_over
 from ._extend_request import check_extensible, request_of, resolve_files
 from ._extend_restore import restore_tiles
-from ._finish import finish
+from ._finish import continue_run, finish
 from ._results import ExtendResult
-from ._resume import resume
 
 
 @writes_run
@@ -91,7 +90,7 @@ def extend(run_dir, test=None, append=None, *, test_key: Optional[str] = None,
     if (m.get("extend") or {}).get("request") == request:  # this extend, once more
         if dry_run:
             return _report(store, Manifest.check(m, run_dir).geometry, m, dry_run=True)
-        out = resume(run_dir, progress, loaded=(store, cfg), on_start=on_start, stop=stop)
+        out = continue_run(store, cfg, progress, on_start=on_start, stop=stop)
         return _report(store, Manifest.check(m, run_dir).geometry, m, run=out)
     check_extensible(store, cfg, request)
     old = m.get("extend") or {}

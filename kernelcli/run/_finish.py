@@ -10,13 +10,23 @@ from typing import Optional
 
 from .._stop import Stop, check, interrupted_error, or_new
 from ..errors import ComputeError, DiskFullError, Interrupted, QuarantinedError, resume_command
-from ..pipeline import Job, Shard, execute, is_out_of_memory, out_of_memory_error, shard_blocks
+from ..pipeline import (
+    Job,
+    Shard,
+    execute,
+    is_out_of_memory,
+    out_of_memory_error,
+    prepare_run,
+    shard_blocks,
+    verified_result,
+)
 from ..plan import Plan
 from ..store import RunStore, result_space_bytes
 from ._result_steps import assemble_if_complete, remove_verified_tiles
 from ._results import RunResult
+from ._run_checks import check_combination, check_inputs_outside
 
-__all__ = ["finish", "run_summary", "RunSummary"]
+__all__ = ["continue_run", "finish", "run_summary", "RunSummary"]
 
 
 
@@ -41,6 +51,22 @@ def run_summary(job: Job) -> RunSummary:
     platform = job.backend.platform
     return RunSummary(job.plan, job.cfg.name, platform, job.cfg.compute.executor,
                       job.memory_source, job.engine_reason)
+
+
+def continue_run(store: RunStore, cfg, progress=None, shard: Optional[Shard] = None,
+                 on_start=None, stop: Optional[Stop] = None) -> RunResult:
+    """Continue the run of ``store`` and its recorded configuration ``cfg`` where it
+    stopped, bit-identical to an uninterrupted run (``resume``'s work, and ``extend``'s
+    on a run it left unfinished); a finished run needs neither its data nor jax. The
+    caller holds the run's lock."""
+    check_combination(cfg, shard)
+    check_inputs_outside(cfg)
+    result = verified_result(store)
+    if result is not None:
+        return RunResult(result=result, already_finished=True)
+    stop = or_new(stop)
+    with prepare_run(cfg, store, shard, stop=stop, progress=progress) as job:
+        return finish(job, store, progress, shard, True, on_start, stop)
 
 
 def finish(job: Job, store: RunStore, progress, shard: Optional[Shard], resumed: bool,

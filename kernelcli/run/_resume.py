@@ -2,20 +2,20 @@
 
 The run's configuration is the one its manifest records (:mod:`kernelcli.pipeline._open_run`); the job is
 prepared against the run's plan and fitted preprocessing, then finished as
-``compute`` finishes one (:func:`~._finish.finish`).
+``compute`` finishes one (:func:`~._finish.continue_run`).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
-from .._stop import Stop, or_new
+from .._stop import Stop
 from ..config import RunConfig
-from ..pipeline import Progress, Shard, load_run_config, prepare_run, verified_result, writes_run
+from ..pipeline import Progress, Shard, load_run_config, writes_run
 from ..store import RunStore
-from ._finish import RunSummary, finish
+from ._finish import RunSummary, continue_run
 from ._results import RunResult
-from ._run_checks import check_combination, check_inputs_outside, with_executor
+from ._run_checks import with_executor
 
 __all__ = ["resume"]
 
@@ -34,13 +34,6 @@ def resume(run_dir, progress: Optional[Callable[[Progress], None]] = None,
     ``loaded``: what :func:`load_run_config` returned for ``run_dir`` (not read again).
     ``on_start``, ``stop``: as for :func:`~._compute.compute`.
     """
-    stop = or_new(stop)
     store, cfg = loaded if loaded is not None else load_run_config(run_dir)
-    cfg = with_executor(cfg, executor, address)
-    check_combination(cfg, shard)
-    check_inputs_outside(cfg)
-    result = verified_result(store)  # a finished run needs neither its data nor jax
-    if result is not None:
-        return RunResult(result=result, already_finished=True)
-    with prepare_run(cfg, store, shard, stop=stop, progress=progress) as job:
-        return finish(job, store, progress, shard, True, on_start, stop)
+    return continue_run(store, with_executor(cfg, executor, address), progress, shard,
+                        on_start, stop)
