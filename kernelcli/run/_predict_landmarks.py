@@ -38,16 +38,8 @@ from ..solvers import (
     one_hot,
 )
 from ..store import PREDICTIONS, ResultFile, RunStore
+from . import _predict_common as common  # what both predict routes share
 from ._predict_checks import check_kernel
-from ._predict_common import (
-    CV_FOLDS,
-    DEFAULT_RIDGES,
-    check_run,
-    choice,
-    kinds_asked,
-    raise_if_none_solved,
-    score_rows,
-)
 from ._predict_file import write_predictions
 from ._predict_results import PredictResult
 
@@ -79,7 +71,7 @@ def _weights(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int,
     direct feature-form solve (``passes`` 2) or Falkon."""
     with ResultFile(result).kernel(kind) as ds:
         k_mm = np.asarray(ds[n + t:n + t + m], dtype=np.float64)
-    folds = min(CV_FOLDS, n)
+    folds = min(common.CV_FOLDS, n)
     if route == "falkon":
         on_pass = None if progress is None else _reporter(kind, progress)
         sol = falkon_weights(k_mm, lambda: _bands(result, kind, 0, n, stop), y, ridges, kind,
@@ -110,7 +102,7 @@ def _solve_kind(result, kind: str, y: np.ndarray, ridges, n: int, t: int, m: int
                 route: str, progress=None, stop: Optional[Stop] = None) -> tuple:
     """``({ridge: {"mean", "variance": None, "held_out"} or {"error"}}, passes)``."""
     weights, passes = _weights(result, kind, y, ridges, n, t, m, route, progress, stop)
-    folds = min(CV_FOLDS, n)
+    folds = min(common.CV_FOLDS, n)
     solved = {r: w for r, w in weights.items() if not isinstance(w, str)}
     held = {r: np.empty((n, y.shape[1])) for r in solved}
     mean = {r: np.empty((t, y.shape[1])) for r in solved}
@@ -137,7 +129,7 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
         raise UsageError.naming(f"<<times>>: {run_dir} is a landmark run (data.landmarks); "
                                 f"gradient-flow predictions need the full kernel K(x1, x1): "
                                 f"drop <<times>>")
-    ridges = check_ridges(DEFAULT_RIDGES if ridges is None else ridges)
+    ridges = check_ridges(common.DEFAULT_RIDGES if ridges is None else ridges)
     store = RunStore.open(run_dir)
     # one writer per run directory, as the full kernel's predict (opened again once
     # locked: a writer that just ended may have changed the manifest)
@@ -148,8 +140,8 @@ def predict_landmarks(run_dir, ridges=None, kinds=None, solver: str = "auto",
 
 def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, progress,
                        stop) -> PredictResult:
-    names, have, labels, test_labels = check_run(store, run_dir, landmarks=True)
-    kinds = kinds_asked(kinds, have, run_dir)
+    names, have, labels, test_labels = common.check_run(store, run_dir, landmarks=True)
+    kinds = common.kinds_asked(kinds, have, run_dir)
     with ResultFile(store.result_path).kernel(kinds[0]) as ds:  # verified above
         rows, m = (int(v) for v in ds.shape)
     n = int(labels.shape[0])
@@ -162,7 +154,7 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
         raise UsageError(f"{run_dir} holds no test rows: predict needs a run whose "
                          f"configuration names a test set (data.test, data.test_key)")
     classes = class_count(labels, test_labels)
-    folds = min(CV_FOLDS, n)
+    folds = min(common.CV_FOLDS, n)
     band = min(_BAND_BYTES, 8 * rows * m)
     route = choose_landmark_solver(n, m, solver, available_bytes, classes, len(ridges),
                                    folds, band, t, len(kinds))
@@ -176,9 +168,9 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
         solved[kind], p = _solve_kind(store.result_path, kind, y, ridges, n, t, m, route,
                                       progress, stop)
         passes.append(p)
-        scores = score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows_out)
-        choices.append(choice(kind, choose_ridge(scores, ridges), rows_out))
-    raise_if_none_solved(solved, rows_out)
+        scores = common.score_rows(kind, solved[kind], labels, y, test_labels, y_test, rows_out)
+        choices.append(common.choice(kind, choose_ridge(scores, ridges), rows_out))
+    common.raise_if_none_solved(solved, rows_out)
     check(stop)
     if route == "falkon":
         solver = (f"falkon ({m:,} landmarks; preconditioned CG, "
@@ -187,7 +179,7 @@ def _predict_landmarks(store, run_dir, ridges, kinds, solver, available_bytes, p
         solver = f"nystrom ({m:,} landmarks; direct)"
     need = landmark_memory_bytes(route, n, t, m, classes, len(ridges), folds, len(kinds),
                                  band)
-    selection = f"{min(CV_FOLDS, n)}-fold cross-validation"
+    selection = f"{min(common.CV_FOLDS, n)}-fold cross-validation"
     path = write_predictions(store.run_dir / PREDICTIONS, solved, ridges, rows_out, choices,
                              solver, selection, ridge_convention=RIDGE_CONVENTION)
     return PredictResult(

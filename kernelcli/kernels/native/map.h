@@ -207,6 +207,32 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
   const V ntk_one = zero + unit.ntk_one, factor = zero + unit.factor, k0 = zero + unit.k0;
   const V snap = zero + unit.snap, thirdv = zero + third;
   const M magnitude = M{} + Vec<T>::kAbs;
+  // the map to the angle's ratio on K vectors from entry j: the window's means, c and
+  // |c|, the NTK's factor, the snapped root's sq, and Atan2NonNeg's big and small
+  auto first = [&](int64_t j, V* c, V* ac, V* nt, V* sq, V* big, V* small)
+      __attribute__((always_inline)) {
+    for (int k = 0; k < K; ++k) {
+      const int64_t e = j + k * N;
+      V mean = ((Load<V>(g + e) + Load<V>(g + e + dd)) + Load<V>(g + e + 2 * dd)) * thirdv;
+      V mean_t = kMeanT ? ((Load<V>(gt + e) + Load<V>(gt + e + dd)) + Load<V>(gt + e + 2 * dd)) *
+                              thirdv
+                        : zero;
+      c[k] = w_var * mean + bias;
+      nt[k] = (kStandard ? fan_in * mean + w_var * mean_t : w_var * mean_t + c[k]) + ntk_one;
+      ac[k] = (V)((M)c[k] & magnitude);
+    }
+    for (int k = 0; k < K; ++k) {
+      V s = Load<V>(roots + j + k * N);
+      s = (s - ac[k] <= s * snap) ? ac[k] : s;
+      V d = (s - ac[k]) * (s + ac[k]);
+      sq[k] = Sqrt(d > 0 ? d : zero);
+    }
+    for (int k = 0; k < K; ++k) {
+      big[k] = ac[k] > sq[k] ? ac[k] : sq[k];
+      small[k] = ac[k] < sq[k] ? ac[k] : sq[k];
+      big[k] = big[k] > 0 ? big[k] : one;
+    }
+  };
   int64_t i = 0;
   if constexpr (Vec<T>::kTwoPass) {
     constexpr int64_t B = K * N * (kBlock / (K * N));
@@ -217,35 +243,14 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
     T* __restrict bn = bs + kBlock;
     for (int64_t len; (len = std::min(B, (n - i) / (K * N) * (K * N))) > 0; i += len) {
       for (int64_t o = 0; o < len; o += K * N) {  // to the angle's division
-        V mean[K], mean_t[K], c[K], ac[K], sq[K], big[K], small[K];
-        for (int k = 0; k < K; ++k) {
-          const int64_t j = i + o + k * N;
-          mean[k] = ((Load<V>(g + j) + Load<V>(g + j + dd)) + Load<V>(g + j + 2 * dd)) * thirdv;
-          mean_t[k] = kMeanT ? ((Load<V>(gt + j) + Load<V>(gt + j + dd)) +
-                                Load<V>(gt + j + 2 * dd)) * thirdv
-                             : zero;
-          c[k] = w_var * mean[k] + bias;
-          ac[k] = (V)((M)c[k] & magnitude);
-        }
-        for (int k = 0; k < K; ++k) {
-          V s = Load<V>(roots + i + o + k * N);
-          s = (s - ac[k] <= s * snap) ? ac[k] : s;
-          V d = (s - ac[k]) * (s + ac[k]);
-          sq[k] = Sqrt(d > 0 ? d : zero);
-        }
-        for (int k = 0; k < K; ++k) {  // Atan2NonNeg(sq, c)
-          big[k] = ac[k] > sq[k] ? ac[k] : sq[k];
-          small[k] = ac[k] < sq[k] ? ac[k] : sq[k];
-          big[k] = big[k] > 0 ? big[k] : one;
-        }
+        V c[K], ac[K], nt[K], sq[K], big[K], small[K];
+        first(i + o, c, ac, nt, sq, big, small);
         for (int k = 0; k < K; ++k) {
           const int64_t j = o + k * N;
           Store(br + j, RatioFirst(small[k], big[k]));
           Store(bc + j, c[k]);
           Store(bs + j, sq[k]);
-          if (kNtk)
-            Store(bn + j, (kStandard ? fan_in * mean[k] + w_var * mean_t[k]
-                                     : w_var * mean_t[k] + c[k]) + ntk_one);
+          if (kNtk) Store(bn + j, nt[k]);
         }
       }
       for (int64_t o = 0; o < len; o += N) {  // the polynomial and the rest
@@ -269,28 +274,8 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
     }
   }
   for (; !Vec<T>::kTwoPass && i + K * N <= n; i += K * N) {
-    V nt[K], c[K], ac[K], sq[K], big[K], small[K], a[K];
-    for (int k = 0; k < K; ++k) {
-      const int64_t j = i + k * N;
-      V mean = ((Load<V>(g + j) + Load<V>(g + j + dd)) + Load<V>(g + j + 2 * dd)) * thirdv;
-      V mean_t = kMeanT ? ((Load<V>(gt + j) + Load<V>(gt + j + dd)) + Load<V>(gt + j + 2 * dd)) *
-                              thirdv
-                        : zero;
-      c[k] = w_var * mean + bias;
-      nt[k] = (kStandard ? fan_in * mean + w_var * mean_t : w_var * mean_t + c[k]) + ntk_one;
-      ac[k] = (V)((M)c[k] & magnitude);
-    }
-    for (int k = 0; k < K; ++k) {
-      V s = Load<V>(roots + i + k * N);
-      s = (s - ac[k] <= s * snap) ? ac[k] : s;
-      V d = (s - ac[k]) * (s + ac[k]);
-      sq[k] = Sqrt(d > 0 ? d : zero);
-    }
-    for (int k = 0; k < K; ++k) {  // Atan2NonNeg(sq, c)
-      big[k] = ac[k] > sq[k] ? ac[k] : sq[k];
-      small[k] = ac[k] < sq[k] ? ac[k] : sq[k];
-      big[k] = big[k] > 0 ? big[k] : one;
-    }
+    V c[K], ac[K], nt[K], sq[K], big[K], small[K], a[K];
+    first(i, c, ac, nt, sq, big, small);
     AtanRatioV<K>(small, big, a);
     for (int k = 0; k < K; ++k) {
       V e = sq[k] > ac[k] ? half_pi - a[k] : a[k];
