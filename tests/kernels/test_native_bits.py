@@ -54,14 +54,18 @@ def kernels(level: str) -> dict:
     assert cpu_level_in_force() == level, cpu_level_in_force()
     rng = np.random.default_rng(7)
     small, wide = rng.standard_normal((5, 6, 6, 2)), rng.standard_normal((3, 11, 11, 2))
+    large = rng.standard_normal((2, 18, 18, 2))
     out = {"identity": np.array(native_library().identity)}
     # every net on 6 x 6 inputs; the seed's and the flatten net's also on 11 x 11, whose
     # planes (143 entries) end in a part shorter than a loop iteration's vectors on every
-    # variant, so the vector loop and the remainder's scalar code are held to one set of bits
-    for name, x in [(n, small) for n in NAMES] + [(n, wide) for n in WIDE]:
+    # variant, so the vector loop and the remainder's scalar code are held to one set of
+    # bits; the seed's on 18 x 18 too, whose planes (360 entries) span two of the float32
+    # loop's blocks of 256 where it runs in two passes (map.h's kTwoPass)
+    for name, x in ([(n, small) for n in NAMES] + [(n, wide) for n in WIDE]
+                    + [("seed", large)]):
         arch = kernel_fn(NETS[name]).architecture
-        if x is wide:
-            name = f"{name}_11x11"
+        if x is not small:
+            name = f"{name}_{x.shape[1]}x{x.shape[2]}"
         for dtype in ("float32", "float64"):
             # compute's route (a small library call's programs are compiled quick)
             kfn = build_kernel_fn(arch, x.shape[1:], ("nngp", "ntk"), dtype, (), "native")
