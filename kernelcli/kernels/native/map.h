@@ -107,18 +107,22 @@ inline T Window3(const T* t0, const T* t1, const T* t2, int64_t i, int64_t dd) {
   return ((g0 + g1) + g2) * third;
 }
 
+// float32's ratio atan(t) from t = small / big, each lane AtanRatio's operations in its
+// order: the polynomial that AtanRatioV applies after its division, and ChainPlane's
+// second pass applies to the ratio its first pass kept.
+inline Vec<float>::V AtanOfRatio(Vec<float>::V t) {
+  typedef Vec<float>::V V;
+  V u = t * t;
+  V p = V{} + kAtan32[6];
+  for (int i = 5; i >= 0; --i) p = p * u + kAtan32[i];
+  return t * p;
+}
+
 // The angle's ratio atan(small / big) on K vectors at once, each lane AtanRatio's
 // operations in its order.
 template <int K>
 inline void AtanRatioV(const Vec<float>::V* small, const Vec<float>::V* big, Vec<float>::V* a) {
-  typedef Vec<float>::V V;
-  V t[K], u[K], p[K];
-  for (int k = 0; k < K; ++k) t[k] = small[k] / big[k];
-  for (int k = 0; k < K; ++k) u[k] = t[k] * t[k];
-  for (int k = 0; k < K; ++k) p[k] = V{} + kAtan32[6];
-  for (int i = 5; i >= 0; --i)
-    for (int k = 0; k < K; ++k) p[k] = p[k] * u[k] + kAtan32[i];
-  for (int k = 0; k < K; ++k) a[k] = t[k] * p[k];
+  for (int k = 0; k < K; ++k) a[k] = AtanOfRatio(small[k] / big[k]);
 }
 
 template <int K>
@@ -147,19 +151,6 @@ inline void AtanRatioV(const Vec<double>::V* small, const Vec<double>::V* big,
   }
 }
 
-// float32's ratio atan(small / big) in two halves for ChainPlane's two passes, each lane
-// AtanRatio's operations in its order: RatioFirst to the division, RatioSecond the
-// polynomial from its result.
-inline Vec<float>::V RatioFirst(Vec<float>::V small, Vec<float>::V big) { return small / big; }
-
-inline Vec<float>::V RatioSecond(Vec<float>::V t) {
-  typedef Vec<float>::V V;
-  V u = t * t;
-  V p = V{} + kAtan32[6];
-  for (int i = 5; i >= 0; --i) p = p * u + kAtan32[i];
-  return t * p;
-}
-
 // ChainPlane's scratch, in entries: the window's first-axis sums of both kinds (n + 2 dd
 // each), then a block's four arrays for the two passes (the ratio, c, sq, the NTK's
 // factor: kBlock entries each)
@@ -175,8 +166,8 @@ inline int64_t ScratchEntries(int64_t n, int64_t dd) { return 2 * (n + 2 * dd) +
 // operations, so the same bits.
 //
 // Where vec.h says kTwoPass (float32 on 16 or 32 bytes) the map runs in blocks of
-// kBlock entries, each in two passes: to the angle's division (RatioFirst), then its
-// polynomial (RatioSecond) and the rest. One pass is a chain of some 140 cycles'
+// kBlock entries, each in two passes: to the angle's division, then its polynomial
+// (AtanOfRatio) and the rest. One pass is a chain of some 140 cycles'
 // latency a vector, whose waiting operations fill the out-of-order window of an AVX2
 // core; two passes of half the chain each ran the plane 17% faster in Zen 4's
 // x86-64-v3 loop (bench/native_loop.py). float64's longer chain and AVX-512's wider
@@ -247,7 +238,7 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
         first(i + o, c, ac, nt, sq, big, small);
         for (int k = 0; k < K; ++k) {
           const int64_t j = o + k * N;
-          Store(br + j, RatioFirst(small[k], big[k]));
+          Store(br + j, small[k] / big[k]);
           Store(bc + j, c[k]);
           Store(bs + j, sq[k]);
           if (kNtk) Store(bn + j, nt[k]);
@@ -255,7 +246,7 @@ __attribute__((noinline)) void ChainPlane(const Unit<T> unit, int64_t n, int64_t
       }
       for (int64_t o = 0; o < len; o += N) {  // the polynomial and the rest
         const int64_t q = i + o;
-        V a = RatioSecond(Load<V>(br + o));
+        V a = AtanOfRatio(Load<V>(br + o));
         V c = Load<V>(bc + o), sq = Load<V>(bs + o);
         V ac = (V)((M)c & magnitude);
         V e = sq > ac ? half_pi - a : a;
